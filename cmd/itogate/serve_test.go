@@ -1,0 +1,71 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestServeDevelopmentMode runs the real serve wiring on embedded defaults,
+// waits for /readyz and drives the demo through it.
+func TestServeDevelopmentMode(t *testing.T) {
+	addr := freeAddr(t)
+	var logs bytes.Buffer
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- runServe(ctx, &serveOptions{listen: addr, dataDir: t.TempDir()}, slog.New(slog.NewJSONHandler(&logs, nil)))
+	}()
+	url := "http://" + addr
+	ready := false
+	for i := 0; i < 100 && !ready; i++ {
+		resp, err := http.Get(url + "/readyz")
+		if err == nil {
+			ready = resp.StatusCode == 200
+			resp.Body.Close()
+		}
+		if !ready {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if !ready {
+		cancel()
+		t.Fatalf("not ready: %v / %s", <-done, logs.String())
+	}
+	var out bytes.Buffer
+	if err := runDemo(ctx, &out, url); err != nil {
+		t.Errorf("demo: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), " 0 failed") {
+		t.Errorf("demo table:\n%s", out.String())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("serve returned %v", err)
+	}
+	if !strings.Contains(logs.String(), "DEVELOPMENT MODE") {
+		t.Fatalf("no loud development-mode line in %s", logs.String())
+	}
+}
+
+func TestServeDevelopmentRefusesNonLoopback(t *testing.T) {
+	err := runServe(context.Background(), &serveOptions{listen: "0.0.0.0:0", dataDir: t.TempDir()}, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), "loopback only") {
+		t.Fatalf("runServe = %v", err)
+	}
+}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"crypto"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/itocompute/itogate/gatekeeper/manifest"
+	"github.com/itocompute/itogate/gatekeeper/safefile"
+	"github.com/itocompute/itogate/gatekeeper/token"
+	"github.com/itocompute/itogate/gatekeeper/verify"
+)
+
+func newSignCmd(stdout io.Writer) *cobra.Command {
+	var keyFile, out string
+	cmd := &cobra.Command{
+		Use:   "sign --key KEY.pem MANIFEST",
+		Short: "Sign a manifest (detached, cosign sign-blob compatible)",
+		Long: `Sign the exact bytes of a manifest with an ECDSA P-256 or Ed25519 private key
+(PKCS#8 PEM) and write the base64 signature, as "cosign sign-blob --key" does.
+The manifest is read like the client reads it (no symlinks, regular file).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			raw, digest, err := safefile.ReadManifest(args[0], manifest.MaxBytes)
+			if err != nil {
+				return err
+			}
+			pemBytes, err := readSmall(keyFile, 64<<10)
+			if err != nil {
+				return fmt.Errorf("key: %w", err)
+			}
+			priv, err := token.ParsePrivateKeyPEM(pemBytes)
+			if err != nil {
+				return err
+			}
+			sig, err := token.SignManifest(priv, raw)
+			if err != nil {
+				return err
+			}
+			if out == "" {
+				out = args[0] + ".sig"
+			}
+			if err := os.WriteFile(out, []byte(sig), 0o644); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "signed %s (%s) → %s\n", args[0], digest, out)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&keyFile, "key", "", "private key PEM (PKCS#8; ECDSA P-256 or Ed25519)")
+	cmd.Flags().StringVar(&out, "output-signature", "", "signature file (default MANIFEST.sig)")
+	_ = cmd.MarkFlagRequired("key")
+	return cmd
+}
+
+func newVerifyCmd(stdout io.Writer) *cobra.Command {
+	var keyFiles []string
+	var sigFile string
+	cmd := &cobra.Command{
+		Use:   "verify --key PUB.pem [--signature FILE] MANIFEST",
+		Short: "Verify a manifest's signature and validate it against the schema",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			raw, digest, err := safefile.ReadManifest(args[0], manifest.MaxBytes)
+			if err != nil {
+				return err
+			}
+			var signers []verify.Signer
+			for _, kf := range keyFiles {
+				pub, err := verify.LoadPublicKeyPEMFile(kf)
+				if err != nil {
+					return fmt.Errorf("%s: %w", kf, err)
+				}
+				signers = append(signers, verify.Signer{KeyID: kf, PublicKey: pub})
+			}
+			mv, err := verify.NewManifestVerifier(signers)
+			if err != nil {
+				return err
+			}
+			if sigFile == "" {
+				sigFile = args[0] + ".sig"
+			}
+			sig, err := readSmall(sigFile, 4096)
+			if err != nil {
+				return fmt.Errorf("signature: %w", err)
+			}
+			keyID, err := mv.Verify(raw, strings.TrimSpace(string(sig)))
+			if err != nil {
+				fmt.Fprintf(stdout, "FAIL  %s  %s: %v\n", args[0], digest, err)
+				return exitError{1}
+			}
+			if _, err := manifest.Parse(raw); err != nil {
+				var me *manifest.Error
+				if errors.As(err, &me) {
+					fmt.Fprintf(stdout, "FAIL  %s  signature ok (%s) but %s: %s\n", args[0], keyID, me.Code, me.Message)
+					return exitError{1}
+				}
+				return err
+			}
+			fmt.Fprintf(stdout, "OK    %s  %s  signed by %s, schema ito.training/v1 valid\n", args[0], digest, keyID)
+			return nil
+		},
+	}
+	cmd.Flags().StringSliceVar(&keyFiles, "key", nil, "public key PEM of a trusted signer (repeatable)")
+	cmd.Flags().StringVar(&sigFile, "signature", "", "signature file (default MANIFEST.sig)")
+	_ = cmd.MarkFlagRequired("key")
+	return cmd
+}
+
+func newKeygenCmd(stdout io.Writer) *cobra.Command {
+	var dir, name, typ string
+	cmd := &cobra.Command{
+		Use:   "keygen --name NAME [--type ecdsa|ed25519] [--dir DIR]",
+		Short: "Generate a key pair (PKCS#8 private PEM 0600, PKIX public PEM)",
+		Args:  cobra.NoArgs,
+		RunE: func(_ *cobra.Command, _ []string) error {
+			var priv crypto.Signer
+			var err error
+			switch typ {
+			case "ecdsa":
+				priv, err = token.GenerateECDSA()
+			case "ed25519":
+				priv, err = token.GenerateEd25519()
+			default:
+				return errors.New("--type must be ecdsa or ed25519")
+			}
+			if err != nil {
+				return err
+			}
+			privPath, pubPath, err := token.WriteKeyPair(dir, name, priv)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "private %s (keep secret)\npublic  %s\nfingerprint %s\n",
+				privPath, pubPath, verify.Fingerprint(priv.Public()))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", ".", "output directory")
+	cmd.Flags().StringVar(&name, "name", "", "file stem: NAME.key.pem and NAME.pub.pem")
+	cmd.Flags().StringVar(&typ, "type", "ecdsa", "ecdsa (P-256, ES256) or ed25519 (EdDSA)")
+	_ = cmd.MarkFlagRequired("name")
+	return cmd
+}

@@ -1,0 +1,63 @@
+package admission
+
+import (
+	"errors"
+
+	"github.com/itocompute/itogate/gatekeeper/verify"
+)
+
+// Codes produced in Go, before or after the policy. Policy codes come from the
+// bundle's METADATA; both sets are listed in docs/codes.md.
+const (
+	CodeRequestInvalid        = "REQUEST_INVALID"
+	CodeRequestTooLarge       = "REQUEST_TOO_LARGE"
+	CodeContentType           = "REQUEST_CONTENT_TYPE_UNSUPPORTED"
+	CodeCallerUnauthenticated = "CALLER_UNAUTHENTICATED"
+	CodeDepositorUnauthorized = "DEPOSITOR_UNAUTHENTICATED"
+	CodeManifestRequired      = "MANIFEST_REQUIRED"
+	CodeManifestEncoding      = "MANIFEST_ENCODING_INVALID"
+	CodeManifestSignature     = "MANIFEST_SIGNATURE_INVALID"
+	CodeEntitlementInvalid    = "ENTITLEMENT_INVALID"
+	CodeEntitlementExpired    = "ENTITLEMENT_EXPIRED"
+	CodeConfirmationNotFound  = "CONFIRMATION_NOT_FOUND"
+	CodeConfirmationInvalid   = "CONFIRMATION_INVALID"
+	CodeConfirmationExpired   = "CONFIRMATION_EXPIRED"
+	CodeConfirmationDuplicate = "CONFIRMATION_DUPLICATE"
+	CodeConfirmationReplayed  = "CONFIRMATION_REPLAYED"
+	CodeRunNotFound           = "RUN_NOT_FOUND"
+	CodeIdempotencyConflict   = "IDEMPOTENCY_KEY_CONFLICT"
+	CodeAdmissionNotFound     = "ADMISSION_NOT_FOUND"
+	CodeLedgerUnavailable     = "LEDGER_UNAVAILABLE"
+	CodeInternal              = "INTERNAL_ERROR"
+)
+
+// tokenCode maps a token verification failure to its stable code. An expired
+// token gets the same code the policy uses for the same fact, so a reviewer
+// sees one code whichever layer caught it.
+//
+// tokenCode maps a token verification failure to its stable code: one place,
+// so every route reports the same code for the same fault.
+func tokenCode(err error) string {
+	var ve *verify.Error
+	if !errors.As(err, &ve) {
+		return CodeInternal
+	}
+	expired := ve.Kind == verify.KindExpired
+	switch ve.Purpose {
+	case verify.PurposeCaller:
+		return CodeCallerUnauthenticated
+	case verify.PurposeDepositor:
+		return CodeDepositorUnauthorized
+	case verify.PurposeEntitlement:
+		if expired {
+			return CodeEntitlementExpired
+		}
+		return CodeEntitlementInvalid
+	case verify.PurposeConfirmation:
+		if expired {
+			return CodeConfirmationExpired
+		}
+		return CodeConfirmationInvalid
+	}
+	return CodeInternal
+}

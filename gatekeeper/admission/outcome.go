@@ -1,0 +1,63 @@
+package admission
+
+import (
+	"net/http"
+
+	"github.com/itocompute/itogate/gatekeeper/policy"
+)
+
+// State is the lifecycle state reported for an admission (data.state).
+//
+//	admitted          train.create allowed: the caller may create the run
+//	cancel_admitted   train.cancel allowed
+//	cleanup_admitted  train.cleanup allowed
+//	release_admitted  booking.release allowed
+//	denied            nothing was written; the confirmation stays usable
+type State = string
+
+// StateDenied is reported on every deny.
+const StateDenied State = "denied"
+
+// Data is the admission part of a response envelope.
+type Data struct {
+	Decision       string         `json:"decision"` // "allow" or "deny"
+	DecisionID     string         `json:"decision_id"`
+	Action         string         `json:"action"`
+	BookingID      string         `json:"booking_id"`
+	RunID          string         `json:"run_id,omitempty"`
+	ManifestDigest string         `json:"manifest_digest,omitempty"`
+	IdempotencyKey string         `json:"idempotency_key"`
+	State          State          `json:"state"`
+	BundleRevision string         `json:"bundle_revision,omitempty"`
+	Warnings       []Finding      `json:"warnings,omitempty"`
+	Estimates      map[string]any `json:"estimates,omitempty"`
+}
+
+// Finding is a violation or warning as the API reports it.
+type Finding = policy.Finding
+
+// Outcome is the result of one admission, status lookup or deposit, ready for
+// the HTTP edge to render. A zero Code means success.
+type Outcome struct {
+	Status     int
+	Code       string // stable error code; empty on success
+	Message    string // safe: never token, signature or key bytes
+	Notice     string
+	Data       *Data
+	Violations []Finding
+	// Extra is route-specific success data (the deposit's ref).
+	Extra map[string]any
+	// Live is true only when itogate itself called a live backend while
+	// answering. It never does today; the field exists in the envelope so
+	// callers can rely on it (see README).
+	Live bool
+}
+
+// OK reports success.
+func (o Outcome) OK() bool { return o.Code == "" }
+
+func fail(status int, code, msg string) Outcome {
+	return Outcome{Status: status, Code: code, Message: msg}
+}
+
+func denied(code, msg string) Outcome { return fail(http.StatusForbidden, code, msg) }

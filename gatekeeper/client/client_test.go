@@ -1,0 +1,100 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// A server that commits and then loses the response: the client must find the
+// stored admission by key and never POST again.
+func TestLostResponseQueriesStatusBeforeRetry(t *testing.T) {
+	t.Parallel()
+	var posts, gets atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodPost:
+			posts.Add(1)
+			hj, _ := w.(http.Hijacker)
+			conn, _, _ := hj.Hijack()
+			conn.Close() // committed, response lost
+		case http.MethodGet:
+			gets.Add(1)
+			if r.URL.Path != "/v1/admissions/run-1" || r.Header.Get("Authorization") != "Bearer tok" {
+				t.Errorf("status request %s %q", r.URL.Path, r.Header.Get("Authorization"))
+			}
+			w.WriteHeader(200)
+			_, _ = w.Write([]byte(`{"ok":true,"data":{"run_id":"run_x"}}`))
+		}
+	}))
+	defer srv.Close()
+	c, err := New(Options{BaseURL: srv.URL, Bearer: "tok", Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Admit(context.Background(), AdmissionRequest{Action: "train.create", IdempotencyKey: "run-1", Manifest: []byte("{}")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resp.Recovered || resp.Status != 200 || posts.Load() != 1 || gets.Load() != 1 {
+		t.Fatalf("recovered=%v status=%d posts=%d gets=%d; want the stored answer after one POST",
+			resp.Recovered, resp.Status, posts.Load(), gets.Load())
+	}
+}
+
+// A server that drops the request before committing: status says 404, so the
+// client retries the POST and gets the answer.
+func TestNothingCommittedRetries(t *testing.T) {
+	t.Parallel()
+	var posts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			w.WriteHeader(404)
+			_, _ = w.Write([]byte(`{"ok":false,"error":{"code":"ADMISSION_NOT_FOUND"}}`))
+			return
+		}
+		if posts.Add(1) == 1 {
+			hj, _ := w.(http.Hijacker)
+			conn, _, _ := hj.Hijack()
+			conn.Close()
+			return
+		}
+		w.WriteHeader(200)
+		_, _ = w.Write([]byte(`{"ok":true}`))
+	}))
+	defer srv.Close()
+	c, _ := New(Options{BaseURL: srv.URL, Bearer: "tok"})
+	resp, err := c.Admit(context.Background(), AdmissionRequest{Action: "train.create", IdempotencyKey: "run-2"})
+	if err != nil || resp.Status != 200 || resp.Recovered || posts.Load() != 2 {
+		t.Fatalf("resp=%+v err=%v posts=%d", resp, err, posts.Load())
+	}
+}
+
+// A definite answer (even a 503 deny) is returned as is, never retried.
+func TestDefiniteAnswerIsNotRetried(t *testing.T) {
+	t.Parallel()
+	var posts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		posts.Add(1)
+		w.WriteHeader(503)
+		_, _ = w.Write([]byte(`{"ok":false,"error":{"code":"LEDGER_UNAVAILABLE"}}`))
+	}))
+	defer srv.Close()
+	c, _ := New(Options{BaseURL: srv.URL, Bearer: "tok"})
+	resp, err := c.Admit(context.Background(), AdmissionRequest{IdempotencyKey: "k"})
+	if err != nil || resp.Status != 503 || posts.Load() != 1 {
+		t.Fatalf("resp=%+v err=%v posts=%d", resp, err, posts.Load())
+	}
+}
+
+func TestNewRefusesCredentialsInURL(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{"http://user:pw@host", "ftp://host", "host:80", ""} {
+		if _, err := New(Options{BaseURL: u}); err == nil {
+			t.Errorf("%q accepted", u)
+		}
+	}
+}

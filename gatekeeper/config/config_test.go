@@ -1,0 +1,60 @@
+package config
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLoadGood(t *testing.T) {
+	t.Parallel()
+	c, err := Load(filepath.Join("testdata", "good.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	abs, _ := filepath.Abs("testdata")
+	if c.Dev || c.Listen != "127.0.0.1:9443" || time.Duration(c.Policy.Deadline) != 100*time.Millisecond {
+		t.Fatalf("loaded %+v", c)
+	}
+	if c.LedgerPath() != filepath.Join(abs, "data", "ledger.db") {
+		t.Fatalf("ledger path %s (relative paths resolve against the config file)", c.LedgerPath())
+	}
+	if c.Trust.Entitlement.EffectiveLeeway() != 10*time.Second || c.Trust.Callers.EffectiveLeeway() != DefaultLeeway {
+		t.Fatal("leeway")
+	}
+	if c.Limits.MaxBodyBytes != 2<<20 {
+		t.Fatal("default body limit")
+	}
+}
+
+// Each bad file is refused with the reason named.
+func TestLoadBad(t *testing.T) {
+	t.Parallel()
+	cases := map[string]string{
+		"unknown-key.bad.yml":     "field verify not found",
+		"negative-leeway.bad.yml": "leeway must not be negative",
+		"same-type.bad.yml":       "different token types",
+		"no-signers.bad.yml":      "manifest_signers: at least one key",
+	}
+	for file, want := range cases {
+		t.Run(file, func(t *testing.T) {
+			t.Parallel()
+			_, err := Load(filepath.Join("testdata", file))
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("Load = %v, want %q", err, want)
+			}
+		})
+	}
+}
+
+func TestDevIsLoopbackOnly(t *testing.T) {
+	t.Parallel()
+	for addr, ok := range map[string]bool{"127.0.0.1:8443": true, "[::1]:8443": true, "localhost:1": true,
+		"0.0.0.0:8443": false, ":8443": false, "10.0.0.1:80": false} {
+		err := Dev(addr, "").LoopbackOnly()
+		if (err == nil) != ok {
+			t.Errorf("%s: %v", addr, err)
+		}
+	}
+}

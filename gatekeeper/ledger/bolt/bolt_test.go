@@ -1,0 +1,352 @@
+package bolt
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	bbolt "go.etcd.io/bbolt"
+
+	"github.com/itocompute/itogate/gatekeeper/ledger"
+	"github.com/itocompute/itogate/gatekeeper/ledger/ledgertest"
+)
+
+func openTemp(t testing.TB) *Store {
+	t.Helper()
+	s, err := Open(filepath.Join(t.TempDir(), "ledger.db"), Options{})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	ledgertest.Run(t, func(t *testing.T) ledger.Store { return openTemp(t) })
+}
+
+// TestConformanceCommitPaths runs the suite with Commit always in db.Update
+// and always in db.Batch, so each path groupCommit may take passes alone.
+func TestConformanceCommitPaths(t *testing.T) {
+	for name, pick := range map[string]func(*bbolt.DB) func(func(*bbolt.Tx) error) error{
+		"update": func(db *bbolt.DB) func(func(*bbolt.Tx) error) error { return db.Update },
+		"batch":  func(db *bbolt.DB) func(func(*bbolt.Tx) error) error { return db.Batch },
+	} {
+		t.Run(name, func(t *testing.T) {
+			ledgertest.Run(t, func(t *testing.T) ledger.Store {
+				s := openTemp(t)
+				s.commitTx = pick(s.db)
+				return s
+			})
+		})
+	}
+}
+
+func TestOpen(t *testing.T) {
+	t.Run("reopen keeps records", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "ledger.db")
+		s, err := Open(path, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref := ledger.NewConfirmationRef()
+		c := ledger.Confirmation{
+			Ref: ref, JTI: "jti-1", Account: "acct_42", Action: "train.create", Token: []byte("tok"),
+			ExpiresAt: time.Now().Add(time.Hour), DepositedAt: time.Now(),
+		}
+		if err := s.DepositConfirmation(t.Context(), c); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		s, err = Open(path, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if got, err := s.Confirmation(t.Context(), ref); err != nil || got.JTI != "jti-1" {
+			t.Fatalf("after reopen: %+v, %v", got, err)
+		}
+		if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("ledger file mode = %v, %v; want 0600", fi.Mode(), err)
+		}
+	})
+
+	t.Run("locked by another opener", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "ledger.db")
+		s, err := Open(path, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		start := time.Now()
+		_, err = Open(path, Options{Timeout: 50 * time.Millisecond})
+		if !errors.Is(err, ledger.ErrUnavailable) || !errors.Is(err, bbolt.ErrTimeout) {
+			t.Fatalf("second Open = %v, want ErrUnavailable wrapping bbolt.ErrTimeout", err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Fatalf("second Open took %v", d)
+		}
+	})
+
+	t.Run("unknown schema", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "ledger.db")
+		db, err := bbolt.Open(path, 0o600, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = db.Update(func(tx *bbolt.Tx) error {
+			b, err := tx.CreateBucket(bucketMeta)
+			if err != nil {
+				return err
+			}
+			return b.Put(keySchema, []byte("99"))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		db.Close()
+		if _, err := Open(path, Options{}); !errors.Is(err, ledger.ErrUnavailable) {
+			t.Fatalf("Open(schema 99) = %v, want ErrUnavailable", err)
+		}
+	})
+
+	t.Run("not a bolt file", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "ledger.db")
+		if err := os.WriteFile(path, make([]byte, 8192), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Open(path, Options{}); !errors.Is(err, ledger.ErrUnavailable) {
+			t.Fatalf("Open(garbage) = %v, want ErrUnavailable", err)
+		}
+	})
+
+	t.Run("negative timeout", func(t *testing.T) {
+		if _, err := Open(filepath.Join(t.TempDir(), "x.db"), Options{Timeout: -1}); err == nil {
+			t.Fatal("Open(Timeout -1) succeeded")
+		}
+	})
+}
+
+// TestCorruptRecord: a record that does not decode is a store fault, never
+// "not found" or "available".
+func TestCorruptRecord(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	ref := ledger.NewConfirmationRef()
+	err := s.db.Update(func(tx *bbolt.Tx) error {
+		return tx.Bucket(bucketConfirmations).Put([]byte(ref), []byte("{not json"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Confirmation(t.Context(), ref); !errors.Is(err, ledger.ErrUnavailable) {
+		t.Fatalf("Confirmation(corrupt) = %v, want ErrUnavailable", err)
+	}
+	a := ledger.Admission{
+		Account: "acct_42", IdempotencyKey: "k", Action: "train.create",
+		RequestDigest:   "sha256:" + fmt.Sprintf("%064x", 1),
+		RunID:           ledger.NewRunID(),
+		ConfirmationRef: ref, ConfirmationJTI: "j", State: ledger.AdmissionAdmitted, CreatedAt: time.Now(),
+	}
+	if _, _, err := s.Commit(t.Context(), a); !errors.Is(err, ledger.ErrUnavailable) {
+		t.Fatalf("Commit(corrupt confirmation) = %v, want ErrUnavailable", err)
+	}
+}
+
+// TestBatchRerunResetsOutputs forces bbolt to run one Commit's function
+// twice: first in a batch where an earlier call wrote the same key (so it
+// sees a replay), then, after that call and a later one fail and the batch
+// is rolled back, alone against a store without that write (a fresh
+// commit). The answer must come from the committed run: replayed=false.
+func TestBatchRerunResetsOutputs(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "ledger.db"), Options{MaxBatchDelay: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.commitTx = s.db.Batch
+	ctx := t.Context()
+	refs := seed(t, s, 1)
+	a := ledger.Admission{
+		Account: "acct_42", IdempotencyKey: "key-1", RequestDigest: "sha256:" + fmt.Sprintf("%064x", 7),
+		RunID: ledger.NewRunID(), Action: "train.create", ConfirmationRef: refs[0], ConfirmationJTI: refs[0],
+		State: ledger.AdmissionAdmitted, CreatedAt: time.Now().UTC(),
+	}
+	ghost := a
+	ghost.RunID = ledger.NewRunID()
+	ghostVal, err := json.Marshal(admissionToRecord(ghost))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var xRuns atomic.Int32
+	xErr, yErr := make(chan error, 1), make(chan error, 1)
+	type result struct {
+		stored   ledger.Admission
+		replayed bool
+		err      error
+	}
+	bRes := make(chan result, 1)
+	go func() {
+		xErr <- s.db.Batch(func(tx *bbolt.Tx) error {
+			if xRuns.Add(1) > 1 {
+				return errors.New("x gives up on its second run")
+			}
+			return tx.Bucket(bucketAdmissions).Put(admissionKey(a.Account, a.IdempotencyKey), ghostVal)
+		})
+	}()
+	time.Sleep(50 * time.Millisecond)
+	go func() {
+		stored, replayed, err := s.Commit(ctx, a)
+		bRes <- result{stored, replayed, err}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	go func() {
+		yErr <- s.db.Batch(func(*bbolt.Tx) error { return errors.New("y always fails") })
+	}()
+
+	if err := <-xErr; err == nil {
+		t.Fatal("x succeeded")
+	}
+	if err := <-yErr; err == nil {
+		t.Fatal("y succeeded")
+	}
+	r := <-bRes
+	if xRuns.Load() < 2 {
+		t.Skipf("bbolt did not batch the calls as arranged (x ran %d times)", xRuns.Load())
+	}
+	if r.err != nil || r.replayed || r.stored.RunID != a.RunID {
+		t.Fatalf("Commit = %+v, replayed %v, %v; want the fresh commit of run %s", r.stored, r.replayed, r.err, a.RunID)
+	}
+	if got, err := s.Admission(ctx, a.Account, a.IdempotencyKey); err != nil || got.RunID != a.RunID {
+		t.Fatalf("Admission = %+v, %v", got, err)
+	}
+}
+
+// seed writes n available confirmations for account in one transaction and
+// returns their refs; going through DepositConfirmation would cost one fsync
+// each before the benchmark even starts.
+func seed(tb testing.TB, s *Store, n int) []string {
+	tb.Helper()
+	refs := make([]string, n)
+	exp := time.Now().Add(time.Hour).UTC()
+	err := s.db.Update(func(tx *bbolt.Tx) error {
+		for i := range refs {
+			refs[i] = ledger.NewConfirmationRef()
+			rec := confirmationRecord{
+				Ref: refs[i], JTI: refs[i], Account: "acct_42", Action: "train.create",
+				Token: []byte("header.payload.signature"), ExpiresAt: exp, DepositedAt: exp,
+				State: ledger.ConfirmationAvailable,
+			}
+			v, err := json.Marshal(rec)
+			if err != nil {
+				return err
+			}
+			if err := tx.Bucket(bucketConfirmations).Put([]byte(refs[i]), v); err != nil {
+				return err
+			}
+			if err := tx.Bucket(bucketJTIs).Put([]byte(refs[i]), []byte(refs[i])); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return refs
+}
+
+// benchModes are the commit paths BenchmarkCommit compares: "update" is one
+// db.Update (one fsync) per Commit; "batch" is always db.Batch with
+// DefaultMaxBatchDelay; "batch10ms" is db.Batch with bbolt's own default
+// delay; "shipped" is groupCommit, what Open configures.
+var benchModes = []struct {
+	name  string
+	opts  Options
+	apply func(s *Store)
+}{
+	{"update", Options{}, func(s *Store) { s.commitTx = s.db.Update }},
+	{"batch", Options{}, func(s *Store) { s.commitTx = s.db.Batch }},
+	{"batch10ms", Options{MaxBatchDelay: 10 * time.Millisecond}, func(s *Store) { s.commitTx = s.db.Batch }},
+	{"shipped", Options{}, func(*Store) {}},
+}
+
+// BenchmarkCommit measures fsynced Commits of distinct admissions, each
+// consuming its own confirmation, from GOMAXPROCS×p parallel callers (p
+// requests in flight per CPU). Run with -cpu 2 for the reported figures.
+func BenchmarkCommit(b *testing.B) {
+	for _, p := range []int{1, 16, 64} {
+		for _, m := range benchModes {
+			b.Run(fmt.Sprintf("p=%d/%s", p, m.name), func(b *testing.B) {
+				s, commit := benchStore(b, m.opts, m.apply)
+				b.SetParallelism(p)
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if err := commit(); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+				b.StopTimer()
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commits/s")
+				_ = s.Close()
+			})
+		}
+	}
+}
+
+// BenchmarkCommitSerial is one caller at a time: the idle latency a lone
+// admission pays on each path.
+func BenchmarkCommitSerial(b *testing.B) {
+	for _, m := range benchModes {
+		b.Run(m.name, func(b *testing.B) {
+			s, commit := benchStore(b, m.opts, m.apply)
+			b.ResetTimer()
+			for range b.N {
+				if err := commit(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			_ = s.Close()
+		})
+	}
+}
+
+// benchStore opens a store seeded with b.N confirmations and returns a
+// function that commits the next one; it is safe for parallel callers.
+func benchStore(b *testing.B, opts Options, apply func(*Store)) (*Store, func() error) {
+	s, err := Open(filepath.Join(b.TempDir(), "ledger.db"), opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	apply(s)
+	refs := seed(b, s, b.N)
+	digest := "sha256:" + fmt.Sprintf("%064x", 42)
+	created := time.Now()
+	var next atomic.Int64
+	ctx := context.Background()
+	return s, func() error {
+		i := next.Add(1) - 1
+		a := ledger.Admission{
+			Account: "acct_42", IdempotencyKey: refs[i], RequestDigest: digest,
+			RunID: ledger.NewRunID(), Action: "train.create", ConfirmationRef: refs[i],
+			ConfirmationJTI: refs[i], State: ledger.AdmissionAdmitted, CreatedAt: created,
+		}
+		_, replayed, err := s.Commit(ctx, a)
+		if err == nil && replayed {
+			err = errors.New("Commit replayed a fresh admission")
+		}
+		return err
+	}
+}

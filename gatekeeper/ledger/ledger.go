@@ -1,0 +1,216 @@
+// Package ledger defines itogate's only state: deposited confirmations and
+// the admissions that consumed them (design §7).
+//
+// The Store interface is what the server depends on; implementations live in
+// sub-packages (bolt for the embedded default, PostgreSQL later) and must all
+// pass the conformance suite in ledgertest. Every implementation keeps these
+// invariants:
+//
+//   - a confirmation is consumed at most once, ever, also after its token
+//     expired and was swept;
+//   - consuming the confirmation, reserving the idempotency key and writing the
+//     admission happen in one transaction, or none of them does;
+//   - the same (account, idempotency key) with the same request digest returns
+//     the stored admission and consumes nothing; with another digest it fails
+//     with ErrKeyConflict;
+//   - a jti or reference, once deposited, can never be deposited again.
+//
+// A deny writes nothing to the ledger, so the server never calls Commit for
+// one.
+package ledger
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Errors returned by Store methods. Implementations wrap them, so test with
+// errors.Is.
+var (
+	// ErrNotFound: no confirmation with that reference, no admission for that
+	// (account, key), or no run with that id.
+	ErrNotFound = errors.New("not found")
+	// ErrConfirmationConsumed: the confirmation was already consumed by an
+	// admission (any account, any key). It never becomes available again.
+	ErrConfirmationConsumed = errors.New("confirmation already consumed")
+	// ErrConfirmationExpired: the confirmation's token expired and was swept
+	// before anything consumed it; only its tombstone is left.
+	ErrConfirmationExpired = errors.New("confirmation expired and swept")
+	// ErrConfirmationMismatch: the confirmation exists but its account,
+	// action or jti differ from the admission's. Policy already requires them
+	// to match; the ledger refuses too, so a policy bug can never let one
+	// account consume another's confirmation. Nothing was written.
+	ErrConfirmationMismatch = errors.New("confirmation does not match the admission")
+	// ErrConfirmationDuplicate: a confirmation with that reference or that jti
+	// was deposited before (it may since have been consumed or swept).
+	ErrConfirmationDuplicate = errors.New("confirmation already deposited")
+	// ErrKeyConflict: the (account, idempotency key) already holds an
+	// admission for a request with another digest. The server answers 409.
+	ErrKeyConflict = errors.New("idempotency key reused with a different request")
+	// ErrInvalid: the record handed to the store is malformed (a caller bug,
+	// not a policy outcome). Nothing was written.
+	ErrInvalid = errors.New("invalid ledger record")
+	// ErrUnavailable: the store could not be read or written (I/O, lock
+	// timeout, closed store, corrupt record). Every store fault wraps it; the
+	// server denies with a coded 503. From Commit it means the outcome is
+	// unknown (an fsync can fail after the write reached the disk): a retry
+	// with the same idempotency key, or Admission, finds out.
+	ErrUnavailable = errors.New("ledger unavailable")
+)
+
+// Store is the ledger. Implementations are safe for concurrent use.
+//
+// Every method checks ctx before it starts; a cancelled or expired ctx
+// returns an error wrapping ctx.Err() (not ErrUnavailable) and writes
+// nothing. Times are returned in UTC; implementations keep at least
+// microsecond precision.
+type Store interface {
+	// DepositConfirmation stores a new, available confirmation. c.State must
+	// be empty or ConfirmationAvailable and the consumption fields empty (see
+	// Confirmation.Validate). A reference or jti seen before, even one long
+	// consumed or swept, returns ErrConfirmationDuplicate.
+	DepositConfirmation(ctx context.Context, c Confirmation) error
+
+	// Confirmation returns the confirmation with that reference, or
+	// ErrNotFound. After Sweep a tombstone is returned: Token is nil and State
+	// is consumed or expired.
+	Confirmation(ctx context.Context, ref string) (Confirmation, error)
+
+	// Admission returns the admission stored under (account, key), or
+	// ErrNotFound.
+	Admission(ctx context.Context, account, key string) (Admission, error)
+
+	// Commit writes an allowed admission in one transaction (design §1 step
+	// 11), checking in this order:
+	//
+	//   - (a.Account, a.IdempotencyKey) already holds an admission: with the
+	//     same RequestDigest it returns that stored admission and
+	//     replayed=true, writing and consuming nothing; with another digest it
+	//     returns ErrKeyConflict.
+	//   - the confirmation a.ConfirmationRef must exist (else ErrNotFound),
+	//     have a.Account, a.Action and a.ConfirmationJTI (else
+	//     ErrConfirmationMismatch), and be available (else
+	//     ErrConfirmationConsumed or ErrConfirmationExpired); it is marked
+	//     consumed by a.IdempotencyKey at a.CreatedAt.
+	//   - the admission is written and, for State AdmissionAdmitted, its RunID
+	//     is indexed for Run.
+	//
+	// On any other error nothing is written, except that after
+	// ErrUnavailable the outcome is unknown (see there). a must pass
+	// Admission.Validate, else ErrInvalid.
+	Commit(ctx context.Context, a Admission) (stored Admission, replayed bool, err error)
+
+	// Run returns the admission that created runID (the train.create one,
+	// State AdmissionAdmitted), or ErrNotFound. The server uses it to check a
+	// cancel or cleanup targets a run of the caller's own account.
+	Run(ctx context.Context, runID string) (Admission, error)
+
+	// Sweep drops the token of every confirmation whose ExpiresAt is before
+	// now-leeway, keeping a tombstone of its reference, jti, account, action
+	// and state: a consumed confirmation stays consumed, an available one
+	// becomes ConfirmationExpired, and neither its reference nor its jti can
+	// be deposited again. Admissions are never swept (they back idempotent
+	// replays). It returns how many tokens it removed; on error some may have
+	// been removed already, which is safe to repeat.
+	Sweep(ctx context.Context, now time.Time, leeway time.Duration) (swept int, err error)
+
+	// Ping reports whether the store can serve reads (for /readyz).
+	Ping(ctx context.Context) error
+
+	// Close releases the store. Later calls on it return ErrUnavailable;
+	// calling Close again returns nil.
+	Close() error
+}
+
+// ConfirmationState is the lifecycle of a deposited confirmation. It only
+// moves forward: available → consumed, or available → expired.
+type ConfirmationState string
+
+const (
+	// ConfirmationAvailable: deposited, not yet consumed, token kept.
+	ConfirmationAvailable ConfirmationState = "available"
+	// ConfirmationConsumed: consumed by one admission (ConsumedBy). Final.
+	ConfirmationConsumed ConfirmationState = "consumed"
+	// ConfirmationExpired: swept before anything consumed it; the token is
+	// gone and it can never be consumed. Final.
+	ConfirmationExpired ConfirmationState = "expired"
+)
+
+// Confirmation is a deposited confirmation token (design §3) and its state.
+type Confirmation struct {
+	// Ref is the opaque reference handed back on deposit: "cfr_" + 32
+	// lowercase hex (128 random bits), from NewConfirmationRef.
+	Ref string
+	// JTI is the token's jti; unique across every confirmation ever
+	// deposited.
+	JTI string
+	// Account is the token's sub.
+	Account string
+	// Action is the token's act, e.g. "train.create".
+	Action string
+	// Token is the compact JWS as deposited; it is verified again at use.
+	// Nil in a swept tombstone.
+	Token []byte
+	// ExpiresAt is the token's exp.
+	ExpiresAt time.Time
+	// DepositedAt is when the authority deposited it.
+	DepositedAt time.Time
+	State       ConfirmationState
+	// ConsumedBy is the idempotency key of the admission that consumed it.
+	ConsumedBy string
+	// ConsumedAt is the consuming admission's CreatedAt; zero until consumed.
+	ConsumedAt time.Time
+}
+
+// AdmissionState is what an allowed admission permits the caller to do
+// next. It is the "state" field of the admission response (design §4).
+type AdmissionState string
+
+const (
+	// AdmissionAdmitted: train.create was allowed; the caller may create the
+	// run RunID (a new id from NewRunID).
+	AdmissionAdmitted AdmissionState = "admitted"
+	// AdmissionCancelAdmitted: train.cancel of the run RunID was allowed.
+	AdmissionCancelAdmitted AdmissionState = "cancel_admitted"
+	// AdmissionCleanupAdmitted: train.cleanup of the run RunID was allowed;
+	// it never releases the booking by itself.
+	AdmissionCleanupAdmitted AdmissionState = "cleanup_admitted"
+	// AdmissionReleaseAdmitted: booking.release of BookingID was allowed.
+	AdmissionReleaseAdmitted AdmissionState = "release_admitted"
+)
+
+// Valid reports whether s is one of the documented states.
+func (s AdmissionState) Valid() bool {
+	switch s {
+	case AdmissionAdmitted, AdmissionCancelAdmitted, AdmissionCleanupAdmitted, AdmissionReleaseAdmitted:
+		return true
+	}
+	return false
+}
+
+// Admission is an allowed admission, stored under (Account, IdempotencyKey).
+// Only allows are stored; a deny writes nothing.
+type Admission struct {
+	// Account and IdempotencyKey form the primary key: keys are scoped per
+	// account, so two accounts may use the same key.
+	Account        string
+	IdempotencyKey string
+	// RequestDigest is "sha256:<64 hex>" over the request (see
+	// docs/policy-input.md); a replay must carry the same digest.
+	RequestDigest string
+	DecisionID    string
+	// RunID is, for train.create, the new run ("run_" + 26 characters, from
+	// NewRunID); for cancel and cleanup, the target run; empty for
+	// booking.release.
+	RunID           string
+	Action          string
+	BookingID       string
+	ManifestDigest  string
+	ConfirmationRef string
+	ConfirmationJTI string
+	BundleRevision  string
+	State           AdmissionState
+	// CreatedAt is the decision time; it also stamps ConsumedAt.
+	CreatedAt time.Time
+}

@@ -1,0 +1,140 @@
+package ledger
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// MaxIDLen bounds, in bytes, every identifier the ledger keys or indexes on
+// (account, idempotency key, jti, run id, action). It keeps keys well inside
+// every backend's limits (bbolt: 32 KiB keys; PostgreSQL btree: ~2.7 KiB).
+const MaxIDLen = 256
+
+// maxTextLen bounds the other short string fields (digests, decision ids,
+// bundle revisions).
+const maxTextLen = 1024
+
+// Validate reports whether c may be deposited: a reference in the
+// NewConfirmationRef shape; non-empty JTI, Account and Action within
+// MaxIDLen; a token; ExpiresAt and DepositedAt set; State empty or
+// ConfirmationAvailable; and no consumption recorded. The error wraps
+// ErrInvalid and never includes field values.
+func (c Confirmation) Validate() error {
+	bad := func(field, problem string) error {
+		return fmt.Errorf("ledger: confirmation %s %s: %w", field, problem, ErrInvalid)
+	}
+	if !IsConfirmationRef(c.Ref) {
+		return bad("Ref", "is not cfr_ followed by 32 lowercase hex digits")
+	}
+	for _, f := range []struct{ name, v string }{{"JTI", c.JTI}, {"Account", c.Account}, {"Action", c.Action}} {
+		if p := idProblem(f.v); p != "" {
+			return bad(f.name, p)
+		}
+	}
+	switch {
+	case len(c.Token) == 0:
+		return bad("Token", "is empty")
+	case c.ExpiresAt.IsZero():
+		return bad("ExpiresAt", "is zero")
+	case c.DepositedAt.IsZero():
+		return bad("DepositedAt", "is zero")
+	case c.State != "" && c.State != ConfirmationAvailable:
+		return bad("State", "must be empty or available on deposit")
+	case c.ConsumedBy != "" || !c.ConsumedAt.IsZero():
+		return bad("ConsumedBy", "must be empty on deposit")
+	}
+	return nil
+}
+
+// Validate reports whether a may be committed: Account, IdempotencyKey,
+// Action and ConfirmationJTI non-empty within MaxIDLen; RequestDigest "sha256:<64 lowercase
+// hex>"; ConfirmationRef in the NewConfirmationRef shape; a documented State;
+// for AdmissionAdmitted a RunID in the NewRunID shape, for cancel and cleanup
+// a non-empty RunID; CreatedAt set. Every string must be valid UTF-8 without
+// NUL or other control characters, which keeps keys unambiguous (bbolt joins
+// account and key with NUL) and storable as PostgreSQL text. The error wraps
+// ErrInvalid and never includes field values.
+func (a Admission) Validate() error {
+	bad := func(field, problem string) error {
+		return fmt.Errorf("ledger: admission %s %s: %w", field, problem, ErrInvalid)
+	}
+	for _, f := range []struct{ name, v string }{
+		{"Account", a.Account}, {"IdempotencyKey", a.IdempotencyKey}, {"Action", a.Action},
+		{"ConfirmationJTI", a.ConfirmationJTI},
+	} {
+		if p := idProblem(f.v); p != "" {
+			return bad(f.name, p)
+		}
+	}
+	for _, f := range []struct{ name, v string }{
+		{"RunID", a.RunID}, {"DecisionID", a.DecisionID}, {"BookingID", a.BookingID},
+		{"ManifestDigest", a.ManifestDigest}, {"BundleRevision", a.BundleRevision},
+	} {
+		if p := textProblem(f.v); p != "" {
+			return bad(f.name, p)
+		}
+	}
+	if !IsSHA256Digest(a.RequestDigest) {
+		return bad("RequestDigest", "is not sha256: followed by 64 lowercase hex digits")
+	}
+	if !IsConfirmationRef(a.ConfirmationRef) {
+		return bad("ConfirmationRef", "is not cfr_ followed by 32 lowercase hex digits")
+	}
+	switch a.State {
+	case AdmissionAdmitted:
+		if !IsRunID(a.RunID) {
+			return bad("RunID", "is not a run id from NewRunID")
+		}
+	case AdmissionCancelAdmitted, AdmissionCleanupAdmitted:
+		if p := idProblem(a.RunID); p != "" {
+			return bad("RunID", p)
+		}
+	case AdmissionReleaseAdmitted:
+	default:
+		return bad("State", "is not a documented admission state")
+	}
+	if a.CreatedAt.IsZero() {
+		return bad("CreatedAt", "is zero")
+	}
+	return nil
+}
+
+// IsSHA256Digest reports whether s is "sha256:" followed by 64 lowercase hex
+// digits.
+func IsSHA256Digest(s string) bool {
+	h, ok := strings.CutPrefix(s, "sha256:")
+	if !ok || len(h) != 64 {
+		return false
+	}
+	for i := range len(h) {
+		c := h[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func idProblem(s string) string {
+	if s == "" {
+		return "is empty"
+	}
+	if len(s) > MaxIDLen {
+		return fmt.Sprintf("is longer than %d bytes", MaxIDLen)
+	}
+	return textProblem(s)
+}
+
+func textProblem(s string) string {
+	if len(s) > maxTextLen {
+		return fmt.Sprintf("is longer than %d bytes", maxTextLen)
+	}
+	if !utf8.ValidString(s) {
+		return "is not valid UTF-8"
+	}
+	if strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return "contains a control character"
+	}
+	return ""
+}

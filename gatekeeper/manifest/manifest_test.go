@@ -1,0 +1,100 @@
+package manifest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func fixture(t *testing.T, name string) []byte {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "fixtures", "manifests", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+func TestEveryFixtureManifestIsSchemaValid(t *testing.T) {
+	t.Parallel()
+	paths, _ := filepath.Glob(filepath.Join("..", "..", "fixtures", "manifests", "*.json"))
+	if len(paths) == 0 {
+		t.Fatal("no fixture manifests")
+	}
+	for _, p := range paths {
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Parse(raw); err != nil {
+			t.Errorf("%s: %v", filepath.Base(p), err)
+		}
+	}
+}
+
+func TestParseRejects(t *testing.T) {
+	t.Parallel()
+	good := fixture(t, "llama3-8b.json")
+	edit := func(f func(m map[string]any)) []byte {
+		var m map[string]any
+		if err := json.Unmarshal(good, &m); err != nil {
+			t.Fatal(err)
+		}
+		f(m)
+		b, _ := json.Marshal(m)
+		return b
+	}
+	cases := []struct {
+		name string
+		raw  []byte
+		code string
+		msg  string
+	}{
+		{"unknown top-level field", edit(func(m map[string]any) { m["allow"] = true }), CodeSchemaInvalid, `/: unknown field "allow"`},
+		{"unknown nested field", edit(func(m map[string]any) { m["model"].(map[string]any)["revison"] = "x" }), CodeSchemaInvalid, `/model: unknown field "revison"`},
+		{"missing required", edit(func(m map[string]any) { delete(m, "budget") }), CodeSchemaInvalid, `/: missing "budget"`},
+		{"wrong type", edit(func(m map[string]any) { m["hardware"].(map[string]any)["nodes"] = "8" }), CodeSchemaInvalid, "/hardware/nodes: want integer"},
+		{"bad enum", edit(func(m map[string]any) { m["parallelism"].(map[string]any)["precision"] = "fp64" }), CodeSchemaInvalid, "/parallelism/precision"},
+		{"wrong schema id", edit(func(m map[string]any) { m["schema"] = "ito.training/v2" }), CodeSchemaInvalid, "/schema"},
+		{"duplicate key", append([]byte(`{"schema":"ito.training/v1","schema":"x",`), good[1:]...), CodeMalformed, "duplicate key"},
+		{"not json", []byte("schema: ito.training/v1"), CodeMalformed, "syntax error"},
+		{"too large", bytes.Repeat([]byte(" "), MaxBytes+1), CodeTooLarge, "larger than"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Parse(tc.raw)
+			var me *Error
+			if !errors.As(err, &me) || me.Code != tc.code || !strings.Contains(me.Message, tc.msg) {
+				t.Fatalf("Parse = %v; want %s containing %q", err, tc.code, tc.msg)
+			}
+		})
+	}
+}
+
+func TestSchemaErrorsNeverEchoValues(t *testing.T) {
+	t.Parallel()
+	secret := "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB"
+	var m map[string]any
+	_ = json.Unmarshal(fixture(t, "llama3-8b.json"), &m)
+	m["parallelism"].(map[string]any)["precision"] = secret
+	m["objective"].(map[string]any)["stage"] = secret
+	raw, _ := json.Marshal(m)
+	_, err := Parse(raw)
+	if err == nil || strings.Contains(err.Error(), secret) {
+		t.Fatalf("error %v must name paths, not values", err)
+	}
+}
+
+func TestDigestIsOverExactBytes(t *testing.T) {
+	t.Parallel()
+	a := Digest([]byte(`{"a":1}`))
+	b := Digest([]byte(`{"a": 1}`))
+	if a == b || !strings.HasPrefix(a, "sha256:") || len(a) != len("sha256:")+64 {
+		t.Fatalf("digests %s %s", a, b)
+	}
+}

@@ -1,0 +1,244 @@
+// Package policy evaluates the admission decision of an OPA bundle.
+//
+// The query data.ito.admission.decision is prepared once per bundle and
+// evaluated per request under a deadline. The result is treated defensively
+// (design §5): anything but a well-formed decision becomes an error with a
+// stable code, and the caller denies.
+package policy
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"sort"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/bundle"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/topdown"
+)
+
+// Query is the entrypoint every bundle must define.
+const Query = "data.ito.admission.decision"
+
+// Stable codes for evaluation failures; each is a deny.
+const (
+	CodeNotReady         = "POLICY_NOT_READY"
+	CodeEvaluationFailed = "POLICY_EVALUATION_FAILED"
+	CodeTimeout          = "POLICY_TIMEOUT"
+	CodeDecisionInvalid  = "POLICY_DECISION_INVALID"
+)
+
+// DefaultDeadline bounds one evaluation. The bundled policy evaluates in well
+// under a millisecond; the deadline only stops a runaway bundle.
+const DefaultDeadline = 250 * time.Millisecond
+
+// Error is an evaluation that produced no usable decision.
+type Error struct {
+	Code string
+	Err  error
+}
+
+func (e *Error) Error() string { return "policy: " + e.Code + ": " + e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// Finding is one violation or warning, as the policy reports it.
+type Finding struct {
+	Code    string `json:"code"`
+	Gate    string `json:"gate"`
+	Message string `json:"message"`
+	Fix     string `json:"fix,omitempty"`
+}
+
+// Decision is a validated result of the entrypoint. Allow is true exactly
+// when Violations is empty.
+type Decision struct {
+	Allow      bool           `json:"allow"`
+	Violations []Finding      `json:"violations"`
+	Warnings   []Finding      `json:"warnings"`
+	Estimates  map[string]any `json:"estimates,omitempty"`
+}
+
+// Options configure an Engine.
+type Options struct {
+	// Bundle is the bundle root: Rego modules, data.json files and an
+	// optional .manifest. Test files (*_test.rego) are not loaded.
+	Bundle fs.FS
+	// Deadline bounds each evaluation; zero means DefaultDeadline.
+	Deadline time.Duration
+}
+
+// Engine holds one prepared bundle. It is safe for concurrent use.
+type Engine struct {
+	query    rego.PreparedEvalQuery
+	revision string
+	digest   string
+	deadline time.Duration
+}
+
+// New loads the bundle, compiles it and prepares the decision query.
+func New(ctx context.Context, opts Options) (*Engine, error) {
+	if opts.Bundle == nil {
+		return nil, errors.New("policy: no bundle")
+	}
+	digest, err := digestFS(opts.Bundle)
+	if err != nil {
+		return nil, err
+	}
+	loader, err := bundle.NewFSLoader(withoutTests{opts.Bundle})
+	if err != nil {
+		return nil, fmt.Errorf("policy: bundle: %w", err)
+	}
+	b, err := bundle.NewCustomReader(loader).
+		WithRegoVersion(ast.RegoV1).
+		WithProcessAnnotations(true).
+		Read()
+	if err != nil {
+		return nil, fmt.Errorf("policy: bundle: %w", err)
+	}
+	revision := b.Manifest.Revision
+	if revision == "" {
+		revision = digest[:len("sha256:")+12]
+	}
+	pq, err := rego.New(
+		rego.Query(Query),
+		rego.ParsedBundle("itogate", &b),
+		rego.StrictBuiltinErrors(true),
+	).PrepareForEval(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("policy: prepare: %w", err)
+	}
+	d := opts.Deadline
+	if d <= 0 {
+		d = DefaultDeadline
+	}
+	return &Engine{query: pq, revision: revision, digest: digest, deadline: d}, nil
+}
+
+// Revision is the bundle's .manifest revision, or a digest prefix for a
+// bundle without one.
+func (e *Engine) Revision() string { return e.revision }
+
+// Digest is "sha256:<hex>" over the bundle's file names and contents.
+func (e *Engine) Digest() string { return e.digest }
+
+// Decide evaluates the decision for input (the document of
+// docs/policy-input.md). Errors are *Error with one of the codes above.
+func (e *Engine) Decide(ctx context.Context, input map[string]any) (Decision, error) {
+	ctx, cancel := context.WithTimeout(ctx, e.deadline)
+	defer cancel()
+	rs, err := e.query.Eval(ctx, rego.EvalInput(input))
+	if err != nil {
+		var te *topdown.Error
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) ||
+			(errors.As(err, &te) && te.Code == topdown.CancelErr) {
+			return Decision{}, &Error{Code: CodeTimeout, Err: fmt.Errorf("evaluation exceeded %s", e.deadline)}
+		}
+		return Decision{}, &Error{Code: CodeEvaluationFailed, Err: err}
+	}
+	if len(rs) != 1 || len(rs[0].Expressions) != 1 {
+		return Decision{}, &Error{Code: CodeDecisionInvalid, Err: errors.New("decision is undefined")}
+	}
+	return parseDecision(rs[0].Expressions[0].Value)
+}
+
+func parseDecision(v any) (Decision, error) {
+	invalid := func(why string) (Decision, error) {
+		return Decision{}, &Error{Code: CodeDecisionInvalid, Err: errors.New(why)}
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return invalid("decision is not an object")
+	}
+	allow, ok := obj["allow"].(bool)
+	if !ok {
+		return invalid("allow is not a boolean")
+	}
+	violations, err := findings(obj["violations"], true)
+	if err != nil {
+		return invalid("violations: " + err.Error())
+	}
+	warnings, err := findings(obj["warnings"], false)
+	if err != nil {
+		return invalid("warnings: " + err.Error())
+	}
+	if allow != (len(violations) == 0) {
+		return invalid("allow disagrees with violations")
+	}
+	d := Decision{Allow: allow, Violations: violations, Warnings: warnings}
+	if est, ok := obj["estimates"].(map[string]any); ok {
+		d.Estimates = est
+	}
+	return d, nil
+}
+
+func findings(v any, required bool) ([]Finding, error) {
+	if v == nil && !required {
+		return []Finding{}, nil
+	}
+	arr, ok := v.([]any)
+	if !ok {
+		return nil, errors.New("not an array")
+	}
+	out := make([]Finding, 0, len(arr))
+	for _, item := range arr {
+		m, ok := item.(map[string]any)
+		if !ok {
+			return nil, errors.New("item is not an object")
+		}
+		code, _ := m["code"].(string)
+		gate, _ := m["gate"].(string)
+		msg, _ := m["message"].(string)
+		fix, _ := m["fix"].(string)
+		if code == "" || gate == "" {
+			return nil, errors.New("item without code or gate")
+		}
+		out = append(out, Finding{Code: code, Gate: gate, Message: msg, Fix: fix})
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Code != out[j].Code {
+			return out[i].Code < out[j].Code
+		}
+		return out[i].Message < out[j].Message
+	})
+	return out, nil
+}
+
+// digestFS hashes every file (path, length, content) in lexical order, so two
+// bundles with the same digest hold the same policy and data.
+func digestFS(fsys fs.FS) (string, error) {
+	var paths []string
+	err := fs.WalkDir(withoutTests{fsys}, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			paths = append(paths, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("policy: bundle digest: %w", err)
+	}
+	sort.Strings(paths)
+	h := sha256.New()
+	for _, p := range paths {
+		f, err := fsys.Open(p)
+		if err != nil {
+			return "", fmt.Errorf("policy: bundle digest: %w", err)
+		}
+		data, err := io.ReadAll(f)
+		f.Close()
+		if err != nil {
+			return "", fmt.Errorf("policy: bundle digest: %w", err)
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", p, len(data))
+		h.Write(data)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}

@@ -1,0 +1,105 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/fstest"
+	"time"
+)
+
+func bundleOf(decision string) fstest.MapFS {
+	return fstest.MapFS{
+		"ito/admission/admission.rego": {Data: []byte("package ito.admission\n\n" + decision + "\n")},
+	}
+}
+
+func TestDecideValidatesTheDecision(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name     string
+		rego     string
+		deadline time.Duration
+		want     string // code, or "" for a valid decision
+		allow    bool
+	}{
+		{"allow", `decision := {"allow": true, "violations": [], "warnings": []}`, 0, "", true},
+		{"deny", `decision := {"allow": false, "violations": [{"code": "X", "gate": "g", "message": "m"}]}`, 0, "", false},
+		{"undefined", `decision := d if { d := {"allow": true}; input.never }`, 0, CodeDecisionInvalid, false},
+		{"misspelt entrypoint", `decison := {"allow": true, "violations": []}`, 0, CodeDecisionInvalid, false},
+		{"not an object", `decision := true`, 0, CodeDecisionInvalid, false},
+		{"allow is a string", `decision := {"allow": "true", "violations": []}`, 0, CodeDecisionInvalid, false},
+		{"allow without violations field", `decision := {"allow": true}`, 0, CodeDecisionInvalid, false},
+		{"allow with violations", `decision := {"allow": true, "violations": [{"code": "X", "gate": "g", "message": "m"}]}`, 0, CodeDecisionInvalid, false},
+		{"deny without violations", `decision := {"allow": false, "violations": []}`, 0, CodeDecisionInvalid, false},
+		{"violation without code", `decision := {"allow": false, "violations": [{"gate": "g"}]}`, 0, CodeDecisionInvalid, false},
+		{"runtime error", `decision := {"allow": 1 / input.zero == 1, "violations": []}`, 0, CodeEvaluationFailed, false},
+		{"conflict error", "decision := {\"allow\": true, \"violations\": []} if input.a\ndecision := {\"allow\": false, \"violations\": []} if input.a", 0, CodeEvaluationFailed, false},
+		{"timeout", `decision := {"allow": count([x | some x in numbers.range(1, 100000000); x % 7 == 0]) > 0, "violations": []}`,
+			20 * time.Millisecond, CodeTimeout, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e, err := New(context.Background(), Options{Bundle: bundleOf(tc.rego), Deadline: tc.deadline})
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			d, err := e.Decide(context.Background(), map[string]any{"zero": 0, "a": true})
+			if tc.want == "" {
+				if err != nil || d.Allow != tc.allow {
+					t.Fatalf("Decide = %+v, %v; want allow=%v", d, err, tc.allow)
+				}
+				return
+			}
+			var pe *Error
+			if !errors.As(err, &pe) || pe.Code != tc.want {
+				t.Fatalf("Decide = %+v, %v; want code %s", d, err, tc.want)
+			}
+			if d.Allow {
+				t.Fatal("an error must never come with allow")
+			}
+		})
+	}
+}
+
+func TestBundleExcludesTestsAndRecordsRevision(t *testing.T) {
+	t.Parallel()
+	fsys := bundleOf(`decision := {"allow": true, "violations": []}`)
+	// A test file that would make the bundle fail to compile if loaded.
+	fsys["ito/admission/admission_test.rego"] = &fstest.MapFile{Data: []byte("package ito.admission_test\n\ntest_x if { syntax error")}
+	fsys[".manifest"] = &fstest.MapFile{Data: []byte(`{"revision": "2026.11.29-1"}`)}
+	e, err := New(context.Background(), Options{Bundle: fsys})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if e.Revision() != "2026.11.29-1" {
+		t.Fatalf("revision %q", e.Revision())
+	}
+	before := e.Digest()
+	fsys["ito/admission/admission.rego"] = &fstest.MapFile{Data: []byte("package ito.admission\n\ndecision := {\"allow\": false, \"violations\": [{\"code\": \"X\", \"gate\": \"g\"}]}\n")}
+	e2, err := New(context.Background(), Options{Bundle: fsys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e2.Digest() == before {
+		t.Fatal("a changed policy must change the bundle digest")
+	}
+}
+
+func TestViolationsAreSorted(t *testing.T) {
+	t.Parallel()
+	e, err := New(context.Background(), Options{Bundle: bundleOf(`decision := {"allow": false, "violations": [
+		{"code": "B", "gate": "g", "message": "2"}, {"code": "A", "gate": "g", "message": "1"}, {"code": "B", "gate": "g", "message": "1"}]}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := e.Decide(context.Background(), map[string]any{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := d.Violations[0].Code + d.Violations[1].Code + d.Violations[1].Message + d.Violations[2].Message
+	if got != "AB12" {
+		t.Fatalf("order %v", d.Violations)
+	}
+}

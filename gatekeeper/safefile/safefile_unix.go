@@ -1,0 +1,285 @@
+//go:build unix
+
+package safefile
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// fileOpenFlags open the manifest itself. O_NOFOLLOW: a symlink swapped in
+// after the lstat fails with ELOOP. O_NONBLOCK: a FIFO swapped in opens at
+// once instead of waiting for a writer, and is then refused by type (reads
+// of a regular file ignore it). O_NOCTTY: a tty never becomes our
+// controlling terminal.
+const fileOpenFlags = unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
+
+// ReadManifest reads the file at path and returns its bytes and their digest,
+// "sha256:" followed by 64 lowercase hex digits. limit is the largest size
+// accepted, in bytes; it must be positive.
+//
+// It refuses, with an *Error carrying a stable Code:
+//   - a path that is empty, holds a NUL, or ends in "/", "/." or "/.."
+//     (CodePathInvalid);
+//   - a symbolic link in any component, including components a lexical
+//     Clean would erase such as "link/.." (CodeSymlink);
+//   - anything but a regular file (CodeNotRegular), without blocking on a
+//     FIFO and without opening devices when they can be told apart first;
+//   - a file owned by someone other than the caller (effective uid) or root
+//     (CodeOwner);
+//   - a group- or world-writable file, or a world-writable directory without
+//     the sticky bit anywhere on the path (CodePermissions);
+//   - more than limit bytes (CodeTooLarge).
+//
+// Every check is made on the open descriptor, and the bytes hashed are the
+// bytes read from that descriptor, so swapping the file between the checks
+// and the read changes nothing. Relative paths are resolved against the
+// kernel's working directory (getcwd), not $PWD, which may name it through a
+// symlink.
+func ReadManifest(path string, limit int64) (data []byte, digest string, err error) {
+	if limit <= 0 || limit == math.MaxInt64 {
+		return nil, "", fmt.Errorf("safefile: limit %d out of range", limit)
+	}
+	abs, err := absolute(path)
+	if err != nil {
+		return nil, "", err
+	}
+	canon := filepath.Clean(abs)
+
+	dir, name, err := openParent(abs, canon)
+	if err != nil {
+		return nil, "", err
+	}
+	defer unix.Close(dir)
+
+	f, err := openFinal(dir, name, canon)
+	if err != nil {
+		return nil, "", err
+	}
+	defer unix.Close(f)
+
+	var st unix.Stat_t
+	if err := unix.Fstat(f, &st); err != nil {
+		return nil, "", &Error{Code: CodeUnreadable, Path: canon, Detail: "fstat", Err: err}
+	}
+	if err := checkFile(&st, canon, limit); err != nil {
+		return nil, "", err
+	}
+	data, err = readAtMost(f, limit, st.Size)
+	if err != nil {
+		return nil, "", &Error{Code: CodeUnreadable, Path: canon, Detail: "read", Err: err}
+	}
+	if int64(len(data)) > limit {
+		// The file grew after fstat; the bytes past limit were never kept.
+		return nil, "", &Error{Code: CodeTooLarge, Path: canon, Detail: fmt.Sprintf("more than %d bytes", limit)}
+	}
+	sum := sha256.Sum256(data)
+	return data, "sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
+// absolute validates the form of path and makes it absolute without
+// cleaning it: the walk must see every component the caller wrote.
+func absolute(path string) (string, error) {
+	bad := func(detail string) error {
+		return &Error{Code: CodePathInvalid, Path: path, Detail: detail}
+	}
+	switch {
+	case path == "":
+		return "", bad("empty path")
+	case strings.IndexByte(path, 0) >= 0:
+		return "", bad("NUL byte in path")
+	case strings.HasSuffix(path, "/"):
+		// A trailing slash makes the kernel follow a final symlink and names
+		// a directory; neither is a manifest.
+		return "", bad("trailing slash")
+	}
+	switch base := path[strings.LastIndexByte(path, '/')+1:]; base {
+	case ".", "..":
+		return "", bad("path ends in " + base)
+	}
+	if filepath.IsAbs(path) {
+		return path, nil
+	}
+	wd, err := unix.Getwd()
+	if err != nil {
+		return "", &Error{Code: CodeUnreadable, Path: path, Detail: "working directory", Err: err}
+	}
+	return wd + "/" + path, nil
+}
+
+// openParent walks abs from the root one component at a time, each
+// directory opened relative to the previous descriptor with O_NOFOLLOW, so a
+// symlink anywhere is refused rather than followed, and no component can be
+// swapped for one between check and use. It returns the descriptor of the
+// final component's directory and the final component's name.
+func openParent(abs, canon string) (int, string, error) {
+	parts := strings.Split(abs, "/")
+	name := parts[len(parts)-1]
+	dir, err := unix.Open("/", dirOpenFlags|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, "", &Error{Code: CodeUnreadable, Path: canon, Detail: "open /", Err: err}
+	}
+	if err := checkDir(dir, "/", canon); err != nil {
+		unix.Close(dir)
+		return -1, "", err
+	}
+	walked := "" // the path opened so far, for messages
+	for _, part := range parts[:len(parts)-1] {
+		if part == "" || part == "." {
+			continue
+		}
+		walked += "/" + part
+		// ".." is opened too, not erased lexically: since no component is
+		// ever a followed symlink, the kernel's parent is the lexical one,
+		// and "link/.." is refused for its link.
+		next, err := unix.Openat(dir, part, dirOpenFlags|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			err = componentError(dir, part, walked, canon, err)
+			unix.Close(dir)
+			return -1, "", err
+		}
+		unix.Close(dir)
+		dir = next
+		if err := checkDir(dir, walked, canon); err != nil {
+			unix.Close(dir)
+			return -1, "", err
+		}
+	}
+	return dir, name, nil
+}
+
+// checkDir refuses a descriptor that is not a directory (O_PATH with
+// O_NOFOLLOW can hand back the link itself) or is world-writable without the
+// sticky bit: anyone could then rename the manifest away and put theirs in
+// its place.
+func checkDir(fd int, where, canon string) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &Error{Code: CodeUnreadable, Path: canon, Detail: fmt.Sprintf("fstat %q", where), Err: err}
+	}
+	mode := uint32(st.Mode)
+	switch mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+	case unix.S_IFLNK:
+		return &Error{Code: CodeSymlink, Path: canon, Detail: fmt.Sprintf("%q is a symbolic link", where)}
+	default:
+		return &Error{Code: CodeNotFound, Path: canon, Detail: fmt.Sprintf("%q is not a directory", where)}
+	}
+	if mode&0o002 != 0 && mode&unix.S_ISVTX == 0 {
+		return &Error{Code: CodePermissions, Path: canon, Detail: fmt.Sprintf("directory %q is world-writable without the sticky bit", where)}
+	}
+	return nil
+}
+
+// componentError classifies a failed open of part inside dir; where is the
+// path up to and including part, for the message. ELOOP is what
+// O_NOFOLLOW gives for a symlink, but O_DIRECTORY may win with ENOTDIR, so an
+// lstat decides.
+func componentError(dir int, part, where, canon string, err error) error {
+	var st unix.Stat_t
+	if lerr := unix.Fstatat(dir, part, &st, unix.AT_SYMLINK_NOFOLLOW); lerr == nil && uint32(st.Mode)&unix.S_IFMT == unix.S_IFLNK {
+		return &Error{Code: CodeSymlink, Path: canon, Detail: fmt.Sprintf("%q is a symbolic link", where)}
+	}
+	switch {
+	case errors.Is(err, unix.ELOOP):
+		return &Error{Code: CodeSymlink, Path: canon, Detail: fmt.Sprintf("%q is a symbolic link", where), Err: err}
+	case errors.Is(err, unix.ENOENT):
+		return &Error{Code: CodeNotFound, Path: canon, Detail: fmt.Sprintf("%q does not exist", where), Err: err}
+	case errors.Is(err, unix.ENOTDIR):
+		// Only a directory component can be "not a directory": the final
+		// open does not ask for one.
+		return &Error{Code: CodeNotFound, Path: canon, Detail: fmt.Sprintf("%q is not a directory", where), Err: err}
+	}
+	return &Error{Code: CodeUnreadable, Path: canon, Detail: fmt.Sprintf("open %q", where), Err: err}
+}
+
+// openFinal opens the manifest itself. An lstat first refuses links and
+// special files without opening them (opening a device or tty can have side
+// effects); the fstat after opening is what counts, since the file can be
+// swapped between the two.
+func openFinal(dir int, name, canon string) (int, error) {
+	var st unix.Stat_t
+	if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return -1, componentError(dir, name, canon, canon, err)
+	}
+	if err := checkType(uint32(st.Mode), canon); err != nil {
+		return -1, err
+	}
+	f, err := unix.Openat(dir, name, fileOpenFlags, 0)
+	if err != nil {
+		return -1, componentError(dir, name, canon, canon, err)
+	}
+	return f, nil
+}
+
+func checkType(mode uint32, canon string) error {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return nil
+	case unix.S_IFLNK:
+		return &Error{Code: CodeSymlink, Path: canon, Detail: "the file is a symbolic link"}
+	case unix.S_IFDIR:
+		return &Error{Code: CodeNotRegular, Path: canon, Detail: "is a directory"}
+	case unix.S_IFIFO:
+		return &Error{Code: CodeNotRegular, Path: canon, Detail: "is a FIFO"}
+	case unix.S_IFCHR, unix.S_IFBLK:
+		return &Error{Code: CodeNotRegular, Path: canon, Detail: "is a device"}
+	case unix.S_IFSOCK:
+		return &Error{Code: CodeNotRegular, Path: canon, Detail: "is a socket"}
+	}
+	return &Error{Code: CodeNotRegular, Path: canon, Detail: "is not a regular file"}
+}
+
+func checkFile(st *unix.Stat_t, canon string, limit int64) error {
+	mode := uint32(st.Mode)
+	if err := checkType(mode, canon); err != nil {
+		return err
+	}
+	// The effective uid is the identity the kernel checks our access with.
+	if uid := uint32(os.Geteuid()); st.Uid != uid && st.Uid != 0 {
+		return &Error{Code: CodeOwner, Path: canon, Detail: fmt.Sprintf("owned by uid %d, not by uid %d or root", st.Uid, uid)}
+	}
+	if mode&0o022 != 0 {
+		return &Error{Code: CodePermissions, Path: canon, Detail: fmt.Sprintf("mode %04o is group- or world-writable", mode&0o7777)}
+	}
+	if st.Size > limit {
+		// Refused before reading: no need to pull limit+1 bytes of a huge
+		// (or sparse) file to learn what fstat already says.
+		return &Error{Code: CodeTooLarge, Path: canon, Detail: fmt.Sprintf("%d bytes, limit %d", st.Size, limit)}
+	}
+	return nil
+}
+
+// readAtMost reads from fd until EOF or until it holds limit+1 bytes, so a
+// file that grew past limit is detected without reading the rest. sizeHint
+// (the fstat size) sizes the buffer.
+func readAtMost(fd int, limit, sizeHint int64) ([]byte, error) {
+	want := limit + 1
+	buf := make([]byte, 0, min(max(sizeHint+1, 512), want))
+	for int64(len(buf)) < want {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		end := min(int64(cap(buf)), want)
+		n, err := unix.Read(fd, buf[len(buf):end])
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			break
+		}
+		buf = buf[:len(buf)+n]
+	}
+	return buf, nil
+}

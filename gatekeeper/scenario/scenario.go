@@ -1,0 +1,296 @@
+// Package scenario drives admission cases through a running itogate over its
+// real HTTP API, with tokens minted from the development keys. `itogate demo`
+// prints its table; the end-to-end tests run the same cases, so the demo a
+// newcomer sees is the behaviour CI checks.
+package scenario
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/itocompute/itogate/fixtures/keys"
+	"github.com/itocompute/itogate/gatekeeper/client"
+	"github.com/itocompute/itogate/gatekeeper/config"
+	"github.com/itocompute/itogate/gatekeeper/manifest"
+	"github.com/itocompute/itogate/gatekeeper/token"
+	"github.com/itocompute/itogate/gatekeeper/trust"
+)
+
+// Account and booking used by every case.
+const (
+	Account = "acct_demo"
+	Booking = "bk_demo_01"
+)
+
+// Result is one case: what was expected and what the server answered.
+type Result struct {
+	Name     string
+	Expected string // "200 allow", "403 CODE+CODE"
+	Got      string
+	Pass     bool
+	Detail   string
+}
+
+// Runner holds the connection and the development signing keys.
+type Runner struct {
+	base      string
+	manifests fs.FS
+	now       func() time.Time
+	keys      keys.DevKeys
+	caller    *client.Client
+	depositor *client.Client
+	seq       int
+}
+
+// CallerToken mints a development caller token for the demo account.
+func CallerToken() (string, error) {
+	r := &Runner{now: time.Now, keys: keys.Dev()}
+	return r.callerToken()
+}
+
+func (r *Runner) callerToken() (string, error) {
+	return r.mint(r.keys.Caller, "", map[string]any{
+		"iss": trust.DevCallerIssuer, "aud": trust.DevAudience, "sub": "svc-demo-trainer", "account": Account,
+	}, time.Hour)
+}
+
+// New returns a Runner against baseURL, reading fixture manifests from
+// manifests (the fixtures/manifests directory).
+func New(baseURL string, manifests fs.FS) (*Runner, error) {
+	r := &Runner{base: baseURL, manifests: manifests, now: time.Now, keys: keys.Dev()}
+	callerTok, err := r.callerToken()
+	if err != nil {
+		return nil, err
+	}
+	depTok, err := r.mint(r.keys.Depositor, "", map[string]any{
+		"iss": trust.DevDepositorIssuer, "aud": trust.DevDepositAudience, "sub": "confirmation-desk",
+	}, time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	if r.caller, err = client.New(client.Options{BaseURL: baseURL, Bearer: callerTok, Attempts: 1}); err != nil {
+		return nil, err
+	}
+	if r.depositor, err = client.New(client.Options{BaseURL: baseURL, Bearer: depTok, Attempts: 1}); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *Runner) mint(k keys.Key, typ string, claims map[string]any, ttl time.Duration) (string, error) {
+	now := r.now().Unix()
+	c := map[string]any{"iat": now, "exp": now + int64(ttl/time.Second), "jti": randomID("jti_")}
+	for key, v := range claims {
+		c[key] = v
+	}
+	tok, err := token.Mint(k.Private, k.KeyID, k.Algorithm, typ, c)
+	return string(tok), err
+}
+
+// Manifest is a fixture manifest with its signature.
+type Manifest struct {
+	Name      string
+	Raw       []byte
+	Signature string
+	Doc       map[string]any
+}
+
+// LoadManifest reads fixtures/manifests/<name>.json and signs it with the
+// development ECDSA manifest key.
+func (r *Runner) LoadManifest(name string) (Manifest, error) {
+	raw, err := fs.ReadFile(r.manifests, name+".json")
+	if err != nil {
+		return Manifest{}, err
+	}
+	sig, err := token.SignManifest(r.keys.ManifestECDSA.Private, raw)
+	if err != nil {
+		return Manifest{}, err
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return Manifest{}, fmt.Errorf("%s: %w", name, err)
+	}
+	return Manifest{Name: name, Raw: raw, Signature: sig, Doc: doc}, nil
+}
+
+// EntitlementFor mints an entitlement token matching the manifest's hardware,
+// priced at 2.49 USD per GPU-hour, over a 30-day term that started an hour
+// ago. tweak may change claims before signing.
+func (r *Runner) EntitlementFor(m Manifest, tweak func(map[string]any)) (string, error) {
+	hw, _ := m.Doc["hardware"].(map[string]any)
+	now := r.now().Unix()
+	claims := map[string]any{
+		"iss": trust.DevEntitlementIssuer, "aud": trust.DevAudience, "sub": Account,
+		"booking_id": Booking, "booking_state": "completed", "training_eligible": true,
+		"gpu":                    map[string]any{"type": hw["gpu_type"], "nodes": hw["nodes"], "gpus_per_node": hw["gpus_per_node"]},
+		"region":                 hw["region"],
+		"fabric":                 map[string]any{"type": hw["fabric"], "gbps_per_gpu": 200},
+		"term":                   map[string]any{"start": now - 3600, "end": now + 30*24*3600},
+		"price_per_gpu_hour_usd": "2.49",
+	}
+	if tweak != nil {
+		tweak(claims)
+	}
+	return r.mint(r.keys.Entitlement, config.TypeEntitlement, claims, 5*time.Minute)
+}
+
+// Confirm mints a confirmation for act, deposits it and returns its ref.
+func (r *Runner) Confirm(ctx context.Context, act, manifestDigest, cost, runID string) (string, error) {
+	claims := map[string]any{
+		"iss": trust.DevConfirmationIssuer, "aud": trust.DevAudience, "sub": Account,
+		"act": act, "booking_id": Booking, "manifest_digest": manifestDigest, "cost_usd": cost,
+	}
+	if runID != "" {
+		claims["run_id"] = runID
+	}
+	tok, err := r.mint(r.keys.Confirmation, config.TypeConfirmation, claims, 10*time.Minute)
+	if err != nil {
+		return "", err
+	}
+	resp, err := r.depositor.Deposit(ctx, tok)
+	if err != nil {
+		return "", err
+	}
+	var env struct {
+		Data struct {
+			Ref string `json:"confirmation_ref"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(resp.Body, &env); err != nil || resp.Status != http.StatusCreated {
+		return "", fmt.Errorf("deposit: HTTP %d: %s", resp.Status, bytes.TrimSpace(resp.Body))
+	}
+	return env.Data.Ref, nil
+}
+
+// Answer is a parsed envelope.
+type Answer struct {
+	Status int
+	OK     bool   `json:"ok"`
+	Notice string `json:"notice"`
+	Data   struct {
+		Decision   string `json:"decision"`
+		DecisionID string `json:"decision_id"`
+		RunID      string `json:"run_id"`
+		State      string `json:"state"`
+	} `json:"data"`
+	Error *struct {
+		Code       string `json:"code"`
+		Violations []struct {
+			Code string `json:"code"`
+		} `json:"violations"`
+	} `json:"error"`
+}
+
+// Codes are the violation codes (or the error code when there are none).
+func (a Answer) Codes() []string {
+	if a.Error == nil {
+		return nil
+	}
+	var out []string
+	for _, v := range a.Error.Violations {
+		out = append(out, v.Code)
+	}
+	if len(out) == 0 {
+		out = []string{a.Error.Code}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Admit posts an admission as the demo caller.
+func (r *Runner) Admit(ctx context.Context, req client.AdmissionRequest) (Answer, error) {
+	resp, err := r.caller.Admit(ctx, req)
+	if err != nil {
+		return Answer{}, err
+	}
+	return parse(resp)
+}
+
+// Status asks for the stored admission of key.
+func (r *Runner) Status(ctx context.Context, key string) (Answer, error) {
+	resp, err := r.caller.Status(ctx, key)
+	if err != nil {
+		return Answer{}, err
+	}
+	return parse(resp)
+}
+
+func parse(resp client.Response) (Answer, error) {
+	var a Answer
+	if err := json.Unmarshal(resp.Body, &a); err != nil {
+		return Answer{}, fmt.Errorf("HTTP %d: not an envelope", resp.Status)
+	}
+	a.Status = resp.Status
+	return a, nil
+}
+
+// Key returns a fresh idempotency key.
+func (r *Runner) Key(prefix string) string {
+	r.seq++
+	return fmt.Sprintf("%s-%d-%s", prefix, r.seq, randomID("")[:8])
+}
+
+// Create admits train.create for a fixture manifest with its own fresh
+// entitlement and confirmation (cost = the manifest's ceiling).
+func (r *Runner) Create(ctx context.Context, m Manifest, key string) (Answer, client.AdmissionRequest, error) {
+	ent, err := r.EntitlementFor(m, nil)
+	if err != nil {
+		return Answer{}, client.AdmissionRequest{}, err
+	}
+	budget, _ := m.Doc["budget"].(map[string]any)
+	cost, _ := budget["ceiling_usd"].(string)
+	ref, err := r.Confirm(ctx, "train.create", manifest.Digest(m.Raw), cost, "")
+	if err != nil {
+		return Answer{}, client.AdmissionRequest{}, err
+	}
+	req := client.AdmissionRequest{
+		Action: "train.create", BookingID: Booking, IdempotencyKey: key,
+		Manifest: m.Raw, ManifestSignature: m.Signature, EntitlementToken: ent, ConfirmationRef: ref,
+	}
+	a, err := r.Admit(ctx, req)
+	return a, req, err
+}
+
+// Expect is an expected answer: status and exact sorted codes (none = allow).
+type Expect struct {
+	Status int
+	Codes  []string
+}
+
+func (e Expect) String() string {
+	if len(e.Codes) == 0 {
+		return fmt.Sprintf("%d allow", e.Status)
+	}
+	return fmt.Sprintf("%d %s", e.Status, strings.Join(e.Codes, "+"))
+}
+
+func check(name string, want Expect, got Answer, err error) Result {
+	if err != nil {
+		return Result{Name: name, Expected: want.String(), Got: "error: " + err.Error()}
+	}
+	g := Expect{Status: got.Status, Codes: got.Codes()}
+	return Result{Name: name, Expected: want.String(), Got: g.String(),
+		Pass: g.String() == want.String()}
+}
+
+// FixtureCase is one entry of fixtures/cases/policy-cases.json.
+type FixtureCase struct {
+	Manifest string   `json:"manifest"`
+	Allow    bool     `json:"allow"`
+	Codes    []string `json:"codes"`
+}
+
+func randomID(prefix string) string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,97 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/itocompute/itogate/gatekeeper/admission"
+	"github.com/itocompute/itogate/gatekeeper/verify"
+)
+
+// Metrics are itogate's Prometheus collectors, on their own registry so tests
+// can build several servers in one process.
+type Metrics struct {
+	reg        *prometheus.Registry
+	requests   *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+	decisions  *prometheus.CounterVec
+	verifyFail *prometheus.CounterVec
+	bundleInfo *prometheus.GaugeVec
+}
+
+// NewMetrics registers the collectors. Histogram buckets run to 2.5 s:
+// beyond the default evaluation deadline every request is already a deny.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "itogate_http_requests_total", Help: "HTTP requests by method, route and status code.",
+		}, []string{"method", "route", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "itogate_http_request_duration_seconds",
+			Help:    "HTTP request latency in seconds by route.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"route"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "itogate_admission_decisions_total",
+			Help: "Admission outcomes by decision (allow, deny) and code (one count per violation code; \"\" on allow).",
+		}, []string{"decision", "code"}),
+		verifyFail: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "itogate_verification_failures_total", Help: "Token verification failures by purpose and kind.",
+		}, []string{"purpose", "kind"}),
+		bundleInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "itogate_policy_bundle_info", Help: "The active policy bundle (value 1) by revision and digest.",
+		}, []string{"revision", "digest"}),
+	}
+	m.reg.MustRegister(m.requests, m.duration, m.decisions, m.verifyFail, m.bundleInfo,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Handler serves /metrics.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// SetBundle records the active bundle.
+func (m *Metrics) SetBundle(revision, digest string) {
+	m.bundleInfo.Reset()
+	m.bundleInfo.WithLabelValues(revision, digest).Set(1)
+}
+
+func (m *Metrics) request(method, route string, status int, d time.Duration) {
+	if route == "" {
+		route = "unmatched"
+	}
+	m.requests.WithLabelValues(method, route, strconv.Itoa(status)).Inc()
+	m.duration.WithLabelValues(route).Observe(d.Seconds())
+}
+
+func (m *Metrics) decision(o admission.Outcome) {
+	if o.OK() {
+		m.decisions.WithLabelValues("allow", "").Inc()
+		return
+	}
+	if len(o.Violations) == 0 {
+		m.decisions.WithLabelValues("deny", o.Code).Inc()
+		return
+	}
+	for _, v := range o.Violations {
+		m.decisions.WithLabelValues("deny", v.Code).Inc()
+	}
+}
+
+func (m *Metrics) verifyFailure(purpose string, err error) {
+	kind := "unknown"
+	var ve *verify.Error
+	if errors.As(err, &ve) {
+		kind = ve.Kind.String()
+	}
+	m.verifyFail.WithLabelValues(purpose, kind).Inc()
+}

@@ -1,0 +1,320 @@
+// Package server is itogate's HTTP edge: routing, limits, caller
+// authentication, strict request decoding, envelopes and metrics. Decisions
+// are made by the admission package; this package only translates.
+package server
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+
+	"github.com/itocompute/itogate/gatekeeper/admission"
+	"github.com/itocompute/itogate/gatekeeper/strictjson"
+)
+
+// Options wire a Server.
+type Options struct {
+	Admission *admission.Service
+	// Callers verifies callers' bearer tokens (POST/GET admissions).
+	Callers admission.TokenVerifier
+	// Depositors verifies the confirmation authority's bearer tokens
+	// (POST /v1/confirmations); a caller token never passes it.
+	Depositors admission.TokenVerifier
+	// Ready reports whether a verified bundle is active and the ledger answers.
+	Ready func(ctx context.Context) error
+	// MaxBodyBytes bounds request bodies; RequestTimeout bounds a request.
+	MaxBodyBytes   int64
+	RequestTimeout time.Duration
+	Metrics        *Metrics
+	Logger         *slog.Logger
+	Now            func() time.Time
+}
+
+// New returns the router.
+func New(opts Options) (http.Handler, error) {
+	if opts.Admission == nil || opts.Callers == nil || opts.Depositors == nil || opts.Ready == nil || opts.Metrics == nil {
+		return nil, errors.New("server: incomplete options")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	s := &srv{opts: opts}
+	r := chi.NewRouter()
+	r.Use(middleware.RequestID, s.recoverer, s.observe)
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, Envelope{OK: true, Data: map[string]any{"status": "alive"}})
+	})
+	r.Get("/readyz", s.readyz)
+	r.Method(http.MethodGet, "/metrics", opts.Metrics.Handler())
+	r.Route("/v1", func(r chi.Router) {
+		r.Use(middleware.Timeout(opts.RequestTimeout))
+		r.With(s.limitBody, s.requireJSON, s.authenticate(opts.Callers, admission.CodeCallerUnauthenticated)).
+			Post("/admissions", s.postAdmission)
+		r.With(s.authenticate(opts.Callers, admission.CodeCallerUnauthenticated)).
+			Get("/admissions/{idempotency_key}", s.getAdmission)
+		r.With(s.limitBody, s.requireJSON, s.authenticate(opts.Depositors, admission.CodeDepositorUnauthorized)).
+			Post("/confirmations", s.postConfirmation)
+	})
+	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, http.StatusNotFound, "ROUTE_NOT_FOUND", "no such route")
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED", "method not allowed on this route")
+	})
+	return r, nil
+}
+
+type srv struct{ opts Options }
+
+type ctxKey struct{}
+
+func callerFrom(ctx context.Context) admission.Caller {
+	c, _ := ctx.Value(ctxKey{}).(admission.Caller)
+	return c
+}
+
+// authenticate verifies the bearer token with the given purpose's verifier.
+// Identity only: the caller's account scopes idempotency keys and must match
+// the tokens, but authorizes nothing by itself.
+func (s *srv) authenticate(v admission.TokenVerifier, code string) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h := r.Header.Get("Authorization")
+			const prefix = "bearer "
+			if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="itogate"`)
+				writeError(w, http.StatusUnauthorized, code, "a bearer token is required")
+				return
+			}
+			claims, err := v.Verify([]byte(strings.TrimSpace(h[len(prefix):])), s.opts.Now())
+			if err != nil {
+				s.opts.Metrics.verifyFailure("bearer", err)
+				w.Header().Set("WWW-Authenticate", `Bearer realm="itogate", error="invalid_token"`)
+				writeError(w, http.StatusUnauthorized, code, "the bearer token was rejected")
+				return
+			}
+			account, _ := claims.Raw["account"].(string)
+			if account == "" {
+				account = claims.Subject
+			}
+			c := admission.Caller{Subject: claims.Subject, Account: account, KeyID: claims.KeyID}
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, c)))
+		})
+	}
+}
+
+func (s *srv) limitBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > s.opts.MaxBodyBytes {
+			writeError(w, http.StatusRequestEntityTooLarge, admission.CodeRequestTooLarge,
+				fmt.Sprintf("request body larger than %d bytes", s.opts.MaxBodyBytes))
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *srv) requireJSON(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+		if err != nil || mt != "application/json" || (params["charset"] != "" && !strings.EqualFold(params["charset"], "utf-8")) {
+			writeError(w, http.StatusUnsupportedMediaType, admission.CodeContentType, "Content-Type must be application/json")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// admissionBody is the POST /v1/admissions request.
+type admissionBody struct {
+	Action            string `json:"action"`
+	BookingID         string `json:"booking_id"`
+	IdempotencyKey    string `json:"idempotency_key"`
+	Manifest          string `json:"manifest"` // standard base64 of the exact manifest bytes
+	ManifestSignature string `json:"manifest_signature"`
+	EntitlementToken  string `json:"entitlement_token"`
+	ConfirmationRef   string `json:"confirmation_ref"`
+	RunID             string `json:"run_id"`
+	ReleasesBooking   bool   `json:"releases_booking"`
+}
+
+func (s *srv) postAdmission(w http.ResponseWriter, r *http.Request) {
+	obj, status, code, msg := readObject(r)
+	if code != "" {
+		writeError(w, status, code, msg)
+		return
+	}
+	var b admissionBody
+	if err := fields(obj, map[string]any{
+		"action": &b.Action, "booking_id": &b.BookingID, "idempotency_key": &b.IdempotencyKey,
+		"manifest": &b.Manifest, "manifest_signature": &b.ManifestSignature,
+		"entitlement_token": &b.EntitlementToken, "confirmation_ref": &b.ConfirmationRef,
+		"run_id": &b.RunID, "releases_booking": &b.ReleasesBooking,
+	}); err != nil {
+		writeError(w, http.StatusBadRequest, admission.CodeRequestInvalid, err.Error())
+		return
+	}
+	var raw []byte
+	if b.Manifest != "" {
+		var err error
+		raw, err = base64.StdEncoding.Strict().DecodeString(b.Manifest)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, admission.CodeManifestEncoding, "manifest must be standard base64 (RFC 4648 §4)")
+			return
+		}
+	}
+	out := s.opts.Admission.Admit(r.Context(), callerFrom(r.Context()), admission.Request{
+		Action: b.Action, BookingID: b.BookingID, IdempotencyKey: b.IdempotencyKey, Manifest: raw,
+		ManifestSignature: b.ManifestSignature, EntitlementToken: b.EntitlementToken,
+		ConfirmationRef: b.ConfirmationRef, RunID: b.RunID, ReleasesBooking: b.ReleasesBooking,
+	})
+	s.opts.Metrics.decision(out)
+	s.logDecision(r, out)
+	writeOutcome(w, out)
+}
+
+func (s *srv) getAdmission(w http.ResponseWriter, r *http.Request) {
+	out := s.opts.Admission.Status(r.Context(), callerFrom(r.Context()), chi.URLParam(r, "idempotency_key"))
+	writeOutcome(w, out)
+}
+
+func (s *srv) postConfirmation(w http.ResponseWriter, r *http.Request) {
+	obj, status, code, msg := readObject(r)
+	if code != "" {
+		writeError(w, status, code, msg)
+		return
+	}
+	var token string
+	if err := fields(obj, map[string]any{"confirmation_token": &token}); err != nil {
+		writeError(w, http.StatusBadRequest, admission.CodeRequestInvalid, err.Error())
+		return
+	}
+	writeOutcome(w, s.opts.Admission.Deposit(r.Context(), token))
+}
+
+func (s *srv) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.opts.Ready(ctx); err != nil {
+		writeError(w, http.StatusServiceUnavailable, "NOT_READY", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, Envelope{OK: true, Data: map[string]any{"status": "ready"}})
+}
+
+// readObject reads the whole (size-limited) body as one strict JSON object.
+func readObject(r *http.Request) (map[string]any, int, string, string) {
+	buf, err := io.ReadAll(r.Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, http.StatusRequestEntityTooLarge, admission.CodeRequestTooLarge,
+				"request body larger than " + strconv.FormatInt(mbe.Limit, 10) + " bytes"
+		}
+		return nil, http.StatusBadRequest, admission.CodeRequestInvalid, "could not read the request body"
+	}
+	obj, err := strictjson.DecodeObject(buf, 8)
+	if err != nil {
+		return nil, http.StatusBadRequest, admission.CodeRequestInvalid, err.Error()
+	}
+	return obj, 0, "", ""
+}
+
+// fields copies known members of obj into typed destinations (*string or
+// *bool) and refuses unknown members and wrong types. Names match exactly:
+// unlike encoding/json, "Action" is not "action".
+func fields(obj map[string]any, dst map[string]any) error {
+	for k, v := range obj {
+		d, ok := dst[k]
+		if !ok {
+			return fmt.Errorf("unknown field %q", truncate(k, 64))
+		}
+		switch p := d.(type) {
+		case *string:
+			s, ok := v.(string)
+			if !ok {
+				return fmt.Errorf("field %q must be a string", k)
+			}
+			*p = s
+		case *bool:
+			b, ok := v.(bool)
+			if !ok {
+				return fmt.Errorf("field %q must be a boolean", k)
+			}
+			*p = b
+		}
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+func (s *srv) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if rec := recover(); rec != nil {
+				if rec == http.ErrAbortHandler {
+					panic(rec)
+				}
+				s.opts.Logger.Error("panic in handler", "request_id", middleware.GetReqID(r.Context()), "panic", fmt.Sprint(rec))
+				writeError(w, http.StatusInternalServerError, admission.CodeInternal, "internal error; denied")
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *srv) observe(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		next.ServeHTTP(ww, r)
+		route := chi.RouteContext(r.Context()).RoutePattern()
+		s.opts.Metrics.request(r.Method, route, ww.Status(), time.Since(start))
+	})
+}
+
+// logDecision writes one line per admission: ids, digests and codes only.
+func (s *srv) logDecision(r *http.Request, o admission.Outcome) {
+	attrs := []any{
+		"request_id", middleware.GetReqID(r.Context()),
+		"account", callerFrom(r.Context()).Account,
+		"status", o.Status,
+	}
+	if o.Data != nil {
+		attrs = append(attrs, "decision", o.Data.Decision, "decision_id", o.Data.DecisionID,
+			"idempotency_key", o.Data.IdempotencyKey, "manifest_digest", o.Data.ManifestDigest,
+			"bundle_revision", o.Data.BundleRevision, "run_id", o.Data.RunID)
+	}
+	if o.Code != "" {
+		codes := make([]string, 0, len(o.Violations)+1)
+		for _, v := range o.Violations {
+			codes = append(codes, v.Code)
+		}
+		if len(codes) == 0 {
+			codes = append(codes, o.Code)
+		}
+		attrs = append(attrs, "codes", codes)
+	}
+	s.opts.Logger.Info("admission", attrs...)
+}

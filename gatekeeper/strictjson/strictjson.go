@@ -1,0 +1,168 @@
+// Package strictjson decodes untrusted JSON so that Go and Rego can never see
+// different values for the same document.
+//
+// encoding/json accepts duplicate object keys (the last wins), silently
+// replaces invalid UTF-8 with U+FFFD and matches struct fields case-
+// insensitively. A policy engine that re-reads the same bytes may resolve such
+// ambiguities differently, so every ambiguity is an error here: duplicate keys,
+// keys equal under Unicode case folding, invalid UTF-8, nesting deeper than a
+// bound and trailing data after the value.
+package strictjson
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// DefaultMaxDepth bounds object/array nesting. Real manifests nest about five
+// levels; the bound keeps hostile documents from exhausting the stack.
+const DefaultMaxDepth = 32
+
+// ErrInvalid is wrapped by every decoding error; messages name a JSON path,
+// never a value (values may hold credentials).
+var ErrInvalid = errors.New("invalid json")
+
+// Decode parses exactly one JSON value from data. Numbers are returned as
+// json.Number so integers stay exact; objects are map[string]any and arrays
+// []any. maxDepth <= 0 means DefaultMaxDepth.
+func Decode(data []byte, maxDepth int) (any, error) {
+	if maxDepth <= 0 {
+		maxDepth = DefaultMaxDepth
+	}
+	if !utf8.Valid(data) {
+		return nil, fmt.Errorf("%w: not valid UTF-8", ErrInvalid)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	v, err := decodeValue(dec, "$", 0, maxDepth)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: trailing data after the document", ErrInvalid)
+	}
+	return v, nil
+}
+
+// DecodeObject is Decode for documents that must be a JSON object.
+func DecodeObject(data []byte, maxDepth int) (map[string]any, error) {
+	v, err := Decode(data, maxDepth)
+	if err != nil {
+		return nil, err
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: document is not an object", ErrInvalid)
+	}
+	return obj, nil
+}
+
+func decodeValue(dec *json.Decoder, path string, depth, maxDepth int) (any, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, syntaxErr(path, err)
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		if depth+1 > maxDepth {
+			return nil, fmt.Errorf("%w: nesting deeper than %d at %s", ErrInvalid, maxDepth, path)
+		}
+		switch t {
+		case '{':
+			return decodeObject(dec, path, depth+1, maxDepth)
+		case '[':
+			return decodeArray(dec, path, depth+1, maxDepth)
+		}
+		return nil, fmt.Errorf("%w: unexpected %q at %s", ErrInvalid, t, path)
+	case string:
+		if hasLoneSurrogateEscape(t) {
+			return nil, fmt.Errorf("%w: lone UTF-16 surrogate at %s", ErrInvalid, path)
+		}
+		return t, nil
+	default: // json.Number, bool, nil
+		return t, nil
+	}
+}
+
+func decodeObject(dec *json.Decoder, path string, depth, maxDepth int) (map[string]any, error) {
+	obj := map[string]any{}
+	folded := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, syntaxErr(path, err)
+		}
+		key, ok := tok.(string)
+		if !ok {
+			return nil, fmt.Errorf("%w: object key expected at %s", ErrInvalid, path)
+		}
+		child := path + "." + safeKey(key)
+		if _, dup := obj[key]; dup {
+			return nil, fmt.Errorf("%w: duplicate key at %s", ErrInvalid, child)
+		}
+		fk := strings.ToLower(key)
+		if folded[fk] {
+			return nil, fmt.Errorf("%w: key differs from another only by case at %s", ErrInvalid, child)
+		}
+		folded[fk] = true
+		v, err := decodeValue(dec, child, depth, maxDepth)
+		if err != nil {
+			return nil, err
+		}
+		obj[key] = v
+	}
+	if _, err := dec.Token(); err != nil { // closing '}'
+		return nil, syntaxErr(path, err)
+	}
+	return obj, nil
+}
+
+func decodeArray(dec *json.Decoder, path string, depth, maxDepth int) ([]any, error) {
+	arr := []any{}
+	for i := 0; dec.More(); i++ {
+		v, err := decodeValue(dec, fmt.Sprintf("%s[%d]", path, i), depth, maxDepth)
+		if err != nil {
+			return nil, err
+		}
+		arr = append(arr, v)
+	}
+	if _, err := dec.Token(); err != nil { // closing ']'
+		return nil, syntaxErr(path, err)
+	}
+	return arr, nil
+}
+
+// hasLoneSurrogateEscape reports U+FFFD produced by decoding a lone surrogate
+// escape (\ud800). utf8.Valid has already refused raw invalid bytes, so a
+// replacement character here came from an escape Go and other parsers treat
+// differently.
+func hasLoneSurrogateEscape(s string) bool {
+	return strings.ContainsRune(s, utf8.RuneError)
+}
+
+// safeKey renders a key for an error path: short, printable, never a value.
+func safeKey(k string) string {
+	const max = 64
+	if len(k) > max {
+		k = k[:max] + "…"
+	}
+	q := strconv.Quote(k)
+	return q[1 : len(q)-1]
+}
+
+func syntaxErr(path string, err error) error {
+	if errors.Is(err, io.EOF) {
+		return fmt.Errorf("%w: unexpected end of input at %s", ErrInvalid, path)
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Errorf("%w: syntax error at byte %d (%s)", ErrInvalid, se.Offset, path)
+	}
+	return fmt.Errorf("%w: %s", ErrInvalid, path)
+}

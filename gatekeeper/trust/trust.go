@@ -1,0 +1,176 @@
+// Package trust turns the trust section of the configuration (design §2) into
+// verifiers: one per purpose, each with its own key set, issuer, audience and
+// token type, so that no key can verify another purpose's token.
+//
+// Development mode uses the published keys under fixtures/keys; any other
+// configuration that names one of them is refused at start-up.
+package trust
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/lestrrat-go/jwx/v3/jwk"
+
+	"github.com/itocompute/itogate/fixtures/keys"
+	"github.com/itocompute/itogate/gatekeeper/config"
+	"github.com/itocompute/itogate/gatekeeper/verify"
+)
+
+// Development issuers and audiences. The ".invalid" TLD (RFC 2606) makes it
+// plain that no real identity provider stands behind them.
+const (
+	DevCallerIssuer       = "https://idp.dev.itogate.invalid"
+	DevDepositorIssuer    = "https://desk.dev.itogate.invalid/depositor"
+	DevEntitlementIssuer  = "https://backend.dev.itogate.invalid"
+	DevConfirmationIssuer = "https://desk.dev.itogate.invalid"
+	DevAudience           = "itogate"
+	DevDepositAudience    = "itogate-deposit"
+)
+
+// Set holds one verifier per purpose.
+type Set struct {
+	Callers      *verify.TokenVerifier
+	Depositors   *verify.TokenVerifier
+	Entitlement  *verify.TokenVerifier
+	Confirmation *verify.TokenVerifier
+	Manifests    *verify.ManifestVerifier
+}
+
+// DevConfig returns the trust configuration of development mode.
+func DevConfig() config.Trust {
+	return config.Trust{
+		Callers:      config.TokenTrust{Issuer: DevCallerIssuer, Audience: DevAudience},
+		Depositors:   config.TokenTrust{Issuer: DevDepositorIssuer, Audience: DevDepositAudience},
+		Entitlement:  config.TokenTrust{Issuer: DevEntitlementIssuer, Audience: DevAudience, Type: config.TypeEntitlement},
+		Confirmation: config.TokenTrust{Issuer: DevConfirmationIssuer, Audience: DevAudience, Type: config.TypeConfirmation},
+	}
+}
+
+// Dev builds the development verifiers from the embedded development keys.
+func Dev() (*Set, error) {
+	d := keys.Dev()
+	cfg := DevConfig()
+	build := func(p verify.Purpose, t config.TokenTrust, k keys.Key) (*verify.TokenVerifier, error) {
+		set, err := k.KeySet()
+		if err != nil {
+			return nil, err
+		}
+		return verify.NewTokenVerifier(options(p, t, set))
+	}
+	var s Set
+	var err error
+	if s.Callers, err = build(verify.PurposeCaller, cfg.Callers, d.Caller); err != nil {
+		return nil, err
+	}
+	if s.Depositors, err = build(verify.PurposeDepositor, cfg.Depositors, d.Depositor); err != nil {
+		return nil, err
+	}
+	if s.Entitlement, err = build(verify.PurposeEntitlement, cfg.Entitlement, d.Entitlement); err != nil {
+		return nil, err
+	}
+	if s.Confirmation, err = build(verify.PurposeConfirmation, cfg.Confirmation, d.Confirmation); err != nil {
+		return nil, err
+	}
+	s.Manifests, err = verify.NewManifestVerifier([]verify.Signer{
+		d.ManifestECDSA.Signer(), d.ManifestEd25519.Signer(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// FromConfig builds verifiers from a production configuration. It refuses
+// every development key and any key shared between purposes.
+func FromConfig(t config.Trust) (*Set, error) {
+	dev := keys.DevFingerprints()
+	seen := map[string]string{} // fingerprint → purpose
+	check := func(purpose, fp string) error {
+		if dev[fp] {
+			return fmt.Errorf("trust.%s: a development key (fixtures/keys) is configured; it is published and must never be trusted", purpose)
+		}
+		if other, ok := seen[fp]; ok && other != purpose {
+			return fmt.Errorf("trust.%s: the same key is also configured for %s; purposes need separate keys", purpose, other)
+		}
+		seen[fp] = purpose
+		return nil
+	}
+	build := func(p verify.Purpose, tt config.TokenTrust) (*verify.TokenVerifier, error) {
+		set, err := loadSet(tt)
+		if err != nil {
+			return nil, fmt.Errorf("trust.%s: %w", p, err)
+		}
+		for i := 0; i < set.Len(); i++ {
+			k, _ := set.Key(i)
+			fp, err := verify.FingerprintJWK(k)
+			if err != nil {
+				return nil, fmt.Errorf("trust.%s: %w", p, err)
+			}
+			if err := check(string(p), fp); err != nil {
+				return nil, err
+			}
+		}
+		return verify.NewTokenVerifier(options(p, tt, set))
+	}
+	var s Set
+	var err error
+	if s.Callers, err = build(verify.PurposeCaller, t.Callers); err != nil {
+		return nil, err
+	}
+	if s.Depositors, err = build(verify.PurposeDepositor, t.Depositors); err != nil {
+		return nil, err
+	}
+	if s.Entitlement, err = build(verify.PurposeEntitlement, t.Entitlement); err != nil {
+		return nil, err
+	}
+	if s.Confirmation, err = build(verify.PurposeConfirmation, t.Confirmation); err != nil {
+		return nil, err
+	}
+	var signers []verify.Signer
+	for _, mk := range t.ManifestSigners {
+		pub, err := verify.LoadPublicKeyPEMFile(mk.PEMFile)
+		if err != nil {
+			return nil, fmt.Errorf("trust.manifest_signers[%s]: %w", mk.KeyID, err)
+		}
+		if err := check("manifest_signers", verify.Fingerprint(pub)); err != nil {
+			return nil, err
+		}
+		signers = append(signers, verify.Signer{KeyID: mk.KeyID, PublicKey: pub})
+	}
+	if s.Manifests, err = verify.NewManifestVerifier(signers); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+func options(p verify.Purpose, t config.TokenTrust, set jwk.Set) verify.TokenOptions {
+	return verify.TokenOptions{
+		Purpose:    p,
+		Issuer:     t.Issuer,
+		Audience:   t.Audience,
+		Type:       t.Type,
+		Keys:       set,
+		Leeway:     t.EffectiveLeeway(),
+		RequireJTI: p == verify.PurposeEntitlement || p == verify.PurposeConfirmation,
+	}
+}
+
+func loadSet(t config.TokenTrust) (jwk.Set, error) {
+	if t.JWKSFile != "" {
+		raw, err := os.ReadFile(t.JWKSFile)
+		if err != nil {
+			return nil, err
+		}
+		return verify.LoadJWKS(raw)
+	}
+	if t.PEMFile == "" {
+		return nil, errors.New("no key file")
+	}
+	raw, err := os.ReadFile(t.PEMFile)
+	if err != nil {
+		return nil, err
+	}
+	return verify.KeySetFromPEM(t.KeyID, t.Algorithm, raw)
+}

@@ -1,0 +1,113 @@
+package trust
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/itocompute/itogate/fixtures/keys"
+	"github.com/itocompute/itogate/gatekeeper/config"
+	"github.com/itocompute/itogate/gatekeeper/token"
+	"github.com/itocompute/itogate/gatekeeper/verify"
+)
+
+// writeKey writes a fresh ES256 public key and returns its path and signer.
+func writeKey(t *testing.T, dir, name string) string {
+	t.Helper()
+	priv, err := token.GenerateECDSA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, pub, err := token.WriteKeyPair(dir, name, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pub
+}
+
+func prodTrust(t *testing.T) (config.Trust, string) {
+	dir := t.TempDir()
+	tt := func(iss, aud, typ, name string) config.TokenTrust {
+		return config.TokenTrust{Issuer: iss, Audience: aud, Type: typ, PEMFile: writeKey(t, dir, name), KeyID: name, Algorithm: "ES256"}
+	}
+	return config.Trust{
+		Callers:         tt("https://idp", "itogate", "", "callers"),
+		Depositors:      tt("https://desk", "itogate-deposit", "", "depositors"),
+		Entitlement:     tt("https://backend", "itogate", config.TypeEntitlement, "entitlement"),
+		Confirmation:    tt("https://desk", "itogate", config.TypeConfirmation, "confirmation"),
+		ManifestSigners: []config.ManifestKey{{KeyID: "ci", PEMFile: writeKey(t, dir, "manifest")}},
+	}, dir
+}
+
+func TestFromConfigBuildsSeparateVerifiers(t *testing.T) {
+	t.Parallel()
+	tr, _ := prodTrust(t)
+	s, err := FromConfig(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Callers.Purpose() != verify.PurposeCaller || s.Entitlement.Purpose() != verify.PurposeEntitlement ||
+		s.Confirmation.Purpose() != verify.PurposeConfirmation || s.Depositors.Purpose() != verify.PurposeDepositor {
+		t.Fatal("purposes mixed up")
+	}
+}
+
+func TestFromConfigRefusesDevAndSharedKeys(t *testing.T) {
+	t.Parallel()
+	dev := keys.Dev()
+	devPub := filepath.Join(t.TempDir(), "dev.pub.pem")
+	if err := os.WriteFile(devPub, dev.Entitlement.PublicPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		edit func(*config.Trust)
+		want string
+	}{
+		{"dev entitlement key", func(tr *config.Trust) { tr.Entitlement.PEMFile = devPub }, "development key"},
+		{"dev manifest key", func(tr *config.Trust) { tr.ManifestSigners[0].PEMFile = devPub }, "development key"},
+		{"shared key", func(tr *config.Trust) { tr.Confirmation.PEMFile = tr.Entitlement.PEMFile }, "purposes need separate keys"},
+		{"manifest key reused for callers", func(tr *config.Trust) { tr.ManifestSigners[0].PEMFile = tr.Callers.PEMFile }, "purposes need separate keys"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tr, _ := prodTrust(t)
+			tc.edit(&tr)
+			_, err := FromConfig(tr)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("FromConfig = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// A development entitlement token never verifies as a confirmation, and the
+// reverse: purposes are separated by key, issuer and type.
+func TestDevPurposesAreSeparate(t *testing.T) {
+	t.Parallel()
+	s, err := Dev()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := keys.Dev()
+	now := time.Now()
+	claims := map[string]any{"iss": DevConfirmationIssuer, "aud": DevAudience, "sub": "a", "jti": "j",
+		"iat": now.Unix(), "exp": now.Add(time.Minute).Unix()}
+	tok, err := token.Mint(d.Entitlement.Private, d.Entitlement.KeyID, d.Entitlement.Algorithm, config.TypeConfirmation, claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Confirmation.Verify(tok, now); err == nil {
+		t.Fatal("an entitlement key verified a confirmation")
+	}
+	tok, _ = token.Mint(d.Confirmation.Private, d.Confirmation.KeyID, d.Confirmation.Algorithm, config.TypeConfirmation, claims)
+	if _, err := s.Confirmation.Verify(tok, now); err != nil {
+		t.Fatalf("the confirmation key itself: %v", err)
+	}
+	if _, err := s.Entitlement.Verify(tok, now); err == nil {
+		t.Fatal("a confirmation verified as an entitlement")
+	}
+}

@@ -1,0 +1,14 @@
+// Package verify establishes the cryptographic facts of an admission
+// (design §2): it verifies JWTs of one purpose each (caller, depositor,
+// entitlement, confirmation) with jwx, and detached manifest signatures in
+// the format of `cosign sign-blob --key` with sigstore's verifiers.
+//
+// Trust is configuration only. The algorithm of a token comes from its
+// configured key, never from the token; alg "none", HMAC, embedded or
+// remote keys (jwk, jku, x5u, x5c), crit, JSON-serialized JWS and JWE are
+// refused; nothing is ever fetched. Time is always passed in.
+//
+// Every verification failure is an *Error carrying the Purpose and a Kind,
+// so the server maps (purpose, kind) to a stable deny code in one place.
+// Error messages never contain token, signature or key bytes.
+package verify

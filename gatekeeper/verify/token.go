@@ -1,0 +1,428 @@
+package verify
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lestrrat-go/jwx/v3/jwk"
+	"github.com/lestrrat-go/jwx/v3/jws"
+
+	"github.com/itocompute/itogate/gatekeeper/strictjson"
+)
+
+// Defaults of TokenOptions.
+const (
+	// DefaultLeeway is the clock skew tolerated on exp, nbf and iat.
+	DefaultLeeway = 30 * time.Second
+	// DefaultMaxTokenBytes bounds a token before it is parsed: 16 KiB.
+	DefaultMaxTokenBytes = 16 << 10
+)
+
+// maxJSONDepth bounds nesting in JOSE headers and claims.
+const maxJSONDepth = 16
+
+// maxNumericDate is 9999-12-31T23:59:59Z; larger dates are refused.
+const maxNumericDate = 253402300799
+
+// forbiddenHeaders are refused in any token: embedded or remote keys (never
+// trusted, never fetched), critical extensions (none understood),
+// unencoded payloads and JWE/compression members.
+var forbiddenHeaders = []string{"jwk", "jku", "x5u", "x5c", "crit", "b64", "zip", "enc"}
+
+// TokenOptions configures one TokenVerifier, i.e. one purpose.
+type TokenOptions struct {
+	// Purpose is PurposeCaller, PurposeDepositor, PurposeEntitlement or
+	// PurposeConfirmation.
+	Purpose Purpose
+	// Issuer is required; the iss claim must equal it exactly.
+	Issuer string
+	// Audience is required; the aud claim (string or array of strings) must
+	// contain it.
+	Audience string
+	// Type is the required JOSE "typ" header (e.g. "ito-entitlement+jwt"),
+	// compared case-insensitively with an optional "application/" prefix
+	// (RFC 7515 §4.1.9). Empty means typ is not checked (callers' IdPs).
+	Type string
+	// Keys are the public verification keys of this purpose only. Every key
+	// must have a unique kid and an alg; the token's alg must equal its key's
+	// alg. The set is copied at construction.
+	Keys jwk.Set
+	// Leeway is the clock skew tolerated on exp, nbf and iat; 0 means
+	// DefaultLeeway, negative is an error.
+	Leeway time.Duration
+	// MaxBytes bounds the raw token; 0 means DefaultMaxTokenBytes, negative
+	// is an error. Larger tokens fail with KindTooLarge before parsing.
+	MaxBytes int
+	// RequireJTI makes a missing or empty jti claim a KindClaims failure.
+	RequireJTI bool
+}
+
+// TokenVerifier verifies compact JWS tokens of one purpose. It is safe for
+// concurrent use and never performs I/O.
+type TokenVerifier struct {
+	purpose    Purpose
+	issuer     string
+	audience   string
+	typ        string
+	keys       map[string]resolvedKey
+	leeway     time.Duration
+	maxBytes   int
+	requireJTI bool
+}
+
+// Claims are the verified claims of a token.
+type Claims struct {
+	// KeyID is the kid of the key that verified the signature.
+	KeyID string
+	// JTI, Subject and Issuer are the jti, sub and iss claims ("" if absent;
+	// iss is always present).
+	JTI, Subject, Issuer string
+	// Audience is the aud claim as a list.
+	Audience []string
+	// IssuedAt and Expiry are iat and exp (always present); NotBefore is nbf
+	// or the zero time.
+	IssuedAt, Expiry, NotBefore time.Time
+	// Raw holds every claim. Objects are map[string]any, arrays []any;
+	// numbers are int64 when integral (exactly, so policy input keeps exact
+	// integers), otherwise float64. An integer literal outside int64 is
+	// refused with KindClaims rather than rounded.
+	Raw map[string]any
+}
+
+// NewTokenVerifier validates opts and prepares a verifier. It fails when a
+// required option is missing, Leeway or MaxBytes is negative, or any key is
+// private, symmetric, lacks kid or alg, has an unaccepted alg, or does not
+// match its alg.
+func NewTokenVerifier(opts TokenOptions) (*TokenVerifier, error) {
+	if !opts.Purpose.isToken() {
+		return nil, fmt.Errorf("token verifier: unknown purpose %q", opts.Purpose)
+	}
+	prefix := "token verifier " + string(opts.Purpose)
+	if opts.Issuer == "" {
+		return nil, fmt.Errorf("%s: issuer is required", prefix)
+	}
+	if opts.Audience == "" {
+		return nil, fmt.Errorf("%s: audience is required", prefix)
+	}
+	if opts.Leeway < 0 {
+		return nil, fmt.Errorf("%s: negative leeway", prefix)
+	}
+	if opts.MaxBytes < 0 {
+		return nil, fmt.Errorf("%s: negative max bytes", prefix)
+	}
+	keys, err := indexKeys(opts.Keys)
+	if err != nil {
+		return nil, fmt.Errorf("%s: keys: %w", prefix, err)
+	}
+	v := &TokenVerifier{
+		purpose:    opts.Purpose,
+		issuer:     opts.Issuer,
+		audience:   opts.Audience,
+		typ:        opts.Type,
+		keys:       keys,
+		leeway:     opts.Leeway,
+		maxBytes:   opts.MaxBytes,
+		requireJTI: opts.RequireJTI,
+	}
+	if v.leeway == 0 {
+		v.leeway = DefaultLeeway
+	}
+	if v.maxBytes == 0 {
+		v.maxBytes = DefaultMaxTokenBytes
+	}
+	return v, nil
+}
+
+// Purpose returns the verifier's purpose.
+func (v *TokenVerifier) Purpose() Purpose { return v.purpose }
+
+// Verify checks raw, a compact JWS, at time now and returns its claims.
+//
+// Order: size; shape (exactly three base64url parts, so JSON serialization
+// and JWE are refused); header (alg, forbidden members, typ, kid → key, alg
+// equal to the key's configured alg); signature; then claims (types, iss,
+// aud, exp, nbf, iat, with leeway against now). A token that is both badly
+// signed and expired therefore fails with KindSignature.
+//
+// Every failure is an *Error with the verifier's purpose.
+func (v *TokenVerifier) Verify(raw []byte, now time.Time) (*Claims, error) {
+	if len(raw) > v.maxBytes {
+		return nil, v.fail(KindTooLarge, "token exceeds the size limit")
+	}
+	if t := bytes.TrimLeft(raw, " \t\r\n"); len(t) > 0 && t[0] == '{' {
+		return nil, v.fail(KindMalformed, "JSON-serialized JWS is not accepted")
+	}
+	parts := bytes.Split(raw, []byte("."))
+	switch len(parts) {
+	case 3:
+	case 5:
+		return nil, v.fail(KindMalformed, "encrypted tokens (JWE) are not accepted")
+	default:
+		return nil, v.fail(KindMalformed, "not a compact JWS")
+	}
+	for _, p := range parts {
+		if !isBase64URL(p) {
+			return nil, v.fail(KindMalformed, "token part is not unpadded base64url")
+		}
+	}
+	hdrJSON, err := base64.RawURLEncoding.Strict().DecodeString(string(parts[0]))
+	if err != nil || len(parts[0]) == 0 {
+		return nil, v.fail(KindMalformed, "header is not base64url")
+	}
+	hdr, err := strictjson.DecodeObject(hdrJSON, maxJSONDepth)
+	if err != nil {
+		return nil, v.fail(KindMalformed, "header is not a strict JSON object")
+	}
+	kid, key, verr := v.checkHeader(hdr)
+	if verr != nil {
+		return nil, verr
+	}
+	if len(parts[1]) == 0 || len(parts[2]) == 0 {
+		return nil, v.fail(KindMalformed, "empty payload or signature")
+	}
+	if _, err := base64.RawURLEncoding.Strict().DecodeString(string(parts[2])); err != nil {
+		return nil, v.fail(KindMalformed, "signature is not base64url")
+	}
+	payload, err := jws.Verify(raw, jws.WithKey(key.alg, key.pub), jws.WithCompact())
+	if err != nil {
+		return nil, v.fail(KindSignature, "signature does not verify")
+	}
+	return v.checkClaims(kid, payload, now)
+}
+
+func (v *TokenVerifier) fail(k Kind, reason string) *Error { return fail(v.purpose, k, reason) }
+
+func (v *TokenVerifier) checkHeader(hdr map[string]any) (string, resolvedKey, *Error) {
+	algV, present := hdr["alg"]
+	alg, isString := algV.(string)
+	switch {
+	case !present || !isString || alg == "":
+		return "", resolvedKey{}, v.fail(KindHeader, "alg header missing or not a string")
+	case strings.EqualFold(alg, "none"):
+		return "", resolvedKey{}, v.fail(KindHeader, "alg none is refused")
+	case len(alg) >= 2 && strings.EqualFold(alg[:2], "HS"):
+		return "", resolvedKey{}, v.fail(KindHeader, "HMAC algorithms are refused")
+	}
+	for _, name := range forbiddenHeaders {
+		if _, ok := hdr[name]; ok {
+			return "", resolvedKey{}, v.fail(KindHeader, "forbidden header "+name)
+		}
+	}
+	if v.typ != "" {
+		typ, ok := hdr["typ"].(string)
+		if !ok || !sameMediaType(typ, v.typ) {
+			return "", resolvedKey{}, v.fail(KindHeader, "typ header missing or not "+v.typ)
+		}
+	}
+	kidV, present := hdr["kid"]
+	kid, isString := kidV.(string)
+	if !present || !isString || kid == "" {
+		return "", resolvedKey{}, v.fail(KindUnknownKey, "kid header missing or not a string")
+	}
+	key, ok := v.keys[kid]
+	if !ok {
+		return "", resolvedKey{}, v.fail(KindUnknownKey, "kid is not a key of this purpose")
+	}
+	if alg != key.alg.String() {
+		return "", resolvedKey{}, v.fail(KindHeader, "alg differs from the key's configured alg")
+	}
+	return kid, key, nil
+}
+
+// sameMediaType compares typ values per RFC 7515 §4.1.9: case-insensitive,
+// "application/" optional.
+func sameMediaType(a, b string) bool {
+	strip := func(s string) string {
+		if len(s) > len("application/") && strings.EqualFold(s[:len("application/")], "application/") {
+			return s[len("application/"):]
+		}
+		return s
+	}
+	return strings.EqualFold(strip(a), strip(b))
+}
+
+func isBase64URL(p []byte) bool {
+	for _, c := range p {
+		switch {
+		case c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '_':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func (v *TokenVerifier) checkClaims(kid string, payload []byte, now time.Time) (*Claims, error) {
+	doc, err := strictjson.DecodeObject(payload, maxJSONDepth)
+	if err != nil {
+		return nil, v.fail(KindMalformed, "claims are not a strict JSON object")
+	}
+	conv, err := convertNumbers(doc)
+	if err != nil {
+		return nil, v.fail(KindClaims, err.Error())
+	}
+	rawClaims := conv.(map[string]any)
+	c := &Claims{KeyID: kid, Raw: rawClaims}
+
+	var ok bool
+	if c.Issuer, ok = rawClaims["iss"].(string); !ok {
+		return nil, v.fail(KindClaims, "iss missing or not a string")
+	}
+	if c.Audience, err = audience(rawClaims["aud"]); err != nil {
+		return nil, v.fail(KindClaims, err.Error())
+	}
+	if c.Subject, err = optionalString(rawClaims, "sub"); err != nil {
+		return nil, v.fail(KindClaims, err.Error())
+	}
+	if c.JTI, err = optionalString(rawClaims, "jti"); err != nil {
+		return nil, v.fail(KindClaims, err.Error())
+	}
+	if v.requireJTI && c.JTI == "" {
+		return nil, v.fail(KindClaims, "jti missing")
+	}
+	if c.Expiry, err = numericDate(rawClaims, "exp", true); err != nil {
+		return nil, v.fail(KindClaims, err.Error())
+	}
+	if c.IssuedAt, err = numericDate(rawClaims, "iat", true); err != nil {
+		return nil, v.fail(KindClaims, err.Error())
+	}
+	if c.NotBefore, err = numericDate(rawClaims, "nbf", false); err != nil {
+		return nil, v.fail(KindClaims, err.Error())
+	}
+
+	if c.Issuer != v.issuer {
+		return nil, v.fail(KindIssuer, "iss is not the configured issuer")
+	}
+	found := false
+	for _, a := range c.Audience {
+		found = found || a == v.audience
+	}
+	if !found {
+		return nil, v.fail(KindAudience, "aud does not contain the configured audience")
+	}
+	if !now.Before(c.Expiry.Add(v.leeway)) {
+		return nil, v.fail(KindExpired, "token expired")
+	}
+	if !c.NotBefore.IsZero() && now.Before(c.NotBefore.Add(-v.leeway)) {
+		return nil, v.fail(KindNotYetValid, "token not valid yet (nbf)")
+	}
+	if c.IssuedAt.After(now.Add(v.leeway)) {
+		return nil, v.fail(KindIssuedInFuture, "token issued in the future (iat)")
+	}
+	return c, nil
+}
+
+func optionalString(m map[string]any, name string) (string, error) {
+	val, present := m[name]
+	if !present {
+		return "", nil
+	}
+	s, ok := val.(string)
+	if !ok {
+		return "", errors.New(name + " is not a string")
+	}
+	return s, nil
+}
+
+func audience(val any) ([]string, error) {
+	switch a := val.(type) {
+	case string:
+		return []string{a}, nil
+	case []any:
+		out := make([]string, 0, len(a))
+		for _, e := range a {
+			s, ok := e.(string)
+			if !ok {
+				return nil, errors.New("aud array holds a non-string")
+			}
+			out = append(out, s)
+		}
+		return out, nil
+	case nil:
+		return nil, errors.New("aud missing")
+	default:
+		return nil, errors.New("aud is neither a string nor an array of strings")
+	}
+}
+
+// numericDate reads a NumericDate claim (RFC 7519 §2: seconds since the
+// epoch, possibly fractional) in [0, year 9999].
+func numericDate(m map[string]any, name string, required bool) (time.Time, error) {
+	val, present := m[name]
+	if !present {
+		if required {
+			return time.Time{}, errors.New(name + " missing")
+		}
+		return time.Time{}, nil
+	}
+	switch n := val.(type) {
+	case int64:
+		if n < 0 || n > maxNumericDate {
+			return time.Time{}, errors.New(name + " out of range")
+		}
+		return time.Unix(n, 0).UTC(), nil
+	case float64:
+		if n < 0 || n > maxNumericDate {
+			return time.Time{}, errors.New(name + " out of range")
+		}
+		sec, frac := math.Modf(n)
+		return time.Unix(int64(sec), int64(frac*1e9)).UTC(), nil
+	default:
+		return time.Time{}, errors.New(name + " is not a number")
+	}
+}
+
+// convertNumbers replaces every json.Number in v: integer literals become
+// int64 (an integer literal outside int64 is an error, never rounded); other
+// numbers become int64 when integral and within ±2^53, otherwise float64.
+func convertNumbers(v any) (any, error) {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, e := range t {
+			c, err := convertNumbers(e)
+			if err != nil {
+				return nil, err
+			}
+			t[k] = c
+		}
+		return t, nil
+	case []any:
+		for i, e := range t {
+			c, err := convertNumbers(e)
+			if err != nil {
+				return nil, err
+			}
+			t[i] = c
+		}
+		return t, nil
+	case json.Number:
+		return convertNumber(string(t))
+	default:
+		return v, nil
+	}
+}
+
+func convertNumber(s string) (any, error) {
+	if !strings.ContainsAny(s, ".eE") {
+		i, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return nil, errors.New("integer claim outside the int64 range")
+		}
+		return i, nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return nil, errors.New("number claim outside the float64 range")
+	}
+	if f == math.Trunc(f) && math.Abs(f) <= 1<<53 {
+		return int64(f), nil
+	}
+	return f, nil
+}

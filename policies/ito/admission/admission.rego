@@ -1,0 +1,124 @@
+# METADATA
+# title: Admission
+# description: >-
+#   Aggregates the gates into the one decision Go evaluates
+#   (data.ito.admission.decision). train.create runs every gate;
+#   train.cancel, train.cleanup and booking.release run entitlement (its
+#   manifest-independent checks), confirmation and idempotency; an unknown
+#   action is denied. Violations and warnings are sorted by code, then
+#   message; allow is true iff there are no violations.
+package ito.admission
+
+import data.ito.budget
+import data.ito.confirmation
+import data.ito.data as datagate
+import data.ito.entitlement
+import data.ito.idempotency
+import data.ito.lib
+import data.ito.manifest
+import data.ito.parallelism
+
+# METADATA
+# title: Admission decision
+# description: >-
+#   {"allow": bool, "violations": [...], "warnings": [...], "estimates": {...}};
+#   violations and warnings are {code, gate, message[, fix]} sorted by code,
+#   then message. Shape documented in docs/policy-input.md.
+# entrypoint: true
+decision := {
+	"allow": count(violations) == 0,
+	"violations": violations,
+	"warnings": warnings,
+	"estimates": estimates,
+}
+
+# METADATA
+# title: Violations, sorted
+# description: Every gate's deny findings for this action, sorted by code then message.
+violations := _sorted(_violations)
+
+# METADATA
+# title: Warnings, sorted
+# description: Every gate's warn findings for this action, sorted by code then message.
+warnings := _sorted(_warnings)
+
+# METADATA
+# title: Estimates
+# description: The budget and parallelism gates' estimates for train.create; empty otherwise.
+estimates := object.union(parallelism.estimates, budget.estimates) if lib.is_train_create
+
+estimates := {} if not lib.is_train_create
+
+_sorted(findings) := [f | some t in sort([[f.code, f.message, f] | some f in findings]); f := t[2]]
+
+_is_known_action if input.request.action in lib.actions
+
+_violations contains v if {
+	_is_known_action
+	some v in entitlement.deny
+}
+
+_violations contains v if {
+	_is_known_action
+	some v in confirmation.deny
+}
+
+_violations contains v if {
+	_is_known_action
+	some v in idempotency.deny
+}
+
+_violations contains v if {
+	lib.is_train_create
+	some v in (((budget.deny | datagate.deny) | parallelism.deny) | manifest.deny)
+}
+
+_violations contains v if some v in deny
+
+_warnings contains v if {
+	lib.is_train_create
+	some v in (((budget.warn | datagate.warn) | parallelism.warn) | manifest.warn)
+}
+
+# METADATA
+# title: Unknown action
+# description: request.action is not train.create, train.cancel, train.cleanup or booking.release.
+# custom:
+#   code: ACTION_UNKNOWN
+#   gate: admission
+#   fix: Send one of the actions train.create, train.cancel, train.cleanup, booking.release.
+deny contains v if {
+	not _is_known_action
+	v := lib.violation(rego.metadata.rule(), sprintf("action %s is not one this gatekeeper admits", [
+		lib.show(lib.value_at(input, ["request", "action"], null)),
+	]))
+}
+
+# METADATA
+# title: Caller not verified
+# description: Go did not establish the caller's bearer token (defense in depth).
+# custom:
+#   code: CALLER_UNVERIFIED
+#   gate: admission
+#   fix: Authenticate with a bearer token from a configured identity provider.
+deny contains v if {
+	not input.verification.caller.verified == true
+	v := lib.violation(rego.metadata.rule(), "the caller's identity was not verified")
+}
+
+# METADATA
+# title: Caller has no account
+# description: The verified caller must carry a non-empty account; account scoping of every token depends on it.
+# custom:
+#   code: CALLER_ACCOUNT_MISSING
+#   gate: admission
+#   fix: Use a caller identity that is bound to an account.
+deny contains v if {
+	not _has_account
+	v := lib.violation(rego.metadata.rule(), "the caller has no account")
+}
+
+_has_account if {
+	is_string(input.caller.account)
+	input.caller.account != ""
+}

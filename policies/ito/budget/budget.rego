@@ -1,0 +1,204 @@
+# METADATA
+# title: Budget gate
+# description: >-
+#   Estimates what a train.create run costs and checks it against the
+#   manifest's budget. All money is exact integer micro-USD parsed from decimal
+#   strings; hours are exact integer centi-hours; shown amounts are rounded up
+#   to the cent.
+#
+#   W            = hardware.nodes × hardware.gpus_per_node
+#   H            = budget.max_wall_clock_hours (at most 2 decimals)
+#   compute      = W × H × entitlement.price_per_gpu_hour_usd
+#   months       = max(1, ceil(H / hours_per_month))            (hours_per_month = 730, bundle data)
+#   storage      = ceil(checkpoint.size_estimate_gib) × checkpoint.retention
+#                  × storage_price_per_gib_month_usd × months   (0 without a checkpoint policy)
+#   past_term_s  = max(0, now + H × 3600 − entitlement.term.end)
+#   incremental  = W × past_term_s / 3600 × price + storage      (spend beyond what the booking covers)
+#   total        = compute + storage
+#
+#   Deny when total > budget.ceiling_usd or incremental > budget.max_incremental_usd.
+package ito.budget
+
+import data.ito.lib
+
+_m := input.manifest
+
+_cfg := data.ito.config.budget
+
+_world_size := _m.hardware.nodes * _m.hardware.gpus_per_node if {
+	lib.is_count(_m.hardware.nodes)
+	lib.is_count(_m.hardware.gpus_per_node)
+}
+
+_centi_hours := lib.centi(_m.budget.max_wall_clock_hours)
+
+_price := lib.micro_usd(input.entitlement.price_per_gpu_hour_usd)
+
+_storage_price := lib.micro_usd(_cfg.storage_price_per_gib_month_usd)
+
+_ceiling := lib.micro_usd(_m.budget.ceiling_usd)
+
+_max_incremental := lib.micro_usd(_m.budget.max_incremental_usd)
+
+# METADATA
+# title: Estimated compute cost (micro-USD)
+# description: W × hours × price per GPU-hour, exact, rounded up to the micro-USD.
+compute_micro_usd := lib.ceil_div((_world_size * _centi_hours) * _price, 100)
+
+_months := max([1, lib.ceil_div(_centi_hours, _cfg.hours_per_month * 100)])
+
+# METADATA
+# title: Estimated checkpoint storage cost (micro-USD)
+# description: ceil(size GiB) × retention × price per GiB-month × months of the run (min 1); 0 without a checkpoint policy.
+storage_micro_usd := ((ceil(_m.checkpoint.size_estimate_gib) * _m.checkpoint.retention) * _storage_price) * _months if {
+	_is_storage_priceable
+}
+
+storage_micro_usd := 0 if not _m.checkpoint
+
+_is_storage_priceable if {
+	is_number(_m.checkpoint.size_estimate_gib)
+	_m.checkpoint.size_estimate_gib >= 0
+	lib.is_count(_m.checkpoint.retention)
+}
+
+# METADATA
+# title: Estimated total cost (micro-USD)
+# description: compute + storage. The confirmation gate requires the confirmed cost to cover it.
+total_micro_usd := compute_micro_usd + storage_micro_usd
+
+# METADATA
+# title: Seconds of the run past the booking term
+# description: max(0, now + hours × 3600 − term.end).
+past_term_seconds := max([0, (input.now + (_centi_hours * 36)) - input.entitlement.term.end]) if {
+	is_number(input.now)
+	is_number(input.entitlement.term.end)
+}
+
+# METADATA
+# title: Estimated incremental cost (micro-USD)
+# description: Compute past the booking term (W × seconds past term / 3600 × price) plus storage.
+incremental_micro_usd := lib.ceil_div((_world_size * past_term_seconds) * _price, 3600) + storage_micro_usd
+
+# METADATA
+# title: Budget estimates
+# description: Numbers for the decision's estimates (integers in micro-USD, strings in USD rounded up to the cent).
+estimates := {k: v | some k, v in _estimates}
+
+_estimates["gpu_hours"] := lib.centi_string(_world_size * _centi_hours)
+
+_estimates["compute_cost_micro_usd"] := compute_micro_usd
+
+_estimates["compute_cost_usd"] := lib.usd(compute_micro_usd)
+
+_estimates["storage_cost_micro_usd"] := storage_micro_usd
+
+_estimates["storage_cost_usd"] := lib.usd(storage_micro_usd)
+
+_estimates["total_cost_micro_usd"] := total_micro_usd
+
+_estimates["total_cost_usd"] := lib.usd(total_micro_usd)
+
+_estimates["incremental_cost_micro_usd"] := incremental_micro_usd
+
+_estimates["incremental_cost_usd"] := lib.usd(incremental_micro_usd)
+
+_estimates["past_term_seconds"] := past_term_seconds
+
+# METADATA
+# title: Budget amount malformed
+# description: budget.ceiling_usd and budget.max_incremental_usd must be plain decimal USD strings (at most 6 decimals).
+# custom:
+#   code: BUDGET_MONEY_MALFORMED
+#   gate: budget
+#   fix: Write money as a decimal string such as "1234.56" (no sign, exponent, separators or currency symbol).
+deny contains v if {
+	some field in ["ceiling_usd", "max_incremental_usd"]
+	not lib.micro_usd(lib.value_at(input, ["manifest", "budget", field], null))
+	v := lib.violation(rego.metadata.rule(), sprintf("budget.%s is not a plain decimal USD string", [field]))
+}
+
+# METADATA
+# title: Wall-clock hours malformed
+# description: budget.max_wall_clock_hours must be a positive number with at most 2 decimals.
+# custom:
+#   code: BUDGET_HOURS_MALFORMED
+#   gate: budget
+#   fix: Give max_wall_clock_hours with at most two decimals, e.g. 6 or 12.25.
+deny contains v if {
+	not _has_hours
+	v := lib.violation(rego.metadata.rule(), "budget.max_wall_clock_hours is not a positive number with at most 2 decimals")
+}
+
+_has_hours if _centi_hours > 0
+
+# METADATA
+# title: Cost cannot be estimated
+# description: >-
+#   The total cost could not be computed (bad hardware, hours, price or
+#   checkpoint figures); a run whose cost is unknown is not admitted.
+# custom:
+#   code: BUDGET_ESTIMATE_UNAVAILABLE
+#   gate: budget
+#   fix: Fix the budget, hardware and checkpoint fields named by the other violations.
+deny contains v if {
+	some name in _missing_estimates
+	v := lib.violation(rego.metadata.rule(), sprintf("the run's %s cost could not be estimated from the manifest and booking", [name]))
+}
+
+_missing_estimates contains "total" if not total_micro_usd
+
+_missing_estimates contains "incremental" if not incremental_micro_usd
+
+# METADATA
+# title: Estimated cost above the ceiling
+# description: The estimated total cost (compute + storage) must not exceed budget.ceiling_usd.
+# custom:
+#   code: BUDGET_CEILING_EXCEEDED
+#   gate: budget
+deny contains v if {
+	total_micro_usd > _ceiling
+	v := lib.violation_fix(
+		rego.metadata.rule(),
+		sprintf("the run is estimated at %s USD (compute %s + storage %s), above the ceiling of %s USD", [
+			lib.usd(total_micro_usd), lib.usd(compute_micro_usd), lib.usd(storage_micro_usd), lib.usd(_ceiling),
+		]),
+		sprintf("raise budget.ceiling_usd to at least %s, or lower max_wall_clock_hours (%s GPU-hours at %s USD)", [
+			lib.usd(total_micro_usd), lib.centi_string(_world_size * _centi_hours), lib.usd(_price),
+		]),
+	)
+}
+
+# METADATA
+# title: Incremental cost above the limit
+# description: >-
+#   Spend beyond what the booking covers (compute past the term end plus
+#   checkpoint storage) must not exceed budget.max_incremental_usd.
+# custom:
+#   code: BUDGET_INCREMENTAL_EXCEEDED
+#   gate: budget
+deny contains v if {
+	incremental_micro_usd > _max_incremental
+	v := lib.violation_fix(
+		rego.metadata.rule(),
+		sprintf("the run adds an estimated %s USD beyond the booking (%d s past the term end, storage %s), above the limit of %s USD", [
+			lib.usd(incremental_micro_usd), past_term_seconds, lib.usd(storage_micro_usd), lib.usd(_max_incremental),
+		]),
+		sprintf("raise budget.max_incremental_usd to at least %s, or shorten the run so it ends by the term end", [
+			lib.usd(incremental_micro_usd),
+		]),
+	)
+}
+
+# METADATA
+# title: Run may outlast the booking
+# description: The run's wall-clock limit reaches past the booking term end.
+# custom:
+#   code: BUDGET_RUN_PAST_TERM
+#   gate: budget
+#   level: warn
+#   fix: Lower max_wall_clock_hours or extend the booking.
+warn contains v if {
+	past_term_seconds > 0
+	v := lib.violation(rego.metadata.rule(), sprintf("at its wall-clock limit the run ends %d s after the booking term", [past_term_seconds]))
+}

@@ -1,0 +1,234 @@
+# METADATA
+# title: Confirmation gate
+# description: >-
+#   A human-confirmed, single-use confirmation token (verified in Go) must be
+#   verified, unconsumed, short-lived, unexpired, and scoped to exactly this
+#   action, account, booking and manifest (train.create) or run (cancel,
+#   cleanup, release); for train.create it must cover the estimated cost.
+#   A cleanup never releases the booking: that needs a booking.release
+#   confirmation of its own.
+package ito.confirmation
+
+import data.ito.budget
+import data.ito.lib
+
+_conf := input.confirmation
+
+_cfg := data.ito.config.confirmation
+
+_now := lib.value_at(input, ["now"], null)
+
+_action := lib.value_at(input, ["request", "action"], null)
+
+# METADATA
+# title: Confirmation not verified
+# description: Go did not establish the confirmation token's signature (defense in depth).
+# custom:
+#   code: CONFIRMATION_UNVERIFIED
+#   gate: confirmation
+#   fix: Have the confirmation authority deposit a signed confirmation and pass its reference.
+deny contains v if {
+	not input.verification.confirmation.verified == true
+	v := lib.violation(rego.metadata.rule(), "the confirmation token's signature was not verified")
+}
+
+# METADATA
+# title: Confirmation already used
+# description: A confirmation is single-use; the ledger says this one was consumed by an earlier allow.
+# custom:
+#   code: CONFIRMATION_REPLAYED
+#   gate: confirmation
+#   fix: Obtain a new confirmation; each one authorizes exactly one action.
+deny contains v if {
+	not input.ledger.confirmation_consumed == false
+	v := lib.violation(rego.metadata.rule(), "the confirmation was already consumed by an earlier admission")
+}
+
+# METADATA
+# title: Confirmation for another action
+# description: The confirmation's act must equal the request's action.
+# custom:
+#   code: CONFIRMATION_ACTION_MISMATCH
+#   gate: confirmation
+#   fix: Obtain a confirmation for the action you are requesting.
+deny contains v if {
+	not _is_same_action
+	v := lib.violation(rego.metadata.rule(), sprintf("the confirmation authorizes %v, not %v", [
+		lib.show(lib.value_at(input, ["confirmation", "act"], null)),
+		lib.show(_action),
+	]))
+}
+
+_is_same_action if {
+	is_string(_conf.act)
+	_conf.act == _action
+}
+
+# METADATA
+# title: Confirmation for another account
+# description: The confirmation's subject must be the authenticated caller's account.
+# custom:
+#   code: CONFIRMATION_ACCOUNT_MISMATCH
+#   gate: confirmation
+#   fix: Use a confirmation issued to the caller's account.
+deny contains v if {
+	not _is_same_account
+	v := lib.violation(rego.metadata.rule(), "the confirmation was issued to a different account than the caller")
+}
+
+_is_same_account if {
+	is_string(_conf.sub)
+	_conf.sub != ""
+	_conf.sub == input.caller.account
+}
+
+# METADATA
+# title: Confirmation for another booking
+# description: The confirmation's booking_id must equal the request's booking_id.
+# custom:
+#   code: CONFIRMATION_BOOKING_MISMATCH
+#   gate: confirmation
+#   fix: Use the confirmation issued for the booking named in the request.
+deny contains v if {
+	not _is_same_booking
+	v := lib.violation(rego.metadata.rule(), "the confirmation is for a different booking than the request")
+}
+
+_is_same_booking if {
+	is_string(_conf.booking_id)
+	_conf.booking_id != ""
+	_conf.booking_id == input.request.booking_id
+}
+
+# METADATA
+# title: Confirmation for another manifest
+# description: For train.create, the confirmation's manifest_digest must equal the digest of the submitted manifest bytes.
+# custom:
+#   code: CONFIRMATION_MANIFEST_MISMATCH
+#   gate: confirmation
+#   fix: Get the exact manifest you submit confirmed; any byte change needs a new confirmation.
+deny contains v if {
+	lib.is_train_create
+	not _is_same_manifest
+	v := lib.violation(rego.metadata.rule(), "the confirmation was issued for a different manifest (digest differs)")
+}
+
+_is_same_manifest if {
+	lib.is_digest(input.manifest_digest)
+	_conf.manifest_digest == input.manifest_digest
+}
+
+# METADATA
+# title: Confirmation for another run
+# description: >-
+#   For train.cancel, train.cleanup and booking.release, the confirmation's
+#   run_id must equal request.run_id; cancel and cleanup must name a run.
+# custom:
+#   code: CONFIRMATION_RUN_MISMATCH
+#   gate: confirmation
+#   fix: Use the confirmation issued for the run you are cancelling or cleaning up.
+deny contains v if {
+	not lib.is_train_create
+	some message in _run_problems
+	v := lib.violation(rego.metadata.rule(), message)
+}
+
+_run_problems contains "the confirmation is for a different run than the request" if {
+	not _conf.run_id == input.request.run_id
+}
+
+_run_problems contains sprintf("%v must name the run it acts on (request.run_id is empty)", [lib.show(_action)]) if {
+	_action in {"train.cancel", "train.cleanup"}
+	not _has_run_id
+}
+
+_has_run_id if {
+	is_string(input.request.run_id)
+	input.request.run_id != ""
+}
+
+# METADATA
+# title: Cleanup would release the booking
+# description: A train.cleanup that asks to release the booking is refused; releasing needs a booking.release confirmation.
+# custom:
+#   code: CLEANUP_RELEASE_NOT_CONFIRMED
+#   gate: confirmation
+#   fix: Clean up without releases_booking, then release the booking with its own booking.release confirmation.
+deny contains v if {
+	_action == "train.cleanup"
+	not input.request.releases_booking == false
+	v := lib.violation(rego.metadata.rule(), "a cleanup cannot release the booking; that needs a booking.release confirmation")
+}
+
+# METADATA
+# title: Confirmation lives too long
+# description: The confirmation's lifetime exp - iat must not exceed max_lifetime_seconds (bundle data).
+# custom:
+#   code: CONFIRMATION_LIFETIME_TOO_LONG
+#   gate: confirmation
+#   fix: Have the confirmation authority issue confirmations with a shorter lifetime.
+deny contains v if {
+	not _is_short_lived
+	v := lib.violation(rego.metadata.rule(), sprintf("the confirmation's lifetime (exp %v - iat %v) exceeds %v seconds", [
+		lib.show(lib.value_at(input, ["confirmation", "exp"], null)),
+		lib.show(lib.value_at(input, ["confirmation", "iat"], null)),
+		_cfg.max_lifetime_seconds,
+	]))
+}
+
+_is_short_lived if {
+	is_number(_conf.iat)
+	is_number(_conf.exp)
+	_conf.exp - _conf.iat <= _cfg.max_lifetime_seconds
+}
+
+# METADATA
+# title: Confirmation expired
+# description: The confirmation's exp must be after now.
+# custom:
+#   code: CONFIRMATION_EXPIRED
+#   gate: confirmation
+#   fix: Obtain a new confirmation and submit before it expires.
+deny contains v if {
+	not _is_unexpired
+	v := lib.violation(rego.metadata.rule(), sprintf("the confirmation expired (exp %v, now %v)", [
+		lib.show(lib.value_at(input, ["confirmation", "exp"], null)),
+		lib.show(_now),
+	]))
+}
+
+_is_unexpired if {
+	is_number(_conf.exp)
+	_conf.exp > _now
+}
+
+# METADATA
+# title: Confirmed cost malformed
+# description: cost_usd must be a plain decimal USD string (at most 6 decimals).
+# custom:
+#   code: CONFIRMATION_COST_MALFORMED
+#   gate: confirmation
+#   fix: The confirmation authority must issue cost_usd as a decimal string such as "1000.00".
+deny contains v if {
+	not _has_cost
+	v := lib.violation(rego.metadata.rule(), "the confirmation's cost_usd is not a plain decimal USD string")
+}
+
+_has_cost if lib.micro_usd(_conf.cost_usd)
+
+# METADATA
+# title: Confirmed cost below the estimate
+# description: For train.create, the confirmed cost_usd must be at least the budget gate's estimated total cost.
+# custom:
+#   code: CONFIRMATION_COST_BELOW_ESTIMATE
+#   gate: confirmation
+#   fix: Get a confirmation for at least the estimated cost, or shrink the run (hours, GPUs, checkpoints).
+deny contains v if {
+	lib.is_train_create
+	confirmed := lib.micro_usd(_conf.cost_usd)
+	confirmed < budget.total_micro_usd
+	v := lib.violation(rego.metadata.rule(), sprintf("the confirmation covers %s USD but the run is estimated at %s USD", [
+		_conf.cost_usd,
+		lib.usd(budget.total_micro_usd),
+	]))
+}

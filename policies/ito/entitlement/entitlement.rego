@@ -1,0 +1,240 @@
+# METADATA
+# title: Entitlement gate
+# description: >-
+#   The booking entitlement (a token from the canonical backend, verified in Go)
+#   must be verified, completed, training-eligible, fresh, unexpired, inside its
+#   term, and for the caller's account and booking. For train.create the
+#   booked topology, region and fabric must match the manifest's hardware.
+#   Every check is written so that a missing or ill-typed claim denies.
+package ito.entitlement
+
+import data.ito.lib
+
+_ent := input.entitlement
+
+_cfg := data.ito.config.entitlement
+
+_hw := input.manifest.hardware
+
+_now := lib.value_at(input, ["now"], null)
+
+# METADATA
+# title: Entitlement not verified
+# description: Go did not establish the entitlement token's signature (defense in depth).
+# custom:
+#   code: ENTITLEMENT_UNVERIFIED
+#   gate: entitlement
+#   fix: Present an entitlement token signed by the canonical backend's entitlement key.
+deny contains v if {
+	not input.verification.entitlement.verified == true
+	v := lib.violation(rego.metadata.rule(), "the entitlement token's signature was not verified")
+}
+
+# METADATA
+# title: Booking not completed
+# description: The booking must be in state "completed" (not expired, revoked, released or incomplete).
+# custom:
+#   code: ENTITLEMENT_BOOKING_NOT_COMPLETED
+#   gate: entitlement
+#   fix: Complete the booking first; an expired, revoked, released or incomplete booking cannot host runs.
+deny contains v if {
+	not _ent.booking_state == "completed"
+	state := lib.value_at(input, ["entitlement", "booking_state"], null)
+	v := lib.violation(rego.metadata.rule(), sprintf("booking %v is in state %v, not \"completed\"", [
+		lib.show(lib.value_at(input, ["entitlement", "booking_id"], null)),
+		lib.show(state),
+	]))
+}
+
+# METADATA
+# title: Booking not training-eligible
+# description: The entitlement's training_eligible claim must be true.
+# custom:
+#   code: ENTITLEMENT_NOT_TRAINING_ELIGIBLE
+#   gate: entitlement
+#   fix: Book capacity that is eligible for training, or ask the desk to enable training on this booking.
+deny contains v if {
+	not _ent.training_eligible == true
+	v := lib.violation(rego.metadata.rule(), "the booking is not eligible for training (training_eligible is not true)")
+}
+
+# METADATA
+# title: Entitlement stale
+# description: The entitlement must be fresh, now - iat <= max_age_seconds (bundle data), and not issued in the future.
+# custom:
+#   code: ENTITLEMENT_STALE
+#   gate: entitlement
+#   fix: Fetch a fresh entitlement token from the canonical backend and retry.
+deny contains v if {
+	not _is_fresh
+	v := lib.violation(rego.metadata.rule(), sprintf(
+		"the entitlement was issued at %v, which is not within %v seconds before now (%v)",
+		[lib.show(lib.value_at(input, ["entitlement", "iat"], null)), _cfg.max_age_seconds, lib.show(_now)],
+	))
+}
+
+_is_fresh if {
+	is_number(_ent.iat)
+	input.now - _ent.iat <= _cfg.max_age_seconds
+	_ent.iat - input.now <= _cfg.clock_skew_seconds
+}
+
+# METADATA
+# title: Entitlement expired
+# description: The entitlement's exp must be after now.
+# custom:
+#   code: ENTITLEMENT_EXPIRED
+#   gate: entitlement
+#   fix: Fetch a fresh entitlement token from the canonical backend and retry.
+deny contains v if {
+	not _is_unexpired
+	v := lib.violation(rego.metadata.rule(), sprintf("the entitlement expired (exp %v, now %v)", [
+		lib.show(lib.value_at(input, ["entitlement", "exp"], null)),
+		lib.show(_now),
+	]))
+}
+
+_is_unexpired if {
+	is_number(_ent.exp)
+	_ent.exp > input.now
+}
+
+# METADATA
+# title: Entitlement for another booking
+# description: The entitlement's booking_id must equal the request's booking_id.
+# custom:
+#   code: ENTITLEMENT_BOOKING_MISMATCH
+#   gate: entitlement
+#   fix: Use the entitlement issued for the booking named in the request.
+deny contains v if {
+	not _is_same_booking
+	v := lib.violation(rego.metadata.rule(), "the entitlement is for a different booking than the request")
+}
+
+_is_same_booking if {
+	is_string(_ent.booking_id)
+	_ent.booking_id != ""
+	_ent.booking_id == input.request.booking_id
+}
+
+# METADATA
+# title: Entitlement for another account
+# description: The entitlement's subject must be the authenticated caller's account.
+# custom:
+#   code: ENTITLEMENT_ACCOUNT_MISMATCH
+#   gate: entitlement
+#   fix: Call with an identity of the account that holds the booking.
+deny contains v if {
+	not _is_same_account
+	v := lib.violation(rego.metadata.rule(), "the entitlement belongs to a different account than the caller")
+}
+
+_is_same_account if {
+	is_string(_ent.sub)
+	_ent.sub != ""
+	_ent.sub == input.caller.account
+}
+
+# METADATA
+# title: Outside the booking term
+# description: Now must lie within the booking term, term.start <= now < term.end.
+# custom:
+#   code: ENTITLEMENT_OUTSIDE_TERM
+#   gate: entitlement
+#   fix: Submit the run while the booking term is running.
+deny contains v if {
+	not _is_within_term
+	v := lib.violation(rego.metadata.rule(), sprintf("now (%v) is outside the booking term [%v, %v)", [
+		lib.show(_now),
+		lib.show(lib.value_at(input, ["entitlement", "term", "start"], null)),
+		lib.show(lib.value_at(input, ["entitlement", "term", "end"], null)),
+	]))
+}
+
+_is_within_term if {
+	is_number(_ent.term.start)
+	is_number(_ent.term.end)
+	_ent.term.start <= input.now
+	input.now < _ent.term.end
+}
+
+# METADATA
+# title: Booking price malformed
+# description: price_per_gpu_hour_usd must be a plain decimal USD string (at most 6 decimals).
+# custom:
+#   code: ENTITLEMENT_PRICE_MALFORMED
+#   gate: entitlement
+#   fix: The canonical backend must issue price_per_gpu_hour_usd as a decimal string such as "2.49".
+deny contains v if {
+	not _has_price
+	v := lib.violation(rego.metadata.rule(), "price_per_gpu_hour_usd is not a plain decimal USD string")
+}
+
+_has_price if lib.micro_usd(_ent.price_per_gpu_hour_usd)
+
+# METADATA
+# title: Booked topology differs from the manifest
+# description: For train.create, the booked gpu type, nodes and gpus per node must equal the manifest's hardware.
+# custom:
+#   code: ENTITLEMENT_TOPOLOGY_MISMATCH
+#   gate: entitlement
+#   fix: Set hardware.gpu_type, nodes and gpus_per_node to what the booking provides.
+deny contains v if {
+	lib.is_train_create
+	some field in ["type", "nodes", "gpus_per_node"]
+	not _topology_field_matches(field)
+	v := lib.violation(rego.metadata.rule(), sprintf("manifest hardware %v is %v but the booking has %v", [
+		_manifest_field[field],
+		lib.show(lib.value_at(input, ["manifest", "hardware", _manifest_field[field]], null)),
+		lib.show(lib.value_at(input, ["entitlement", "gpu", field], null)),
+	]))
+}
+
+_manifest_field := {"type": "gpu_type", "nodes": "nodes", "gpus_per_node": "gpus_per_node"}
+
+_topology_field_matches(field) if {
+	booked := _ent.gpu[field]
+	booked == _hw[_manifest_field[field]]
+}
+
+# METADATA
+# title: Booked region differs from the manifest
+# description: For train.create, the booking's region must equal hardware.region.
+# custom:
+#   code: ENTITLEMENT_REGION_MISMATCH
+#   gate: entitlement
+#   fix: Set hardware.region to the booking's region, or book capacity in the region you need.
+deny contains v if {
+	lib.is_train_create
+	not _is_same_region
+	v := lib.violation(rego.metadata.rule(), sprintf("manifest region %v differs from the booking's region %v", [
+		lib.show(lib.value_at(input, ["manifest", "hardware", "region"], null)),
+		lib.show(lib.value_at(input, ["entitlement", "region"], null)),
+	]))
+}
+
+_is_same_region if {
+	is_string(_ent.region)
+	_ent.region == _hw.region
+}
+
+# METADATA
+# title: Booked fabric differs from the manifest
+# description: For train.create, the booking's fabric type must equal hardware.fabric.
+# custom:
+#   code: ENTITLEMENT_FABRIC_MISMATCH
+#   gate: entitlement
+#   fix: Set hardware.fabric to the booking's fabric type.
+deny contains v if {
+	lib.is_train_create
+	not _is_same_fabric
+	v := lib.violation(rego.metadata.rule(), sprintf("manifest fabric %v differs from the booking's fabric %v", [
+		lib.show(lib.value_at(input, ["manifest", "hardware", "fabric"], null)),
+		lib.show(lib.value_at(input, ["entitlement", "fabric", "type"], null)),
+	]))
+}
+
+_is_same_fabric if {
+	is_string(_ent.fabric.type)
+	_ent.fabric.type == _hw.fabric
+}

@@ -1,0 +1,157 @@
+# METADATA
+# title: Shared helpers
+# description: >-
+#   Helpers every gate uses: building coded violations from rule METADATA,
+#   exact decimal parsing (money as integer micro-USD, hours as integer
+#   centi-hours) and formatting. Pure functions; nothing here reads the clock.
+package ito.lib
+
+# METADATA
+# title: Known actions
+# description: The request actions the admission contract defines (docs/policy-input.md).
+actions := {"train.create", "train.cancel", "train.cleanup", "booking.release"}
+
+# METADATA
+# title: Is a train.create request
+# description: True when the request creates a training run (the only action that carries a manifest).
+is_train_create if input.request.action == "train.create"
+
+# METADATA
+# title: Violation from rule metadata
+# description: >-
+#   Builds {code, gate, message[, fix]} from the calling rule's METADATA
+#   (rego.metadata.rule()), so a code is written in exactly one place.
+#   The fix is custom.fix when the METADATA has one.
+violation(meta, message) := object.union(
+	{"code": meta.custom.code, "gate": meta.custom.gate, "message": message},
+	_fix_of(meta.custom),
+)
+
+# METADATA
+# title: Violation with a computed fix
+# description: Like violation, with a fix computed by the rule (overrides custom.fix).
+violation_fix(meta, message, fix) := {"code": meta.custom.code, "gate": meta.custom.gate, "message": message, "fix": fix}
+
+# (`not f(x.y)` is not true when x.y is undefined: OPA moves the ref out of the negation)
+_fix_of(custom) := {"fix": custom.fix} if is_string(object.get(custom, "fix", null))
+
+_fix_of(custom) := {} if not is_string(object.get(custom, "fix", null))
+
+# METADATA
+# title: Decimal string to scaled integer
+# description: >-
+#   Parses a plain non-negative decimal string with at most `places`
+#   fractional digits (1..6) into the exact integer value × 10^places:
+#   scaled("2.49", 6) == 2490000. No sign, exponent, spaces or leading zeros;
+#   at most 12 integer digits. Undefined when malformed.
+scaled(s, places) := n if {
+	is_string(s)
+	places >= 1
+	places <= 6
+	regex.match(sprintf(`^(0|[1-9][0-9]{0,11})(\.[0-9]{1,%d})?$`, [places]), s)
+	parts := split(s, ".")
+	unit := to_number(concat("", ["1", substring("000000", 0, places)]))
+	n := (to_number(parts[0]) * unit) + _fraction(parts, places, unit)
+}
+
+_fraction(parts, _, _) := 0 if count(parts) == 1
+
+_fraction(parts, places, unit) := to_number(concat("", ["1", substring(concat("", [parts[1], "000000"]), 0, places)])) - unit if {
+	count(parts) == 2
+}
+
+# METADATA
+# title: USD string to micro-USD
+# description: Exact integer micro-USD of a decimal USD string ("2.49" -> 2490000); undefined when malformed.
+micro_usd(s) := scaled(s, 6)
+
+# METADATA
+# title: Number to centi-units
+# description: >-
+#   Exact integer hundredths of a JSON number with at most 2 decimals
+#   (6.5 -> 650); undefined for anything else (strings, 1e3, 0.125). Uses the
+#   number's decimal text, so no float is ever multiplied.
+centi(x) := scaled(sprintf("%v", [x]), 2) if is_number(x)
+
+# METADATA
+# title: Ceiling division
+# description: ceil(a / b) for integers a >= 0, b > 0, computed exactly.
+ceil_div(a, b) := (((a + b) - 1) - (((a + b) - 1) % b)) / b
+
+# METADATA
+# title: Micro-USD to USD string, rounded up to the cent
+# description: 1234567 micro-USD -> "1.24". Rounds up, never down.
+usd(micro) := sprintf("%d.%02d", [(cents - (cents % 100)) / 100, cents % 100]) if {
+	cents := ceil_div(micro, 10000)
+}
+
+# METADATA
+# title: Centi-units to decimal string
+# description: 650 -> "6.50".
+centi_string(c) := sprintf("%d.%02d", [(c - (c % 100)) / 100, c % 100])
+
+# METADATA
+# title: Round to 2 decimals
+# description: For estimates (memory, ratios) only; never for money.
+round2(x) := round(x * 100) / 100
+
+# METADATA
+# title: Value at a path, or a default
+# description: object.get over a path that also tolerates non-object intermediate values.
+value_at(doc, path, default_value) := object.get(doc, path, default_value) if is_object(doc)
+
+value_at(doc, _, default_value) := default_value if not is_object(doc)
+
+# METADATA
+# title: Is a SHA-256 digest
+# description: True for "sha256:" followed by 64 lowercase hex digits.
+is_digest(s) if regex.match(`^sha256:[0-9a-f]{64}$`, s)
+
+# METADATA
+# title: Is a positive integer
+# description: A JSON number that is a whole number >= 1.
+is_count(x) if {
+	is_number(x)
+	x >= 1
+	x == floor(x)
+}
+
+# METADATA
+# title: Safe display of a fact
+# description: >-
+#   JSON text of a value for a message: numbers, booleans and null as is;
+#   strings only when short, plain (letters, digits, . _ : / + - and spaces) and free of
+#   anything credential-shaped; otherwise "(withheld)". Messages never echo secrets.
+show(x) := json.marshal(x) if _is_showable(x)
+
+show(x) := "(withheld)" if not _is_showable(x)
+
+_is_showable(x) if is_number(x)
+
+_is_showable(x) if is_boolean(x)
+
+_is_showable(x) if is_null(x)
+
+_is_showable(x) if {
+	is_string(x)
+	regex.match(`^[A-Za-z0-9 ._:/+-]{0,64}$`, x)
+	not is_credential_like(x)
+}
+
+# METADATA
+# title: Looks like a credential
+# description: >-
+#   True when a string matches any credential pattern of
+#   data.ito.config.data.credentials.value_patterns (every regex of a pattern's `all` list).
+is_credential_like(s) if count(credential_kinds(s)) > 0
+
+# METADATA
+# title: Credential kinds in a string
+# description: The set of credential pattern kinds a string matches (names only, never the match).
+credential_kinds(s) := {p.kind |
+	is_string(s)
+	some p in data.ito.config.data.credentials.value_patterns
+	every re in p.all {
+		regex.match(re, s)
+	}
+}

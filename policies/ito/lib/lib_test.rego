@@ -1,0 +1,121 @@
+package ito.lib_test
+
+import data.ito.lib
+
+test_micro_usd[name] if {
+	some name, tc in {
+		"whole": {"in": "1000", "want": 1000000000},
+		"cents": {"in": "2.49", "want": 2490000},
+		"one decimal": {"in": "2.5", "want": 2500000},
+		"six decimals": {"in": "0.000001", "want": 1},
+		"zero": {"in": "0", "want": 0},
+		"zero cents": {"in": "0.00", "want": 0},
+		"leading zero fraction": {"in": "0.05", "want": 50000},
+		"large": {"in": "999999999999.999999", "want": 999999999999999999},
+	}
+	lib.micro_usd(tc.in) == tc.want
+}
+
+test_micro_usd_malformed[name] if {
+	some name, s in {
+		"seven decimals": "2.4900001",
+		"negative": "-1.00",
+		"plus": "+1.00",
+		"exponent": "1e3",
+		"comma": "2,49",
+		"thousands": "1,000.00",
+		"currency": "$10",
+		"space": " 10",
+		"leading zero": "010.00",
+		"trailing dot": "10.",
+		"leading dot": ".5",
+		"empty": "",
+		"thirteen digits": "1000000000000",
+		"number": 2.49,
+		"null": null,
+	}
+	not lib.micro_usd(s)
+}
+
+# 3 × 16 h × 2.49 is 119.52 exactly; OPA's float arithmetic gives 119.520000000000000004
+test_money_is_exact if {
+	(3 * 1600) * lib.micro_usd("2.49") == 11952000000
+	lib.usd(lib.ceil_div((3 * 1600) * lib.micro_usd("2.49"), 100)) == "119.52"
+}
+
+test_centi[name] if {
+	some name, tc in {
+		"integer": {"in": 6, "want": 600},
+		"one decimal": {"in": 6.5, "want": 650},
+		"two decimals": {"in": 12.25, "want": 1225},
+		"small": {"in": 0.01, "want": 1},
+	}
+	lib.centi(tc.in) == tc.want
+}
+
+test_centi_malformed[name] if {
+	some name, x in {"three decimals": 6.125, "string": "6", "negative": -1, "exponent": 1e21, "null": null}
+	not lib.centi(x)
+}
+
+test_usd_rounds_up[name] if {
+	some name, tc in {
+		"exact": {"in": 956160000, "want": "956.16"},
+		"one micro over": {"in": 956160001, "want": "956.17"},
+		"one micro": {"in": 1, "want": "0.01"},
+		"zero": {"in": 0, "want": "0.00"},
+		"large": {"in": 123456789012345678, "want": "123456789012.35"},
+	}
+	lib.usd(tc.in) == tc.want
+}
+
+test_ceil_div[name] if {
+	some name, tc in {
+		"exact": {"a": 10, "b": 5, "want": 2},
+		"round up": {"a": 11, "b": 5, "want": 3},
+		"zero": {"a": 0, "b": 7, "want": 0},
+	}
+	lib.ceil_div(tc.a, tc.b) == tc.want
+}
+
+test_show[name] if {
+	some name, tc in {
+		"string": {"in": "us-east-1", "want": `"us-east-1"`},
+		"number": {"in": 8, "want": "8"},
+		"null": {"in": null, "want": "null"},
+		"bool": {"in": true, "want": "true"},
+		"aws key": {"in": "AKIAIOSFODNN7EXAMPLE", "want": "(withheld)"},
+		"long": {"in": concat("", ["x" | some _ in numbers.range(1, 65)]), "want": "(withheld)"},
+		"url with userinfo": {"in": "https://u:p@h/", "want": "(withheld)"},
+		"object": {"in": {"a": 1}, "want": "(withheld)"},
+	}
+	lib.show(tc.in) == tc.want
+}
+
+test_violation_fix_from_metadata if {
+	lib.violation({"custom": {"code": "X", "gate": "g", "fix": "f"}}, "m") == {"code": "X", "gate": "g", "message": "m", "fix": "f"}
+	lib.violation({"custom": {"code": "X", "gate": "g"}}, "m") == {"code": "X", "gate": "g", "message": "m"}
+}
+
+test_value_at[name] if {
+	some name, tc in {
+		"nested": {"doc": {"a": {"b": 1}}, "path": ["a", "b"], "want": 1},
+		"missing": {"doc": {"a": {}}, "path": ["a", "b"], "want": "default"},
+		"not an object": {"doc": "a string", "path": ["a"], "want": "default"},
+	}
+	lib.value_at(tc.doc, tc.path, "default") == tc.want
+}
+
+test_is_count[name] if {
+	some name, tc in {
+		"one": {"in": 1, "want": true},
+		"zero": {"in": 0, "want": false},
+		"fraction": {"in": 1.5, "want": false},
+		"string": {"in": "1", "want": false},
+	}
+	_is_count(tc.in) == tc.want
+}
+
+_is_count(x) if lib.is_count(x)
+
+else := false

@@ -1,0 +1,252 @@
+# METADATA
+# title: Manifest gate
+# description: >-
+#   For train.create: the manifest signature is verified, the digest and
+#   schema are what the contract says, the model revision is pinned, a
+#   checkpoint policy exists, post-training runs SFT -> DPO -> RLVR, and every
+#   field the other gates compute with is present and well typed. The last
+#   check is what keeps the other gates fail-closed: their rules assume the
+#   shapes checked here.
+package ito.manifest
+
+import data.ito.lib
+
+_m := input.manifest
+
+# METADATA
+# title: Manifest signature not verified
+# description: Go did not establish the manifest's detached signature (defense in depth).
+# custom:
+#   code: MANIFEST_SIGNATURE_UNVERIFIED
+#   gate: manifest
+#   fix: Sign the exact manifest bytes with a pinned reviewer key or identity (cosign sign-blob) and send the signature.
+deny contains v if {
+	not input.verification.manifest_signature.verified == true
+	v := lib.violation(rego.metadata.rule(), "the manifest's signature was not verified")
+}
+
+# METADATA
+# title: Manifest digest malformed
+# description: input.manifest_digest must be sha256:<64 lowercase hex> for train.create.
+# custom:
+#   code: MANIFEST_DIGEST_INVALID
+#   gate: manifest
+#   fix: Submit the manifest bytes; the server computes the digest (a client bug if this appears).
+deny contains v if {
+	not _has_digest
+	v := lib.violation(rego.metadata.rule(), "the manifest digest is missing or not sha256:<64 hex>")
+}
+
+_has_digest if lib.is_digest(input.manifest_digest)
+
+# METADATA
+# title: Unsupported manifest schema
+# description: The manifest's schema field must be "ito.training/v1".
+# custom:
+#   code: MANIFEST_SCHEMA_UNSUPPORTED
+#   gate: manifest
+#   fix: Write the manifest against schema "ito.training/v1" (policies/schemas/manifest.v1.json).
+deny contains v if {
+	not _m.schema == "ito.training/v1"
+	v := lib.violation(rego.metadata.rule(), sprintf("manifest schema %s is not \"ito.training/v1\"", [
+		lib.show(lib.value_at(input, ["manifest", "schema"], null)),
+	]))
+}
+
+# METADATA
+# title: Manifest field missing or ill-typed
+# description: >-
+#   A field the gates compute with is missing or has the wrong type or range
+#   (JSON Schema validation in Go should have refused it first; this keeps
+#   policy fail-closed on its own).
+# custom:
+#   code: MANIFEST_FIELD_INVALID
+#   gate: manifest
+#   fix: Make the manifest valid against policies/schemas/manifest.v1.json.
+deny contains v if {
+	some field in _fields
+	not _is_field_ok(field)
+	v := lib.violation(rego.metadata.rule(), sprintf("manifest field /%s is %s", [
+		concat("/", field.path),
+		_expectation[field.kind],
+	]))
+}
+
+_expectation := {
+	"count": "missing or not a positive integer",
+	"optional_count": "not a positive integer",
+	"string": "missing or not a non-empty string",
+	"zero_stage": "not an integer from 0 to 3",
+	"positive_number": "not a positive number",
+	"precision": "missing or not one of fp32, fp16, bf16, fp8, mxfp8, nvfp4",
+	"checkpointing": "not one of none, selective, full",
+	"datasets": "missing or not a non-empty array of objects",
+	"array": "not an array",
+}
+
+_fields := (_required_fields | _optional_fields) | {
+	{"path": ["hardware", "gpu_type"], "kind": "string"},
+	{"path": ["hardware", "fabric"], "kind": "string"},
+	{"path": ["hardware", "region"], "kind": "string"},
+	{"path": ["parallelism", "precision"], "kind": "precision"},
+	{"path": ["parallelism", "zero_stage"], "kind": "zero_stage"},
+	{"path": ["parallelism", "bytes_per_param"], "kind": "positive_number"},
+	{"path": ["parallelism", "activation_checkpointing"], "kind": "checkpointing"},
+	{"path": ["data"], "kind": "datasets"},
+	{"path": ["post_training"], "kind": "array"},
+}
+
+_required_fields := {{"path": path, "kind": "count"} | some path in _required_counts}
+
+_optional_fields := {{"path": path, "kind": "optional_count"} | some path in _optional_counts}
+
+_required_counts := [
+	["model", "parameters"],
+	["model", "layers"],
+	["model", "hidden_size"],
+	["model", "attention_heads"],
+	["model", "kv_heads"],
+	["model", "vocab_size"],
+	["objective", "sequence_length"],
+	["objective", "global_batch_size"],
+	["objective", "micro_batch_size"],
+	["hardware", "nodes"],
+	["hardware", "gpus_per_node"],
+	["parallelism", "tensor"],
+	["parallelism", "pipeline"],
+]
+
+_optional_counts := [
+	["model", "ffn_hidden_size"],
+	["model", "moe", "experts"],
+	["model", "moe", "top_k"],
+	["model", "moe", "expert_parameters"],
+	["model", "moe", "active_parameters"],
+	["parallelism", "data"],
+	["parallelism", "context"],
+	["parallelism", "expert"],
+	["parallelism", "virtual_stages"],
+]
+
+_is_field_ok(field) if _is_kind(field.kind, lib.value_at(input, array.concat(["manifest"], field.path), null))
+
+_is_kind("count", x) if lib.is_count(x)
+
+_is_kind("optional_count", x) if lib.is_count(x)
+
+_is_kind("optional_count", null)
+
+_is_kind("string", x) if {
+	is_string(x)
+	x != ""
+}
+
+_is_kind("precision", x) if x in {"fp32", "fp16", "bf16", "fp8", "mxfp8", "nvfp4"}
+
+_is_kind("zero_stage", x) if x in {0, 1, 2, 3}
+
+_is_kind("zero_stage", null)
+
+_is_kind("positive_number", x) if {
+	is_number(x)
+	x > 0
+}
+
+_is_kind("positive_number", null)
+
+_is_kind("checkpointing", x) if x in {"none", "selective", "full", null}
+
+_is_kind("datasets", x) if {
+	is_array(x)
+	count(x) > 0
+	every d in x {
+		is_object(d)
+	}
+}
+
+_is_kind("array", x) if is_array(x)
+
+_is_kind("array", null)
+
+# METADATA
+# title: Model revision not pinned
+# description: model.revision must be a 40-hex commit or sha256:<64 hex>; branches and tags ("main", "v1.0") move.
+# custom:
+#   code: MODEL_REVISION_NOT_PINNED
+#   gate: manifest
+#   fix: Pin model.revision to the 40-hex commit (or sha256 digest) of the weights you mean.
+deny contains v if {
+	not _is_pinned
+	v := lib.violation(rego.metadata.rule(), sprintf("model.revision %s is not a 40-hex commit or sha256:<64 hex>", [
+		lib.show(lib.value_at(input, ["manifest", "model", "revision"], null)),
+	]))
+}
+
+_is_pinned if regex.match(`^([0-9a-f]{40}|sha256:[0-9a-f]{64})$`, _m.model.revision)
+
+# METADATA
+# title: Checkpoint policy missing
+# description: The manifest must declare a checkpoint policy (interval, retention, storage, size estimate).
+# custom:
+#   code: CHECKPOINT_POLICY_MISSING
+#   gate: manifest
+#   fix: Add a checkpoint block with interval_steps, retention, storage_uri and size_estimate_gib.
+deny contains v if {
+	not _has_checkpoint
+	v := lib.violation(rego.metadata.rule(), "the manifest has no checkpoint policy")
+}
+
+_has_checkpoint if is_object(_m.checkpoint)
+
+# METADATA
+# title: Post-training stages out of order
+# description: post_training stages must run in the order SFT -> DPO -> RLVR (each stage's rank non-decreasing).
+# custom:
+#   code: POST_TRAINING_ORDER_INVALID
+#   gate: manifest
+#   fix: Order post_training as sft, then dpo, then rlvr (any of them may be left out).
+deny contains v if {
+	some message in _order_problems
+	v := lib.violation(rego.metadata.rule(), message)
+}
+
+_stage_rank := {"sft": 1, "dpo": 2, "rlvr": 3}
+
+_post_training := p if {
+	p := _m.post_training
+	is_array(p)
+}
+
+_order_problems contains sprintf("post_training[%d] has unknown stage %s", [i, lib.show(stage)]) if {
+	some i, step in _post_training
+	stage := lib.value_at(step, ["stage"], null)
+	not _stage_rank[stage]
+}
+
+_order_problems contains msg if {
+	some i, step in _post_training
+	i > 0
+	_stage_rank[step.stage] < _stage_rank[_post_training[i - 1].stage]
+	msg := sprintf("post_training[%d] (%s) comes after %s; the order is sft -> dpo -> rlvr", [
+		i, step.stage, _post_training[i - 1].stage,
+	])
+}
+
+# METADATA
+# title: No eval gate for the run's stage
+# description: The manifest declares no eval gate for objective.stage.
+# custom:
+#   code: EVAL_GATES_MISSING
+#   gate: manifest
+#   level: warn
+#   fix: Add an eval_gates entry for the run's stage (suite, metric, min or max).
+warn contains v if {
+	stage := _m.objective.stage
+	not _has_eval_gate(stage)
+	v := lib.violation(rego.metadata.rule(), sprintf("no eval gate is declared for stage %s", [lib.show(stage)]))
+}
+
+_has_eval_gate(stage) if {
+	some g in _m.eval_gates
+	g.stage == stage
+}

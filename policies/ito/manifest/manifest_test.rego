@@ -1,0 +1,124 @@
+package ito.manifest_test
+
+import data.ito.manifest
+
+_base := data.ito.testdata.base.input
+
+_set(path, value) := {"op": "add", "path": path, "value": value}
+
+_remove(path) := {"op": "remove", "path": path}
+
+_stages(names) := [{"stage": n} | some n in names]
+
+test_manifest_codes[name] if {
+	some name, tc in _cases
+	inp := json.patch(_base, tc.patch)
+	got := {v.code | some v in manifest.deny with input as inp}
+	warned := {v.code | some v in manifest.warn with input as inp}
+	print(name, "got", got, "warned", warned)
+	got == tc.want
+	warned == object.get(tc, "warn", set())
+}
+
+_cases := {
+	"valid": {"patch": [], "want": set()},
+	"signature unverified": {
+		"patch": [_set("/verification/manifest_signature/verified", false)],
+		"want": {"MANIFEST_SIGNATURE_UNVERIFIED"},
+	},
+	"digest empty": {"patch": [_set("/manifest_digest", "")], "want": {"MANIFEST_DIGEST_INVALID"}},
+	"digest missing": {"patch": [_remove("/manifest_digest")], "want": {"MANIFEST_DIGEST_INVALID"}},
+	"digest upper-case": {
+		"patch": [_set("/manifest_digest", upper(_base.manifest_digest))],
+		"want": {"MANIFEST_DIGEST_INVALID"},
+	},
+	"schema v2": {"patch": [_set("/manifest/schema", "ito.training/v2")], "want": {"MANIFEST_SCHEMA_UNSUPPORTED"}},
+	"revision main": {"patch": [_set("/manifest/model/revision", "main")], "want": {"MODEL_REVISION_NOT_PINNED"}},
+	"revision tag": {"patch": [_set("/manifest/model/revision", "v1.0")], "want": {"MODEL_REVISION_NOT_PINNED"}},
+	"revision short sha": {"patch": [_set("/manifest/model/revision", "8cde5ca")], "want": {"MODEL_REVISION_NOT_PINNED"}},
+	"revision missing": {"patch": [_remove("/manifest/model/revision")], "want": {"MODEL_REVISION_NOT_PINNED"}},
+	"revision sha256": {
+		"patch": [_set("/manifest/model/revision", concat("", ["sha256:", concat("", ["a" | some _ in numbers.range(1, 64)])]))],
+		"want": set(),
+	},
+	"checkpoint missing": {"patch": [_remove("/manifest/checkpoint")], "want": {"CHECKPOINT_POLICY_MISSING"}},
+	"checkpoint null": {"patch": [_set("/manifest/checkpoint", null)], "want": {"CHECKPOINT_POLICY_MISSING"}},
+	"post-training in order": {"patch": [_set("/manifest/post_training", _stages(["sft", "dpo", "rlvr"]))], "want": set()},
+	"post-training skipping dpo": {"patch": [_set("/manifest/post_training", _stages(["sft", "rlvr"]))], "want": set()},
+	"post-training repeating sft": {"patch": [_set("/manifest/post_training", _stages(["sft", "sft", "dpo"]))], "want": set()},
+	"post-training dpo before sft": {
+		"patch": [_set("/manifest/post_training", _stages(["dpo", "sft"]))],
+		"want": {"POST_TRAINING_ORDER_INVALID"},
+	},
+	"post-training rlvr before dpo": {
+		"patch": [_set("/manifest/post_training", _stages(["sft", "rlvr", "dpo"]))],
+		"want": {"POST_TRAINING_ORDER_INVALID"},
+	},
+	"post-training unknown stage": {
+		"patch": [_set("/manifest/post_training", _stages(["ppo"]))],
+		"want": {"POST_TRAINING_ORDER_INVALID"},
+	},
+	"post-training not an array": {
+		"patch": [_set("/manifest/post_training", {"stage": "sft"})],
+		"want": {"MANIFEST_FIELD_INVALID"},
+	},
+	"nodes as a string": {"patch": [_set("/manifest/hardware/nodes", "8")], "want": {"MANIFEST_FIELD_INVALID"}},
+	"zero parameters": {"patch": [_set("/manifest/model/parameters", 0)], "want": {"MANIFEST_FIELD_INVALID"}},
+	"fractional layers": {"patch": [_set("/manifest/model/layers", 32.5)], "want": {"MANIFEST_FIELD_INVALID"}},
+	"tensor missing": {"patch": [_remove("/manifest/parallelism/tensor")], "want": {"MANIFEST_FIELD_INVALID"}},
+	"context zero": {"patch": [_set("/manifest/parallelism/context", 0)], "want": {"MANIFEST_FIELD_INVALID"}},
+	"precision tf32": {"patch": [_set("/manifest/parallelism/precision", "tf32")], "want": {"MANIFEST_FIELD_INVALID"}},
+	"zero stage 4": {"patch": [_set("/manifest/parallelism/zero_stage", 4)], "want": {"MANIFEST_FIELD_INVALID"}},
+	"negative bytes per param": {"patch": [_set("/manifest/parallelism/bytes_per_param", -1)], "want": {"MANIFEST_FIELD_INVALID"}},
+	"checkpointing sometimes": {
+		"patch": [_set("/manifest/parallelism/activation_checkpointing", "sometimes")],
+		"want": {"MANIFEST_FIELD_INVALID"},
+	},
+	"no datasets": {"patch": [_set("/manifest/data", [])], "want": {"MANIFEST_FIELD_INVALID"}},
+	"empty gpu type": {"patch": [_set("/manifest/hardware/gpu_type", "")], "want": {"MANIFEST_FIELD_INVALID"}},
+	"optional fields left out": {
+		"patch": [
+			_remove("/manifest/parallelism/data"), _remove("/manifest/parallelism/zero_stage"),
+			_remove("/manifest/parallelism/context"), _remove("/manifest/parallelism/expert"),
+			_remove("/manifest/parallelism/virtual_stages"), _remove("/manifest/parallelism/activation_checkpointing"),
+			_remove("/manifest/model/ffn_hidden_size"),
+		],
+		"want": set(),
+	},
+	"bytes per param override": {"patch": [_set("/manifest/parallelism/bytes_per_param", 2)], "want": set()},
+	"no eval gates": {"patch": [_remove("/manifest/eval_gates")], "want": set(), "warn": {"EVAL_GATES_MISSING"}},
+	"eval gate for another stage": {
+		"patch": [_set("/manifest/eval_gates/0/stage", "sft")],
+		"want": set(),
+		"warn": {"EVAL_GATES_MISSING"},
+	},
+	"manifest missing": {
+		"patch": [_remove("/manifest")],
+		"want": {
+			"MANIFEST_SCHEMA_UNSUPPORTED", "MANIFEST_FIELD_INVALID", "MODEL_REVISION_NOT_PINNED",
+			"CHECKPOINT_POLICY_MISSING",
+		},
+	},
+}
+
+test_field_messages if {
+	inp := json.patch(_base, [_set("/manifest/hardware/nodes", "8"), _set("/manifest/parallelism/zero_stage", 4)])
+	{v.message | some v in manifest.deny with input as inp} == {
+		"manifest field /hardware/nodes is missing or not a positive integer",
+		"manifest field /parallelism/zero_stage is not an integer from 0 to 3",
+	}
+}
+
+test_order_message if {
+	inp := json.patch(_base, [_set("/manifest/post_training", _stages(["sft", "rlvr", "dpo"]))])
+	[v.message | some v in manifest.deny with input as inp] == [
+		"post_training[2] (dpo) comes after rlvr; the order is sft -> dpo -> rlvr",
+	]
+}
+
+test_revision_message_withholds_secrets if {
+	inp := json.patch(_base, [_set("/manifest/model/revision", "ghp_0123456789abcdefghijABCDEFGHIJ012345")])
+	[v.message | some v in manifest.deny with input as inp] == [
+		"model.revision (withheld) is not a 40-hex commit or sha256:<64 hex>",
+	]
+}

@@ -50,6 +50,7 @@ func TestRego(t *testing.T) {
 	ch, err := tester.NewRunner().
 		SetStore(store).
 		CapturePrintOutput(true).
+		RaiseBuiltinErrors(true). // the server evaluates with rego.StrictBuiltinErrors
 		SetTimeout(time.Minute).
 		Run(context.Background(), modules)
 	if err != nil {

@@ -48,6 +48,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newTokenCmd(stdout),
 		newDemoCmd(stdout, stderr),
 		newCodesCmd(stdout),
+		newEvalCmd(stdout),
 	)
 	return root
 }

@@ -208,7 +208,9 @@ func (s *Service) Admit(ctx context.Context, caller Caller, req Request) Outcome
 	if req.Action == ActionTrainCreate {
 		keyID, err := s.opts.Manifests.Verify(req.Manifest, req.ManifestSignature)
 		if err != nil {
-			return denied(CodeManifestSignature, "the manifest signature does not verify with any pinned signer key")
+			o := denied(CodeManifestSignature, "the manifest signature does not verify with any pinned signer key")
+			o.Cause = err
+			return o
 		}
 		verified["manifest_signature"] = map[string]any{"verified": true, "key_id": keyID}
 		doc, err = manifest.Parse(req.Manifest)
@@ -224,7 +226,7 @@ func (s *Service) Admit(ctx context.Context, caller Caller, req Request) Outcome
 	// Step 6: entitlement.
 	ent, err := s.opts.Entitlement.Verify([]byte(req.EntitlementToken), now)
 	if err != nil {
-		return denied(tokenCode(err), safeTokenMessage("entitlement", err))
+		return tokenDenied(err, "entitlement")
 	}
 	verified["entitlement"] = map[string]any{"verified": true, "key_id": ent.KeyID}
 
@@ -246,7 +248,7 @@ func (s *Service) Admit(ctx context.Context, caller Caller, req Request) Outcome
 	}
 	cc, err := s.opts.Confirmation.Verify(conf.Token, now)
 	if err != nil {
-		return denied(tokenCode(err), safeTokenMessage("confirmation", err))
+		return tokenDenied(err, "confirmation")
 	}
 	verified["confirmation"] = map[string]any{"verified": true, "key_id": cc.KeyID}
 
@@ -433,6 +435,12 @@ func replayed(a ledger.Admission) Outcome {
 func (s *Service) ledgerFault(op string, err error) Outcome {
 	s.opts.Logger.Error("ledger unavailable", "op", op, "err", err)
 	return fail(http.StatusServiceUnavailable, CodeLedgerUnavailable, "the ledger is unavailable; denied, nothing was written")
+}
+
+func tokenDenied(err error, purpose string) Outcome {
+	o := denied(tokenCode(err), safeTokenMessage(purpose, err))
+	o.Cause = err
+	return o
 }
 
 // safeTokenMessage names the purpose and the kind of failure only; the token

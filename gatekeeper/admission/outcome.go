@@ -47,6 +47,9 @@ type Outcome struct {
 	Violations []Finding
 	// Extra is route-specific success data (the deposit's ref).
 	Extra map[string]any
+	// Cause is the verification error behind a deny, for metrics; it is
+	// never rendered.
+	Cause error
 	// Live is true only when itogate itself called a live backend while
 	// answering. It never does today; the field exists in the envelope so
 	// callers can rely on it (see README).

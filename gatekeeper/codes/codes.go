@@ -113,14 +113,29 @@ func FromPolicy(bundle fs.FS) ([]Entry, error) {
 	return dedupe(out), nil
 }
 
-// dedupe keeps the first entry of a code that several rules emit.
+// dedupe keeps one entry per code. A code with a warn and a deny threshold
+// (PP_BUBBLE_TOO_LARGE) has two annotated rules: its level reads "deny, warn"
+// and the deny rule's text is kept.
 func dedupe(es []Entry) []Entry {
 	var out []Entry
-	for i, e := range es {
-		if i > 0 && es[i-1].Code == e.Code {
+	for _, e := range es {
+		n := len(out)
+		if n == 0 || out[n-1].Code != e.Code {
+			out = append(out, e)
 			continue
 		}
-		out = append(out, e)
+		last := &out[n-1]
+		if !strings.Contains(last.Level, e.Level) {
+			levels := []string{last.Level, e.Level}
+			sort.Strings(levels)
+			last.Level = strings.Join(levels, ", ")
+		}
+		if e.Level == "deny" {
+			last.Meaning, last.Fix = e.Meaning, e.Fix
+		}
+		if last.Fix == "" {
+			last.Fix = e.Fix
+		}
 	}
 	return out
 }

@@ -92,6 +92,9 @@ func (r *Runner) mint(k keys.Key, typ string, claims map[string]any, ttl time.Du
 	for key, v := range claims {
 		c[key] = v
 	}
+	if iat, ok := claims["iat"].(int64); ok && claims["exp"] == nil {
+		c["exp"] = iat + int64(ttl/time.Second)
+	}
 	tok, err := token.Mint(k.Private, k.KeyID, k.Algorithm, typ, c)
 	return string(tok), err
 }
@@ -122,21 +125,28 @@ func (r *Runner) LoadManifest(name string) (Manifest, error) {
 	return Manifest{Name: name, Raw: raw, Signature: sig, Doc: doc}, nil
 }
 
-// EntitlementFor mints an entitlement token matching the manifest's hardware,
-// priced at 2.49 USD per GPU-hour, over a 30-day term that started an hour
-// ago. tweak may change claims before signing.
-func (r *Runner) EntitlementFor(m Manifest, tweak func(map[string]any)) (string, error) {
-	hw, _ := m.Doc["hardware"].(map[string]any)
-	now := r.now().Unix()
-	claims := map[string]any{
+// EntitlementClaims are the claims of an entitlement matching the manifest
+// doc's hardware, priced at 2.49 USD per GPU-hour, over a 30-day term that
+// started an hour before now, issued at now for five minutes.
+func EntitlementClaims(doc map[string]any, now time.Time) map[string]any {
+	hw, _ := doc["hardware"].(map[string]any)
+	n := now.Unix()
+	return map[string]any{
 		"iss": trust.DevEntitlementIssuer, "aud": trust.DevAudience, "sub": Account,
+		"iat": n, "exp": n + 300, "jti": randomID("jti_"),
 		"booking_id": Booking, "booking_state": "completed", "training_eligible": true,
 		"gpu":                    map[string]any{"type": hw["gpu_type"], "nodes": hw["nodes"], "gpus_per_node": hw["gpus_per_node"]},
 		"region":                 hw["region"],
 		"fabric":                 map[string]any{"type": hw["fabric"], "gbps_per_gpu": 200},
-		"term":                   map[string]any{"start": now - 3600, "end": now + 30*24*3600},
+		"term":                   map[string]any{"start": n - 3600, "end": n + 30*24*3600},
 		"price_per_gpu_hour_usd": "2.49",
 	}
+}
+
+// EntitlementFor mints an entitlement token with EntitlementClaims; tweak
+// may change claims before signing.
+func (r *Runner) EntitlementFor(m Manifest, tweak func(map[string]any)) (string, error) {
+	claims := EntitlementClaims(m.Doc, r.now())
 	if tweak != nil {
 		tweak(claims)
 	}

@@ -92,6 +92,7 @@ func (m *Metrics) verifyFailure(purpose string, err error) {
 	var ve *verify.Error
 	if errors.As(err, &ve) {
 		kind = ve.Kind.String()
+		purpose = string(ve.Purpose)
 	}
 	m.verifyFail.WithLabelValues(purpose, kind).Inc()
 }

@@ -61,13 +61,12 @@ func New(opts Options) (http.Handler, error) {
 	r.Get("/readyz", s.readyz)
 	r.Method(http.MethodGet, "/metrics", opts.Metrics.Handler())
 	r.Route("/v1", func(r chi.Router) {
-		r.Use(middleware.Timeout(opts.RequestTimeout))
-		r.With(s.limitBody, s.requireJSON, s.authenticate(opts.Callers, admission.CodeCallerUnauthenticated)).
-			Post("/admissions", s.postAdmission)
-		r.With(s.authenticate(opts.Callers, admission.CodeCallerUnauthenticated)).
-			Get("/admissions/{idempotency_key}", s.getAdmission)
-		r.With(s.limitBody, s.requireJSON, s.authenticate(opts.Depositors, admission.CodeDepositorUnauthorized)).
-			Post("/confirmations", s.postConfirmation)
+		r.Use(s.deadline)
+		callers := s.authenticate("caller", opts.Callers, admission.CodeCallerUnauthenticated)
+		depositors := s.authenticate("depositor", opts.Depositors, admission.CodeDepositorUnauthorized)
+		r.With(s.limitBody, s.requireJSON, callers).Post("/admissions", s.postAdmission)
+		r.With(callers).Get("/admissions/{idempotency_key}", s.getAdmission)
+		r.With(s.limitBody, s.requireJSON, depositors).Post("/confirmations", s.postConfirmation)
 	})
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, "ROUTE_NOT_FOUND", "no such route")
@@ -90,7 +89,7 @@ func callerFrom(ctx context.Context) admission.Caller {
 // authenticate verifies the bearer token with the given purpose's verifier.
 // Identity only: the caller's account scopes idempotency keys and must match
 // the tokens, but authorizes nothing by itself.
-func (s *srv) authenticate(v admission.TokenVerifier, code string) func(http.Handler) http.Handler {
+func (s *srv) authenticate(purpose string, v admission.TokenVerifier, code string) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			h := r.Header.Get("Authorization")
@@ -102,7 +101,7 @@ func (s *srv) authenticate(v admission.TokenVerifier, code string) func(http.Han
 			}
 			claims, err := v.Verify([]byte(strings.TrimSpace(h[len(prefix):])), s.opts.Now())
 			if err != nil {
-				s.opts.Metrics.verifyFailure("bearer", err)
+				s.opts.Metrics.verifyFailure(purpose, err)
 				w.Header().Set("WWW-Authenticate", `Bearer realm="itogate", error="invalid_token"`)
 				writeError(w, http.StatusUnauthorized, code, "the bearer token was rejected")
 				return
@@ -115,6 +114,18 @@ func (s *srv) authenticate(v admission.TokenVerifier, code string) func(http.Han
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, c)))
 		})
 	}
+}
+
+// deadline bounds every /v1 request. Unlike chi's Timeout middleware it
+// writes nothing itself: the pipeline sees the expired context and answers
+// with its own coded deny (POLICY_TIMEOUT, LEDGER_UNAVAILABLE), so a timeout
+// never produces a response without an envelope.
+func (s *srv) deadline(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
+		defer cancel()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
 }
 
 func (s *srv) limitBody(next http.Handler) http.Handler {
@@ -184,6 +195,9 @@ func (s *srv) postAdmission(w http.ResponseWriter, r *http.Request) {
 		ConfirmationRef: b.ConfirmationRef, RunID: b.RunID, ReleasesBooking: b.ReleasesBooking,
 	})
 	s.opts.Metrics.decision(out)
+	if out.Cause != nil {
+		s.opts.Metrics.verifyFailure("", out.Cause)
+	}
 	s.logDecision(r, out)
 	writeOutcome(w, out)
 }

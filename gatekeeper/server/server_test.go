@@ -64,7 +64,10 @@ func newHarness(t *testing.T, mutate func(*admission.Options)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	engine, err := policy.New(context.Background(), policy.Options{Bundle: policies.Bundle()})
+	// A generous deadline: these tests assert ledger semantics under the race
+	// detector on two cores, not evaluation latency (policy_test covers the
+	// deadline itself).
+	engine, err := policy.New(context.Background(), policy.Options{Bundle: policies.Bundle(), Deadline: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,6 +124,23 @@ func TestDemoCases(t *testing.T) {
 		}
 	}
 	assertNoSecrets(t, h.logs.String())
+
+	resp, err := http.Get(h.srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`itogate_admission_decisions_total{code="CONFIRMATION_REPLAYED",decision="deny"} 1`,
+		`itogate_admission_decisions_total{code="IDEMPOTENCY_KEY_CONFLICT",decision="deny"} 1`,
+		`itogate_verification_failures_total{kind="signature",purpose="manifest"} 1`,
+		`itogate_http_requests_total{code="401",method="GET",route="/v1/admissions/{idempotency_key}"} 1`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
 }
 
 func post(t *testing.T, h *harness, path, contentType, bearer string, body []byte) (int, map[string]any) {

@@ -136,3 +136,29 @@ test_fixture_cases[name] if {
 	print(name, got)
 	got == {"allow": tc.allow, "violations": tc.codes, "warnings": tc.warnings}
 }
+
+# An ill-typed field (which Go's schema validation refuses first) still gets a
+# coded deny from policy, never a builtin error: the Go test runs these with
+# builtin errors raised, as the server evaluates.
+test_ill_typed_fields_are_coded[name] if {
+	some name, tc in {
+		"nodes as a string": {"path": "/manifest/hardware/nodes", "value": "8", "code": "MANIFEST_FIELD_INVALID"},
+		"tensor as a string": {"path": "/manifest/parallelism/tensor", "value": "1", "code": "MANIFEST_FIELD_INVALID"},
+		"parameters null": {"path": "/manifest/model/parameters", "value": null, "code": "MANIFEST_FIELD_INVALID"},
+		"parallelism a string": {"path": "/manifest/parallelism", "value": "fsdp", "code": "MANIFEST_FIELD_INVALID"},
+		"moe a list": {"path": "/manifest/model/moe", "value": [], "code": "MANIFEST_FIELD_INVALID"},
+		"bytes per param a string": {"path": "/manifest/parallelism/bytes_per_param", "value": "2", "code": "MANIFEST_FIELD_INVALID"},
+		"license a number": {"path": "/manifest/data/0/license", "value": 1, "code": "DATA_LICENSE_NOT_ALLOWED"},
+		"dataset a string": {"path": "/manifest/data/0", "value": "s3://x", "code": "MANIFEST_FIELD_INVALID"},
+		"hours a string": {"path": "/manifest/budget/max_wall_clock_hours", "value": "6", "code": "BUDGET_HOURS_MALFORMED"},
+		"checkpoint size a string": {"path": "/manifest/checkpoint/size_estimate_gib", "value": "1", "code": "BUDGET_ESTIMATE_UNAVAILABLE"},
+		"now a string": {"path": "/now", "value": "x", "code": "ENTITLEMENT_STALE"},
+		"iat a string": {"path": "/entitlement/iat", "value": "x", "code": "ENTITLEMENT_STALE"},
+		"manifest a list": {"path": "/manifest", "value": [], "code": "MANIFEST_FIELD_INVALID"},
+	}
+	d := admission.decision with input as json.patch(_base, [_set(tc.path, tc.value)])
+	d.allow == false
+	tc.code in {v.code | some v in d.violations}
+}
+
+test_fixture_cases_are_loaded if count(data.ito.testdata.fixtures.cases) >= 6

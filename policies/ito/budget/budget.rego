@@ -49,7 +49,9 @@ _months := max([1, lib.ceil_div(_centi_hours, _cfg.hours_per_month * 100)])
 
 # METADATA
 # title: Estimated checkpoint storage cost (micro-USD)
-# description: ceil(size GiB) × retention × price per GiB-month × months of the run (min 1); 0 without a checkpoint policy.
+# description: >-
+#   ceil(size GiB) × retention × price per GiB-month × months of the run
+#   (min 1); 0 without a checkpoint policy.
 storage_micro_usd := ((ceil(_m.checkpoint.size_estimate_gib) * _m.checkpoint.retention) * _storage_price) * _months if {
 	_is_storage_priceable
 }
@@ -127,7 +129,10 @@ deny contains v if {
 #   fix: Give max_wall_clock_hours with at most two decimals, e.g. 6 or 12.25.
 deny contains v if {
 	not _has_hours
-	v := lib.violation(rego.metadata.rule(), "budget.max_wall_clock_hours is not a positive number with at most 2 decimals")
+	v := lib.violation(
+		rego.metadata.rule(),
+		"budget.max_wall_clock_hours is not a positive number with at most 2 decimals",
+	)
 }
 
 _has_hours if _centi_hours > 0
@@ -143,7 +148,10 @@ _has_hours if _centi_hours > 0
 #   fix: Fix the budget, hardware and checkpoint fields named by the other violations.
 deny contains v if {
 	some name in _missing_estimates
-	v := lib.violation(rego.metadata.rule(), sprintf("the run's %s cost could not be estimated from the manifest and booking", [name]))
+	v := lib.violation(
+		rego.metadata.rule(),
+		sprintf("the run's %s cost could not be estimated from the manifest and booking", [name]),
+	)
 }
 
 _missing_estimates contains "total" if not total_micro_usd
@@ -181,9 +189,16 @@ deny contains v if {
 	incremental_micro_usd > _max_incremental
 	v := lib.violation_fix(
 		rego.metadata.rule(),
-		sprintf("the run adds an estimated %s USD beyond the booking (%d s past the term end, storage %s), above the limit of %s USD", [
-			lib.usd(incremental_micro_usd), past_term_seconds, lib.usd(storage_micro_usd), lib.usd(_max_incremental),
-		]),
+		sprintf(
+			concat("", [
+				"the run adds an estimated %s USD beyond the booking",
+				" (%d s past the term end, storage %s), above the limit of %s USD",
+			]),
+			[
+				lib.usd(incremental_micro_usd), past_term_seconds,
+				lib.usd(storage_micro_usd), lib.usd(_max_incremental),
+			],
+		),
 		sprintf("raise budget.max_incremental_usd to at least %s, or shorten the run so it ends by the term end", [
 			lib.usd(incremental_micro_usd),
 		]),
@@ -200,5 +215,8 @@ deny contains v if {
 #   fix: Lower max_wall_clock_hours or extend the booking.
 warn contains v if {
 	past_term_seconds > 0
-	v := lib.violation(rego.metadata.rule(), sprintf("at its wall-clock limit the run ends %d s after the booking term", [past_term_seconds]))
+	v := lib.violation(
+		rego.metadata.rule(),
+		sprintf("at its wall-clock limit the run ends %d s after the booking term", [past_term_seconds]),
+	)
 }

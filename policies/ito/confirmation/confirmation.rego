@@ -102,7 +102,9 @@ _is_same_booking if {
 
 # METADATA
 # title: Confirmation for another manifest
-# description: For train.create, the confirmation's manifest_digest must equal the digest of the submitted manifest bytes.
+# description: >-
+#   For train.create, the confirmation's manifest_digest must equal the
+#   digest of the submitted manifest bytes.
 # custom:
 #   code: CONFIRMATION_MANIFEST_MISMATCH
 #   gate: confirmation
@@ -149,7 +151,9 @@ _has_run_id if {
 
 # METADATA
 # title: Cleanup would release the booking
-# description: A train.cleanup that asks to release the booking is refused; releasing needs a booking.release confirmation.
+# description: >-
+#   A train.cleanup that asks to release the booking is refused; releasing
+#   needs a booking.release confirmation.
 # custom:
 #   code: CLEANUP_RELEASE_NOT_CONFIRMED
 #   gate: confirmation
@@ -157,7 +161,10 @@ _has_run_id if {
 deny contains v if {
 	_action == "train.cleanup"
 	not input.request.releases_booking == false
-	v := lib.violation(rego.metadata.rule(), "a cleanup cannot release the booking; that needs a booking.release confirmation")
+	v := lib.violation(
+		rego.metadata.rule(),
+		"a cleanup cannot release the booking; that needs a booking.release confirmation",
+	)
 }
 
 # METADATA
@@ -169,7 +176,7 @@ deny contains v if {
 #   fix: Have the confirmation authority issue confirmations with a shorter lifetime.
 deny contains v if {
 	not _is_short_lived
-	v := lib.violation(rego.metadata.rule(), sprintf("the confirmation's lifetime (exp %v - iat %v) exceeds %v seconds", [
+	v := lib.violation(rego.metadata.rule(), sprintf("the confirmation's lifetime (exp %v - iat %v) exceeds %v s", [
 		lib.show(lib.value_at(input, ["confirmation", "exp"], null)),
 		lib.show(lib.value_at(input, ["confirmation", "iat"], null)),
 		_cfg.max_lifetime_seconds,
@@ -227,7 +234,7 @@ deny contains v if {
 	lib.is_train_create
 	confirmed := lib.micro_usd(_conf.cost_usd)
 	confirmed < budget.total_micro_usd
-	v := lib.violation(rego.metadata.rule(), sprintf("the confirmation covers %s USD but the run is estimated at %s USD", [
+	v := lib.violation(rego.metadata.rule(), sprintf("the confirmation covers %s USD; the run is estimated at %s USD", [
 		_conf.cost_usd,
 		lib.usd(budget.total_micro_usd),
 	]))

@@ -103,6 +103,6 @@ _cases := {
 test_cost_below_estimate_message if {
 	inp := json.patch(_base, [_set("/confirmation/cost_usd", "500")])
 	[v.message | some v in confirmation.deny with input as inp] == [
-		"the confirmation covers 500 USD but the run is estimated at 961.68 USD",
+		"the confirmation covers 500 USD; the run is estimated at 961.68 USD",
 	]
 }

@@ -74,6 +74,7 @@ deny contains v if {
 }
 
 _is_fresh if {
+	is_number(input.now)
 	is_number(_ent.iat)
 	input.now - _ent.iat <= _cfg.max_age_seconds
 	_ent.iat - input.now <= _cfg.clock_skew_seconds

@@ -42,7 +42,9 @@ _conflict_message := "the idempotency key was already used for a different reque
 
 # METADATA
 # title: Idempotency key malformed
-# description: The idempotency key must match the pattern in bundle data (1-128 letters, digits, dots, underscores, colons or dashes).
+# description: >-
+#   The idempotency key must match the pattern in bundle data (1-128
+#   letters, digits, dots, underscores, colons or dashes).
 # custom:
 #   code: IDEMPOTENCY_KEY_INVALID
 #   gate: idempotency

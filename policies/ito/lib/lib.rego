@@ -30,7 +30,10 @@ violation(meta, message) := object.union(
 # METADATA
 # title: Violation with a computed fix
 # description: Like violation, with a fix computed by the rule (overrides custom.fix).
-violation_fix(meta, message, fix) := {"code": meta.custom.code, "gate": meta.custom.gate, "message": message, "fix": fix}
+violation_fix(meta, message, fix) := object.union(
+	{"code": meta.custom.code, "gate": meta.custom.gate, "message": message},
+	{"fix": fix},
+)
 
 # (`not f(x.y)` is not true when x.y is undefined: OPA moves the ref out of the negation)
 _fix_of(custom) := {"fix": custom.fix} if is_string(object.get(custom, "fix", null))
@@ -56,8 +59,10 @@ scaled(s, places) := n if {
 
 _fraction(parts, _, _) := 0 if count(parts) == 1
 
-_fraction(parts, places, unit) := to_number(concat("", ["1", substring(concat("", [parts[1], "000000"]), 0, places)])) - unit if {
+# "1" + the fraction padded to `places` digits, minus 10^places: keeps leading zeros ("05" -> 50000)
+_fraction(parts, places, unit) := to_number(concat("", ["1", padded])) - unit if {
 	count(parts) == 2
+	padded := substring(concat("", [parts[1], "000000"]), 0, places)
 }
 
 # METADATA
@@ -150,8 +155,16 @@ is_credential_like(s) if count(credential_kinds(s)) > 0
 # description: The set of credential pattern kinds a string matches (names only, never the match).
 credential_kinds(s) := {p.kind |
 	is_string(s)
+	regex.match(_credential_prefilter, s)
 	some p in data.ito.config.data.credentials.value_patterns
 	every re in p.all {
 		regex.match(re, s)
 	}
 }
+
+# One alternation of every pattern's first regex: a string that matches none
+# of them cannot match any pattern, so most strings cost one regex, not one
+# per pattern (the scan visits every key and value of the manifest).
+_credential_prefilter := concat("|", [sprintf("(?:%s)", [p.all[0]]) |
+	some p in data.ito.config.data.credentials.value_patterns
+])

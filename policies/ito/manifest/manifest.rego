@@ -82,6 +82,7 @@ _expectation := {
 	"checkpointing": "not one of none, selective, full",
 	"datasets": "missing or not a non-empty array of objects",
 	"array": "not an array",
+	"optional_object": "not an object",
 }
 
 _fields := (_required_fields | _optional_fields) | {
@@ -94,6 +95,7 @@ _fields := (_required_fields | _optional_fields) | {
 	{"path": ["parallelism", "activation_checkpointing"], "kind": "checkpointing"},
 	{"path": ["data"], "kind": "datasets"},
 	{"path": ["post_training"], "kind": "array"},
+	{"path": ["model", "moe"], "kind": "optional_object"},
 }
 
 _required_fields := {{"path": path, "kind": "count"} | some path in _required_counts}
@@ -167,6 +169,10 @@ _is_kind("datasets", x) if {
 _is_kind("array", x) if is_array(x)
 
 _is_kind("array", null)
+
+_is_kind("optional_object", x) if is_object(x)
+
+_is_kind("optional_object", null)
 
 # METADATA
 # title: Model revision not pinned

@@ -86,6 +86,8 @@ _cases := {
 		"want": set(),
 	},
 	"bytes per param override": {"patch": [_set("/manifest/parallelism/bytes_per_param", 2)], "want": set()},
+	"moe": {"patch": [_set("/manifest/model/moe", {"experts": 8, "top_k": 2})], "want": set()},
+	"moe a list": {"patch": [_set("/manifest/model/moe", [])], "want": {"MANIFEST_FIELD_INVALID"}},
 	"no eval gates": {"patch": [_remove("/manifest/eval_gates")], "want": set(), "warn": {"EVAL_GATES_MISSING"}},
 	"eval gate for another stage": {
 		"patch": [_set("/manifest/eval_gates/0/stage", "sft")],

@@ -20,13 +20,13 @@ import data.ito.lib
 
 _m := input.manifest
 
-_hw := _m.hardware
+_hw := _m.hardware if is_object(_m.hardware)
 
-_par := _m.parallelism
+_par := _m.parallelism if is_object(_m.parallelism)
 
-_model := _m.model
+_model := _m.model if is_object(_m.model)
 
-_obj := _m.objective
+_obj := _m.objective if is_object(_m.objective)
 
 _cfg := data.ito.config.parallelism
 
@@ -38,29 +38,36 @@ _gpu := _gpus[_hw.gpu_type]
 
 _fabric := _fabrics[_hw.fabric]
 
-_gpn := _hw.gpus_per_node
+# Every number the layout arithmetic uses passes one of these guards: an
+# ill-typed field leaves the rules that need it undefined (the manifest gate's
+# MANIFEST_FIELD_INVALID denies) instead of raising a builtin error.
+_count(x) := x if lib.is_count(x)
 
-_world_size := _hw.nodes * _gpn
+_optional_count(obj, key) := _count(object.get(obj, key, 1))
 
-_tp := _par.tensor
+_gpn := _count(_hw.gpus_per_node)
 
-_pp := _par.pipeline
+_world_size := _count(_hw.nodes) * _gpn
 
-_cp := object.get(_par, "context", 1)
+_tp := _count(_par.tensor)
 
-_ep := object.get(_par, "expert", 1)
+_pp := _count(_par.pipeline)
 
-_vpp := object.get(_par, "virtual_stages", 1)
+_cp := _optional_count(_par, "context")
+
+_ep := _optional_count(_par, "expert")
+
+_vpp := _optional_count(_par, "virtual_stages")
 
 _model_parallel := (_tp * _pp) * _cp
 
 _dp := _world_size / _model_parallel if _world_size % _model_parallel == 0
 
-_mbs := _obj.micro_batch_size
+_mbs := _count(_obj.micro_batch_size)
 
-_gbs := _obj.global_batch_size
+_gbs := _count(_obj.global_batch_size)
 
-_seq := _obj.sequence_length
+_seq := _count(_obj.sequence_length)
 
 _batch_unit := _mbs * _dp
 
@@ -73,29 +80,45 @@ _tokens_per_gpu := (_gbs * _seq) / _world_size
 
 _domain := _gpu.nvlink_domain
 
-_heads := _model.attention_heads
+_heads := _count(_model.attention_heads)
 
-_kv_heads := _model.kv_heads
+_kv_heads := _count(_model.kv_heads)
 
-_hidden := _model.hidden_size
+_hidden := _count(_model.hidden_size)
 
-_layers := _model.layers
+_layers := _count(_model.layers)
 
-_ffn := object.get(_model, "ffn_hidden_size", 4 * _hidden)
+_vocab := _count(_model.vocab_size)
 
-_moe := object.get(_model, "moe", {})
+_params := _count(_model.parameters)
 
-_expert_params := object.get(_moe, "expert_parameters", 0)
+_ffn := _count(object.get(_model, "ffn_hidden_size", 4 * _hidden))
 
-_active_params := object.get(_moe, "active_parameters", _model.parameters)
+_has_moe if _model.moe
+
+_moe := moe if {
+	moe := object.get(_model, "moe", {})
+	is_object(moe)
+}
+
+_experts := _count(_moe.experts)
+
+_expert_params := p if {
+	p := object.get(_moe, "expert_parameters", 0)
+	is_number(p)
+	p >= 0
+}
+
+_active_params := _count(object.get(_moe, "active_parameters", _params))
 
 _precision := _par.precision
 
-_zero_stage := object.get(_par, "zero_stage", _cfg.default_zero_stage)
+_zero_stage := stage if {
+	stage := object.get(_par, "zero_stage", _cfg.default_zero_stage)
+	stage in {0, 1, 2, 3}
+}
 
 _checkpointing := object.get(_par, "activation_checkpointing", "none")
-
-_has_moe if _model.moe
 
 # ---------------------------------------------------------------------------
 # Memory model
@@ -115,13 +138,17 @@ _stage_bytes(2, n) := 2 + (14 / n)
 
 _stage_bytes(3, n) := 16 / n
 
-_bytes_per_param_at(_) := _par.bytes_per_param
+_bytes_per_param_at(_) := b if {
+	b := _par.bytes_per_param
+	is_number(b)
+	b > 0
+}
 
 _bytes_per_param_at(n) := _stage_bytes(_effective_stage, n) if not _par.bytes_per_param
 
 _bytes_per_param := _bytes_per_param_at(_shard_group)
 
-_params_per_gpu := ((_model.parameters - _expert_params) / (_tp * _pp)) + (_expert_params / (_ep * _pp))
+_params_per_gpu := ((_params - _expert_params) / (_tp * _pp)) + (_expert_params / (_ep * _pp))
 
 _states_gb := (_params_per_gpu * _bytes_per_param) / 1e9
 
@@ -140,7 +167,7 @@ _layers_per_stage := ceil(_layers / _pp)
 
 _in_flight := min([_pp, _microbatches])
 
-_logits := (((4 * _seq) * _mbs) * _model.vocab_size) / _tp
+_logits := (((4 * _seq) * _mbs) * _vocab) / _tp
 
 _activation_bytes := ((_layers_per_stage * _layer_activation) * _in_flight) + _logits if _checkpointing != "full"
 
@@ -175,7 +202,9 @@ _flops_factor := 8 if _checkpointing == "full"
 
 else := 6
 
-_compute_seconds := ((_flops_factor * _active_params) * _tokens_per_gpu) / ((_cfg.model_flops_utilization * _gpu.peak_tflops_16bit) * 1e12)
+_compute_seconds := ((_flops_factor * _active_params) * _tokens_per_gpu) / _effective_flops
+
+_effective_flops := (_cfg.model_flops_utilization * _gpu.peak_tflops_16bit) * 1e12
 
 _comm_ratio := _comm_seconds / _compute_seconds
 
@@ -235,8 +264,8 @@ deny contains v if {
 	not _gpu
 	v := lib.violation_fix(
 		rego.metadata.rule(),
-		sprintf("GPU type %s is not in the bundle's GPU table", [lib.show(lib.value_at(input, ["manifest", "hardware", "gpu_type"], null))]),
-		sprintf("use one of: %s (or add the GPU to data.ito.tables.gpus with its source)", [concat(", ", sort(object.keys(_gpus)))]),
+		sprintf("GPU type %s is not in the bundle's GPU table", [_shown_hardware("gpu_type")]),
+		sprintf("use one of: %s (or add the GPU to data.ito.tables.gpus with its source)", [_names(_gpus)]),
 	)
 }
 
@@ -250,10 +279,14 @@ deny contains v if {
 	not _fabric
 	v := lib.violation_fix(
 		rego.metadata.rule(),
-		sprintf("fabric %s is not in the bundle's fabric table", [lib.show(lib.value_at(input, ["manifest", "hardware", "fabric"], null))]),
-		sprintf("use one of: %s (or add the fabric to data.ito.tables.fabrics with its source)", [concat(", ", sort(object.keys(_fabrics)))]),
+		sprintf("fabric %s is not in the bundle's fabric table", [_shown_hardware("fabric")]),
+		sprintf("use one of: %s (or add the fabric to data.ito.tables.fabrics with its source)", [_names(_fabrics)]),
 	)
 }
+
+_shown_hardware(field) := lib.show(lib.value_at(input, ["manifest", "hardware", field], null))
+
+_names(table) := concat(", ", sort(object.keys(table)))
 
 # ---------------------------------------------------------------------------
 # Hard rules
@@ -275,15 +308,19 @@ _world_size_problems contains {"message": message, "fix": fix} if {
 		_world_size, _hw.nodes, _gpn, _tp, _pp, _cp, _model_parallel,
 	])
 	fix := concat("", [
-		sprintf("use a multiple of %d nodes (e.g. %d nodes = %d GPUs)", [_node_step, _nodes_needed, _nodes_needed * _gpn]),
+		sprintf("use a multiple of %d nodes (e.g. %d nodes = %d GPUs)", [
+			_node_step, _nodes_needed, _nodes_needed * _gpn,
+		]),
 		_smaller_pp_hint,
 	])
 }
 
 _world_size_problems contains {"message": message, "fix": fix} if {
-	declared := _par.data
+	declared := _count(_par.data)
 	declared != _dp
-	message := sprintf("declared data parallel %d, but W/(tp×pp×cp) = %d/%d = %d", [declared, _world_size, _model_parallel, _dp])
+	message := sprintf("declared data parallel %d, but W/(tp×pp×cp) = %d/%d = %d", [
+		declared, _world_size, _model_parallel, _dp,
+	])
 	fix := sprintf("set parallelism.data to %d or leave it out", [_dp])
 }
 
@@ -303,7 +340,9 @@ _largest_divisor_at_most(n, limit) := max({d | some d in numbers.range(1, min([n
 
 # METADATA
 # title: Tensor parallel crosses the NVLink domain
-# description: tp must not exceed the GPU's NVLink/NVSwitch domain; crossing nodes drops bandwidth from 450-900 GB/s to about 50 GB/s.
+# description: >-
+#   tp must not exceed the GPU's NVLink/NVSwitch domain; crossing nodes drops
+#   bandwidth from 450-900 GB/s to about 50 GB/s per GPU.
 # custom:
 #   code: TP_EXCEEDS_NVLINK_DOMAIN
 #   gate: parallelism
@@ -381,9 +420,10 @@ deny contains v if {
 	v := lib.violation_fix(rego.metadata.rule(), p.message, p.fix)
 }
 
-_ep_problems contains {"message": sprintf("expert parallel %d on a model without experts", [_ep]), "fix": "set parallelism.expert to 1"} if {
+_ep_problems contains {"message": message, "fix": "set parallelism.expert to 1"} if {
 	_ep > 1
 	not _has_moe
+	message := sprintf("expert parallel %d on a model without experts", [_ep])
 }
 
 _ep_problems contains {"message": message, "fix": "choose ep dividing dp×cp×tp"} if {
@@ -399,11 +439,11 @@ _ep_problems contains {"message": message, "fix": "choose ep dividing dp×cp×tp
 #   code: EP_EXPERTS_INDIVISIBLE
 #   gate: parallelism
 deny contains v if {
-	_model.moe.experts % _ep != 0
+	_experts % _ep != 0
 	v := lib.violation_fix(
 		rego.metadata.rule(),
-		sprintf("%d experts are not divisible by ep=%d", [_model.moe.experts, _ep]),
-		sprintf("use an ep that divides the experts, e.g. ep=%d", [_largest_divisor_at_most(_model.moe.experts, _ep)]),
+		sprintf("%d experts are not divisible by ep=%d", [_experts, _ep]),
+		sprintf("use an ep that divides the experts, e.g. ep=%d", [_largest_divisor_at_most(_experts, _ep)]),
 	)
 }
 
@@ -523,7 +563,9 @@ deny contains v if {
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf("%s on %s (%s), which does not support it", [_precision, _hw.gpu_type, _gpu.arch]),
-		sprintf("use fp8 or bf16 on %s, or a GPU with %s: %s", [_hw.gpu_type, _precision, concat(", ", _gpus_with(_precision))]),
+		sprintf("use fp8 or bf16 on %s, or a GPU with %s: %s", [
+			_hw.gpu_type, _precision, concat(", ", _gpus_with(_precision)),
+		]),
 	)
 }
 
@@ -539,7 +581,9 @@ deny contains v if {
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf("bf16 on %s (%s), which has no bf16 support", [_hw.gpu_type, _gpu.arch]),
-		sprintf("use fp16 with loss scaling on %s, or an Ampere-or-newer GPU (e.g. A100-80GB, H100-SXM-80GB)", [_hw.gpu_type]),
+		sprintf("use fp16 with loss scaling on %s, or an Ampere-or-newer GPU (e.g. A100-80GB, H100-SXM-80GB)", [
+			_hw.gpu_type,
+		]),
 	)
 }
 
@@ -553,21 +597,37 @@ deny contains v if {
 	_states_gb > _states_budget_gb
 	v := lib.violation_fix(
 		rego.metadata.rule(),
-		sprintf("model states need %v GB per GPU (%v bytes/param × %vB params per GPU) + %v GB overhead > %v GB (%v × %v GB %s)", [
-			lib.round2(_states_gb), lib.round2(_bytes_per_param), lib.round2(_params_per_gpu / 1e9), _cfg.memory_overhead_gb,
-			lib.round2(_states_limit_gb), _cfg.model_states_max_fraction, _gpu.memory_gb, _hw.gpu_type,
-		]),
+		sprintf(
+			concat("", [
+				"model states need %v GB per GPU (%v bytes/param × %vB params per GPU)",
+				" + %v GB overhead > %v GB (%v × %v GB %s)",
+			]),
+			[
+				lib.round2(_states_gb), lib.round2(_bytes_per_param), lib.round2(_params_per_gpu / 1e9),
+				_cfg.memory_overhead_gb,
+				lib.round2(_states_limit_gb), _cfg.model_states_max_fraction, _gpu.memory_gb, _hw.gpu_type,
+			],
+		),
 		_states_fix,
 	)
 }
 
 # the smallest sharding group that fits with the strongest sharding this layout allows
-_states_fix := sprintf("shard further: %s over dp×cp ≥ %d GPUs fits (%d nodes of %d), or add tensor/pipeline parallelism, or use a GPU with more memory", [
-	_stage_name[_fix_stage], n, lib.ceil_div(n * _model_parallel, _gpn), _gpn,
-]) if {
+_states_fix := sprintf(
+	concat("", [
+		"shard further: %s over dp×cp ≥ %d GPUs fits (%d nodes of %d),",
+		" or add tensor/pipeline parallelism, or use a GPU with more memory",
+	]),
+	[
+		_stage_name[_fix_stage], n, lib.ceil_div(n * _model_parallel, _gpn), _gpn,
+	],
+) if {
 	not _par.bytes_per_param
 	n := _min_shards(_fix_stage, _params_per_gpu, _states_budget_gb * 1e9)
-} else := "add tensor/pipeline parallelism to cut parameters per GPU, lower bytes_per_param, or use a GPU with more memory"
+} else := concat("", [
+	"add tensor/pipeline parallelism to cut parameters per GPU, lower bytes_per_param,",
+	" or use a GPU with more memory",
+])
 
 _fix_stage := 1 if _pp > 1
 
@@ -610,9 +670,15 @@ _bubble_message(limit) := sprintf("pipeline bubble %v (pp=%d, v=%d, m=%d) is abo
 	lib.round2(_bubble), _pp, _vpp, _microbatches, limit,
 ])
 
-_bubble_fix := sprintf("raise microbatches per step to ≥ %d (global batch ≥ %d) or use interleaved stages (virtual_stages)", [
-	m, m * _batch_unit,
-]) if {
+_bubble_fix := sprintf(
+	concat("", [
+		"raise microbatches per step to ≥ %d (global batch ≥ %d)",
+		" or interleave stages (virtual_stages)",
+	]),
+	[
+		m, m * _batch_unit,
+	],
+) if {
 	t := _cfg.bubble_warn_above
 	m := ceil((((_pp - 1) * (1 - t)) / (t * _vpp)) - 1e-9)
 }
@@ -703,7 +769,9 @@ deny contains v if {
 #   code: MEMORY_ESTIMATE_EXCEEDS_GPU
 #   gate: parallelism
 #   level: warn
-#   fix: Turn on activation checkpointing (selective or full), lower micro_batch_size, or add tensor/context parallelism.
+#   fix: >-
+#     Turn on activation checkpointing (selective or full), lower
+#     micro_batch_size, or add tensor/context parallelism.
 warn contains v if {
 	limit := _cfg.memory_warn_fraction * _gpu.memory_gb
 	_memory_gb > limit
@@ -732,7 +800,10 @@ _memory_message(limit) := sprintf("estimated %v GB per GPU (states %v + activati
 warn contains v if {
 	_tp <= _domain
 	_domain % _tp != 0
-	v := lib.violation(rego.metadata.rule(), sprintf("tp=%d does not divide the NVLink domain of %d GPUs", [_tp, _domain]))
+	v := lib.violation(
+		rego.metadata.rule(),
+		sprintf("tp=%d does not divide the NVLink domain of %d GPUs", [_tp, _domain]),
+	)
 }
 
 # METADATA
@@ -766,7 +837,9 @@ warn contains v if {
 
 # METADATA
 # title: Small model on many GPUs
-# description: The model states would fit on 8× fewer GPUs and tokens per GPU are below 4096; more DP adds communication, not useful batch.
+# description: >-
+#   The model states would fit on 8× fewer GPUs and tokens per GPU are below
+#   4096; more DP adds communication, not useful batch.
 # custom:
 #   code: OVERPROVISIONED_SMALL_MODEL
 #   gate: parallelism

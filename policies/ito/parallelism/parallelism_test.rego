@@ -248,7 +248,7 @@ test_fixes[name] if {
 		},
 		"bubble": {
 			"patch": [_par("pipeline", 4), _par("data", 16), _set("/manifest/objective/global_batch_size", 32)],
-			"fix": "raise microbatches per step to ≥ 12 (global batch ≥ 192) or use interleaved stages (virtual_stages)",
+			"fix": "raise microbatches per step to ≥ 12 (global batch ≥ 192) or interleave stages (virtual_stages)",
 		},
 	}
 	fixes := {v.fix | some v in _violation(tc.patch)}

@@ -49,6 +49,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newDemoCmd(stdout, stderr),
 		newCodesCmd(stdout),
 		newEvalCmd(stdout),
+		newReplayCmd(stdout),
 	)
 	return root
 }

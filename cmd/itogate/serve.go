@@ -17,6 +17,7 @@ import (
 
 	"github.com/itocompute/itogate/gatekeeper/admission"
 	"github.com/itocompute/itogate/gatekeeper/config"
+	"github.com/itocompute/itogate/gatekeeper/decisionlog"
 	"github.com/itocompute/itogate/gatekeeper/ledger/bolt"
 	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/gatekeeper/server"
@@ -95,14 +96,20 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 	}
 	defer store.Close()
 
+	metrics := server.NewMetrics()
+	dlog, closeLog, err := openDecisionLog(cfg.DecisionLogPath(), metrics)
+	if err != nil {
+		return err
+	}
+	defer closeLog()
+
 	svc, err := admission.New(admission.Options{
 		Entitlement: ts.Entitlement, Confirmation: ts.Confirmation, Manifests: ts.Manifests,
-		Ledger: store, Policy: func() admission.Decider { return engine }, Logger: log,
+		Ledger: store, Policy: func() admission.Decider { return engine }, Logger: log, DecisionLog: dlog,
 	})
 	if err != nil {
 		return err
 	}
-	metrics := server.NewMetrics()
 	metrics.SetBundle(engine.Revision(), engine.Digest())
 	handler, err := server.New(server.Options{
 		Admission: svc, Callers: ts.Callers, Depositors: ts.Depositors,
@@ -149,4 +156,23 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return srv.Shutdown(shutdownCtx)
+}
+
+// openDecisionLog opens the decision log: "off", "stdout" or a file appended
+// with mode 0600 (decisions name accounts and digests: not for everyone).
+func openDecisionLog(dest string, m *server.Metrics) (*decisionlog.Logger, func(), error) {
+	opts := decisionlog.Options{OnDrop: m.DecisionLogDropped}
+	switch dest {
+	case "off":
+		return nil, func() {}, nil
+	case "stdout":
+		l := decisionlog.New(os.Stdout, opts)
+		return l, l.Close, nil
+	}
+	f, err := os.OpenFile(dest, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("decision log: %w", err)
+	}
+	l := decisionlog.New(f, opts)
+	return l, func() { l.Close(); f.Close() }, nil
 }

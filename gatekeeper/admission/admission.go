@@ -20,6 +20,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/itocompute/itogate/gatekeeper/decisionlog"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/policy"
@@ -81,7 +82,8 @@ type Decider interface {
 	Revision() string
 }
 
-// Options wire a Service. Every field but Now and Logger is required.
+// Options wire a Service. Every field but Now, Logger and DecisionLog is
+// required.
 type Options struct {
 	Entitlement  TokenVerifier
 	Confirmation TokenVerifier
@@ -92,6 +94,8 @@ type Options struct {
 	// Now is the clock (default time.Now); tests pin it.
 	Now    func() time.Time
 	Logger *slog.Logger
+	// DecisionLog, when set, receives one event per admission.
+	DecisionLog *decisionlog.Logger
 }
 
 // Service answers admissions, status lookups and confirmation deposits.
@@ -168,8 +172,29 @@ func RequestDigest(caller Caller, req Request, manifestDigest string) string {
 }
 
 // Admit runs one admission. It never returns an allow unless every step
-// passed and the ledger committed.
+// passed and the ledger committed. Every admission, allowed or denied at any
+// step, is written to the decision log when one is configured.
 func (s *Service) Admit(ctx context.Context, caller Caller, req Request) Outcome {
+	start := time.Now()
+	tr := &trace{decisionID: NewDecisionID(), jtis: map[string]string{}, keyIDs: map[string]string{}}
+	out := s.admit(ctx, caller, req, tr)
+	s.logDecision(ctx, caller, req, tr, out, time.Since(start))
+	return out
+}
+
+// trace collects what the decision log records as the pipeline runs.
+type trace struct {
+	decisionID     string
+	requestDigest  string
+	manifestDigest string
+	jtis, keyIDs   map[string]string
+	input          map[string]any
+	decider        Decider
+	decision       *policy.Decision
+}
+
+func (s *Service) admit(ctx context.Context, caller Caller, req Request, tr *trace) Outcome {
+	tr.keyIDs["caller"] = caller.KeyID
 	if err := validate(req); err != nil {
 		return fail(http.StatusBadRequest, CodeRequestInvalid, err.Error())
 	}
@@ -187,6 +212,7 @@ func (s *Service) Admit(ctx context.Context, caller Caller, req Request) Outcome
 		manifestDigest = manifest.Digest(req.Manifest)
 	}
 	reqDigest := RequestDigest(caller, req, manifestDigest)
+	tr.requestDigest, tr.manifestDigest = reqDigest, manifestDigest
 
 	// Step 8, early part: an exact retry of an admitted request gets the
 	// stored allow, whatever happened to its tokens since. Nothing new is
@@ -213,6 +239,7 @@ func (s *Service) Admit(ctx context.Context, caller Caller, req Request) Outcome
 			return o
 		}
 		verified["manifest_signature"] = map[string]any{"verified": true, "key_id": keyID}
+		tr.keyIDs["manifest"] = keyID
 		doc, err = manifest.Parse(req.Manifest)
 		if err != nil {
 			var me *manifest.Error
@@ -229,6 +256,7 @@ func (s *Service) Admit(ctx context.Context, caller Caller, req Request) Outcome
 		return tokenDenied(err, "entitlement")
 	}
 	verified["entitlement"] = map[string]any{"verified": true, "key_id": ent.KeyID}
+	tr.keyIDs["entitlement"], tr.jtis["entitlement"] = ent.KeyID, ent.JTI
 
 	// Step 7: the reference resolves to a stored token, verified again now.
 	conf, err := s.opts.Ledger.Confirmation(ctx, req.ConfirmationRef)
@@ -251,6 +279,7 @@ func (s *Service) Admit(ctx context.Context, caller Caller, req Request) Outcome
 		return tokenDenied(err, "confirmation")
 	}
 	verified["confirmation"] = map[string]any{"verified": true, "key_id": cc.KeyID}
+	tr.keyIDs["confirmation"], tr.jtis["confirmation"] = cc.KeyID, cc.JTI
 
 	// Lifecycle actions act on a run this account was admitted for.
 	if req.Action == ActionTrainCancel || req.Action == ActionTrainCleanup {
@@ -291,7 +320,8 @@ func (s *Service) Admit(ctx context.Context, caller Caller, req Request) Outcome
 	if decider == nil {
 		return fail(http.StatusServiceUnavailable, policy.CodeNotReady, "no verified policy bundle is active")
 	}
-	decisionID := NewDecisionID()
+	decisionID := tr.decisionID
+	tr.input, tr.decider = input, decider
 	dec, err := decider.Decide(ctx, input)
 	if err != nil {
 		code := policy.CodeEvaluationFailed
@@ -306,6 +336,7 @@ func (s *Service) Admit(ctx context.Context, caller Caller, req Request) Outcome
 			BundleRevision: decider.Revision()}
 		return out
 	}
+	tr.decision = &dec
 	data := &Data{
 		DecisionID: decisionID, Action: req.Action, BookingID: req.BookingID,
 		ManifestDigest: manifestDigest, IdempotencyKey: req.IdempotencyKey,

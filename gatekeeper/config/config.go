@@ -28,6 +28,9 @@ type Config struct {
 	Trust   Trust  `yaml:"trust"`
 	Policy  Policy `yaml:"policy"`
 	Limits  Limits `yaml:"limits"`
+	// DecisionLog is where one JSON line per admission goes: "stdout", a
+	// file path (appended, mode 0600), or "off". Default: <data_dir>/decisions.jsonl.
+	DecisionLog string `yaml:"decision_log"`
 	// Dev marks development mode; it is never read from a file.
 	Dev bool `yaml:"-"`
 }
@@ -168,6 +171,14 @@ func Dev(listen, dataDir string) Config {
 	return c
 }
 
+// DecisionLogPath is the decision log destination: "stdout", "off" or a file.
+func (c Config) DecisionLogPath() string {
+	if c.DecisionLog != "" {
+		return c.DecisionLog
+	}
+	return filepath.Join(c.DataDir, "decisions.jsonl")
+}
+
 // LedgerPath is the bbolt file path.
 func (c Config) LedgerPath() string {
 	if c.Ledger.Path != "" {
@@ -273,6 +284,9 @@ func (c *Config) resolvePaths(base string) {
 		}
 	}
 	abs(&c.DataDir)
+	if c.DecisionLog != "stdout" && c.DecisionLog != "off" {
+		abs(&c.DecisionLog)
+	}
 	abs(&c.Ledger.Path)
 	abs(&c.Policy.BundleDir)
 	for _, t := range []*TokenTrust{&c.Trust.Callers, &c.Trust.Depositors, &c.Trust.Entitlement, &c.Trust.Confirmation} {

@@ -26,6 +26,11 @@ import (
 // Query is the entrypoint every bundle must define.
 const Query = "data.ito.admission.decision"
 
+// MaskQuery names the JSON pointers to remove from an input before it is
+// written to the decision log (as OPA's system.log.mask). A bundle without
+// it masks nothing; Go's guard still refuses secret-shaped events.
+const MaskQuery = "data.ito.system.log.mask"
+
 // Stable codes for evaluation failures; each is a deny.
 const (
 	CodeNotReady         = "POLICY_NOT_READY"
@@ -76,6 +81,7 @@ type Options struct {
 // Engine holds one prepared bundle. It is safe for concurrent use.
 type Engine struct {
 	query    rego.PreparedEvalQuery
+	mask     rego.PreparedEvalQuery
 	revision string
 	digest   string
 	deadline time.Duration
@@ -113,11 +119,15 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: prepare: %w", err)
 	}
+	mq, err := rego.New(rego.Query(MaskQuery), rego.ParsedBundle("itogate", &b)).PrepareForEval(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("policy: prepare mask: %w", err)
+	}
 	d := opts.Deadline
 	if d <= 0 {
 		d = DefaultDeadline
 	}
-	return &Engine{query: pq, revision: revision, digest: digest, deadline: d}, nil
+	return &Engine{query: pq, mask: mq, revision: revision, digest: digest, deadline: d}, nil
 }
 
 // Revision is the bundle's .manifest revision, or a digest prefix for a
@@ -145,6 +155,35 @@ func (e *Engine) Decide(ctx context.Context, input map[string]any) (Decision, er
 		return Decision{}, &Error{Code: CodeDecisionInvalid, Err: errors.New("decision is undefined")}
 	}
 	return parseDecision(rs[0].Expressions[0].Value)
+}
+
+// Mask evaluates MaskQuery: the JSON pointers (RFC 6901) to remove from
+// input before logging it. Undefined means nothing to mask; anything but a
+// set or array of strings is an error, and the caller drops the event.
+func (e *Engine) Mask(ctx context.Context, input map[string]any) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, e.deadline)
+	defer cancel()
+	rs, err := e.mask.Eval(ctx, rego.EvalInput(input))
+	if err != nil {
+		return nil, fmt.Errorf("policy: mask: %w", err)
+	}
+	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
+		return nil, nil
+	}
+	arr, ok := rs[0].Expressions[0].Value.([]any)
+	if !ok {
+		return nil, errors.New("policy: mask is not a set of strings")
+	}
+	out := make([]string, 0, len(arr))
+	for _, v := range arr {
+		s, ok := v.(string)
+		if !ok {
+			return nil, errors.New("policy: mask is not a set of strings")
+		}
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out, nil
 }
 
 func parseDecision(v any) (Decision, error) {

@@ -125,6 +125,26 @@ func (r *Runner) LoadManifest(name string) (Manifest, error) {
 	return Manifest{Name: name, Raw: raw, Signature: sig, Doc: doc}, nil
 }
 
+// SignManifest signs raw (any bytes) with the development ECDSA manifest key.
+func (r *Runner) SignManifest(raw []byte) (Manifest, error) {
+	sig, err := token.SignManifest(r.keys.ManifestECDSA.Private, raw)
+	if err != nil {
+		return Manifest{}, err
+	}
+	var doc map[string]any
+	_ = json.Unmarshal(raw, &doc) // a broken manifest is the server's to refuse
+	return Manifest{Name: "custom", Raw: raw, Signature: sig, Doc: doc}, nil
+}
+
+// Raw posts an admission and returns the status and the envelope text.
+func (r *Runner) Raw(ctx context.Context, req client.AdmissionRequest) (int, string) {
+	resp, err := r.caller.Admit(ctx, req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	return resp.Status, string(resp.Body)
+}
+
 // EntitlementClaims are the claims of an entitlement matching the manifest
 // doc's hardware, priced at 2.49 USD per GPU-hour, over a 30-day term that
 // started an hour before now, issued at now for five minutes.

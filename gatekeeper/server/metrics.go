@@ -23,6 +23,7 @@ type Metrics struct {
 	decisions  *prometheus.CounterVec
 	verifyFail *prometheus.CounterVec
 	bundleInfo *prometheus.GaugeVec
+	logDropped *prometheus.CounterVec
 }
 
 // NewMetrics registers the collectors. Histogram buckets run to 2.5 s:
@@ -49,6 +50,11 @@ func NewMetrics() *Metrics {
 			Name: "itogate_policy_bundle_info", Help: "The active policy bundle (value 1) by revision and digest.",
 		}, []string{"revision", "digest"}),
 	}
+	m.logDropped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "itogate_decision_log_dropped_total",
+		Help: "Decision-log events dropped, by reason (mask_failed, guard, queue_full, encode, write); never written unmasked.",
+	}, []string{"reason"})
+	m.reg.MustRegister(m.logDropped)
 	m.reg.MustRegister(m.requests, m.duration, m.decisions, m.verifyFail, m.bundleInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -58,6 +64,9 @@ func NewMetrics() *Metrics {
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
+
+// DecisionLogDropped counts one dropped decision-log event.
+func (m *Metrics) DecisionLogDropped(reason string) { m.logDropped.WithLabelValues(reason).Inc() }
 
 // SetBundle records the active bundle.
 func (m *Metrics) SetBundle(revision, digest string) {

@@ -19,6 +19,7 @@ import (
 	"github.com/itocompute/itogate/fixtures"
 	"github.com/itocompute/itogate/gatekeeper/admission"
 	"github.com/itocompute/itogate/gatekeeper/client"
+	"github.com/itocompute/itogate/gatekeeper/decisionlog"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 	"github.com/itocompute/itogate/gatekeeper/ledger/bolt"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
@@ -48,6 +49,8 @@ func (s *syncBuffer) String() string {
 }
 
 type harness struct {
+	dlog   *syncBuffer
+	dl     *decisionlog.Logger
 	srv    *httptest.Server
 	store  ledger.Store
 	logs   *syncBuffer
@@ -76,11 +79,13 @@ func newHarness(t *testing.T, mutate func(*admission.Options)) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	logs := &syncBuffer{}
+	logs, dlogBuf := &syncBuffer{}, &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
+	dl := decisionlog.New(dlogBuf, decisionlog.Options{})
+	t.Cleanup(dl.Close)
 	opts := admission.Options{
 		Entitlement: ts.Entitlement, Confirmation: ts.Confirmation, Manifests: ts.Manifests,
-		Ledger: store, Policy: func() admission.Decider { return engine }, Logger: log,
+		Ledger: store, Policy: func() admission.Decider { return engine }, Logger: log, DecisionLog: dl,
 	}
 	if mutate != nil {
 		mutate(&opts)
@@ -103,7 +108,7 @@ func newHarness(t *testing.T, mutate func(*admission.Options)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &harness{srv: srv, store: store, logs: logs, runner: r, engine: engine}
+	return &harness{srv: srv, store: store, logs: logs, runner: r, engine: engine, dlog: dlogBuf, dl: dl}
 }
 
 // TestDemoCases runs the demo's cases — every fixture manifest with its
@@ -124,6 +129,30 @@ func TestDemoCases(t *testing.T) {
 		}
 	}
 	assertNoSecrets(t, h.logs.String())
+
+	// One decision-log line per admission, none holding a secret, allows
+	// with their input for replay.
+	h.dl.Close()
+	events, err := decisionlog.Read(strings.NewReader(h.dlog.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertNoSecrets(t, h.dlog.String())
+	allows := 0
+	for _, ev := range events {
+		if ev.Result == "allow" && ev.PolicyResult == "allow" {
+			allows++
+			if ev.Input == nil || ev.BundleRevision == "" || ev.JTIs["confirmation"] == "" {
+				t.Errorf("allow event without input, revision or jti: %+v", ev)
+			}
+			if _, masked := ev.Input["confirmation"].(map[string]any)["ref"]; masked {
+				t.Error("the confirmation ref was not masked")
+			}
+		}
+	}
+	if allows < 5 {
+		t.Errorf("only %d logged allows", allows)
+	}
 
 	resp, err := http.Get(h.srv.URL + "/metrics")
 	if err != nil {
@@ -381,4 +410,60 @@ func assertNoSecrets(t *testing.T, logs string) {
 			t.Fatalf("logs contain %q: %s", marker, logs)
 		}
 	}
+}
+
+// TestCredentialNeverEchoed: a manifest holding a credential is denied with
+// MANIFEST_CREDENTIAL_DETECTED, and the secret appears in no response, log
+// line or decision-log event.
+func TestCredentialNeverEchoed(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	base, err := h.runner.LoadManifest("llama3-8b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, secret := range map[string]string{
+		"url userinfo":   "https://trainer:hunter2-Sup3rSecret@data.example.com/shard",
+		"aws key in uri": "s3://bucket/AKIAIOSFODNN7EXAMPLE/shard",
+		"presigned url":  "https://b.s3.amazonaws.com/x?X-Amz-Signature=deadbeefcafe0123456789",
+	} {
+		t.Run(name, func(t *testing.T) {
+			raw := bytes.Replace(base.Raw, []byte("s3://ito-datasets/fineweb-edu/sample-350bt/"), []byte(secret), 1)
+			if bytes.Equal(raw, base.Raw) {
+				t.Fatal("fixture changed: the dataset uri to replace is gone")
+			}
+			m, err := h.runner.SignManifest(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, req, err := h.runner.Create(ctx, m, "k-cred-"+strings.ReplaceAll(name, " ", "-"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.Status != 403 || !contains(a.Codes(), "MANIFEST_CREDENTIAL_DETECTED") {
+				t.Fatalf("got %d %v", a.Status, a.Codes())
+			}
+			status, env := h.runner.Raw(ctx, req)
+			if status != 403 || strings.Contains(env, secret) || strings.Contains(env, "hunter2") {
+				t.Fatalf("response echoes the secret: %s", env)
+			}
+		})
+	}
+	h.dl.Close()
+	for _, out := range []string{h.logs.String(), h.dlog.String()} {
+		for _, s := range []string{"hunter2", "AKIAIOSFODNN7EXAMPLE", "deadbeefcafe0123456789"} {
+			if strings.Contains(out, s) {
+				t.Fatalf("a log holds %q", s)
+			}
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
 }

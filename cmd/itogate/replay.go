@@ -1,0 +1,69 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/itocompute/itogate/gatekeeper/decisionlog"
+	"github.com/itocompute/itogate/gatekeeper/policy"
+	"github.com/itocompute/itogate/gatekeeper/replay"
+	"github.com/itocompute/itogate/policies"
+)
+
+func newReplayCmd(stdout io.Writer) *cobra.Command {
+	var bundleDir, logPath string
+	var jsonOut, failOnFlip bool
+	cmd := &cobra.Command{
+		Use:   "replay --decisions LOG [--bundle DIR]",
+		Short: "Re-evaluate logged decisions against a candidate bundle and report what would flip",
+		Long: `Re-evaluate every decision in a decision log (its recorded input and "now")
+against a candidate bundle directory (default: the embedded bundle) and report
+each decision whose outcome or codes would change, grouped by code: the
+impact of a policy change before it ships. Decisions made before the policy
+ran (bad signature, unknown confirmation) are skipped; masked fields stay
+masked. With --fail-on-flip the exit status is 1 when anything flips.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, err := os.Open(logPath)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			events, err := decisionlog.Read(f)
+			if err != nil {
+				return err
+			}
+			bundle := policies.Bundle()
+			if bundleDir != "" {
+				bundle = os.DirFS(bundleDir)
+			}
+			engine, err := policy.New(cmd.Context(), policy.Options{Bundle: bundle})
+			if err != nil {
+				return err
+			}
+			r := replay.Run(cmd.Context(), engine, events)
+			if jsonOut {
+				enc := json.NewEncoder(stdout)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(r); err != nil {
+					return err
+				}
+			} else {
+				r.Print(stdout)
+			}
+			if failOnFlip && len(r.Flips) > 0 {
+				return exitError{1}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&logPath, "decisions", "", "decision log (JSON lines, as itogate serve writes it)")
+	cmd.Flags().StringVar(&bundleDir, "bundle", "", "candidate bundle directory (default: the embedded bundle)")
+	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the report as JSON")
+	cmd.Flags().BoolVar(&failOnFlip, "fail-on-flip", false, "exit 1 when any decision flips (for CI)")
+	_ = cmd.MarkFlagRequired("decisions")
+	return cmd
+}

@@ -1,0 +1,65 @@
+package admission
+
+import (
+	"context"
+	"time"
+
+	"github.com/itocompute/itogate/gatekeeper/decisionlog"
+)
+
+// logDecision writes the admission to the decision log: ids, digests, key
+// ids and jtis (never tokens), the bundle, the outcome and, when the policy
+// ran, its masked input and its own result for `itogate replay`.
+func (s *Service) logDecision(ctx context.Context, caller Caller, req Request, tr *trace, out Outcome, took time.Duration) {
+	if s.opts.DecisionLog == nil {
+		return
+	}
+	ev := decisionlog.Event{
+		DecisionID: tr.decisionID, Time: s.opts.Now().UTC(), Account: caller.Account, Action: req.Action,
+		IdempotencyKey: req.IdempotencyKey, RequestDigest: tr.requestDigest, ManifestDigest: tr.manifestDigest,
+		JTIs: tr.jtis, KeyIDs: tr.keyIDs, Status: out.Status, LatencySeconds: took.Seconds(), Result: "deny",
+	}
+	if out.OK() {
+		ev.Result = "allow"
+	}
+	if out.Data != nil {
+		ev.RunID, ev.BundleRevision = out.Data.RunID, out.Data.BundleRevision
+		if out.Data.DecisionID != "" {
+			// A replayed allow carries the original decision's id.
+			ev.DecisionID = out.Data.DecisionID
+		}
+	}
+	for _, v := range out.Violations {
+		ev.Codes = append(ev.Codes, v.Code)
+	}
+	if !out.OK() && len(ev.Codes) == 0 {
+		ev.Codes = []string{out.Code}
+	}
+	var masker decisionlog.Masker
+	if tr.decider == nil {
+		tr.decider = s.opts.Policy() // the bundle that would have decided
+		if tr.decider == nil {
+			ev.BundleRevision = ""
+		}
+	}
+	if tr.decider != nil {
+		ev.BundleRevision = tr.decider.Revision()
+		if d, ok := tr.decider.(interface{ Digest() string }); ok {
+			ev.BundleDigest = d.Digest()
+		}
+		masker, _ = tr.decider.(decisionlog.Masker)
+	}
+	if tr.decision != nil {
+		ev.Input = tr.input
+		ev.PolicyResult = "deny"
+		if tr.decision.Allow {
+			ev.PolicyResult = "allow"
+		}
+		for _, v := range tr.decision.Violations {
+			ev.PolicyCodes = append(ev.PolicyCodes, v.Code)
+		}
+	}
+	if s.opts.DecisionLog.Prepare(ctx, masker, &ev) {
+		s.opts.DecisionLog.Log(ev)
+	}
+}

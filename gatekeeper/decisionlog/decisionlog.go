@@ -1,0 +1,281 @@
+// Package decisionlog writes one JSON line per admission decision: what was
+// decided, by which bundle, about which request, and the facts it was decided
+// on, so that `itogate replay` can re-evaluate it against a candidate bundle.
+//
+// Secrets are never written. Token and signature bytes never enter an event
+// (the input holds verified claims, not tokens), the bundle's mask policy
+// (data.ito.system.log.mask, as OPA's system.log.mask) removes what it names,
+// and a hard-coded guard refuses any event that still holds something shaped
+// like a token, a signature, a key or a credential. An event the mask or the
+// guard refuses is dropped and counted, never written unmasked.
+package decisionlog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Event is one decision. Times are RFC 3339 with nanoseconds (UTC); latency
+// is in seconds.
+type Event struct {
+	DecisionID     string            `json:"decision_id"`
+	Time           time.Time         `json:"time"`
+	Account        string            `json:"account"`
+	Action         string            `json:"action"`
+	IdempotencyKey string            `json:"idempotency_key"`
+	RequestDigest  string            `json:"request_digest"`
+	ManifestDigest string            `json:"manifest_digest,omitempty"`
+	JTIs           map[string]string `json:"jtis,omitempty"`    // purpose → jti
+	KeyIDs         map[string]string `json:"key_ids,omitempty"` // purpose → key id
+	BundleRevision string            `json:"bundle_revision"`
+	BundleDigest   string            `json:"bundle_digest,omitempty"`
+	Result         string            `json:"result"` // "allow" or "deny"
+	Status         int               `json:"status"`
+	Codes          []string          `json:"codes,omitempty"`
+	RunID          string            `json:"run_id,omitempty"`
+	LatencySeconds float64           `json:"latency_seconds"`
+	// PolicyResult and PolicyCodes are what the policy itself decided; Result
+	// and Codes are the final answer, which a ledger conflict or a fault after
+	// the policy can still turn into a deny. Replay compares against these.
+	PolicyResult string   `json:"policy_result,omitempty"`
+	PolicyCodes  []string `json:"policy_codes,omitempty"`
+	// Input is the policy input the decision was made on, after masking.
+	// Absent when the decision failed before the policy ran.
+	Input map[string]any `json:"input,omitempty"`
+	// Masked lists the JSON pointers the mask policy removed from Input.
+	Masked []string `json:"masked,omitempty"`
+}
+
+// Masker returns the JSON pointers (RFC 6901, e.g. "/manifest/data/0/uri")
+// to remove from an input before it is logged.
+type Masker interface {
+	Mask(ctx context.Context, input map[string]any) ([]string, error)
+}
+
+// Logger writes events as JSON lines to w. Log never blocks the admission:
+// events are queued and written by one goroutine; a full queue drops the
+// event and counts it.
+type Logger struct {
+	w       io.Writer
+	queue   chan Event
+	done    chan struct{}
+	closeMu sync.Once
+	// Written, Dropped count events; Dropped is by reason.
+	written atomic.Int64
+	dropped sync.Map // reason → *atomic.Int64
+	onDrop  func(reason string)
+}
+
+// Options configure a Logger.
+type Options struct {
+	// Queue is the number of events buffered before dropping (default 4096).
+	Queue int
+	// OnDrop is called with the reason whenever an event is dropped
+	// ("mask_failed", "guard", "queue_full", "encode", "write").
+	OnDrop func(reason string)
+}
+
+// New starts a Logger writing to w.
+func New(w io.Writer, opts Options) *Logger {
+	if opts.Queue <= 0 {
+		opts.Queue = 4096
+	}
+	l := &Logger{w: w, queue: make(chan Event, opts.Queue), done: make(chan struct{}), onDrop: opts.OnDrop}
+	go l.run()
+	return l
+}
+
+// Prepare masks ev.Input with m and applies the guard. It returns false when
+// the event must be dropped (and has counted the drop).
+func (l *Logger) Prepare(ctx context.Context, m Masker, ev *Event) bool {
+	if ev.Input != nil && m != nil {
+		paths, err := m.Mask(ctx, ev.Input)
+		if err != nil {
+			l.drop("mask_failed")
+			return false
+		}
+		masked, err := Remove(ev.Input, paths)
+		if err != nil {
+			l.drop("mask_failed")
+			return false
+		}
+		ev.Input, ev.Masked = masked, paths
+	}
+	raw, err := json.Marshal(ev)
+	if err != nil {
+		l.drop("encode")
+		return false
+	}
+	if why := Guard(raw); why != "" {
+		l.drop("guard")
+		return false
+	}
+	return true
+}
+
+// Log queues a prepared event.
+func (l *Logger) Log(ev Event) {
+	select {
+	case l.queue <- ev:
+	default:
+		l.drop("queue_full")
+	}
+}
+
+func (l *Logger) run() {
+	defer close(l.done)
+	enc := json.NewEncoder(l.w)
+	for ev := range l.queue {
+		if err := enc.Encode(ev); err != nil {
+			l.drop("write")
+			continue
+		}
+		l.written.Add(1)
+	}
+}
+
+// Close flushes queued events and stops the writer.
+func (l *Logger) Close() {
+	l.closeMu.Do(func() { close(l.queue) })
+	<-l.done
+}
+
+// Written is the number of events written.
+func (l *Logger) Written() int64 { return l.written.Load() }
+
+// Dropped is the number of events dropped for reason.
+func (l *Logger) Dropped(reason string) int64 {
+	v, ok := l.dropped.Load(reason)
+	if !ok {
+		return 0
+	}
+	return v.(*atomic.Int64).Load()
+}
+
+func (l *Logger) drop(reason string) {
+	v, _ := l.dropped.LoadOrStore(reason, new(atomic.Int64))
+	v.(*atomic.Int64).Add(1)
+	if l.onDrop != nil {
+		l.onDrop(reason)
+	}
+}
+
+// guardPatterns are shapes no decision log line may contain, whatever the
+// mask policy says: compact JWS/JWT, PEM blocks, long base64 runs (signatures,
+// keys) and the credential shapes the data gate looks for.
+var guardPatterns = []*regexp.Regexp{
+	regexp.MustCompile(`eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.`),
+	regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*-----`),
+	regexp.MustCompile(`[A-Za-z0-9+/]{88,}={0,2}`),
+	regexp.MustCompile(`\b(AKIA|ASIA)[0-9A-Z]{16}\b`),
+	regexp.MustCompile(`\b(ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{30,}|\bgithub_pat_[A-Za-z0-9_]{20,}|\bhf_[A-Za-z0-9]{30,}|\bxox[abposr]-[A-Za-z0-9-]{10,}|\bglpat-[A-Za-z0-9_-]{20,}`),
+	regexp.MustCompile(`(?i)[?&](X-Amz-Signature|X-Goog-Signature|sig|Signature)=`),
+	regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s"]*:[^/?#@\s"]*@`),
+}
+
+// Guard returns a non-empty reason when raw holds something shaped like a
+// secret. The reason names the shape, never the match.
+func Guard(raw []byte) string {
+	for i, re := range guardPatterns {
+		if re.Match(raw) {
+			return fmt.Sprintf("secret-shaped content (pattern %d)", i)
+		}
+	}
+	return ""
+}
+
+// Remove returns a deep copy of doc without the values at the JSON pointers
+// (object members are deleted; array elements are replaced by null so later
+// pointers keep their meaning). An unparsable pointer is an error, so a
+// broken mask policy drops the event instead of logging it unmasked.
+func Remove(doc map[string]any, pointers []string) (map[string]any, error) {
+	out, _ := deepCopy(doc).(map[string]any)
+	for _, p := range pointers {
+		if p == "" || p[0] != '/' {
+			return nil, fmt.Errorf("mask: %q is not a JSON pointer", p)
+		}
+		segs := strings.Split(p[1:], "/")
+		for i, s := range segs {
+			segs[i] = strings.ReplaceAll(strings.ReplaceAll(s, "~1", "/"), "~0", "~")
+		}
+		removeAt(out, segs)
+	}
+	return out, nil
+}
+
+func removeAt(node any, segs []string) {
+	if len(segs) == 0 {
+		return
+	}
+	last := len(segs) == 1
+	switch n := node.(type) {
+	case map[string]any:
+		if last {
+			delete(n, segs[0])
+			return
+		}
+		removeAt(n[segs[0]], segs[1:])
+	case []any:
+		var i int
+		if _, err := fmt.Sscanf(segs[0], "%d", &i); err != nil || i < 0 || i >= len(n) {
+			return
+		}
+		if last {
+			n[i] = nil
+			return
+		}
+		removeAt(n[i], segs[1:])
+	}
+}
+
+func deepCopy(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		m := make(map[string]any, len(t))
+		for k, x := range t {
+			m[k] = deepCopy(x)
+		}
+		return m
+	case []any:
+		a := make([]any, len(t))
+		for i, x := range t {
+			a[i] = deepCopy(x)
+		}
+		return a
+	default:
+		return v
+	}
+}
+
+// ErrNoEvents is returned by Read for an empty log.
+var ErrNoEvents = errors.New("decision log: no events")
+
+// Read parses a decision log (JSON lines). Numbers are kept exact.
+func Read(r io.Reader) ([]Event, error) {
+	dec := json.NewDecoder(r)
+	dec.UseNumber()
+	var out []Event
+	for {
+		var ev Event
+		err := dec.Decode(&ev)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("decision log: event %d: %w", len(out)+1, err)
+		}
+		out = append(out, ev)
+	}
+	if len(out) == 0 {
+		return nil, ErrNoEvents
+	}
+	return out, nil
+}

@@ -1,0 +1,108 @@
+package decisionlog
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+type maskFunc func(map[string]any) ([]string, error)
+
+func (f maskFunc) Mask(_ context.Context, in map[string]any) ([]string, error) { return f(in) }
+
+func event(input map[string]any) Event {
+	return Event{DecisionID: "dec_1", Time: time.Unix(1764403200, 0).UTC(), Account: "acct", Result: "deny",
+		Codes: []string{"X"}, Input: input}
+}
+
+func TestPrepareMasksAndGuards(t *testing.T) {
+	t.Parallel()
+	jwt := "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJhIn0.c2lnbmF0dXJl"
+	cases := []struct {
+		name    string
+		input   map[string]any
+		mask    maskFunc
+		written bool
+		reason  string
+		absent  string
+	}{
+		{"clean", map[string]any{"manifest": map[string]any{"name": "llama"}}, nil, true, "", ""},
+		{"masked credential", map[string]any{"manifest": map[string]any{"uri": "https://u:p@host/x"}, "now": 1},
+			func(map[string]any) ([]string, error) { return []string{"/manifest"}, nil }, true, "", "u:p@"},
+		{"unmasked credential is refused", map[string]any{"manifest": map[string]any{"uri": "https://u:p@host/x"}},
+			func(map[string]any) ([]string, error) { return nil, nil }, false, "guard", ""},
+		{"token shape is refused", map[string]any{"note": jwt}, nil, false, "guard", ""},
+		{"signature shape is refused", map[string]any{"sig": strings.Repeat("MEUCIQ", 16)}, nil, false, "guard", ""},
+		{"pem is refused", map[string]any{"k": "-----BEGIN PUBLIC KEY-----"}, nil, false, "guard", ""},
+		{"mask failure drops", map[string]any{"a": 1},
+			func(map[string]any) ([]string, error) { return nil, errors.New("boom") }, false, "mask_failed", ""},
+		{"bad pointer drops", map[string]any{"a": 1},
+			func(map[string]any) ([]string, error) { return []string{"manifest"}, nil }, false, "mask_failed", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var buf bytes.Buffer
+			l := New(&buf, Options{})
+			ev := event(tc.input)
+			var m Masker
+			if tc.mask != nil {
+				m = tc.mask
+			}
+			if ok := l.Prepare(context.Background(), m, &ev); ok {
+				l.Log(ev)
+			}
+			l.Close()
+			if got := l.Written() == 1; got != tc.written {
+				t.Fatalf("written=%v want %v (%s)", got, tc.written, buf.String())
+			}
+			if tc.reason != "" && l.Dropped(tc.reason) != 1 {
+				t.Fatalf("dropped[%s]=%d", tc.reason, l.Dropped(tc.reason))
+			}
+			if !tc.written && buf.Len() != 0 {
+				t.Fatalf("a refused event was written: %s", buf.String())
+			}
+			if tc.absent != "" && strings.Contains(buf.String(), tc.absent) {
+				t.Fatalf("masked value in log: %s", buf.String())
+			}
+		})
+	}
+}
+
+func TestRemoveCopiesAndHandlesArrays(t *testing.T) {
+	t.Parallel()
+	in := map[string]any{"a": map[string]any{"b": 1, "c/d": 2}, "l": []any{"x", "y"}}
+	out, err := Remove(in, []string{"/a/b", "/a/c~1d", "/l/0", "/missing/x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out["a"].(map[string]any)) != 0 || out["l"].([]any)[0] != nil || out["l"].([]any)[1] != "y" {
+		t.Fatalf("removed %v", out)
+	}
+	if in["a"].(map[string]any)["b"] != 1 || in["l"].([]any)[0] != "x" {
+		t.Fatal("Remove changed its input")
+	}
+}
+
+func TestReadRoundTrip(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	l := New(&buf, Options{})
+	for i := 0; i < 3; i++ {
+		ev := event(map[string]any{"now": 1764403200})
+		if l.Prepare(context.Background(), nil, &ev) {
+			l.Log(ev)
+		}
+	}
+	l.Close()
+	evs, err := Read(&buf)
+	if err != nil || len(evs) != 3 || evs[0].Input["now"].(interface{ String() string }).String() != "1764403200" {
+		t.Fatalf("Read = %d events, %v", len(evs), err)
+	}
+	if _, err := Read(strings.NewReader("")); !errors.Is(err, ErrNoEvents) {
+		t.Fatalf("empty log: %v", err)
+	}
+}

@@ -1,0 +1,163 @@
+// Package replay re-evaluates logged decisions against a candidate bundle
+// and reports every decision that would flip: the impact of a policy change
+// before it ships. A logged event carries the exact (masked) input its
+// decision was made on, including `now`, so the replay is deterministic.
+package replay
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/itocompute/itogate/gatekeeper/decisionlog"
+	"github.com/itocompute/itogate/gatekeeper/policy"
+)
+
+// Decider is the candidate bundle.
+type Decider interface {
+	Decide(ctx context.Context, input map[string]any) (policy.Decision, error)
+}
+
+// Flip is one decision whose outcome or codes differ under the candidate.
+type Flip struct {
+	DecisionID string   `json:"decision_id"`
+	Before     string   `json:"before"` // "allow" or "deny"
+	After      string   `json:"after"`  // "allow", "deny" or "error"
+	Added      []string `json:"added,omitempty"`
+	Removed    []string `json:"removed,omitempty"`
+	Error      string   `json:"error,omitempty"`
+}
+
+// Report summarises a replay.
+type Report struct {
+	Events   int `json:"events"`
+	Replayed int `json:"replayed"`
+	// Skipped events carry no input: they were decided before the policy
+	// ran (a bad signature, an unknown confirmation) and no bundle changes them.
+	Skipped   int              `json:"skipped"`
+	Unchanged int              `json:"unchanged"`
+	Flips     []Flip           `json:"flips"`
+	ByCode    map[string]Count `json:"by_code"`
+	// AllowToDeny and DenyToAllow count outcome flips; the rest only change codes.
+	AllowToDeny int `json:"allow_to_deny"`
+	DenyToAllow int `json:"deny_to_allow"`
+}
+
+// Count is how often a code appears or disappears.
+type Count struct {
+	Added   int `json:"added"`
+	Removed int `json:"removed"`
+}
+
+// Run replays events against d.
+func Run(ctx context.Context, d Decider, events []decisionlog.Event) Report {
+	r := Report{Events: len(events), ByCode: map[string]Count{}, Flips: []Flip{}}
+	for _, ev := range events {
+		if ev.Input == nil || ev.PolicyResult == "" {
+			r.Skipped++
+			continue
+		}
+		r.Replayed++
+		before := set(ev.PolicyCodes)
+		dec, err := d.Decide(ctx, ev.Input)
+		if err != nil {
+			r.Flips = append(r.Flips, Flip{DecisionID: ev.DecisionID, Before: ev.PolicyResult, After: "error", Error: err.Error()})
+			if ev.PolicyResult == "allow" {
+				r.AllowToDeny++
+			}
+			continue
+		}
+		after := map[string]bool{}
+		for _, v := range dec.Violations {
+			after[v.Code] = true
+		}
+		outcome := "allow"
+		if !dec.Allow {
+			outcome = "deny"
+		}
+		added, removed := diff(before, after)
+		if outcome == ev.PolicyResult && len(added) == 0 && len(removed) == 0 {
+			r.Unchanged++
+			continue
+		}
+		r.Flips = append(r.Flips, Flip{DecisionID: ev.DecisionID, Before: ev.PolicyResult, After: outcome, Added: added, Removed: removed})
+		switch {
+		case ev.PolicyResult == "allow" && outcome == "deny":
+			r.AllowToDeny++
+		case ev.PolicyResult == "deny" && outcome == "allow":
+			r.DenyToAllow++
+		}
+		for _, c := range added {
+			n := r.ByCode[c]
+			n.Added++
+			r.ByCode[c] = n
+		}
+		for _, c := range removed {
+			n := r.ByCode[c]
+			n.Removed++
+			r.ByCode[c] = n
+		}
+	}
+	return r
+}
+
+// Print writes the report as a table grouped by code.
+func (r Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "events %d, replayed %d, skipped %d (decided before the policy), unchanged %d, flipped %d\n",
+		r.Events, r.Replayed, r.Skipped, r.Unchanged, len(r.Flips))
+	fmt.Fprintf(w, "allow → deny %d, deny → allow %d\n", r.AllowToDeny, r.DenyToAllow)
+	if len(r.ByCode) > 0 {
+		codes := make([]string, 0, len(r.ByCode))
+		for c := range r.ByCode {
+			codes = append(codes, c)
+		}
+		sort.Strings(codes)
+		fmt.Fprintln(w, "\nCODE                                  NEWLY RAISED  NO LONGER RAISED")
+		for _, c := range codes {
+			fmt.Fprintf(w, "%-37s %12d  %16d\n", c, r.ByCode[c].Added, r.ByCode[c].Removed)
+		}
+	}
+	if len(r.Flips) > 0 {
+		fmt.Fprintln(w, "\nDECISION                              BEFORE  AFTER  CHANGE")
+		for _, f := range r.Flips {
+			var parts []string
+			for _, c := range f.Added {
+				parts = append(parts, "+"+c)
+			}
+			for _, c := range f.Removed {
+				parts = append(parts, "-"+c)
+			}
+			change := strings.Join(parts, " ")
+			if f.Error != "" {
+				change = "evaluation error: " + f.Error
+			}
+			fmt.Fprintf(w, "%-37s %-7s %-6s %s\n", f.DecisionID, f.Before, f.After, change)
+		}
+	}
+}
+
+func set(codes []string) map[string]bool {
+	m := make(map[string]bool, len(codes))
+	for _, c := range codes {
+		m[c] = true
+	}
+	return m
+}
+
+func diff(before, after map[string]bool) (added, removed []string) {
+	for c := range after {
+		if !before[c] {
+			added = append(added, c)
+		}
+	}
+	for c := range before {
+		if !after[c] {
+			removed = append(removed, c)
+		}
+	}
+	sort.Strings(added)
+	sort.Strings(removed)
+	return added, removed
+}

@@ -106,6 +106,7 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 	svc, err := admission.New(admission.Options{
 		Entitlement: ts.Entitlement, Confirmation: ts.Confirmation, Manifests: ts.Manifests,
 		Ledger: store, Policy: func() admission.Decider { return engine }, Logger: log, DecisionLog: dlog,
+		OnLedgerError: metrics.LedgerError,
 	})
 	if err != nil {
 		return err

@@ -96,6 +96,9 @@ type Options struct {
 	Logger *slog.Logger
 	// DecisionLog, when set, receives one event per admission.
 	DecisionLog *decisionlog.Logger
+	// OnLedgerError, when set, is called with the operation whenever the
+	// ledger fails (for the itogate_ledger_errors_total metric).
+	OnLedgerError func(op string)
 }
 
 // Service answers admissions, status lookups and confirmation deposits.
@@ -465,6 +468,9 @@ func replayed(a ledger.Admission) Outcome {
 
 func (s *Service) ledgerFault(op string, err error) Outcome {
 	s.opts.Logger.Error("ledger unavailable", "op", op, "err", err)
+	if s.opts.OnLedgerError != nil {
+		s.opts.OnLedgerError(op)
+	}
 	return fail(http.StatusServiceUnavailable, CodeLedgerUnavailable, "the ledger is unavailable; denied, nothing was written")
 }
 

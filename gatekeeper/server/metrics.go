@@ -24,6 +24,7 @@ type Metrics struct {
 	verifyFail *prometheus.CounterVec
 	bundleInfo *prometheus.GaugeVec
 	logDropped *prometheus.CounterVec
+	ledgerErrs *prometheus.CounterVec
 }
 
 // NewMetrics registers the collectors. Histogram buckets run to 2.5 s:
@@ -54,7 +55,11 @@ func NewMetrics() *Metrics {
 		Name: "itogate_decision_log_dropped_total",
 		Help: "Decision-log events dropped, by reason (mask_failed, guard, queue_full, encode, write); never written unmasked.",
 	}, []string{"reason"})
-	m.reg.MustRegister(m.logDropped)
+	m.ledgerErrs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "itogate_ledger_errors_total",
+		Help: "Ledger failures by operation; each answered 503 LEDGER_UNAVAILABLE.",
+	}, []string{"op"})
+	m.reg.MustRegister(m.logDropped, m.ledgerErrs)
 	m.reg.MustRegister(m.requests, m.duration, m.decisions, m.verifyFail, m.bundleInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -64,6 +69,9 @@ func NewMetrics() *Metrics {
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
+
+// LedgerError counts one ledger failure.
+func (m *Metrics) LedgerError(op string) { m.ledgerErrs.WithLabelValues(op).Inc() }
 
 // DecisionLogDropped counts one dropped decision-log event.
 func (m *Metrics) DecisionLogDropped(reason string) { m.logDropped.WithLabelValues(reason).Inc() }

@@ -83,9 +83,11 @@ func newHarness(t *testing.T, mutate func(*admission.Options)) *harness {
 	log := slog.New(slog.NewJSONHandler(logs, nil))
 	dl := decisionlog.New(dlogBuf, decisionlog.Options{})
 	t.Cleanup(dl.Close)
+	metrics := server.NewMetrics()
 	opts := admission.Options{
 		Entitlement: ts.Entitlement, Confirmation: ts.Confirmation, Manifests: ts.Manifests,
 		Ledger: store, Policy: func() admission.Decider { return engine }, Logger: log, DecisionLog: dl,
+		OnLedgerError: metrics.LedgerError,
 	}
 	if mutate != nil {
 		mutate(&opts)
@@ -97,7 +99,7 @@ func newHarness(t *testing.T, mutate func(*admission.Options)) *harness {
 	h, err := server.New(server.Options{
 		Admission: svc, Callers: ts.Callers, Depositors: ts.Depositors,
 		Ready:        func(ctx context.Context) error { return store.Ping(ctx) },
-		MaxBodyBytes: 2 << 20, RequestTimeout: 5 * time.Second, Metrics: server.NewMetrics(), Logger: log,
+		MaxBodyBytes: 2 << 20, RequestTimeout: 5 * time.Second, Metrics: metrics, Logger: log,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -379,6 +381,15 @@ func TestStoreFaultsDeny(t *testing.T) {
 		resp, err := http.Get(h.srv.URL + "/readyz")
 		if err != nil || resp.StatusCode != 503 {
 			t.Fatalf("readyz with a closed ledger: %v %v", resp.StatusCode, err)
+		}
+		resp, err = http.Get(h.srv.URL + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(body), `itogate_ledger_errors_total{op="admission lookup"} 1`) {
+			t.Fatalf("ledger error not counted:\n%s", body)
 		}
 	})
 	t.Run("no bundle", func(t *testing.T) {

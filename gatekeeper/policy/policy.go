@@ -4,6 +4,11 @@
 // evaluated per request under a deadline. The result is treated defensively
 // (design §5): anything but a well-formed decision becomes an error with a
 // stable code, and the caller denies.
+//
+// An Engine is immutable: one bundle, its revision and digest and, for a
+// bundle with a maximum age, the instant after which it refuses to decide.
+// Swapping bundles means building a new Engine and swapping a pointer
+// (gatekeeper/bundle), so a request evaluates against exactly one Engine.
 package policy
 
 import (
@@ -37,6 +42,9 @@ const (
 	CodeEvaluationFailed = "POLICY_EVALUATION_FAILED"
 	CodeTimeout          = "POLICY_TIMEOUT"
 	CodeDecisionInvalid  = "POLICY_DECISION_INVALID"
+	// CodeBundleStale: the active bundle is older than its maximum age
+	// (policy.bundle.max_age) and no longer enforced.
+	CodeBundleStale = "POLICY_BUNDLE_STALE"
 )
 
 // DefaultDeadline bounds one evaluation. The bundled policy evaluates in well
@@ -67,15 +75,39 @@ type Decision struct {
 	Violations []Finding      `json:"violations"`
 	Warnings   []Finding      `json:"warnings"`
 	Estimates  map[string]any `json:"estimates,omitempty"`
+	// BundleRevision and BundleDigest name the bundle that made this
+	// decision (its Engine's Revision and Digest), for decision records.
+	// They are not part of the policy's output.
+	BundleRevision string `json:"-"`
+	BundleDigest   string `json:"-"`
 }
 
-// Options configure an Engine.
+// Options configure an Engine. Give Bundle (a file tree) or Parsed (a bundle
+// already read and verified, see gatekeeper/bundle), not both.
 type Options struct {
 	// Bundle is the bundle root: Rego modules, data.json files and an
 	// optional .manifest. Test files (*_test.rego) are not loaded.
 	Bundle fs.FS
+	// Parsed is a bundle read by OPA's bundle.Reader. The Engine takes it
+	// over: the caller must not use or modify it afterwards.
+	Parsed *bundle.Bundle
+	// Digest names the bundle, "sha256:<hex>"; required with Parsed (the
+	// digest of the archive it was read from). With Bundle it defaults to
+	// DigestFS.
+	Digest string
+	// Revision overrides the .manifest revision; when both are empty it is
+	// a digest prefix.
+	Revision string
+	// Expires, when not zero, is the instant after which the Engine stops
+	// deciding: Decide returns CodeBundleStale (the bundle's maximum age).
+	Expires time.Time
+	// Now is the clock for Expires (default time.Now).
+	Now func() time.Time
 	// Deadline bounds each evaluation; zero means DefaultDeadline.
 	Deadline time.Duration
+	// SkipRequiredRules lifts the RequiredRules check, for tests that
+	// evaluate small hand-made bundles. Never set it for an enforced bundle.
+	SkipRequiredRules bool
 }
 
 // Engine holds one prepared bundle. It is safe for concurrent use.
@@ -84,42 +116,56 @@ type Engine struct {
 	mask     rego.PreparedEvalQuery
 	revision string
 	digest   string
+	expires  time.Time
+	now      func() time.Time
 	deadline time.Duration
 }
 
 // New loads the bundle, compiles it and prepares the decision query.
 func New(ctx context.Context, opts Options) (*Engine, error) {
-	if opts.Bundle == nil {
+	var b *bundle.Bundle
+	digest := opts.Digest
+	switch {
+	case opts.Bundle != nil && opts.Parsed != nil:
+		return nil, errors.New("policy: give Bundle or Parsed, not both")
+	case opts.Parsed != nil:
+		if digest == "" {
+			return nil, errors.New("policy: a parsed bundle needs its digest")
+		}
+		b = opts.Parsed
+	case opts.Bundle != nil:
+		read, fsDigest, err := ReadFS(opts.Bundle)
+		if err != nil {
+			return nil, err
+		}
+		if digest == "" {
+			digest = fsDigest
+		}
+		b = read
+	default:
 		return nil, errors.New("policy: no bundle")
 	}
-	digest, err := digestFS(opts.Bundle)
-	if err != nil {
-		return nil, err
+	if !opts.SkipRequiredRules {
+		if err := requireRules(b, RequiredRules); err != nil {
+			return nil, err
+		}
 	}
-	loader, err := bundle.NewFSLoader(withoutTests{opts.Bundle})
-	if err != nil {
-		return nil, fmt.Errorf("policy: bundle: %w", err)
-	}
-	b, err := bundle.NewCustomReader(loader).
-		WithRegoVersion(ast.RegoV1).
-		WithProcessAnnotations(true).
-		Read()
-	if err != nil {
-		return nil, fmt.Errorf("policy: bundle: %w", err)
-	}
-	revision := b.Manifest.Revision
+	revision := opts.Revision
 	if revision == "" {
-		revision = digest[:len("sha256:")+12]
+		revision = b.Manifest.Revision
+	}
+	if revision == "" {
+		revision = digest[:min(len(digest), len("sha256:")+12)]
 	}
 	pq, err := rego.New(
 		rego.Query(Query),
-		rego.ParsedBundle("itogate", &b),
+		rego.ParsedBundle("itogate", b),
 		rego.StrictBuiltinErrors(true),
 	).PrepareForEval(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("policy: prepare: %w", err)
 	}
-	mq, err := rego.New(rego.Query(MaskQuery), rego.ParsedBundle("itogate", &b)).PrepareForEval(ctx)
+	mq, err := rego.New(rego.Query(MaskQuery), rego.ParsedBundle("itogate", b)).PrepareForEval(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("policy: prepare mask: %w", err)
 	}
@@ -127,19 +173,59 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	if d <= 0 {
 		d = DefaultDeadline
 	}
-	return &Engine{query: pq, mask: mq, revision: revision, digest: digest, deadline: d}, nil
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Engine{query: pq, mask: mq, revision: revision, digest: digest,
+		expires: opts.Expires, now: now, deadline: d}, nil
+}
+
+// ReadFS reads a bundle file tree (tests excluded) as New does and returns
+// it with its DigestFS.
+func ReadFS(fsys fs.FS) (*bundle.Bundle, string, error) {
+	digest, err := DigestFS(fsys)
+	if err != nil {
+		return nil, "", err
+	}
+	loader, err := bundle.NewFSLoader(withoutTests{fsys})
+	if err != nil {
+		return nil, "", fmt.Errorf("policy: bundle: %w", err)
+	}
+	b, err := bundle.NewCustomReader(loader).
+		WithRegoVersion(ast.RegoV1).
+		WithProcessAnnotations(true).
+		Read()
+	if err != nil {
+		return nil, "", fmt.Errorf("policy: bundle: %w", err)
+	}
+	return &b, digest, nil
 }
 
 // Revision is the bundle's .manifest revision, or a digest prefix for a
 // bundle without one.
 func (e *Engine) Revision() string { return e.revision }
 
-// Digest is "sha256:<hex>" over the bundle's file names and contents.
+// Digest is "sha256:<hex>": of the archive for a bundle read from a file or
+// a bundle server, over the file names and contents (DigestFS) for a tree.
 func (e *Engine) Digest() string { return e.digest }
 
+// Expires is the instant after which Decide refuses (zero: never).
+func (e *Engine) Expires() time.Time { return e.expires }
+
+// Stale reports whether the bundle is past its maximum age at now.
+func (e *Engine) Stale(now time.Time) bool {
+	return !e.expires.IsZero() && now.After(e.expires)
+}
+
 // Decide evaluates the decision for input (the document of
-// docs/policy-input.md). Errors are *Error with one of the codes above.
+// docs/policy-input.md). Errors are *Error with one of the codes above; a
+// bundle past its maximum age decides nothing (CodeBundleStale).
 func (e *Engine) Decide(ctx context.Context, input map[string]any) (Decision, error) {
+	if e.Stale(e.now()) {
+		return Decision{}, &Error{Code: CodeBundleStale,
+			Err: fmt.Errorf("bundle %s passed its maximum age at %s", e.revision, e.expires.UTC().Format(time.RFC3339))}
+	}
 	ctx, cancel := context.WithTimeout(ctx, e.deadline)
 	defer cancel()
 	rs, err := e.query.Eval(ctx, rego.EvalInput(input))
@@ -154,7 +240,12 @@ func (e *Engine) Decide(ctx context.Context, input map[string]any) (Decision, er
 	if len(rs) != 1 || len(rs[0].Expressions) != 1 {
 		return Decision{}, &Error{Code: CodeDecisionInvalid, Err: errors.New("decision is undefined")}
 	}
-	return parseDecision(rs[0].Expressions[0].Value)
+	d, err := parseDecision(rs[0].Expressions[0].Value)
+	if err != nil {
+		return Decision{}, err
+	}
+	d.BundleRevision, d.BundleDigest = e.revision, e.digest
+	return d, nil
 }
 
 // Mask evaluates MaskQuery: the JSON pointers (RFC 6901) to remove from
@@ -248,9 +339,10 @@ func findings(v any, required bool) ([]Finding, error) {
 	return out, nil
 }
 
-// digestFS hashes every file (path, length, content) in lexical order, so two
-// bundles with the same digest hold the same policy and data.
-func digestFS(fsys fs.FS) (string, error) {
+// DigestFS hashes every bundle file (path, length, content; tests excluded)
+// in lexical order, so two trees with the same digest hold the same policy
+// and data.
+func DigestFS(fsys fs.FS) (string, error) {
 	var paths []string
 	err := fs.WalkDir(withoutTests{fsys}, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {

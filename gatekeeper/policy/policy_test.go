@@ -3,6 +3,9 @@ package policy
 import (
 	"context"
 	"errors"
+	"github.com/itocompute/itogate/policies"
+	"io/fs"
+	"strings"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -41,7 +44,7 @@ func TestDecideValidatesTheDecision(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			e, err := New(context.Background(), Options{Bundle: bundleOf(tc.rego), Deadline: tc.deadline})
+			e, err := New(context.Background(), Options{Bundle: bundleOf(tc.rego), Deadline: tc.deadline, SkipRequiredRules: true})
 			if err != nil {
 				t.Fatalf("New: %v", err)
 			}
@@ -69,7 +72,7 @@ func TestBundleExcludesTestsAndRecordsRevision(t *testing.T) {
 	// A test file that would make the bundle fail to compile if loaded.
 	fsys["ito/admission/admission_test.rego"] = &fstest.MapFile{Data: []byte("package ito.admission_test\n\ntest_x if { syntax error")}
 	fsys[".manifest"] = &fstest.MapFile{Data: []byte(`{"revision": "2026.11.29-1"}`)}
-	e, err := New(context.Background(), Options{Bundle: fsys})
+	e, err := New(context.Background(), Options{Bundle: fsys, SkipRequiredRules: true})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -78,7 +81,7 @@ func TestBundleExcludesTestsAndRecordsRevision(t *testing.T) {
 	}
 	before := e.Digest()
 	fsys["ito/admission/admission.rego"] = &fstest.MapFile{Data: []byte("package ito.admission\n\ndecision := {\"allow\": false, \"violations\": [{\"code\": \"X\", \"gate\": \"g\"}]}\n")}
-	e2, err := New(context.Background(), Options{Bundle: fsys})
+	e2, err := New(context.Background(), Options{Bundle: fsys, SkipRequiredRules: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +92,7 @@ func TestBundleExcludesTestsAndRecordsRevision(t *testing.T) {
 
 func TestViolationsAreSorted(t *testing.T) {
 	t.Parallel()
-	e, err := New(context.Background(), Options{Bundle: bundleOf(`decision := {"allow": false, "violations": [
+	e, err := New(context.Background(), Options{SkipRequiredRules: true, Bundle: bundleOf(`decision := {"allow": false, "violations": [
 		{"code": "B", "gate": "g", "message": "2"}, {"code": "A", "gate": "g", "message": "1"}, {"code": "B", "gate": "g", "message": "1"}]}`)})
 	if err != nil {
 		t.Fatal(err)
@@ -101,5 +104,35 @@ func TestViolationsAreSorted(t *testing.T) {
 	got := d.Violations[0].Code + d.Violations[1].Code + d.Violations[1].Message + d.Violations[2].Message
 	if got != "AB12" {
 		t.Fatalf("order %v", d.Violations)
+	}
+}
+
+// TestIncompleteBundleIsRefused: a bundle that lost a gate compiles in OPA
+// (the reference is merely undefined) but must never be activated.
+func TestIncompleteBundleIsRefused(t *testing.T) {
+	t.Parallel()
+	full := fstest.MapFS{}
+	err := fs.WalkDir(policies.Bundle(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := fs.ReadFile(policies.Bundle(), p)
+		full[p] = &fstest.MapFile{Data: data}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(context.Background(), Options{Bundle: full}); err != nil {
+		t.Fatalf("the embedded bundle: %v", err)
+	}
+	for p := range full {
+		if strings.HasPrefix(p, "ito/data/") {
+			delete(full, p)
+		}
+	}
+	_, err = New(context.Background(), Options{Bundle: full})
+	if err == nil || !strings.Contains(err.Error(), "no rule data.ito.data.deny") {
+		t.Fatalf("New without the data gate = %v", err)
 	}
 }

@@ -68,16 +68,49 @@ _violations contains v if {
 	some v in idempotency.deny
 }
 
+# One rule per gate: a union of several gates' sets is undefined as a whole
+# when any one of them is missing, which would silently drop every gate in it.
+# Go also refuses to activate a bundle that lacks a gate (policy.New).
 _violations contains v if {
 	lib.is_train_create
-	some v in (((budget.deny | datagate.deny) | parallelism.deny) | manifest.deny)
+	some v in budget.deny
+}
+
+_violations contains v if {
+	lib.is_train_create
+	some v in datagate.deny
+}
+
+_violations contains v if {
+	lib.is_train_create
+	some v in parallelism.deny
+}
+
+_violations contains v if {
+	lib.is_train_create
+	some v in manifest.deny
 }
 
 _violations contains v if some v in deny
 
 _warnings contains v if {
 	lib.is_train_create
-	some v in (((budget.warn | datagate.warn) | parallelism.warn) | manifest.warn)
+	some v in budget.warn
+}
+
+_warnings contains v if {
+	lib.is_train_create
+	some v in datagate.warn
+}
+
+_warnings contains v if {
+	lib.is_train_create
+	some v in parallelism.warn
+}
+
+_warnings contains v if {
+	lib.is_train_create
+	some v in manifest.warn
 }
 
 # METADATA

@@ -284,12 +284,17 @@ func (s *Service) admit(ctx context.Context, caller Caller, req Request, tr *tra
 	verified["confirmation"] = map[string]any{"verified": true, "key_id": cc.KeyID}
 	tr.keyIDs["confirmation"], tr.jtis["confirmation"] = cc.KeyID, cc.JTI
 
-	// Lifecycle actions act on a run this account was admitted for.
+	// Lifecycle actions act on a run this account was admitted for, on the
+	// booking the request names: a confirmation and entitlement for another
+	// booking of the same account never reach a run elsewhere. Another
+	// account's run and a run on another booking answer exactly like an
+	// unknown run id, so the answer reveals nothing about them.
 	if req.Action == ActionTrainCancel || req.Action == ActionTrainCleanup {
 		run, err := s.opts.Ledger.Run(ctx, req.RunID)
 		switch {
-		case errors.Is(err, ledger.ErrNotFound) || (err == nil && run.Account != caller.Account):
-			return denied(CodeRunNotFound, "no run with this id was admitted for this account")
+		case errors.Is(err, ledger.ErrNotFound) ||
+			(err == nil && (run.Account != caller.Account || run.BookingID != req.BookingID)):
+			return denied(CodeRunNotFound, "no run with this id was admitted for this account on this booking")
 		case err != nil:
 			return s.ledgerFault("run lookup", err)
 		}
@@ -346,6 +351,11 @@ func (s *Service) admit(ctx context.Context, caller Caller, req Request, tr *tra
 		BundleRevision: decider.Revision(), Warnings: dec.Warnings, Estimates: dec.Estimates,
 	}
 	if !dec.Allow {
+		if onlyReplayed(dec.Violations) {
+			if o, ok := s.sameRequestWon(ctx, caller, req.IdempotencyKey, reqDigest); ok {
+				return o
+			}
+		}
 		data.Decision, data.State = "deny", StateDenied
 		status := http.StatusForbidden
 		for _, v := range dec.Violations {
@@ -371,6 +381,9 @@ func (s *Service) admit(ctx context.Context, caller Caller, req Request, tr *tra
 	stored, wasReplay, err := s.opts.Ledger.Commit(context.WithoutCancel(ctx), rec)
 	switch {
 	case errors.Is(err, ledger.ErrConfirmationConsumed):
+		if o, ok := s.sameRequestWon(ctx, caller, req.IdempotencyKey, reqDigest); ok {
+			return o
+		}
 		data.Decision, data.State = "deny", StateDenied
 		return Outcome{Status: http.StatusForbidden, Code: CodeConfirmationReplayed,
 			Message: "this confirmation was already used", Data: data,
@@ -452,6 +465,22 @@ func (s *Service) Deposit(ctx context.Context, token string) Outcome {
 	return Outcome{Status: http.StatusCreated, Extra: map[string]any{
 		"confirmation_ref": ref, "jti": cc.JTI, "act": act, "expires_at": cc.Expiry.Unix(),
 	}}
+}
+
+// sameRequestWon handles two identical requests racing: the loser sees the
+// confirmation consumed, but by its own key and request, so it must get the
+// winner's allow (design §1), not a CONFIRMATION_REPLAYED a caller would
+// take as final.
+func (s *Service) sameRequestWon(ctx context.Context, caller Caller, key, digest string) (Outcome, bool) {
+	a, err := s.opts.Ledger.Admission(ctx, caller.Account, key)
+	if err != nil || a.RequestDigest != digest {
+		return Outcome{}, false
+	}
+	return replayed(a), true
+}
+
+func onlyReplayed(vs []Finding) bool {
+	return len(vs) == 1 && vs[0].Code == CodeConfirmationReplayed
 }
 
 func replayed(a ledger.Admission) Outcome {

@@ -57,6 +57,23 @@ func CallerToken() (string, error) {
 	return r.callerToken()
 }
 
+// MintCaller mints a development caller token whose claims are the demo
+// caller's changed by override (a nil value removes the claim).
+func MintCaller(override map[string]any) (string, error) {
+	r := &Runner{now: time.Now, keys: keys.Dev()}
+	claims := map[string]any{
+		"iss": trust.DevCallerIssuer, "aud": trust.DevAudience, "sub": "svc-demo-trainer", "account": Account,
+	}
+	for k, v := range override {
+		if v == nil {
+			delete(claims, k)
+			continue
+		}
+		claims[k] = v
+	}
+	return r.mint(r.keys.Caller, "", claims, time.Hour)
+}
+
 func (r *Runner) callerToken() (string, error) {
 	return r.mint(r.keys.Caller, "", map[string]any{
 		"iss": trust.DevCallerIssuer, "aud": trust.DevAudience, "sub": "svc-demo-trainer", "account": Account,

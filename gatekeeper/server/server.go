@@ -62,8 +62,8 @@ func New(opts Options) (http.Handler, error) {
 	r.Method(http.MethodGet, "/metrics", opts.Metrics.Handler())
 	r.Route("/v1", func(r chi.Router) {
 		r.Use(s.deadline)
-		callers := s.authenticate("caller", opts.Callers, admission.CodeCallerUnauthenticated)
-		depositors := s.authenticate("depositor", opts.Depositors, admission.CodeDepositorUnauthorized)
+		callers := s.authenticate("caller", opts.Callers, admission.CodeCallerUnauthenticated, true)
+		depositors := s.authenticate("depositor", opts.Depositors, admission.CodeDepositorUnauthorized, false)
 		r.With(s.limitBody, s.requireJSON, callers).Post("/admissions", s.postAdmission)
 		r.With(callers).Get("/admissions/{idempotency_key}", s.getAdmission)
 		r.With(s.limitBody, s.requireJSON, depositors).Post("/confirmations", s.postConfirmation)
@@ -89,7 +89,7 @@ func callerFrom(ctx context.Context) admission.Caller {
 // authenticate verifies the bearer token with the given purpose's verifier.
 // Identity only: the caller's account scopes idempotency keys and must match
 // the tokens, but authorizes nothing by itself.
-func (s *srv) authenticate(purpose string, v admission.TokenVerifier, code string) func(http.Handler) http.Handler {
+func (s *srv) authenticate(purpose string, v admission.TokenVerifier, code string, needAccount bool) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			h := r.Header.Get("Authorization")
@@ -102,13 +102,22 @@ func (s *srv) authenticate(purpose string, v admission.TokenVerifier, code strin
 			claims, err := v.Verify([]byte(strings.TrimSpace(h[len(prefix):])), s.opts.Now())
 			if err != nil {
 				s.opts.Metrics.verifyFailure(purpose, err)
+				// The verify error names purpose and kind only, never token bytes.
+				s.opts.Logger.Warn("bearer token rejected", "purpose", purpose, "route", r.URL.Path,
+					"request_id", middleware.GetReqID(r.Context()), "err", err.Error())
 				w.Header().Set("WWW-Authenticate", `Bearer realm="itogate", error="invalid_token"`)
 				writeError(w, http.StatusUnauthorized, code, "the bearer token was rejected")
 				return
 			}
+			// The account scopes idempotency keys and must match the tokens'
+			// sub; a token without one is no caller of ours (never fall back
+			// to sub: an IdP subject is not an account).
 			account, _ := claims.Raw["account"].(string)
-			if account == "" {
-				account = claims.Subject
+			if account == "" && needAccount {
+				s.opts.Logger.Warn("bearer token rejected", "purpose", purpose, "reason", "no account claim", "key_id", claims.KeyID)
+				w.Header().Set("WWW-Authenticate", `Bearer realm="itogate", error="invalid_token"`)
+				writeError(w, http.StatusUnauthorized, code, "the bearer token carries no account claim")
+				return
 			}
 			c := admission.Caller{Subject: claims.Subject, Account: account, KeyID: claims.KeyID}
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, c)))

@@ -478,3 +478,58 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// TestIdenticalRetriesRacing: concurrent copies of one request (same key,
+// same confirmation) all get the same allow — the losers of the race see the
+// confirmation consumed by their own request and answer the stored allow.
+func TestIdenticalRetriesRacing(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	m, _ := h.runner.LoadManifest("llama3-8b")
+	ref, err := h.runner.Confirm(ctx, "train.create", manifest.Digest(m.Raw), "2000.00", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ent, _ := h.runner.EntitlementFor(m, nil)
+	req := client.AdmissionRequest{Action: "train.create", BookingID: scenario.Booking, IdempotencyKey: "same-key",
+		Manifest: m.Raw, ManifestSignature: m.Signature, EntitlementToken: ent, ConfirmationRef: ref}
+	const n = 20
+	answers := make([]scenario.Answer, n)
+	var wg sync.WaitGroup
+	for i := range answers {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			a, err := h.runner.Admit(ctx, req)
+			if err != nil {
+				t.Error(err)
+			}
+			answers[i] = a
+		}(i)
+	}
+	wg.Wait()
+	runs := map[string]bool{}
+	for _, a := range answers {
+		if a.Status != 200 {
+			t.Fatalf("a copy of the request got %d %v", a.Status, a.Codes())
+		}
+		runs[a.Data.RunID] = true
+	}
+	if len(runs) != 1 {
+		t.Fatalf("%d different runs admitted", len(runs))
+	}
+}
+
+// TestCallerWithoutAccount: a verified caller token without the account
+// claim is refused; the subject never stands in for the account.
+func TestCallerWithoutAccount(t *testing.T) {
+	h := newHarness(t, nil)
+	tok, err := scenario.MintCaller(map[string]any{"account": nil})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, env := post(t, h, "/v1/admissions", "application/json", tok, []byte(`{}`))
+	if status != 401 || errCode(env) != "CALLER_UNAUTHENTICATED" {
+		t.Fatalf("got %d %v", status, env)
+	}
+}

@@ -48,6 +48,13 @@ func DevConfig() config.Trust {
 	}
 }
 
+// yamlName is each purpose's key under trust: in the configuration, so
+// errors name what the operator wrote.
+var yamlName = map[verify.Purpose]string{
+	verify.PurposeCaller: "callers", verify.PurposeDepositor: "depositors",
+	verify.PurposeEntitlement: "entitlement", verify.PurposeConfirmation: "confirmation",
+}
+
 // Dev builds the development verifiers from the embedded development keys.
 func Dev() (*Set, error) {
 	d := keys.Dev()
@@ -98,17 +105,18 @@ func FromConfig(t config.Trust) (*Set, error) {
 		return nil
 	}
 	build := func(p verify.Purpose, tt config.TokenTrust) (*verify.TokenVerifier, error) {
+		name := yamlName[p]
 		set, err := loadSet(tt)
 		if err != nil {
-			return nil, fmt.Errorf("trust.%s: %w", p, err)
+			return nil, fmt.Errorf("trust.%s: %w", name, err)
 		}
 		for i := 0; i < set.Len(); i++ {
 			k, _ := set.Key(i)
 			fp, err := verify.FingerprintJWK(k)
 			if err != nil {
-				return nil, fmt.Errorf("trust.%s: %w", p, err)
+				return nil, fmt.Errorf("trust.%s: %w", name, err)
 			}
-			if err := check(string(p), fp); err != nil {
+			if err := check(name, fp); err != nil {
 				return nil, err
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -139,13 +140,18 @@ func leaf(e *jsonschema.ValidationError) string {
 	return fmt.Sprintf("%s: fails %q", where, kp[len(kp)-1])
 }
 
-// names quotes field names, cut short: a key is not a value, but a hostile
-// manifest can still make one long.
+// fieldName is what a schema field name looks like. Only such names are
+// echoed: a key is attacker-chosen and may itself be a credential
+// ("AKIA…": {}), and credentials almost always carry digits or capitals.
+var fieldName = regexp.MustCompile(`^[a-z][a-z_]{0,39}$`)
+
+// names quotes field names that look like field names and withholds others.
 func names(ns []string) string {
 	out := make([]string, 0, len(ns))
 	for _, n := range ns {
-		if len(n) > 64 {
-			n = n[:64] + "…"
+		if !fieldName.MatchString(n) {
+			out = append(out, "(a name not shown)")
+			continue
 		}
 		out = append(out, fmt.Sprintf("%q", n))
 	}

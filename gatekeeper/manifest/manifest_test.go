@@ -83,10 +83,14 @@ func TestSchemaErrorsNeverEchoValues(t *testing.T) {
 	_ = json.Unmarshal(fixture(t, "llama3-8b.json"), &m)
 	m["parallelism"].(map[string]any)["precision"] = secret
 	m["objective"].(map[string]any)["stage"] = secret
+	m["model"].(map[string]any)["AKIAIOSFODNN7EXAMPLE"] = "x"
 	raw, _ := json.Marshal(m)
 	_, err := Parse(raw)
-	if err == nil || strings.Contains(err.Error(), secret) {
-		t.Fatalf("error %v must name paths, not values", err)
+	if err == nil || strings.Contains(err.Error(), secret) || strings.Contains(err.Error(), "AKIA") {
+		t.Fatalf("error %v must name paths, not values or secret-shaped keys", err)
+	}
+	if !strings.Contains(err.Error(), "/model: unknown field (a name not shown)") {
+		t.Fatalf("error %v should still say where", err)
 	}
 }
 

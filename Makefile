@@ -8,9 +8,12 @@ COVERAGE_THRESHOLD ?= 90
 
 .PHONY: run build test test-go test-policy fmt-check demo clean codes
 
-## run: serve on embedded defaults (development mode, loopback, dev keys)
+LISTEN   ?= 127.0.0.1:8443
+DATA_DIR ?= ./data
+
+## run: serve on embedded defaults (development mode, loopback, dev keys); make run LISTEN=127.0.0.1:9443
 run:
-	$(GO) run ./cmd/itogate serve
+	$(GO) run ./cmd/itogate serve --listen $(LISTEN) --data-dir $(DATA_DIR)
 
 build:
 	$(GO) build -o $(BIN) ./cmd/itogate

@@ -96,6 +96,11 @@ type Options struct {
 	Logger *slog.Logger
 	// DecisionLog, when set, receives one event per admission.
 	DecisionLog *decisionlog.Logger
+	// Shadow, when set, returns a candidate bundle evaluated beside the
+	// enforced one on every admission the policy decides; OnShadow receives
+	// each comparison. The candidate never affects an answer.
+	Shadow   func() Decider
+	OnShadow func(ShadowResult)
 	// OnLedgerError, when set, is called with the operation whenever the
 	// ledger fails (for the itogate_ledger_errors_total metric).
 	OnLedgerError func(op string)
@@ -103,7 +108,8 @@ type Options struct {
 
 // Service answers admissions, status lookups and confirmation deposits.
 type Service struct {
-	opts Options
+	opts      Options
+	shadowSem chan struct{}
 }
 
 // New returns a Service.
@@ -118,7 +124,7 @@ func New(opts Options) (*Service, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Service{opts: opts}, nil
+	return &Service{opts: opts, shadowSem: make(chan struct{}, shadowSlots)}, nil
 }
 
 var (
@@ -345,6 +351,7 @@ func (s *Service) admit(ctx context.Context, caller Caller, req Request, tr *tra
 		return out
 	}
 	tr.decision = &dec
+	s.shadow(ctx, tr, dec)
 	data := &Data{
 		DecisionID: decisionID, Action: req.Action, BookingID: req.BookingID,
 		ManifestDigest: manifestDigest, IdempotencyKey: req.IdempotencyKey,

@@ -6,7 +6,7 @@ OPA   := $(GO) tool opa
 BIN   := bin/itogate
 COVERAGE_THRESHOLD ?= 90
 
-.PHONY: run build test test-go test-policy fmt-check demo clean codes
+.PHONY: run build test test-go test-policy fmt-check demo clean codes bundle fuzz
 
 LISTEN   ?= 127.0.0.1:8443
 DATA_DIR ?= ./data
@@ -29,7 +29,7 @@ test-policy:
 	$(OPA) fmt --list --fail policies
 	$(OPA) check --strict policies
 	$(OPA) check --strict --schema policies/schemas/input.json policies
-	$(OPA) test policies --ignore schemas --fail-on-empty --coverage --threshold $(COVERAGE_THRESHOLD) > /dev/null
+	$(OPA) test policies --ignore schemas --fail-on-empty --timeout 120s --coverage --threshold $(COVERAGE_THRESHOLD) > /dev/null
 	@echo "policy: fmt, check --strict, test (coverage >= $(COVERAGE_THRESHOLD)%) ok"
 
 ## demo: start a real server, drive the admission cases through HTTP, print a table
@@ -40,5 +40,56 @@ demo: build
 codes:
 	$(GO) run ./cmd/itogate codes > docs/codes.md
 
+## fuzz: run every fuzz target for FUZZTIME each (default 10s; seeds in testdata/fuzz/ run in `make test` too).
+##   A failing input is written to the package's testdata/fuzz/<target>/: commit it with the fix.
+FUZZTIME         ?= 10s
+FUZZMINIMIZETIME ?= 2s
+FUZZ_TARGETS     := ./gatekeeper/server:FuzzAdmissionRequest ./gatekeeper/server:FuzzDepositRequest \
+                    ./gatekeeper/manifest:FuzzParse ./gatekeeper/verify:FuzzTokenVerify \
+                    ./gatekeeper/verify:FuzzSignedTokenVerify ./gatekeeper/verify:FuzzManifestVerify \
+                    ./gatekeeper/safefile:FuzzReadManifest
+
+fuzz:
+	@set -euo pipefail; for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; name=$${t##*:}; echo "fuzz: $$name ($$pkg, $(FUZZTIME))"; \
+	  $(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) $$pkg; \
+	done
+
 clean:
 	rm -rf bin data
+
+## bundle: build and sign the policy bundle with OPA's own `opa build` → bin/bundle.tar.gz (see bundles/README.md)
+##   make bundle BUNDLE_SIGNING_KEY=release.key.pem BUNDLE_KEY_ID=release-2026-11 BUNDLE_VERIFICATION_KEY=release.pub.pem
+##   (or the same as ITOGATE_BUNDLE_* environment variables). Without a key: the PUBLISHED development key.
+BUNDLE_OUT              ?= bin/bundle.tar.gz
+BUNDLE_SIGNING_KEY      ?= $(ITOGATE_BUNDLE_SIGNING_KEY)
+BUNDLE_KEY_ID           ?= $(ITOGATE_BUNDLE_KEY_ID)
+BUNDLE_VERIFICATION_KEY ?= $(ITOGATE_BUNDLE_VERIFICATION_KEY)
+BUNDLE_SIGNING_ALG      ?= $(or $(ITOGATE_BUNDLE_SIGNING_ALG),RS256)
+BUNDLE_STAGE            := bin/bundle-stage
+BUNDLE_BUILT_AT         := $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+BUNDLE_LABEL            ?= $(shell git describe --tags --always --dirty 2>/dev/null | tr -c 'A-Za-z0-9._+\n-' '_' || true)
+REVISION                ?= $(subst :,,$(subst -,,$(BUNDLE_BUILT_AT)))$(if $(BUNDLE_LABEL),-$(BUNDLE_LABEL))
+
+bundle:
+	@set -euo pipefail; \
+	key='$(BUNDLE_SIGNING_KEY)'; kid='$(BUNDLE_KEY_ID)'; pub='$(BUNDLE_VERIFICATION_KEY)'; \
+	if [ -z "$$key" ]; then \
+	  key=fixtures/keys/dev-bundle.key.pem; kid=dev-bundle-1; pub=fixtures/keys/dev-bundle.pub.pem; \
+	  echo "!! bundle: signing with the PUBLISHED DEVELOPMENT key $$key (key id $$kid)." >&2; \
+	  echo "!! bundle: anyone can sign with it; itogate serve --config refuses it. Development only." >&2; \
+	elif [ -z "$$kid" ] || [ -z "$$pub" ]; then \
+	  echo "bundle: BUNDLE_SIGNING_KEY needs BUNDLE_KEY_ID and BUNDLE_VERIFICATION_KEY (to check the result)" >&2; exit 2; \
+	fi; \
+	case "$$key" in /*) ;; *) key="$$PWD/$$key";; esac; \
+	rm -rf $(BUNDLE_STAGE); mkdir -p $(BUNDLE_STAGE) $(dir $(BUNDLE_OUT)); \
+	$(GO) build -o bin/opa github.com/open-policy-agent/opa; \
+	cp -R policies/ito $(BUNDLE_STAGE)/ito; \
+	printf '{"revision": "%s", "roots": ["ito"], "metadata": {"built_at": "%s"}}\n' \
+	  '$(REVISION)' '$(BUNDLE_BUILT_AT)' > $(BUNDLE_STAGE)/.manifest; \
+	out='$(BUNDLE_OUT)'; case "$$out" in /*) ;; *) out="$$PWD/$$out";; esac; opa="$$PWD/bin/opa"; \
+	( cd $(BUNDLE_STAGE) && "$$opa" build --bundle . --ignore testdata --ignore '*_test.rego' \
+	    --signing-key "$$key" --signing-alg $(BUNDLE_SIGNING_ALG) --verification-key-id "$$kid" -o "$$out" ); \
+	rm -rf $(BUNDLE_STAGE); \
+	$(GO) run ./cmd/itogate bundle inspect --verification-key "$$pub" --key-id "$$kid" \
+	  --algorithm $(BUNDLE_SIGNING_ALG) "$$out" || { rm -f "$$out"; echo "bundle: $$out removed" >&2; exit 1; }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -39,14 +40,16 @@ the manifest is schema-checked, signatures are ASSUMED verified, and the
 entitlement (unless --entitlement gives claims as JSON) is a completed booking
 matching the manifest's hardware at 2.49 USD per GPU-hour; the confirmation
 (unless --confirmation) binds the manifest digest with cost = budget ceiling.
-For reviewers and manifest authors: what would the gate say, and why.`,
+For reviewers and manifest authors: what would the gate say, and why.
+
+Exit status: 0 allow, 2 deny (like "opa eval --fail-defined" users expect in CI).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), stdout) },
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.manifestPath, "manifest", "", "training manifest (JSON)")
-	f.StringVar(&o.entitlementFile, "entitlement", "", "entitlement claims as a JSON object (replaces the default)")
-	f.StringVar(&o.confirmationFile, "confirmation", "", "confirmation claims as a JSON object (replaces the default)")
+	f.StringVar(&o.entitlementFile, "entitlement", "", "file holding entitlement claims as a JSON object (replaces the default)")
+	f.StringVar(&o.confirmationFile, "confirmation", "", "file holding confirmation claims as a JSON object (replaces the default)")
 	f.StringVar(&o.bundleDir, "bundle-dir", "", "evaluate this bundle directory instead of the embedded one")
 	f.Int64Var(&o.now, "now", 0, "evaluation time, unix seconds (default: now)")
 	f.BoolVar(&o.jsonOut, "json", false, "print the decision as JSON")
@@ -113,7 +116,13 @@ func (o *evalOptions) run(ctx context.Context, w io.Writer) error {
 	if o.jsonOut {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"manifest_digest": digest, "bundle_revision": engine.Revision(), "decision": d})
+		if err := enc.Encode(map[string]any{"manifest_digest": digest, "bundle_revision": engine.Revision(), "decision": d}); err != nil {
+			return err
+		}
+		if !d.Allow {
+			return exitError{exitDenied}
+		}
+		return nil
 	}
 	verdict := "ALLOW"
 	if !d.Allow {
@@ -134,15 +143,139 @@ func (o *evalOptions) run(ctx context.Context, w io.Writer) error {
 	}
 	tw.Flush()
 	if len(d.Estimates) > 0 {
-		fmt.Fprintln(w, "\nESTIMATES")
-		tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-		printEstimates(tw, "", d.Estimates)
-		tw.Flush()
+		printDecisionEstimates(w, doc, d.Estimates)
 	}
 	if !d.Allow {
 		return exitError{exitDenied}
 	}
 	return nil
+}
+
+// layoutRows pairs the requested layout's estimates (or manifest fields) with
+// the fix's (estimates.fix_layout), one row per knob or figure.
+var layoutRows = []struct{ label, estimate, manifest, fix string }{
+	{"world size (GPUs)", "world_size", "", "world_size"},
+	{"data parallel", "dp", "", "data"},
+	{"tensor", "tp", "", "tensor"},
+	{"pipeline", "pp", "", "pipeline"},
+	{"virtual stages", "virtual_stages", "", "virtual_stages"},
+	{"context", "cp", "", "context"},
+	{"expert", "ep", "", "expert"},
+	{"micro batch", "", "objective.micro_batch_size", "micro_batch_size"},
+	{"zero stage", "", "parallelism.zero_stage", "zero_stage"},
+	{"checkpointing", "", "parallelism.activation_checkpointing", "activation_checkpointing"},
+	{"precision", "", "parallelism.precision", "precision"},
+	{"microbatches per step", "microbatches", "", "microbatches"},
+	{"tokens per GPU per step", "tokens_per_gpu", "", ""},
+	{"pipeline bubble", "bubble_fraction", "", "bubble_fraction"},
+	{"model states GB/GPU", "model_states_gb_per_gpu", "", "model_states_gb_per_gpu"},
+	{"activations GB/GPU", "activations_gb_per_gpu", "", ""},
+	{"memory GB/GPU", "memory_gb_per_gpu", "", "memory_gb_per_gpu"},
+	{"GPU memory GB", "gpu_memory_gb", "", ""},
+	{"DP comm/compute", "dp_comm_compute_ratio", "", "dp_comm_compute_ratio"},
+}
+
+var costRows = []struct{ label, usd, micro string }{
+	{"GPU-hours", "gpu_hours", ""},
+	{"compute", "compute_cost_usd", "compute_cost_micro_usd"},
+	{"checkpoint storage", "storage_cost_usd", "storage_cost_micro_usd"},
+	{"egress GiB", "egress_gib", ""},
+	{"egress", "egress_cost_usd", "egress_cost_micro_usd"},
+	{"total (the confirmation must cover it)", "total_cost_usd", "total_cost_micro_usd"},
+	{"incremental (beyond the booking)", "incremental_cost_usd", "incremental_cost_micro_usd"},
+	{"seconds past the term end", "past_term_seconds", ""},
+}
+
+// printDecisionEstimates prints the layout (requested, and the fix when a
+// parallelism rule denied), the cost in USD (rounded up to the cent, exact
+// micro-USD beside it), and any other estimate.
+func printDecisionEstimates(w io.Writer, doc map[string]any, est map[string]any) {
+	shown := map[string]bool{"fix_layout": true}
+	fix, _ := est["fix_layout"].(map[string]any)
+	fmt.Fprintln(w, "\nLAYOUT")
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	if fix != nil {
+		where := "on the booked hardware"
+		if fix["on_booked_hardware"] != true {
+			where = fmt.Sprintf("on %v nodes", fix["nodes"])
+		}
+		var changes []string
+		list, _ := fix["changes"].([]any)
+		for _, c := range list {
+			changes = append(changes, fmt.Sprint(c))
+		}
+		fmt.Fprintf(tw, "  \trequested\tfix (%s; changes: %s)\n", where, strings.Join(changes, ", "))
+	}
+	for _, r := range layoutRows {
+		var req any
+		switch {
+		case r.estimate != "":
+			req, shown[r.estimate] = est[r.estimate], true
+		case r.manifest != "":
+			req = lookup(doc, r.manifest)
+		}
+		if fix == nil {
+			if req != nil {
+				fmt.Fprintf(tw, "  %s\t%v\n", r.label, req)
+			}
+			continue
+		}
+		if req == nil {
+			req = "-"
+		}
+		var fixed any = ""
+		if r.fix != "" && fix[r.fix] != nil {
+			fixed = fix[r.fix]
+		}
+		fmt.Fprintf(tw, "  %s\t%v\t%v\n", r.label, req, fixed)
+	}
+	if fix != nil && fix["tensor"] == nil {
+		fmt.Fprintf(tw, "  (no layout found on nodes %v)\n", fix["searched_nodes"])
+	}
+	tw.Flush()
+
+	fmt.Fprintln(w, "\nCOST (USD rounded up to the cent; exact micro-USD)")
+	tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	for _, r := range costRows {
+		v, ok := est[r.usd]
+		if !ok {
+			continue
+		}
+		shown[r.usd] = true
+		if r.micro != "" {
+			shown[r.micro] = true
+			fmt.Fprintf(tw, "  %s\t%v\t%v\n", r.label, v, est[r.micro])
+			continue
+		}
+		fmt.Fprintf(tw, "  %s\t%v\t\n", r.label, v)
+	}
+	tw.Flush()
+
+	rest := map[string]any{}
+	for k, v := range est {
+		if !shown[k] {
+			rest[k] = v
+		}
+	}
+	if len(rest) > 0 {
+		fmt.Fprintln(w, "\nOTHER ESTIMATES")
+		tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+		printEstimates(tw, "", rest)
+		tw.Flush()
+	}
+}
+
+// lookup reads a dotted path ("objective.micro_batch_size") from a decoded manifest.
+func lookup(doc map[string]any, path string) any {
+	var cur any = doc
+	for _, k := range strings.Split(path, ".") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = m[k]
+	}
+	return cur
 }
 
 func printEstimates(w io.Writer, prefix string, m map[string]any) {

@@ -1,6 +1,7 @@
 // Command itogate is the admission gatekeeper and its toolset: serve, the
 // client (train, status), manifest signing (sign, verify, keygen),
-// development token minting (token), the end-to-end demo and the code list.
+// development token minting (token), the end-to-end demo, the code list and
+// signed policy bundle checks (bundle inspect).
 package main
 
 import (
@@ -50,6 +51,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newCodesCmd(stdout),
 		newEvalCmd(stdout),
 		newReplayCmd(stdout),
+		newBundleCmd(stdout, stderr),
 	)
 	return root
 }

@@ -9,17 +9,15 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/itocompute/itogate/gatekeeper/admission"
+	"github.com/itocompute/itogate/gatekeeper/bundle"
 	"github.com/itocompute/itogate/gatekeeper/config"
 	"github.com/itocompute/itogate/gatekeeper/decisionlog"
-	"github.com/itocompute/itogate/gatekeeper/ledger/bolt"
-	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/gatekeeper/server"
 	"github.com/itocompute/itogate/gatekeeper/trust"
 	"github.com/itocompute/itogate/policies"
@@ -29,6 +27,19 @@ type serveOptions struct {
 	configFile string
 	listen     string
 	dataDir    string
+	// Development mode only: a PostgreSQL ledger instead of bbolt, and the
+	// policy and request deadlines (multi-replica and load tests run several
+	// servers on one machine).
+	ledgerDSN      string
+	ledgerSchema   string
+	policyDeadline time.Duration
+	requestTimeout time.Duration
+	// Development mode only: a signed bundle (file or bundle server URL)
+	// instead of the embedded one, verified with the development bundle key.
+	bundleFile   string
+	bundleURL    string
+	bundlePoll   time.Duration
+	bundleMaxAge time.Duration
 }
 
 func newServeCmd(logger func() *slog.Logger) *cobra.Command {
@@ -44,6 +55,9 @@ fixtures/keys, loopback only. With --config it reads a YAML configuration and
 refuses the development keys.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.configFile != "" && (cmd.Flags().Changed("listen") || cmd.Flags().Changed("data-dir")) {
+				return errors.New("--listen and --data-dir are for development mode; with --config set listen and data_dir in the file")
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return runServe(ctx, o, logger())
@@ -52,6 +66,17 @@ refuses the development keys.`,
 	cmd.Flags().StringVar(&o.configFile, "config", "", "YAML configuration file (production mode)")
 	cmd.Flags().StringVar(&o.listen, "listen", "127.0.0.1:8443", "listen address in development mode (loopback only)")
 	cmd.Flags().StringVar(&o.dataDir, "data-dir", "./data", "data directory in development mode")
+	cmd.Flags().StringVar(&o.ledgerDSN, "ledger-dsn", "",
+		"development mode: PostgreSQL ledger DSN instead of bbolt under --data-dir (password via PGPASSWORD)")
+	cmd.Flags().StringVar(&o.ledgerSchema, "ledger-schema", "", "development mode: PostgreSQL schema of the ledger (default itogate)")
+	cmd.Flags().DurationVar(&o.policyDeadline, "policy-deadline", 0, "development mode: bound on one policy evaluation (default 250ms)")
+	cmd.Flags().DurationVar(&o.requestTimeout, "request-timeout", 0, "development mode: bound on one request (default 5s)")
+	cmd.Flags().StringVar(&o.bundleFile, "bundle-file", "",
+		"development mode: enforce this signed bundle (make bundle), verified with the development bundle key")
+	cmd.Flags().StringVar(&o.bundleURL, "bundle-url", "",
+		"development mode: poll this bundle server URL for signed bundles, verified with the development bundle key")
+	cmd.Flags().DurationVar(&o.bundlePoll, "bundle-poll-interval", 0, "development mode: how often --bundle-file/--bundle-url is polled (default 5s)")
+	cmd.Flags().DurationVar(&o.bundleMaxAge, "bundle-max-age", 0, "development mode: stop enforcing a bundle built longer ago than this")
 	return cmd
 }
 
@@ -66,8 +91,28 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 		if err := cfg.LoopbackOnly(); err != nil {
 			return err
 		}
+		if o.ledgerDSN != "" {
+			cfg.Ledger.Driver, cfg.Ledger.DSN, cfg.Ledger.Schema = config.DriverPostgres, o.ledgerDSN, o.ledgerSchema
+		}
+		if o.policyDeadline > 0 {
+			cfg.Policy.Deadline = config.Duration(o.policyDeadline)
+		}
+		if o.requestTimeout > 0 {
+			cfg.Limits.RequestTimeout = config.Duration(o.requestTimeout)
+		}
+		if o.bundleFile != "" || o.bundleURL != "" {
+			if o.bundlePoll == 0 {
+				o.bundlePoll = 5 * time.Second
+			}
+			cfg.Policy.Bundle = &config.Bundle{File: o.bundleFile, URL: o.bundleURL,
+				PollInterval: config.Duration(o.bundlePoll), MaxAge: config.Duration(o.bundleMaxAge)}
+		}
 		ts, err = trust.Dev()
 	} else {
+		if o.ledgerDSN != "" || o.ledgerSchema != "" || o.policyDeadline != 0 || o.requestTimeout != 0 ||
+			o.bundleFile != "" || o.bundleURL != "" || o.bundlePoll != 0 || o.bundleMaxAge != 0 {
+			return errors.New("--ledger-dsn, --ledger-schema, --policy-deadline, --request-timeout and --bundle-* are for development mode; set them in --config")
+		}
 		cfg, err = config.Load(o.configFile)
 		if err != nil {
 			return err
@@ -78,25 +123,19 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 		return err
 	}
 
-	bundleFS := policies.Bundle()
-	if cfg.Policy.BundleDir != "" {
-		bundleFS = os.DirFS(cfg.Policy.BundleDir)
-	}
-	engine, err := policy.New(ctx, policy.Options{Bundle: bundleFS, Deadline: time.Duration(cfg.Policy.Deadline)})
+	metrics := server.NewMetrics()
+	bundles, err := startBundles(ctx, cfg, metrics, log)
 	if err != nil {
 		return err
 	}
 
-	if err := os.MkdirAll(filepath.Dir(cfg.LedgerPath()), 0o700); err != nil {
-		return fmt.Errorf("data directory: %w", err)
-	}
-	store, err := bolt.Open(cfg.LedgerPath(), bolt.Options{})
+	store, ledgerDesc, err := openLedger(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
+	defer startSweeper(ctx, store, cfg.Ledger.EffectiveSweepInterval(), log)()
 
-	metrics := server.NewMetrics()
 	dlog, closeLog, err := openDecisionLog(cfg.DecisionLogPath(), metrics)
 	if err != nil {
 		return err
@@ -105,16 +144,18 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 
 	svc, err := admission.New(admission.Options{
 		Entitlement: ts.Entitlement, Confirmation: ts.Confirmation, Manifests: ts.Manifests,
-		Ledger: store, Policy: func() admission.Decider { return engine }, Logger: log, DecisionLog: dlog,
+		Ledger: store, Policy: bundles.Active, Logger: log, DecisionLog: dlog,
 		OnLedgerError: metrics.LedgerError,
 	})
 	if err != nil {
 		return err
 	}
-	metrics.SetBundle(engine.Revision(), engine.Digest())
 	handler, err := server.New(server.Options{
 		Admission: svc, Callers: ts.Callers, Depositors: ts.Depositors,
 		Ready: func(ctx context.Context) error {
+			if err := bundles.Ready(); err != nil {
+				return err
+			}
 			if err := store.Ping(ctx); err != nil {
 				return errors.New("ledger unreachable")
 			}
@@ -132,11 +173,12 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 		return err
 	}
 	if cfg.Dev {
-		log.Warn("DEVELOPMENT MODE: embedded policy bundle, PUBLISHED development keys from fixtures/keys, " +
+		log.Warn("DEVELOPMENT MODE: embedded policy bundle (unless --bundle-file/--bundle-url), PUBLISHED development keys from fixtures/keys, " +
 			"loopback only. Anyone can mint tokens these keys accept. Never use this mode in production; pass --config.")
 	}
-	log.Info("itogate listening", "addr", ln.Addr().String(), "ledger", cfg.LedgerPath(),
-		"bundle_revision", engine.Revision(), "bundle_digest", engine.Digest(), "development", cfg.Dev)
+	info, _ := bundles.Info()
+	log.Info("itogate listening", "addr", ln.Addr().String(), "ledger", ledgerDesc,
+		"bundle_revision", info.Revision, "bundle_digest", info.Digest, "development", cfg.Dev)
 
 	srv := &http.Server{
 		Handler:           handler,
@@ -144,7 +186,7 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 		ReadTimeout:       time.Duration(cfg.Limits.RequestTimeout) + 5*time.Second,
 		WriteTimeout:      time.Duration(cfg.Limits.RequestTimeout) + 5*time.Second,
 		IdleTimeout:       60 * time.Second,
-		MaxHeaderBytes:    64 << 10,
+		MaxHeaderBytes:    server.MaxHeaderBytes,
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -176,4 +218,41 @@ func openDecisionLog(dest string, m *server.Metrics) (*decisionlog.Logger, func(
 	}
 	l := decisionlog.New(f, opts)
 	return l, func() { l.Close(); f.Close() }, nil
+}
+
+// startBundles loads the policy bundle and keeps polling its source (design
+// §6). The embedded bundle must load; a file or bundle server that fails at
+// start leaves the service not ready (503 POLICY_NOT_READY, /readyz fails)
+// while polling continues.
+func startBundles(ctx context.Context, cfg config.Config, m *server.Metrics, log *slog.Logger) (*bundle.Manager, error) {
+	opts, err := bundle.FromConfig(cfg.Policy, policies.Bundle(), cfg.Dev)
+	if err != nil {
+		return nil, err
+	}
+	opts.Logger, opts.Observer = log, m
+	mgr, err := bundle.NewManager(opts)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case cfg.Policy.Bundle == nil && !cfg.Dev:
+		log.Warn("policy: no policy.bundle configured: enforcing the UNSIGNED bundle embedded in this binary " +
+			"(revision from its digest, no max age). Configure a signed bundle; see bundles/README.md.")
+	case cfg.Policy.Bundle != nil && cfg.Dev && len(cfg.Policy.Bundle.VerificationKeys) == 0:
+		log.Warn("policy: verifying bundles with the PUBLISHED development bundle key (fixtures/keys); production refuses it")
+	}
+	if cfg.Policy.Bundle != nil && cfg.Policy.Bundle.MaxAge == 0 && !cfg.Dev {
+		log.Warn("policy: policy.bundle.max_age is not set: a bundle is enforced however old it is")
+	}
+	if err := mgr.Load(ctx); err != nil {
+		if cfg.Policy.Bundle == nil {
+			return nil, err
+		}
+		log.Error("policy: no bundle active yet: not ready, every admission is denied (POLICY_NOT_READY) until one verifies",
+			"source", opts.Source.String(), "err", err.Error())
+	}
+	if cfg.Policy.Bundle != nil {
+		go mgr.Run(ctx)
+	}
+	return mgr, nil
 }

@@ -29,7 +29,10 @@ func TestServeDevelopmentMode(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- runServe(ctx, &serveOptions{listen: addr, dataDir: t.TempDir()}, slog.New(slog.NewJSONHandler(&logs, nil)))
+		// A generous policy deadline: this test checks the wiring under -race on a
+		// busy two-core machine, not evaluation latency.
+		done <- runServe(ctx, &serveOptions{listen: addr, dataDir: t.TempDir(), policyDeadline: 30 * time.Second},
+			slog.New(slog.NewJSONHandler(&logs, nil)))
 	}()
 	url := "http://" + addr
 	ready := false

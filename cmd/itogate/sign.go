@@ -23,7 +23,8 @@ func newSignCmd(stdout io.Writer) *cobra.Command {
 		Short: "Sign a manifest (detached, cosign sign-blob compatible)",
 		Long: `Sign the exact bytes of a manifest with an ECDSA P-256 or Ed25519 private key
 (PKCS#8 PEM) and write the base64 signature, as "cosign sign-blob --key" does.
-The manifest is read like the client reads it (no symlinks, regular file).`,
+The manifest is read like the client reads it (no symlinks, regular file).
+cosign's own encrypted key files are not read: sign those with cosign itself.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			raw, digest, err := safefile.ReadManifest(args[0], manifest.MaxBytes)
@@ -91,7 +92,7 @@ func newVerifyCmd(stdout io.Writer) *cobra.Command {
 			}
 			keyID, err := mv.Verify(raw, strings.TrimSpace(string(sig)))
 			if err != nil {
-				fmt.Fprintf(stdout, "FAIL  %s  %s: %v\n", args[0], digest, err)
+				fmt.Fprintf(stdout, "FAIL  %s  %s: the signature does not verify with the given key(s)\n", args[0], digest)
 				return exitError{1}
 			}
 			if _, err := manifest.Parse(raw); err != nil {

@@ -107,6 +107,9 @@ func (o *tokenOptions) run(ctx context.Context, w io.Writer, kind string) error 
 	case "entitlement":
 		k, typ, ttl = d.Entitlement, config.TypeEntitlement, def(ttl, 5*time.Minute)
 		hw, _ := doc["hardware"].(map[string]any)
+		if hw == nil && (o.gpu == "" || o.nodes == 0 || o.gpusPerNode == 0 || o.region == "" || o.fabricType == "") {
+			return errors.New("entitlement: give --manifest, or all of --gpu --nodes --gpus-per-node --region --fabric")
+		}
 		claims["iss"], claims["aud"], claims["sub"] = trust.DevEntitlementIssuer, trust.DevAudience, o.account
 		claims["booking_id"], claims["booking_state"], claims["training_eligible"] = o.booking, o.state, o.eligible
 		claims["gpu"] = map[string]any{

@@ -148,7 +148,12 @@ func newStatusCmd(stdout, stderr io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status --idempotency-key KEY",
 		Short: "Show the stored admission for an idempotency key (query this before retrying)",
-		Args:  cobra.NoArgs,
+		Long: `Show the stored admission for an idempotency key of your account. Ask this
+before retrying after an ambiguous failure: a stored allow is the answer.
+
+Exit status: 0 found, 3 not found (nothing was admitted under the key),
+4 bad input or server unavailable.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := o.conn.client()
 			if err != nil {
@@ -195,6 +200,8 @@ func render(w io.Writer, resp client.Response, raw bool) error {
 		case env.OK && env.Data != nil:
 			fmt.Fprintf(w, "ALLOW  %v  run_id=%v  state=%v  decision_id=%v\n",
 				env.Data["action"], env.Data["run_id"], env.Data["state"], env.Data["decision_id"])
+		case env.Error != nil && resp.Status == 404:
+			fmt.Fprintf(w, "NOT FOUND  %s: %s\n", env.Error.Code, env.Error.Message)
 		case env.Error != nil:
 			fmt.Fprintf(w, "DENY   HTTP %d  %s: %s\n", resp.Status, env.Error.Code, env.Error.Message)
 			for _, v := range env.Error.Violations {

@@ -11,6 +11,7 @@ import (
 const (
 	CodeRequestInvalid        = "REQUEST_INVALID"
 	CodeRequestTooLarge       = "REQUEST_TOO_LARGE"
+	CodeRequestTimeout        = "REQUEST_TIMEOUT"
 	CodeContentType           = "REQUEST_CONTENT_TYPE_UNSUPPORTED"
 	CodeCallerUnauthenticated = "CALLER_UNAUTHENTICATED"
 	CodeDepositorUnauthorized = "DEPOSITOR_UNAUTHENTICATED"

@@ -38,6 +38,7 @@ func Go() []Entry {
 	}
 	return []Entry{
 		e(admission.CodeRequestTooLarge, "request", http.StatusRequestEntityTooLarge, "The request body exceeds limits.max_body_bytes.", "Send a manifest of at most 1 MiB."),
+		e(admission.CodeRequestTimeout, "request", http.StatusRequestTimeout, "The request body did not arrive within limits.request_timeout.", "Send the whole body promptly; check the network path to itogate, then retry with the same idempotency key."),
 		e(admission.CodeContentType, "request", http.StatusUnsupportedMediaType, "Content-Type is not application/json.", "Send application/json (UTF-8)."),
 		e(admission.CodeRequestInvalid, "request", http.StatusBadRequest, "The body is not one strict JSON object of the documented fields (duplicate or case-variant keys, unknown fields, wrong types, bad ids).", "Fix the named field."),
 		e(admission.CodeCallerUnauthenticated, "caller", http.StatusUnauthorized, "No bearer token, or it does not verify with the callers' key set, issuer and audience.", "Send a current token from the configured identity provider."),
@@ -60,6 +61,7 @@ func Go() []Entry {
 		e(admission.CodeAdmissionNotFound, "status", http.StatusNotFound, "No admission under this key for this account: nothing was admitted.", "Retry the admission with the same key."),
 		e(admission.CodeLedgerUnavailable, "ledger", http.StatusServiceUnavailable, "The ledger could not be read or written; denied and nothing written.", "Retry later; query status first."),
 		e(policy.CodeNotReady, "policy", http.StatusServiceUnavailable, "No verified policy bundle is active.", "Check the bundle configuration and /readyz."),
+		e(policy.CodeBundleStale, "policy", http.StatusServiceUnavailable, "The active policy bundle is older than policy.bundle.max_age (counted from the built_at signed into its .manifest); it is no longer enforced and /readyz fails.", "Publish a newly built and signed bundle (make bundle); see bundles/README.md."),
 		e(policy.CodeEvaluationFailed, "policy", http.StatusServiceUnavailable, "The policy raised an error.", "Check the bundle; the decision log has the decision id."),
 		e(policy.CodeTimeout, "policy", http.StatusServiceUnavailable, "The evaluation exceeded policy.deadline.", "Check the bundle for expensive rules."),
 		e(policy.CodeDecisionInvalid, "policy", http.StatusServiceUnavailable, "The decision is undefined or not {allow: bool, violations: [...]}, or allow disagrees with violations.", "Fix the bundle's data.ito.admission.decision."),

@@ -11,8 +11,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -37,10 +39,94 @@ type Config struct {
 
 // Ledger selects the store.
 type Ledger struct {
-	// Driver is "bbolt" (the only one so far).
+	// Driver is "bbolt" (default: one file, one process) or "postgres"
+	// (several replicas share one database).
 	Driver string `yaml:"driver"`
-	// Path of the bbolt file; default <data_dir>/ledger.db.
+	// Path of the bbolt file; default <data_dir>/ledger.db. bbolt only.
 	Path string `yaml:"path"`
+	// DSN is the PostgreSQL connection string or URL (postgres only). Keep
+	// the password out of it: PGPASSWORD and PGPASSFILE are honoured.
+	DSN string `yaml:"dsn"`
+	// Schema holds the ledger's tables (postgres only; default "itogate").
+	Schema string `yaml:"schema"`
+	// MaxConns bounds this replica's connections (postgres only; default
+	// 16). Replicas × max_conns must stay below the server's
+	// max_connections.
+	MaxConns int32 `yaml:"max_conns"`
+	// ConnectTimeout, StatementTimeout and AcquireTimeout bound connecting,
+	// each statement (and row-lock wait) and the wait for a pooled
+	// connection (postgres only; default 5s each).
+	ConnectTimeout   Duration `yaml:"connect_timeout"`
+	StatementTimeout Duration `yaml:"statement_timeout"`
+	AcquireTimeout   Duration `yaml:"acquire_timeout"`
+	// MigrationTimeout bounds the start-up migration, including the wait
+	// for another replica migrating (postgres only; default 1m).
+	MigrationTimeout Duration `yaml:"migration_timeout"`
+	// SweepInterval is how often expired confirmation tokens are dropped
+	// (their tombstones stay forever); default 10m, "0s" disables.
+	SweepInterval *Duration `yaml:"sweep_interval"`
+}
+
+// Ledger drivers.
+const (
+	DriverBolt     = "bbolt"
+	DriverPostgres = "postgres"
+)
+
+// DefaultSweepInterval is Ledger.SweepInterval when unset.
+const DefaultSweepInterval = 10 * time.Minute
+
+// EffectiveSweepInterval is the configured interval, DefaultSweepInterval
+// when unset, or zero when sweeping is disabled.
+func (l Ledger) EffectiveSweepInterval() time.Duration {
+	if l.SweepInterval == nil {
+		return DefaultSweepInterval
+	}
+	return time.Duration(*l.SweepInterval)
+}
+
+// postgresSchema mirrors postgres.ValidSchema without importing the driver.
+var postgresSchema = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+func (l Ledger) validate() error {
+	var errs []error
+	switch l.Driver {
+	case DriverBolt:
+		if l.DSN != "" || l.Schema != "" || l.MaxConns != 0 || l.ConnectTimeout != 0 || l.StatementTimeout != 0 ||
+			l.AcquireTimeout != 0 || l.MigrationTimeout != 0 {
+			errs = append(errs, errors.New("dsn, schema, max_conns and the timeouts are for driver postgres"))
+		}
+	case DriverPostgres:
+		if l.DSN == "" {
+			errs = append(errs, errors.New("dsn is required for driver postgres"))
+		}
+		if l.Path != "" {
+			errs = append(errs, errors.New("path is for driver bbolt"))
+		}
+		if l.Schema != "" && !postgresSchema.MatchString(l.Schema) {
+			errs = append(errs, fmt.Errorf("schema must match %s", postgresSchema))
+		}
+		if l.MaxConns < 0 || l.MaxConns > 1000 {
+			errs = append(errs, errors.New("max_conns must be in [0, 1000] (0: default)"))
+		}
+		for name, d := range map[string]Duration{
+			"connect_timeout": l.ConnectTimeout, "statement_timeout": l.StatementTimeout,
+			"acquire_timeout": l.AcquireTimeout, "migration_timeout": l.MigrationTimeout,
+		} {
+			if d < 0 {
+				errs = append(errs, fmt.Errorf("%s must not be negative", name))
+			}
+		}
+	default:
+		errs = append(errs, fmt.Errorf("driver %q is not supported (bbolt, postgres)", l.Driver))
+	}
+	if l.SweepInterval != nil && *l.SweepInterval < 0 {
+		errs = append(errs, errors.New("sweep_interval must not be negative"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	return nil
 }
 
 // Trust holds the key sets of design §2; none may stand in for another.
@@ -76,11 +162,117 @@ type ManifestKey struct {
 
 // Policy selects the bundle.
 type Policy struct {
-	// BundleDir is a directory holding the bundle root; empty means the
-	// bundle embedded in the binary.
-	BundleDir string `yaml:"bundle_dir"`
+	// Bundle is the signed bundle to enforce (see bundles/README.md); nil
+	// means the unsigned bundle embedded in the binary, which is logged.
+	Bundle *Bundle `yaml:"bundle"`
 	// Deadline bounds one evaluation (default 250ms).
 	Deadline Duration `yaml:"deadline"`
+}
+
+// Bundle is a signed OPA bundle in a file or on a bundle server.
+type Bundle struct {
+	// File is a bundle archive (.tar.gz), re-read every poll_interval.
+	File string `yaml:"file"`
+	// URL is a bundle on a bundle server (OPA bundle protocol: ETag,
+	// If-None-Match, 304), polled every poll_interval.
+	URL string `yaml:"url"`
+	// PollInterval is the wait between polls, ±10 % jitter (default 60s).
+	PollInterval Duration `yaml:"poll_interval"`
+	// MaxAge, when set, stops enforcing a bundle this long after the
+	// built_at in its signed .manifest: readiness fails and admissions are
+	// denied with POLICY_BUNDLE_STALE. Zero disables the check.
+	MaxAge Duration `yaml:"max_age"`
+	// Timeout bounds one download, body included (default 30s).
+	Timeout Duration `yaml:"timeout"`
+	// MaxBytes bounds the archive (default 16 MiB).
+	MaxBytes int64 `yaml:"max_bytes"`
+	// VerificationKeys verify .signatures.json; a bundle must be signed by
+	// one of them (several at once during a key rotation).
+	VerificationKeys []BundleKey `yaml:"verification_keys"`
+	// Scope, when set, must equal the signature's scope claim.
+	Scope string `yaml:"scope"`
+}
+
+// BundleKey is one bundle verification key: the key id the signer writes
+// into the signature (`opa build --verification-key-id`), its algorithm and
+// a PEM public key.
+type BundleKey struct {
+	KeyID     string `yaml:"key_id"`
+	Algorithm string `yaml:"algorithm"`
+	PEMFile   string `yaml:"pem_file"`
+}
+
+// Defaults of the bundle section.
+const (
+	DefaultBundlePollInterval = time.Minute
+	DefaultBundleTimeout      = 30 * time.Second
+	DefaultBundleMaxBytes     = 16 << 20
+	maxBundleMaxBytes         = 256 << 20
+	minBundlePollInterval     = time.Second
+)
+
+// EffectivePollInterval is poll_interval or its default.
+func (b Bundle) EffectivePollInterval() time.Duration {
+	if b.PollInterval == 0 {
+		return DefaultBundlePollInterval
+	}
+	return time.Duration(b.PollInterval)
+}
+
+// EffectiveTimeout is timeout or its default.
+func (b Bundle) EffectiveTimeout() time.Duration {
+	if b.Timeout == 0 {
+		return DefaultBundleTimeout
+	}
+	return time.Duration(b.Timeout)
+}
+
+// EffectiveMaxBytes is max_bytes or its default.
+func (b Bundle) EffectiveMaxBytes() int64 {
+	if b.MaxBytes == 0 {
+		return DefaultBundleMaxBytes
+	}
+	return b.MaxBytes
+}
+
+func (b Bundle) validate() error {
+	var errs []error
+	switch {
+	case b.File != "" && b.URL != "":
+		errs = append(errs, errors.New("give file or url, not both"))
+	case b.File == "" && b.URL == "":
+		errs = append(errs, errors.New("file or url is required (omit the bundle section for the embedded bundle)"))
+	}
+	if b.URL != "" {
+		if u, err := url.Parse(b.URL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			errs = append(errs, errors.New("url must be an absolute http or https URL"))
+		} else if u.User != nil {
+			errs = append(errs, errors.New("url must not carry credentials"))
+		}
+	}
+	if b.PollInterval != 0 && time.Duration(b.PollInterval) < minBundlePollInterval {
+		errs = append(errs, fmt.Errorf("poll_interval below %s", minBundlePollInterval))
+	}
+	if b.MaxAge < 0 || b.Timeout < 0 {
+		errs = append(errs, errors.New("max_age and timeout must not be negative"))
+	}
+	if b.MaxBytes < 0 || b.MaxBytes > maxBundleMaxBytes {
+		errs = append(errs, fmt.Errorf("max_bytes must be in [0, %d] (0: default)", maxBundleMaxBytes))
+	}
+	if len(b.VerificationKeys) == 0 {
+		errs = append(errs, errors.New("verification_keys: at least one key (bundles must be signed)"))
+	}
+	seen := map[string]bool{}
+	for i, k := range b.VerificationKeys {
+		if k.KeyID == "" || k.Algorithm == "" || k.PEMFile == "" {
+			errs = append(errs, fmt.Errorf("verification_keys[%d]: key_id, algorithm and pem_file are required", i))
+		}
+		if seen[k.KeyID] {
+			errs = append(errs, fmt.Errorf("verification_keys[%d]: key_id %q given twice", i, k.KeyID))
+		}
+		seen[k.KeyID] = true
+	}
+	return errors.Join(errs...)
 }
 
 // Limits bound request handling.
@@ -210,8 +402,8 @@ func (c Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		errs = append(errs, fmt.Errorf("listen: %w", err))
 	}
-	if c.Ledger.Driver != "bbolt" {
-		errs = append(errs, fmt.Errorf("ledger.driver: %q is not supported (bbolt)", c.Ledger.Driver))
+	if err := c.Ledger.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	for name, t := range map[string]TokenTrust{
 		"callers": c.Trust.Callers, "depositors": c.Trust.Depositors,
@@ -237,6 +429,11 @@ func (c Config) Validate() error {
 	}
 	if c.Policy.Deadline <= 0 {
 		errs = append(errs, errors.New("policy.deadline must be positive"))
+	}
+	if c.Policy.Bundle != nil {
+		if err := c.Policy.Bundle.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("policy.bundle: %w", err))
+		}
 	}
 	if c.Limits.MaxBodyBytes <= 0 || c.Limits.MaxBodyBytes > 16<<20 {
 		errs = append(errs, errors.New("limits.max_body_bytes must be in (0, 16 MiB]"))
@@ -288,7 +485,12 @@ func (c *Config) resolvePaths(base string) {
 		abs(&c.DecisionLog)
 	}
 	abs(&c.Ledger.Path)
-	abs(&c.Policy.BundleDir)
+	if b := c.Policy.Bundle; b != nil {
+		abs(&b.File)
+		for i := range b.VerificationKeys {
+			abs(&b.VerificationKeys[i].PEMFile)
+		}
+	}
 	for _, t := range []*TokenTrust{&c.Trust.Callers, &c.Trust.Depositors, &c.Trust.Entitlement, &c.Trust.Confirmation} {
 		abs(&t.JWKSFile)
 		abs(&t.PEMFile)

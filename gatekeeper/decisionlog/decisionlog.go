@@ -178,7 +178,8 @@ var guardPatterns = []*regexp.Regexp{
 	regexp.MustCompile(`\b(AKIA|ASIA)[0-9A-Z]{16}\b`),
 	regexp.MustCompile(`\b(ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{30,}|\bgithub_pat_[A-Za-z0-9_]{20,}|\bhf_[A-Za-z0-9]{30,}|\bxox[abposr]-[A-Za-z0-9-]{10,}|\bglpat-[A-Za-z0-9_-]{20,}`),
 	regexp.MustCompile(`(?i)[?&](X-Amz-Signature|X-Goog-Signature|sig|Signature)=`),
-	regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s"]*:[^/?#@\s"]*@`),
+	regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s"]*(:|%3[Aa])[^/?#@\s"]*@|[A-Za-z][A-Za-z0-9+.-]*://[A-Za-z0-9_.~-]{20,}@`),
+	regexp.MustCompile(`\b(sk_live|rk_live|sk-proj|sk-ant|sk-svcacct)[-_][A-Za-z0-9_-]{20,}`),
 }
 
 // Guard returns a non-empty reason when raw holds something shaped like a

@@ -2,8 +2,9 @@
 // the admissions that consumed them (design §7).
 //
 // The Store interface is what the server depends on; implementations live in
-// sub-packages (bolt for the embedded default, PostgreSQL later) and must all
-// pass the conformance suite in ledgertest. Every implementation keeps these
+// sub-packages (bolt, the embedded default for one process; postgres, for
+// several replicas sharing one database) and must all pass the conformance
+// suite in ledgertest. Every implementation keeps these
 // invariants:
 //
 //   - a confirmation is consumed at most once, ever, also after its token
@@ -63,8 +64,11 @@ var (
 //
 // Every method checks ctx before it starts; a cancelled or expired ctx
 // returns an error wrapping ctx.Err() (not ErrUnavailable) and writes
-// nothing. Times are returned in UTC; implementations keep at least
-// microsecond precision.
+// nothing. A ctx that ends while a Commit is already in the store's hands
+// may leave its outcome unknown; the error then wraps ErrUnavailable as well
+// (the server commits with a ctx that is never cancelled, so only the
+// store's own bounds apply). Times are returned in UTC; implementations keep
+// at least microsecond precision.
 type Store interface {
 	// DepositConfirmation stores a new, available confirmation. c.State must
 	// be empty or ConfirmationAvailable and the consumption fields empty (see

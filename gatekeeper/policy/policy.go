@@ -161,11 +161,13 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		rego.Query(Query),
 		rego.ParsedBundle("itogate", b),
 		rego.StrictBuiltinErrors(true),
+		rego.UnsafeBuiltins(impureBuiltins()),
 	).PrepareForEval(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("policy: prepare: %w", err)
 	}
-	mq, err := rego.New(rego.Query(MaskQuery), rego.ParsedBundle("itogate", b)).PrepareForEval(ctx)
+	mq, err := rego.New(rego.Query(MaskQuery), rego.ParsedBundle("itogate", b),
+		rego.UnsafeBuiltins(impureBuiltins())).PrepareForEval(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("policy: prepare mask: %w", err)
 	}
@@ -179,6 +181,22 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	}
 	return &Engine{query: pq, mask: mq, revision: revision, digest: digest,
 		expires: opts.Expires, now: now, deadline: d}, nil
+}
+
+// impureBuiltins are OPA's non-deterministic built-ins: network (http.send,
+// net.lookup_ip_addr), clock (time.now_ns, io.jwt.decode_verify), randomness
+// (rand.intn, uuid.rfc4122) and the runtime (opa.runtime, whose env holds the
+// process environment). Policies are pure (design §5): a bundle calling one
+// fails to compile, so it is never activated, never reaches the network and
+// never copies the environment into a violation message.
+func impureBuiltins() map[string]struct{} {
+	out := map[string]struct{}{}
+	for _, b := range ast.Builtins {
+		if b.Nondeterministic {
+			out[b.Name] = struct{}{}
+		}
+	}
+	return out
 }
 
 // ReadFS reads a bundle file tree (tests excluded) as New does and returns

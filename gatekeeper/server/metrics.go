@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +26,11 @@ type Metrics struct {
 	bundleInfo *prometheus.GaugeVec
 	logDropped *prometheus.CounterVec
 	ledgerErrs *prometheus.CounterVec
+	shadow     *prometheus.CounterVec
+	// bundle activations and the active bundle's age (gatekeeper/bundle)
+	bundleActivations *prometheus.CounterVec
+	bundleBuiltAt     atomic.Int64 // unix nanoseconds of the signed built_at; 0: unknown
+	bundleAge         prometheus.Collector
 }
 
 // NewMetrics registers the collectors. Histogram buckets run to 2.5 s:
@@ -59,7 +65,20 @@ func NewMetrics() *Metrics {
 		Name: "itogate_ledger_errors_total",
 		Help: "Ledger failures by operation; each answered 503 LEDGER_UNAVAILABLE.",
 	}, []string{"op"})
-	m.reg.MustRegister(m.logDropped, m.ledgerErrs)
+	m.shadow = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "itogate_shadow_decisions_total",
+		Help: "Candidate-bundle (shadow) evaluations by outcome: agree, allow_to_deny, deny_to_allow, codes, error, skipped.",
+	}, []string{"kind"})
+	m.reg.MustRegister(m.logDropped, m.ledgerErrs, m.shadow)
+	m.bundleActivations = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "itogate_bundle_activations_total",
+		Help: "Policy bundle activation attempts by result (success, failure) and reason (\"\" on success; fetch, too_large, " +
+			"archive, path, unsigned, signature, invalid, manifest, compile, rollback, revision_reused, stale, future).",
+	}, []string{"result", "reason"})
+	m.bundleAge = bundleAgeCollector{m: m, desc: prometheus.NewDesc("itogate_bundle_age_seconds",
+		"Seconds since the active policy bundle was built (the signed built_at in its .manifest); absent for the "+
+			"embedded bundle. Admissions are denied with POLICY_BUNDLE_STALE beyond policy.bundle.max_age.", nil, nil)}
+	m.reg.MustRegister(m.bundleActivations, m.bundleAge)
 	m.reg.MustRegister(m.requests, m.duration, m.decisions, m.verifyFail, m.bundleInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -69,6 +88,9 @@ func NewMetrics() *Metrics {
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
+
+// Shadow counts one shadow comparison.
+func (m *Metrics) Shadow(kind string) { m.shadow.WithLabelValues(kind).Inc() }
 
 // LedgerError counts one ledger failure.
 func (m *Metrics) LedgerError(op string) { m.ledgerErrs.WithLabelValues(op).Inc() }
@@ -80,6 +102,36 @@ func (m *Metrics) DecisionLogDropped(reason string) { m.logDropped.WithLabelValu
 func (m *Metrics) SetBundle(revision, digest string) {
 	m.bundleInfo.Reset()
 	m.bundleInfo.WithLabelValues(revision, digest).Set(1)
+}
+
+// BundleActivation counts one bundle activation attempt (bundle.Observer).
+func (m *Metrics) BundleActivation(result, reason string) {
+	m.bundleActivations.WithLabelValues(result, reason).Inc()
+}
+
+// BundleActive records a newly active bundle (bundle.Observer); a zero
+// builtAt (the embedded bundle) leaves the age unreported.
+func (m *Metrics) BundleActive(revision, digest string, builtAt time.Time) {
+	m.SetBundle(revision, digest)
+	if builtAt.IsZero() {
+		m.bundleBuiltAt.Store(0)
+		return
+	}
+	m.bundleBuiltAt.Store(builtAt.UnixNano())
+}
+
+// bundleAgeCollector computes the bundle age at scrape time.
+type bundleAgeCollector struct {
+	m    *Metrics
+	desc *prometheus.Desc
+}
+
+func (c bundleAgeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c bundleAgeCollector) Collect(ch chan<- prometheus.Metric) {
+	if ns := c.m.bundleBuiltAt.Load(); ns != 0 {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, time.Since(time.Unix(0, ns)).Seconds())
+	}
 }
 
 func (m *Metrics) request(method, route string, status int, d time.Duration) {

@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -22,6 +24,13 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/admission"
 	"github.com/itocompute/itogate/gatekeeper/strictjson"
 )
+
+// MaxHeaderBytes bounds the request headers `itogate serve` accepts (its
+// http.Server.MaxHeaderBytes). A bearer token above the token size limit
+// (verify.DefaultMaxTokenBytes) but within this bound reaches the handler and
+// is refused with a coded 401; larger headers are refused by net/http itself
+// with a bare 431 before any handler runs, so nothing parses them.
+const MaxHeaderBytes = 64 << 10
 
 // Options wire a Server.
 type Options struct {
@@ -144,6 +153,12 @@ func (s *srv) limitBody(next http.Handler) http.Handler {
 				fmt.Sprintf("request body larger than %d bytes", s.opts.MaxBodyBytes))
 			return
 		}
+		// The request deadline bounds reading the body too: a body that
+		// stalls or trickles ends in a coded 408, not a handler parked on
+		// the connection until the server's ReadTimeout (if any).
+		if dl, ok := r.Context().Deadline(); ok {
+			_ = http.NewResponseController(w).SetReadDeadline(dl)
+		}
 		r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
 		next.ServeHTTP(w, r)
 	})
@@ -193,7 +208,9 @@ func (s *srv) postAdmission(w http.ResponseWriter, r *http.Request) {
 	if b.Manifest != "" {
 		var err error
 		raw, err = base64.StdEncoding.Strict().DecodeString(b.Manifest)
-		if err != nil {
+		// Go's decoder skips \r and \n even in strict mode; RFC 4648 §4
+		// text has none, so one manifest has exactly one encoding.
+		if err != nil || strings.ContainsAny(b.Manifest, "\r\n") {
 			writeError(w, http.StatusBadRequest, admission.CodeManifestEncoding, "manifest must be standard base64 (RFC 4648 §4)")
 			return
 		}
@@ -249,6 +266,10 @@ func readObject(r *http.Request) (map[string]any, int, string, string) {
 			return nil, http.StatusRequestEntityTooLarge, admission.CodeRequestTooLarge,
 				"request body larger than " + strconv.FormatInt(mbe.Limit, 10) + " bytes"
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, http.StatusRequestTimeout, admission.CodeRequestTimeout,
+				"the request body did not arrive before the request deadline"
+		}
 		return nil, http.StatusBadRequest, admission.CodeRequestInvalid, "could not read the request body"
 	}
 	obj, err := strictjson.DecodeObject(buf, 8)
@@ -265,7 +286,7 @@ func fields(obj map[string]any, dst map[string]any) error {
 	for k, v := range obj {
 		d, ok := dst[k]
 		if !ok {
-			return fmt.Errorf("unknown field %q", truncate(k, 64))
+			return fmt.Errorf("unknown field %s", fieldLabel(k))
 		}
 		switch p := d.(type) {
 		case *string:
@@ -285,11 +306,18 @@ func fields(obj map[string]any, dst map[string]any) error {
 	return nil
 }
 
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "…"
+// fieldName is what a member name looks like. An unknown key is echoed
+// only when it matches: a key is the caller's to choose and may be a token
+// or a credential (a misplaced {"eyJ…": 1}), and an error message is never
+// allowed to carry one (the manifest and strictjson packages withhold the
+// same names).
+var fieldName = regexp.MustCompile(`^[a-z][a-z_]{0,39}$`)
+
+func fieldLabel(k string) string {
+	if !fieldName.MatchString(k) {
+		return "(a name not shown)"
 	}
-	return s
+	return strconv.Quote(k)
 }
 
 func (s *srv) recoverer(next http.Handler) http.Handler {

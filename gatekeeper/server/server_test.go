@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/itocompute/itogate/fixtures"
@@ -99,7 +100,7 @@ func newHarness(t *testing.T, mutate func(*admission.Options)) *harness {
 	h, err := server.New(server.Options{
 		Admission: svc, Callers: ts.Callers, Depositors: ts.Depositors,
 		Ready:        func(ctx context.Context) error { return store.Ping(ctx) },
-		MaxBodyBytes: 2 << 20, RequestTimeout: 5 * time.Second, Metrics: metrics, Logger: log,
+		MaxBodyBytes: 2 << 20, RequestTimeout: 60 * time.Second, Metrics: metrics, Logger: log,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -412,15 +413,50 @@ func callerToken(t *testing.T, _ *harness) string {
 	return tok
 }
 
-// assertNoSecrets fails when a log holds anything shaped like a token or a
-// signature: JWS compact serializations start with base64url("{\"").
-func assertNoSecrets(t *testing.T, logs string) {
+// assertNoSecrets fails when an output (a log, a response) holds anything
+// shaped like a token or a signature — JWS compact serializations start with
+// base64url("{\""), DER ECDSA signatures with "MEUCI"/"MEQCI" in base64 — or
+// any of the exact secrets used (tokens, their segments, signatures, keys).
+func assertNoSecrets(t testing.TB, logs string, secrets ...string) {
 	t.Helper()
 	for _, marker := range []string{"eyJ", "MEUCI", "MEQCI", "PRIVATE KEY"} {
 		if strings.Contains(logs, marker) {
-			t.Fatalf("logs contain %q: %s", marker, logs)
+			t.Fatalf("logs contain %q: %.2000s", marker, logs)
 		}
 	}
+	if s := findSecret(logs, secrets); s != "" {
+		t.Fatalf("an output holds a secret used in the test (%.24s…): %.2000s", s, logs)
+	}
+}
+
+// findSecret returns the first secret found in out. Secrets of 16 bytes or
+// more are looked up by their first 16 bytes at every offset of out, so
+// thousands of secrets cost one pass.
+func findSecret(out string, secrets []string) string {
+	const w = 16
+	byPrefix := map[string][]string{}
+	for _, s := range secrets {
+		switch {
+		case len(s) < 8:
+		case len(s) < w:
+			if strings.Contains(out, s) {
+				return s
+			}
+		default:
+			byPrefix[s[:w]] = append(byPrefix[s[:w]], s)
+		}
+	}
+	if len(byPrefix) == 0 {
+		return ""
+	}
+	for i := 0; i+w <= len(out); i++ {
+		for _, s := range byPrefix[out[i:i+w]] {
+			if strings.HasPrefix(out[i:], s) {
+				return s
+			}
+		}
+	}
+	return ""
 }
 
 // TestCredentialNeverEchoed: a manifest holding a credential is denied with
@@ -531,5 +567,37 @@ func TestCallerWithoutAccount(t *testing.T) {
 	status, env := post(t, h, "/v1/admissions", "application/json", tok, []byte(`{}`))
 	if status != 401 || errCode(env) != "CALLER_UNAUTHENTICATED" {
 		t.Fatalf("got %d %v", status, env)
+	}
+}
+
+// TestShadowBundleNeverEnforced: a candidate bundle that denies everything
+// is evaluated beside the enforced one; the enforced allow stands and the
+// disagreement is counted.
+func TestShadowBundleNeverEnforced(t *testing.T) {
+	denyAll, err := policy.New(context.Background(), policy.Options{SkipRequiredRules: true, Bundle: fstest.MapFS{
+		"ito/admission/admission.rego": {Data: []byte(`package ito.admission
+
+decision := {"allow": false, "violations": [{"code": "SHADOW_DENY", "gate": "g", "message": "m"}]}
+`)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan admission.ShadowResult, 4)
+	h := newHarness(t, func(o *admission.Options) {
+		o.Shadow = func() admission.Decider { return denyAll }
+		o.OnShadow = func(r admission.ShadowResult) { results <- r }
+	})
+	m, _ := h.runner.LoadManifest("llama3-8b")
+	a, _, err := h.runner.Create(context.Background(), m, "k-shadow")
+	if err != nil || a.Status != 200 {
+		t.Fatalf("enforced decision changed by the shadow: %d %v %v", a.Status, a.Codes(), err)
+	}
+	select {
+	case r := <-results:
+		if r.Kind != "allow_to_deny" || r.Agree || r.DecisionID != a.Data.DecisionID || len(r.ShadowCodes) != 1 {
+			t.Fatalf("shadow result %+v", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no shadow result")
 	}
 }

@@ -5,8 +5,10 @@
 // replaces invalid UTF-8 with U+FFFD and matches struct fields case-
 // insensitively. A policy engine that re-reads the same bytes may resolve such
 // ambiguities differently, so every ambiguity is an error here: duplicate keys,
-// keys equal under Unicode case folding, invalid UTF-8, nesting deeper than a
-// bound and trailing data after the value.
+// keys equal under Unicode case folding, invalid UTF-8, numbers beyond the
+// float64 range, nesting deeper than a bound and trailing data after the
+// value. Error messages name JSON paths whose keys look like field names;
+// any other key is withheld.
 package strictjson
 
 import (
@@ -15,8 +17,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -85,7 +89,12 @@ func decodeValue(dec *json.Decoder, path string, depth, maxDepth int) (any, erro
 			return nil, fmt.Errorf("%w: lone UTF-16 surrogate at %s", ErrInvalid, path)
 		}
 		return t, nil
-	default: // json.Number, bool, nil
+	case json.Number:
+		if beyondFloat64(string(t)) {
+			return nil, fmt.Errorf("%w: number beyond the float64 range at %s", ErrInvalid, path)
+		}
+		return t, nil
+	default: // bool, nil
 		return t, nil
 	}
 }
@@ -106,7 +115,7 @@ func decodeObject(dec *json.Decoder, path string, depth, maxDepth int) (map[stri
 		if _, dup := obj[key]; dup {
 			return nil, fmt.Errorf("%w: duplicate key at %s", ErrInvalid, child)
 		}
-		fk := strings.ToLower(key)
+		fk := foldKey(key)
 		if folded[fk] {
 			return nil, fmt.Errorf("%w: key differs from another only by case at %s", ErrInvalid, child)
 		}
@@ -138,6 +147,26 @@ func decodeArray(dec *json.Decoder, path string, depth, maxDepth int) ([]any, er
 	return arr, nil
 }
 
+// beyondFloat64 reports a number literal that overflows float64 (1e400) or
+// underflows to zero although it is not zero (1e-400). Go keeps the literal
+// exactly and so does OPA, but most consumers of the same bytes (Python,
+// JavaScript, encoding/json into float64) read infinity, zero or an error:
+// the I-JSON profile (RFC 7493 §2.2) refuses such numbers, and so do we.
+func beyondFloat64(n string) bool {
+	f, err := strconv.ParseFloat(n, 64)
+	if err != nil {
+		return true
+	}
+	if f != 0 {
+		return false
+	}
+	mantissa := n
+	if i := strings.IndexAny(n, "eE"); i >= 0 {
+		mantissa = n[:i]
+	}
+	return strings.ContainsAny(mantissa, "123456789")
+}
+
 // hasLoneSurrogateEscape reports U+FFFD produced by decoding a lone surrogate
 // escape (\ud800). utf8.Valid has already refused raw invalid bytes, so a
 // replacement character here came from an escape Go and other parsers treat
@@ -146,14 +175,36 @@ func hasLoneSurrogateEscape(s string) bool {
 	return strings.ContainsRune(s, utf8.RuneError)
 }
 
-// safeKey renders a key for an error path: short, printable, never a value.
-func safeKey(k string) string {
-	const max = 64
-	if len(k) > max {
-		k = k[:max] + "…"
+// foldKey is key under Unicode simple case folding: foldKey(a) ==
+// foldKey(b) exactly when strings.EqualFold(a, b), which is how
+// encoding/json matches member names to struct fields. strings.ToLower is
+// not enough: "\u017f" (long s) folds to "s" and "\u212a" (Kelvin) to "k".
+func foldKey(key string) string {
+	var b strings.Builder
+	b.Grow(len(key))
+	for _, r := range key {
+		least := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			least = min(least, f)
+		}
+		b.WriteRune(least)
 	}
-	q := strconv.Quote(k)
-	return q[1 : len(q)-1]
+	return b.String()
+}
+
+// fieldName is what a member name of our documents looks like. Only such
+// names are echoed in error paths: a key is attacker-chosen and may itself
+// be a credential or a token ({"AKIA…": 1}), and credentials almost always
+// carry digits or capitals (the manifest package withholds the same names).
+var fieldName = regexp.MustCompile(`^[a-z][a-z_]{0,39}$`)
+
+// safeKey renders a key for an error path: a field name, or a placeholder;
+// never a value, never an arbitrary key.
+func safeKey(k string) string {
+	if !fieldName.MatchString(k) {
+		return "<key not shown>"
+	}
+	return k
 }
 
 func syntaxErr(path string, err error) error {

@@ -19,6 +19,8 @@ import (
 	"github.com/lestrrat-go/jwx/v3/jwa"
 	"github.com/lestrrat-go/jwx/v3/jwk"
 	"github.com/sigstore/sigstore/pkg/cryptoutils"
+
+	"github.com/itocompute/itogate/gatekeeper/strictjson"
 )
 
 // MaxKeyFileBytes bounds a PEM or JWKS document: 1 MiB.
@@ -140,10 +142,15 @@ func readBounded(path string) ([]byte, error) {
 // matches the key type (ES256/384/512 with the matching curve, EdDSA or
 // Ed25519, RS*/PS* with at least 2048 bits); "use", when present, must be
 // "sig". Private and symmetric keys are refused. Nothing is fetched: x5u or
-// jku members are never followed.
+// jku members are never followed. The document must be strict JSON
+// (strictjson): a duplicate "keys", "alg" or "kid" member, which jwk.Parse
+// would resolve last-wins, or trailing data is an error.
 func LoadJWKS(data []byte) (jwk.Set, error) {
 	if len(data) > MaxKeyFileBytes {
 		return nil, fmt.Errorf("jwks: larger than %d bytes", MaxKeyFileBytes)
+	}
+	if _, err := strictjson.DecodeObject(data, maxJSONDepth); err != nil {
+		return nil, fmt.Errorf("jwks: %w", err)
 	}
 	set, err := jwk.Parse(data)
 	if err != nil {

@@ -6,9 +6,11 @@ import (
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/elliptic"
+	"encoding/asn1"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math/big"
 	"strings"
 
 	"github.com/sigstore/sigstore/pkg/signature"
@@ -39,6 +41,10 @@ type ManifestVerifier struct {
 type pinnedSigner struct {
 	keyID    string
 	verifier signature.Verifier
+	// der: the signer is ECDSA and takes only ASN.1 DER signatures.
+	// sigstore's ECDSA verifier also accepts raw r||s (IEEE P1363); cosign
+	// sign-blob writes DER, and one encoding per signature is the contract.
+	der bool
 }
 
 // NewManifestVerifier pins signers, which must be non-empty with unique,
@@ -62,7 +68,8 @@ func NewManifestVerifier(signers []Signer) (*ManifestVerifier, error) {
 		if err != nil {
 			return nil, fmt.Errorf("manifest verifier: signer %q: %w", s.KeyID, err)
 		}
-		v.signers = append(v.signers, pinnedSigner{keyID: s.KeyID, verifier: sv})
+		_, isECDSA := s.PublicKey.(*ecdsa.PublicKey)
+		v.signers = append(v.signers, pinnedSigner{keyID: s.KeyID, verifier: sv, der: isECDSA})
 	}
 	return v, nil
 }
@@ -94,7 +101,8 @@ func loadManifestVerifier(pub crypto.PublicKey) (signature.Verifier, error) {
 //
 // Failures are *Error with Purpose PurposeManifest: KindMalformed when sig
 // is longer than MaxSignatureChars, empty, or not standard padded base64;
-// KindSignature when no signer verifies it.
+// KindSignature when no signer verifies it. ECDSA signers take only ASN.1
+// DER, as cosign writes it: the same (r, s) as raw r||s is refused.
 func (v *ManifestVerifier) Verify(manifest []byte, sig string) (keyID string, err error) {
 	if len(sig) > MaxSignatureChars {
 		return "", fail(PurposeManifest, KindMalformed, "signature exceeds the size limit")
@@ -107,10 +115,22 @@ func (v *ManifestVerifier) Verify(manifest []byte, sig string) (keyID string, er
 	if err != nil || strings.ContainsAny(sig, "\r\n") {
 		return "", fail(PurposeManifest, KindMalformed, "signature is not standard base64")
 	}
+	der := isECDSASigDER(raw)
 	for _, s := range v.signers {
+		if s.der && !der {
+			continue
+		}
 		if s.verifier.VerifySignature(bytes.NewReader(raw), bytes.NewReader(manifest)) == nil {
 			return s.keyID, nil
 		}
 	}
 	return "", fail(PurposeManifest, KindSignature, "signature does not verify with any pinned signer")
+}
+
+// isECDSASigDER reports whether sig is exactly one DER ECDSA-Sig-Value
+// (SEQUENCE of two INTEGERs, minimally encoded, nothing after it).
+func isECDSASigDER(sig []byte) bool {
+	var rs struct{ R, S *big.Int }
+	rest, err := asn1.Unmarshal(sig, &rs)
+	return err == nil && len(rest) == 0
 }

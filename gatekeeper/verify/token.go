@@ -190,6 +190,11 @@ func (v *TokenVerifier) Verify(raw []byte, now time.Time) (*Claims, error) {
 	if _, err := base64.RawURLEncoding.Strict().DecodeString(string(parts[2])); err != nil {
 		return nil, v.fail(KindMalformed, "signature is not base64url")
 	}
+	// jwx parses the header again, with types for every registered member
+	// (cty, x5t, …); one it refuses is a header fault, not a bad signature.
+	if _, err := jws.Parse(raw, jws.WithCompact()); err != nil {
+		return nil, v.fail(KindHeader, "header refused by the JOSE parser")
+	}
 	payload, err := jws.Verify(raw, jws.WithKey(key.alg, key.pub), jws.WithCompact())
 	if err != nil {
 		return nil, v.fail(KindSignature, "signature does not verify")

@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -90,7 +91,10 @@ type Store struct {
 	inflight atomic.Int64
 }
 
-var _ ledger.Store = (*Store)(nil)
+var (
+	_ ledger.Store   = (*Store)(nil)
+	_ ledger.Checker = (*Store)(nil)
+)
 
 // Open opens or creates the ledger file at path (mode 0600) and its buckets.
 // It fails with an error wrapping ledger.ErrUnavailable if the file cannot be
@@ -473,4 +477,165 @@ func expiryPrefix(t time.Time) []byte {
 
 func expiryKey(t time.Time, ref string) []byte {
 	return append(expiryPrefix(t), ref...)
+}
+
+// Check implements ledger.Checker: bbolt's own page-level check, then every
+// record decoded and cross-checked —
+//
+//   - each admission's confirmation exists, is consumed by that admission's
+//     key and belongs to its account, action and jti;
+//   - each consumed confirmation has that admission (nothing half-written);
+//   - the run index and the jti index point at existing records and cover
+//     every train.create admission and every confirmation;
+//   - the expiry index lists exactly the confirmations that keep a token.
+func (s *Store) Check(ctx context.Context) (ledger.CheckReport, error) {
+	var (
+		rep      ledger.CheckReport
+		problems []string
+	)
+	bad := func(format string, args ...any) {
+		if len(problems) < 20 {
+			problems = append(problems, fmt.Sprintf(format, args...))
+		}
+	}
+	err := s.read(ctx, "check", func(tx *bbolt.Tx) error {
+		for err := range tx.Check() {
+			bad("bbolt: %v", err)
+		}
+		confirmations := map[string]confirmationRecord{}
+		err := tx.Bucket(bucketConfirmations).ForEach(func(k, v []byte) error {
+			rec, err := decodeConfirmation(v)
+			if err != nil {
+				bad("confirmation %s: %v", k, err)
+				return nil
+			}
+			if rec.Ref != string(k) {
+				bad("confirmation %s: record names %s", k, rec.Ref)
+			}
+			confirmations[string(k)] = rec
+			rep.Confirmations++
+			switch rec.State {
+			case ledger.ConfirmationAvailable:
+				rep.Available++
+			case ledger.ConfirmationConsumed:
+				rep.Consumed++
+			case ledger.ConfirmationExpired:
+				rep.Expired++
+			default:
+				bad("confirmation %s: unknown state %q", k, rec.State)
+			}
+			if rec.Token == nil {
+				rep.Swept++
+				if rec.State == ledger.ConfirmationAvailable {
+					bad("confirmation %s: available without a token", k)
+				}
+			} else if rec.State == ledger.ConfirmationExpired {
+				bad("confirmation %s: expired but keeps its token", k)
+			}
+			if (rec.State == ledger.ConfirmationConsumed) != (rec.ConsumedBy != "") {
+				bad("confirmation %s: state %q consumed by %q", k, rec.State, rec.ConsumedBy)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		jtis := 0
+		err = tx.Bucket(bucketJTIs).ForEach(func(k, v []byte) error {
+			jtis++
+			if c, ok := confirmations[string(v)]; !ok || c.JTI != string(k) {
+				bad("jti index %s points at %s, which does not carry it", k, v)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if jtis != len(confirmations) {
+			bad("jti index has %d entries for %d confirmations", jtis, len(confirmations))
+		}
+		unswept := 0
+		err = tx.Bucket(bucketExpiries).ForEach(func(k, _ []byte) error {
+			unswept++
+			if c, ok := confirmations[string(k[8:])]; !ok || c.Token == nil {
+				bad("expiry index lists %s, which has no token", k[8:])
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if unswept != rep.Confirmations-rep.Swept {
+			bad("expiry index has %d entries for %d unswept confirmations", unswept, rep.Confirmations-rep.Swept)
+		}
+
+		consumers := map[string]string{} // ref → admission key
+		admissions := tx.Bucket(bucketAdmissions)
+		err = admissions.ForEach(func(k, v []byte) error {
+			a, err := decodeAdmission(v)
+			if err != nil {
+				bad("admission %q: %v", k, err)
+				return nil
+			}
+			rep.Admissions++
+			if !bytes.Equal(k, admissionKey(a.Account, a.IdempotencyKey)) {
+				bad("admission %q: record names (%s, %s)", k, a.Account, a.IdempotencyKey)
+			}
+			if err := a.Validate(); err != nil {
+				bad("admission (%s, %s): %v", a.Account, a.IdempotencyKey, err)
+			}
+			c, ok := confirmations[a.ConfirmationRef]
+			switch {
+			case !ok:
+				bad("admission (%s, %s): confirmation %s missing", a.Account, a.IdempotencyKey, a.ConfirmationRef)
+			case c.State != ledger.ConfirmationConsumed || c.ConsumedBy != a.IdempotencyKey:
+				bad("admission (%s, %s): confirmation %s is %q by %q", a.Account, a.IdempotencyKey, a.ConfirmationRef, c.State, c.ConsumedBy)
+			case c.Account != a.Account || c.Action != a.Action || c.JTI != a.ConfirmationJTI:
+				bad("admission (%s, %s): confirmation %s belongs to another account, action or jti", a.Account, a.IdempotencyKey, a.ConfirmationRef)
+			}
+			if prev, dup := consumers[a.ConfirmationRef]; dup {
+				bad("confirmation %s consumed by both %s and %s", a.ConfirmationRef, prev, a.IdempotencyKey)
+			}
+			consumers[a.ConfirmationRef] = a.IdempotencyKey
+			if a.State == ledger.AdmissionAdmitted {
+				rep.Runs++
+				if got := tx.Bucket(bucketRuns).Get([]byte(a.RunID)); !bytes.Equal(got, k) {
+					bad("run %s is not indexed to (%s, %s)", a.RunID, a.Account, a.IdempotencyKey)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for ref, c := range confirmations {
+			if c.State == ledger.ConfirmationConsumed {
+				if _, ok := consumers[ref]; !ok {
+					bad("confirmation %s consumed by %s without an admission", ref, c.ConsumedBy)
+				}
+			}
+		}
+		runs := 0
+		err = tx.Bucket(bucketRuns).ForEach(func(k, v []byte) error {
+			runs++
+			if admissions.Get(v) == nil {
+				bad("run %s points at a missing admission", k)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if runs != rep.Runs {
+			bad("run index has %d entries for %d train.create admissions", runs, rep.Runs)
+		}
+		return nil
+	})
+	if err != nil {
+		return rep, err
+	}
+	if len(problems) > 0 {
+		return rep, fmt.Errorf("ledger: check: %w: %s", ledger.ErrInconsistent, strings.Join(problems, "; "))
+	}
+	return rep, nil
 }

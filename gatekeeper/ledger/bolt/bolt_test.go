@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -348,5 +349,58 @@ func benchStore(b *testing.B, opts Options, apply func(*Store)) (*Store, func() 
 			err = errors.New("Commit replayed a fresh admission")
 		}
 		return err
+	}
+}
+
+// TestCheckFindsHalfWrites: Check reports a consumed confirmation without
+// its admission, and an admission whose confirmation is still available.
+func TestCheckFindsHalfWrites(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	ctx := t.Context()
+	refs := seed(t, s, 2)
+	// seed skips the expiry index; fill it so only the planted faults show.
+	err := s.db.Update(func(tx *bbolt.Tx) error {
+		for _, ref := range refs {
+			v, _ := decodeConfirmation(tx.Bucket(bucketConfirmations).Get([]byte(ref)))
+			if err := tx.Bucket(bucketExpiries).Put(expiryKey(v.ExpiresAt, ref), nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := s.Check(ctx); err != nil || rep.Available != 2 {
+		t.Fatalf("Check on a sound ledger = %+v, %v", rep, err)
+	}
+	err = s.db.Update(func(tx *bbolt.Tx) error {
+		b := tx.Bucket(bucketConfirmations)
+		rec, _ := decodeConfirmation(b.Get([]byte(refs[0])))
+		rec.State, rec.ConsumedBy, rec.ConsumedAt = ledger.ConfirmationConsumed, "ghost-key", time.Now()
+		v, _ := json.Marshal(rec)
+		if err := b.Put([]byte(refs[0]), v); err != nil {
+			return err
+		}
+		a := ledger.Admission{
+			Account: "acct_42", IdempotencyKey: "half", RequestDigest: "sha256:" + fmt.Sprintf("%064x", 1),
+			RunID: ledger.NewRunID(), Action: "train.create", ConfirmationRef: refs[1], ConfirmationJTI: refs[1],
+			State: ledger.AdmissionAdmitted, CreatedAt: time.Now(),
+		}
+		v, _ = json.Marshal(admissionToRecord(a))
+		return tx.Bucket(bucketAdmissions).Put(admissionKey(a.Account, a.IdempotencyKey), v)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Check(ctx)
+	if !errors.Is(err, ledger.ErrInconsistent) {
+		t.Fatalf("Check = %v, want ErrInconsistent", err)
+	}
+	for _, want := range []string{"consumed by ghost-key without an admission", "(acct_42, half): confirmation " + refs[1]} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Check error lacks %q: %v", want, err)
+		}
 	}
 }

@@ -32,14 +32,16 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 )
 
-// Run runs every conformance case as a subtest. open must return a fresh,
-// empty store each time it is called; Run closes it when the subtest ends.
-// Times in the suite are whole microseconds, the precision every backend
-// keeps.
+// Run runs every conformance case as a parallel subtest. open must return a
+// fresh, empty store each time it is called (cases run at the same time, so
+// stores must not share state); Run closes it when the subtest ends. Times
+// in the suite are whole microseconds, the precision every backend keeps,
+// except where a case says otherwise.
 func Run(t *testing.T, open func(t *testing.T) ledger.Store) {
 	t.Helper()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			s := open(t)
 			t.Cleanup(func() {
 				if err := s.Close(); err != nil {
@@ -47,6 +49,13 @@ func Run(t *testing.T, open func(t *testing.T) ledger.Store) {
 				}
 			})
 			tc.fn(t, &fixture{t: t, s: s, ctx: t.Context()})
+			// Whatever the case did, a store that can check itself must
+			// find every cross-record invariant intact.
+			if c, ok := s.(ledger.Checker); ok && !t.Failed() && tc.name != "ClosedStore" {
+				if rep, err := c.Check(t.Context()); err != nil {
+					t.Fatalf("Check after the case: %v (%+v)", err, rep)
+				}
+			}
 		})
 	}
 }
@@ -71,6 +80,13 @@ var cases = []struct {
 	{"SweepManyTokens", testSweepManyTokens},
 	{"ConcurrentCommitsOneConfirmation", testConcurrentOneConfirmation},
 	{"ConcurrentCommitsSameKey", testConcurrentSameKey},
+	{"ConcurrentSameKeyOtherConfirmations", testConcurrentSameKeyOtherConfirmations},
+	{"ConcurrentKeyConflicts", testConcurrentKeyConflicts},
+	{"ConcurrentDepositsOneJTI", testConcurrentDepositsOneJTI},
+	{"ConcurrentSweepAndCommit", testConcurrentSweepAndCommit},
+	{"RunIDReused", testRunIDReused},
+	{"CommitTimePrecision", testCommitTimePrecision},
+	{"LongAndUnicodeIDs", testLongAndUnicodeIDs},
 	{"ClosedStore", testClosedStore},
 	{"CancelledContext", testCancelledContext},
 }

@@ -3,8 +3,9 @@
 # description: >-
 #   Estimates what a train.create run costs and checks it against the
 #   manifest's budget. All money is exact integer micro-USD parsed from decimal
-#   strings; hours are exact integer centi-hours; shown amounts are rounded up
-#   to the cent.
+#   strings; hours are exact integer centi-hours; every estimated amount is
+#   rounded UP to the next cent, and totals are sums of those rounded amounts
+#   (so a total is never below the exact cost, and at most a few cents above).
 #
 #   W            = hardware.nodes × hardware.gpus_per_node
 #   H            = budget.max_wall_clock_hours (at most 2 decimals)
@@ -12,9 +13,19 @@
 #   months       = max(1, ceil(H / hours_per_month))            (hours_per_month = 730, bundle data)
 #   storage      = ceil(checkpoint.size_estimate_gib) × checkpoint.retention
 #                  × storage_price_per_gib_month_usd × months   (0 without a checkpoint policy)
+#   run_tokens   = min(objective.max_tokens, max_steps × global_batch_size × sequence_length)
+#   remote       = data[] whose region is not the booking's region (entitlement.region)
+#   egress_gib   = ceil(min(run_tokens, Σ remote tokens) × bytes_per_token / 2^30)
+#   egress       = egress_gib × egress_price_per_gib_usd        (0 with no remote dataset)
 #   past_term_s  = max(0, now + H × 3600 − entitlement.term.end)
-#   incremental  = W × past_term_s / 3600 × price + storage      (spend beyond what the booking covers)
-#   total        = compute + storage
+#   incremental  = W × past_term_s / 3600 × price + storage + egress   (spend beyond what the booking covers)
+#   total        = compute + storage + egress
+#
+#   Egress assumes each remote token crosses regions at most once (staged or
+#   cached on first read), so it is bounded by both the run's tokens and the
+#   remote datasets' size; streaming a remote dataset again every epoch costs
+#   more and is what DATA_REGION_REMOTE warns about. The price is the
+#   internet-egress list price, the dearest way data leaves a region.
 #
 #   Deny when total > budget.ceiling_usd or incremental > budget.max_incremental_usd.
 package ito.budget
@@ -36,14 +47,16 @@ _price := lib.micro_usd(input.entitlement.price_per_gpu_hour_usd)
 
 _storage_price := lib.micro_usd(_cfg.storage_price_per_gib_month_usd)
 
+_egress_price := lib.micro_usd(_cfg.egress_price_per_gib_usd)
+
 _ceiling := lib.micro_usd(_m.budget.ceiling_usd)
 
 _max_incremental := lib.micro_usd(_m.budget.max_incremental_usd)
 
 # METADATA
 # title: Estimated compute cost (micro-USD)
-# description: W × hours × price per GPU-hour, exact, rounded up to the micro-USD.
-compute_micro_usd := lib.ceil_div((_world_size * _centi_hours) * _price, 100)
+# description: W × hours × price per GPU-hour, exact, rounded up to the cent.
+compute_micro_usd := lib.ceil_cent(lib.ceil_div((_world_size * _centi_hours) * _price, 100))
 
 _months := max([1, lib.ceil_div(_centi_hours, _cfg.hours_per_month * 100)])
 
@@ -51,9 +64,10 @@ _months := max([1, lib.ceil_div(_centi_hours, _cfg.hours_per_month * 100)])
 # title: Estimated checkpoint storage cost (micro-USD)
 # description: >-
 #   ceil(size GiB) × retention × price per GiB-month × months of the run
-#   (min 1); 0 without a checkpoint policy.
-storage_micro_usd := ((ceil(_m.checkpoint.size_estimate_gib) * _m.checkpoint.retention) * _storage_price) * _months if {
+#   (min 1), rounded up to the cent; 0 without a checkpoint policy.
+storage_micro_usd := lib.ceil_cent((gib_months * _m.checkpoint.retention) * _storage_price) if {
 	_is_storage_priceable
+	gib_months := ceil(_m.checkpoint.size_estimate_gib) * _months
 }
 
 storage_micro_usd := 0 if not _m.checkpoint
@@ -64,10 +78,81 @@ _is_storage_priceable if {
 	lib.is_count(_m.checkpoint.retention)
 }
 
+# ---------------------------------------------------------------------------
+# Egress: training data pulled from another region than the booking's
+
+_booking_region := r if {
+	r := input.entitlement.region
+	is_string(r)
+}
+
+_datasets := d if {
+	d := _m.data
+	is_array(d)
+}
+
+# a dataset whose region is not a string is remote too (fail closed); undefined
+# (not empty) when data is not an array
+_remote_datasets := remote if {
+	datasets := _datasets
+	remote := [d |
+		some d in datasets
+		not lib.value_at(d, ["region"], null) == _booking_region
+	]
+}
+
+_remote_tokens := sum([t |
+	some d in _remote_datasets
+	t := _token_count(d)
+])
+
+_token_count(d) := d.tokens if lib.is_count(d.tokens)
+
+_is_remote_priceable if {
+	every d in _remote_datasets {
+		_token_count(d)
+	}
+}
+
+_run_token_limits contains t if {
+	t := _m.objective.max_tokens
+	lib.is_count(t)
+}
+
+_run_token_limits contains (steps * gbs) * seq if {
+	steps := _m.objective.max_steps
+	gbs := _m.objective.global_batch_size
+	seq := _m.objective.sequence_length
+	lib.is_count(steps)
+	lib.is_count(gbs)
+	lib.is_count(seq)
+}
+
+_egress_tokens := 0 if {
+	_booking_region
+	count(_remote_datasets) == 0
+}
+
+_egress_tokens := min([min(_run_token_limits), _remote_tokens]) if {
+	_booking_region
+	count(_remote_datasets) > 0
+	_is_remote_priceable
+	count(_run_token_limits) > 0
+}
+
+_egress_gib := lib.ceil_div(_egress_tokens * _cfg.bytes_per_token, 1073741824)
+
+# METADATA
+# title: Estimated egress cost (micro-USD)
+# description: >-
+#   ceil(GiB pulled from datasets outside the booking's region) × egress price
+#   per GiB, rounded up to the cent; 0 when every dataset is in the booking's region.
+egress_micro_usd := lib.ceil_cent(_egress_gib * _egress_price)
+
 # METADATA
 # title: Estimated total cost (micro-USD)
-# description: compute + storage. The confirmation gate requires the confirmed cost to cover it.
-total_micro_usd := compute_micro_usd + storage_micro_usd
+# description: compute + storage + egress. The confirmation gate requires the confirmed cost to cover it.
+total_micro_usd := (compute_micro_usd + storage_micro_usd) + egress_micro_usd
 
 # METADATA
 # title: Seconds of the run past the booking term
@@ -77,10 +162,14 @@ past_term_seconds := max([0, (input.now + (_centi_hours * 36)) - input.entitleme
 	is_number(input.entitlement.term.end)
 }
 
+_past_term_micro_usd := lib.ceil_cent(lib.ceil_div((_world_size * past_term_seconds) * _price, 3600))
+
 # METADATA
 # title: Estimated incremental cost (micro-USD)
-# description: Compute past the booking term (W × seconds past term / 3600 × price) plus storage.
-incremental_micro_usd := lib.ceil_div((_world_size * past_term_seconds) * _price, 3600) + storage_micro_usd
+# description: >-
+#   Compute past the booking term (W × seconds past term / 3600 × price,
+#   rounded up to the cent) plus storage plus egress.
+incremental_micro_usd := (_past_term_micro_usd + storage_micro_usd) + egress_micro_usd
 
 # METADATA
 # title: Budget estimates
@@ -96,6 +185,12 @@ _estimates["compute_cost_usd"] := lib.usd(compute_micro_usd)
 _estimates["storage_cost_micro_usd"] := storage_micro_usd
 
 _estimates["storage_cost_usd"] := lib.usd(storage_micro_usd)
+
+_estimates["egress_gib"] := _egress_gib
+
+_estimates["egress_cost_micro_usd"] := egress_micro_usd
+
+_estimates["egress_cost_usd"] := lib.usd(egress_micro_usd)
 
 _estimates["total_cost_micro_usd"] := total_micro_usd
 
@@ -140,12 +235,12 @@ _has_hours if _centi_hours > 0
 # METADATA
 # title: Cost cannot be estimated
 # description: >-
-#   The total cost could not be computed (bad hardware, hours, price or
-#   checkpoint figures); a run whose cost is unknown is not admitted.
+#   The total cost could not be computed (bad hardware, hours, price,
+#   checkpoint or dataset figures); a run whose cost is unknown is not admitted.
 # custom:
 #   code: BUDGET_ESTIMATE_UNAVAILABLE
 #   gate: budget
-#   fix: Fix the budget, hardware and checkpoint fields named by the other violations.
+#   fix: Fix the budget, hardware, checkpoint and data fields named by the other violations.
 deny contains v if {
 	some name in _missing_estimates
 	v := lib.violation(
@@ -160,16 +255,18 @@ _missing_estimates contains "incremental" if not incremental_micro_usd
 
 # METADATA
 # title: Estimated cost above the ceiling
-# description: The estimated total cost (compute + storage) must not exceed budget.ceiling_usd.
+# description: The estimated total cost (compute + storage + egress) must not exceed budget.ceiling_usd.
 # custom:
 #   code: BUDGET_CEILING_EXCEEDED
 #   gate: budget
+#   fix: Raise budget.ceiling_usd to the estimate, or shorten the run (hours, GPUs, checkpoints, remote data).
 deny contains v if {
 	total_micro_usd > _ceiling
 	v := lib.violation_fix(
 		rego.metadata.rule(),
-		sprintf("the run is estimated at %s USD (compute %s + storage %s), above the ceiling of %s USD", [
-			lib.usd(total_micro_usd), lib.usd(compute_micro_usd), lib.usd(storage_micro_usd), lib.usd(_ceiling),
+		sprintf("the run is estimated at %s USD (compute %s + storage %s + egress %s), above the ceiling of %s USD", [
+			lib.usd(total_micro_usd), lib.usd(compute_micro_usd), lib.usd(storage_micro_usd),
+			lib.usd(egress_micro_usd), lib.usd(_ceiling),
 		]),
 		sprintf("raise budget.ceiling_usd to at least %s, or lower max_wall_clock_hours (%s GPU-hours at %s USD)", [
 			lib.usd(total_micro_usd), lib.centi_string(_world_size * _centi_hours), lib.usd(_price),
@@ -180,11 +277,12 @@ deny contains v if {
 # METADATA
 # title: Incremental cost above the limit
 # description: >-
-#   Spend beyond what the booking covers (compute past the term end plus
-#   checkpoint storage) must not exceed budget.max_incremental_usd.
+#   Spend beyond what the booking covers (compute past the term end,
+#   checkpoint storage and egress) must not exceed budget.max_incremental_usd.
 # custom:
 #   code: BUDGET_INCREMENTAL_EXCEEDED
 #   gate: budget
+#   fix: Raise budget.max_incremental_usd, end the run by the term end, keep fewer checkpoints, or stage remote data.
 deny contains v if {
 	incremental_micro_usd > _max_incremental
 	v := lib.violation_fix(
@@ -192,11 +290,11 @@ deny contains v if {
 		sprintf(
 			concat("", [
 				"the run adds an estimated %s USD beyond the booking",
-				" (%d s past the term end, storage %s), above the limit of %s USD",
+				" (%d s past the term end, storage %s, egress %s), above the limit of %s USD",
 			]),
 			[
 				lib.usd(incremental_micro_usd), past_term_seconds,
-				lib.usd(storage_micro_usd), lib.usd(_max_incremental),
+				lib.usd(storage_micro_usd), lib.usd(egress_micro_usd), lib.usd(_max_incremental),
 			],
 		),
 		sprintf("raise budget.max_incremental_usd to at least %s, or shorten the run so it ends by the term end", [

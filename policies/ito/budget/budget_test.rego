@@ -72,6 +72,9 @@ test_base_estimates if {
 		"compute_cost_usd": "956.16",
 		"storage_cost_micro_usd": 5520000,
 		"storage_cost_usd": "5.52",
+		"egress_gib": 0,
+		"egress_cost_micro_usd": 0,
+		"egress_cost_usd": "0.00",
 		"total_cost_micro_usd": 961680000,
 		"total_cost_usd": "961.68",
 		"incremental_cost_micro_usd": 5520000,
@@ -93,13 +96,28 @@ test_exact_money[name] if {
 			"compute": 1035840000,
 			"usd": "1035.84",
 		},
-		"rounded up to the micro-USD and the cent": {
+		# 16 GPUs × 3 h: the same product the other way round
+		"16 GPUs × 3 h × 2.49": {
+			"patch": [_set("/manifest/hardware/nodes", 2), _set("/manifest/budget/max_wall_clock_hours", 3)],
+			"compute": 119520000,
+			"usd": "119.52",
+		},
+		"rounded up to the cent, never down": {
 			"patch": [
 				_set("/manifest/hardware/nodes", 1), _set("/manifest/hardware/gpus_per_node", 1),
 				_set("/manifest/budget/max_wall_clock_hours", 0.01), _set("/entitlement/price_per_gpu_hour_usd", "0.000001"),
 			],
-			"compute": 1,
+			"compute": 10000,
 			"usd": "0.01",
+		},
+		"a fraction of a cent rounds up": {
+			"patch": [
+				_set("/manifest/hardware/nodes", 1), _set("/manifest/hardware/gpus_per_node", 3),
+				_set("/manifest/budget/max_wall_clock_hours", 0.01), _set("/entitlement/price_per_gpu_hour_usd", "2.49"),
+			],
+			# 3 × 0.01 h × 2.49 = 0.0747 USD
+			"compute": 80000,
+			"usd": "0.08",
 		},
 	}
 	inp := json.patch(_base, tc.patch)
@@ -127,7 +145,7 @@ test_past_term_incremental if {
 	budget.past_term_seconds == 18000 with input as inp
 	budget.incremental_micro_usd == 802320000 with input as inp
 	[v.message | some v in budget.deny with input as inp] == [
-		"the run adds an estimated 802.32 USD beyond the booking (18000 s past the term end, storage 5.52), above the limit of 100.00 USD",
+		"the run adds an estimated 802.32 USD beyond the booking (18000 s past the term end, storage 5.52, egress 0.00), above the limit of 100.00 USD",
 	]
 }
 
@@ -135,5 +153,96 @@ test_ceiling_fix if {
 	inp := json.patch(_base, [_set("/manifest/budget/ceiling_usd", "900")])
 	[v.fix | some v in budget.deny with input as inp] == [
 		"raise budget.ceiling_usd to at least 961.68, or lower max_wall_clock_hours (384.00 GPU-hours at 2.49 USD)",
+	]
+}
+
+test_storage_rounds_up_to_the_cent if {
+	# 105 GiB × 1 × 0.023 = 2.415 USD
+	inp := json.patch(_base, [_set("/manifest/checkpoint/size_estimate_gib", 105), _set("/manifest/checkpoint/retention", 1)])
+	budget.storage_micro_usd == 2420000 with input as inp
+}
+
+# The base run reads 1000 steps × 64 × 8192 = 524,288,000 tokens; × 4 bytes = 1.95 GiB -> 2 GiB × 0.09 USD.
+test_egress[name] if {
+	some name, tc in {
+		"every dataset in the booking's region": {"patch": [], "gib": 0, "egress": 0},
+		"remote dataset, bounded by the run's tokens": {
+			"patch": [_set("/manifest/data/0/region", "eu-west-1")],
+			"gib": 2, "egress": 180000,
+		},
+		"remote dataset, bounded by max_tokens": {
+			"patch": [_set("/manifest/data/0/region", "eu-west-1"), _set("/manifest/objective/max_tokens", 1000000000000)],
+			"gib": 2, "egress": 180000,
+		},
+		"remote dataset smaller than the run": {
+			"patch": [_set("/manifest/data/0/region", "eu-west-1"), _set("/manifest/data/0/tokens", 268435456)],
+			"gib": 1, "egress": 90000,
+		},
+		"max_tokens below the steps": {
+			"patch": [
+				_set("/manifest/data/0/region", "eu-west-1"),
+				_set("/manifest/objective/max_tokens", 2684354560), _set("/manifest/objective/max_steps", 100000),
+			],
+			"gib": 10, "egress": 900000,
+		},
+		"only the remote one of two datasets": {
+			"patch": [{"op": "add", "path": "/manifest/data/-", "value": object.union(
+				_base.manifest.data[0],
+				{"region": "eu-west-1", "tokens": 536870912},
+			)}],
+			"gib": 2, "egress": 180000,
+		},
+	}
+	inp := json.patch(_base, tc.patch)
+	budget.estimates.egress_gib == tc.gib with input as inp
+	budget.egress_micro_usd == tc.egress with input as inp
+	budget.total_micro_usd == 961680000 + tc.egress with input as inp
+	budget.incremental_micro_usd == 5520000 + tc.egress with input as inp
+}
+
+test_egress_codes[name] if {
+	some name, tc in {
+		"egress pushes the incremental cost over the limit": {
+			"patch": [_set("/manifest/data/0/region", "eu-west-1"), _set("/manifest/budget/max_incremental_usd", "5.69")],
+			"want": {"BUDGET_INCREMENTAL_EXCEEDED"},
+		},
+		"egress exactly within the limit": {
+			"patch": [_set("/manifest/data/0/region", "eu-west-1"), _set("/manifest/budget/max_incremental_usd", "5.70")],
+			"want": set(),
+		},
+		"booking region unknown": {
+			"patch": [_remove("/entitlement/region")],
+			"want": {"BUDGET_ESTIMATE_UNAVAILABLE"},
+		},
+		"remote dataset without a token count": {
+			"patch": [_set("/manifest/data/0/region", "eu-west-1"), _set("/manifest/data/0/tokens", "many")],
+			"want": {"BUDGET_ESTIMATE_UNAVAILABLE"},
+		},
+		"remote dataset without a run length": {
+			"patch": [_set("/manifest/data/0/region", "eu-west-1"), _remove("/manifest/objective/max_steps")],
+			"want": {"BUDGET_ESTIMATE_UNAVAILABLE"},
+		},
+		"dataset region not a string counts as remote": {
+			"patch": [_set("/manifest/data/0/region", 7), _set("/manifest/budget/max_incremental_usd", "5.69")],
+			"want": {"BUDGET_INCREMENTAL_EXCEEDED"},
+		},
+		"data not an array": {"patch": [_set("/manifest/data", {"uri": "x"})], "want": {"BUDGET_ESTIMATE_UNAVAILABLE"}},
+		"egress price malformed in bundle data": {
+			"patch": [_set("/manifest/data/0/region", "eu-west-1")],
+			"price": "0,09",
+			"want": {"BUDGET_ESTIMATE_UNAVAILABLE"},
+		},
+	}
+	inp := json.patch(_base, tc.patch)
+	price := object.get(tc, "price", "0.09")
+	got := {v.code | some v in budget.deny} with input as inp with data.ito.config.budget.egress_price_per_gib_usd as price
+	print(name, got)
+	got == tc.want
+}
+
+test_ceiling_message_names_egress if {
+	inp := json.patch(_base, [_set("/manifest/data/0/region", "eu-west-1"), _set("/manifest/budget/ceiling_usd", "961.85")])
+	[v.message | some v in budget.deny with input as inp] == [
+		"the run is estimated at 961.86 USD (compute 956.16 + storage 5.52 + egress 0.18), above the ceiling of 961.85 USD",
 	]
 }

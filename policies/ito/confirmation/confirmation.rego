@@ -135,8 +135,9 @@ deny contains v if {
 	v := lib.violation(rego.metadata.rule(), message)
 }
 
+# A confirmation without run_id is for no run (booking.release): "".
 _run_problems contains "the confirmation is for a different run than the request" if {
-	not _conf.run_id == input.request.run_id
+	not object.get(_conf, "run_id", "") == input.request.run_id
 }
 
 _run_problems contains sprintf("%v must name the run it acts on (request.run_id is empty)", [lib.show(_action)]) if {

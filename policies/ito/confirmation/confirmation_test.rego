@@ -106,3 +106,15 @@ test_cost_below_estimate_message if {
 		"the confirmation covers 500 USD; the run is estimated at 961.68 USD",
 	]
 }
+
+# A booking.release confirmation names no run: a missing run_id claim is "".
+test_release_without_run_id_claim if {
+	inp := json.patch(_base, array.concat(_action("booking.release", ""), [_remove("/confirmation/run_id")]))
+	_codes(inp) == set()
+}
+
+# A cancel whose confirmation names no run is still for another run.
+test_cancel_without_run_id_claim if {
+	inp := json.patch(_base, array.concat(_action("train.cancel", "run_01"), [_remove("/confirmation/run_id")]))
+	_codes(inp) == {"CONFIRMATION_RUN_MISMATCH"}
+}

@@ -86,7 +86,7 @@ _credential_cases := {
 	"hugging face token": {"path": "/manifest/data/0/uri", "value": "hf://datasets/x?token=hf_abcdefghijklmnopqrstuvwxyzABCDEFGH", "secret": "hf_abcdefghij", "at": "/data/0/uri", "kind": "Hugging Face token"},
 	"slack token": {"path": "/manifest/source", "value": "xoxb-1234567890-abcdefghij", "secret": "xoxb-1234567890", "at": "/source", "kind": "Slack token"},
 	"gitlab token": {"path": "/manifest/source", "value": "glpat-abcdefghij0123456789", "secret": "glpat-abcdefghij", "at": "/source", "kind": "GitLab token"},
-	"openai key": {"path": "/manifest/source", "value": "sk-proj-abcdefghijT3BlbkFJabcdefghij", "secret": "T3BlbkFJ", "at": "/source", "kind": "OpenAI API key"},
+	"openai key": {"path": "/manifest/source", "value": "sk-proj-abcdefghijT3BlbkFJabcdefghij", "secret": "T3BlbkFJ", "at": "/source", "kind": "API secret key, OpenAI API key"},
 	"google api key": {"path": "/manifest/source", "value": "AIzaSyA0123456789abcdefghijklmnopqrstuv", "secret": "AIzaSyA0123456789", "at": "/source", "kind": "Google API key"},
 	"s3 presigned url": {"path": "/manifest/data/0/uri", "value": "https://b.s3.amazonaws.com/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=abc123", "secret": "abc123", "at": "/data/0/uri", "kind": "S3 presigned URL"},
 	"gcs signed url": {"path": "/manifest/data/0/uri", "value": "https://storage.googleapis.com/b/o?X-Goog-Algorithm=GOOG4&X-Goog-Signature=f00d", "secret": "f00d", "at": "/data/0/uri", "kind": "GCS signed URL"},

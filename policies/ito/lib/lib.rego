@@ -84,6 +84,11 @@ centi(x) := scaled(sprintf("%v", [x]), 2) if is_number(x)
 ceil_div(a, b) := (((a + b) - 1) - (((a + b) - 1) % b)) / b
 
 # METADATA
+# title: Micro-USD rounded up to the cent
+# description: The smallest whole number of cents, in micro-USD, that is at least micro (1234567 -> 1240000).
+ceil_cent(micro) := ceil_div(micro, 10000) * 10000
+
+# METADATA
 # title: Micro-USD to USD string, rounded up to the cent
 # description: 1234567 micro-USD -> "1.24". Rounds up, never down.
 usd(micro) := sprintf("%d.%02d", [(cents - (cents % 100)) / 100, cents % 100]) if {

@@ -43,6 +43,16 @@ test_money_is_exact if {
 	lib.usd(lib.ceil_div((3 * 1600) * lib.micro_usd("2.49"), 100)) == "119.52"
 }
 
+test_ceil_cent[name] if {
+	some name, tc in {
+		"zero": {"in": 0, "want": 0},
+		"whole cents": {"in": 1240000, "want": 1240000},
+		"one micro-dollar over": {"in": 1240001, "want": 1250000},
+		"one micro-dollar": {"in": 1, "want": 10000},
+	}
+	lib.ceil_cent(tc.in) == tc.want
+}
+
 test_centi[name] if {
 	some name, tc in {
 		"integer": {"in": 6, "want": 600},

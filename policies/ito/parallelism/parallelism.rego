@@ -2,10 +2,19 @@
 # title: Parallelism gate
 # description: >-
 #   Rejects impossible or wasteful distributed-training layouts before a run
-#   is created, and warns about costly ones. Rules and formulas are those of
-#   /work/shared/reference/parallelism.md (torchtitan, Megatron-LM, DeepSpeed,
-#   TransformerEngine, the ZeRO paper); thresholds and the GPU and fabric
-#   tables are bundle data (data.ito.config.parallelism, data.ito.tables.*).
+#   is created, warns about costly ones, and answers every deny with the
+#   nearest layout on the booked hardware that passes every rule. Rules and
+#   formulas are those of /work/shared/reference/parallelism.md (torchtitan,
+#   Megatron-LM, DeepSpeed, TransformerEngine, the ZeRO paper); thresholds,
+#   search bounds and the GPU and fabric tables are bundle data
+#   (data.ito.config.parallelism, data.ito.tables.*).
+#
+#   A layout is an object {nodes, tp, pp, cp, ep, v, mbs, zero_stage,
+#   checkpointing, precision}. Every hard rule is a predicate of a layout
+#   (_tp_exceeds_domain(l), _states_exceed(l), ...), used for the manifest's
+#   own layout (the deny rules below) and for every candidate of the fix
+#   search, so a suggested fix passes exactly the rules that judged the
+#   manifest.
 #
 #   W = nodes × gpus_per_node; dp = W / (tp·pp·cp); m = gbs / (mbs·dp).
 #   Model-state bytes per parameter over the sharding group N = dp·cp:
@@ -30,6 +39,8 @@ _obj := _m.objective if is_object(_m.objective)
 
 _cfg := data.ito.config.parallelism
 
+_search := _cfg.fix_search
+
 _gpus := data.ito.tables.gpus
 
 _fabrics := data.ito.tables.fabrics
@@ -45,38 +56,14 @@ _count(x) := x if lib.is_count(x)
 
 _optional_count(obj, key) := _count(object.get(obj, key, 1))
 
+# ---------------------------------------------------------------------------
+# The booking and the model: fixed for every layout
+
 _gpn := _count(_hw.gpus_per_node)
 
-_world_size := _count(_hw.nodes) * _gpn
+_nodes := _count(_hw.nodes)
 
-_tp := _count(_par.tensor)
-
-_pp := _count(_par.pipeline)
-
-_cp := _optional_count(_par, "context")
-
-_ep := _optional_count(_par, "expert")
-
-_vpp := _optional_count(_par, "virtual_stages")
-
-_model_parallel := (_tp * _pp) * _cp
-
-_dp := _world_size / _model_parallel if _world_size % _model_parallel == 0
-
-_mbs := _count(_obj.micro_batch_size)
-
-_gbs := _count(_obj.global_batch_size)
-
-_seq := _count(_obj.sequence_length)
-
-_batch_unit := _mbs * _dp
-
-_microbatches := _gbs / _batch_unit if {
-	_gbs % _batch_unit == 0
-	_gbs >= _batch_unit
-}
-
-_tokens_per_gpu := (_gbs * _seq) / _world_size
+_world_size := _nodes * _gpn
 
 _domain := _gpu.nvlink_domain
 
@@ -109,26 +96,78 @@ _expert_params := p if {
 	p >= 0
 }
 
+_dense_params := _params - _expert_params
+
 _active_params := _count(object.get(_moe, "active_parameters", _params))
 
-_precision := _par.precision
+_gbs := _count(_obj.global_batch_size)
+
+_seq := _count(_obj.sequence_length)
+
+_engine := object.get(_par, "engine", "other")
+
+_bytes_override := b if {
+	b := _par.bytes_per_param
+	is_number(b)
+	b > 0
+}
 
 _zero_stage := stage if {
 	stage := object.get(_par, "zero_stage", _cfg.default_zero_stage)
 	stage in {0, 1, 2, 3}
 }
 
-_checkpointing := object.get(_par, "activation_checkpointing", "none")
+_checkpointing := c if {
+	c := object.get(_par, "activation_checkpointing", "none")
+	c in {"none", "selective", "full"}
+}
+
+# the manifest's layout; undefined when a field is missing or ill-typed
+_layout := {
+	"nodes": _nodes,
+	"tp": _count(_par.tensor),
+	"pp": _count(_par.pipeline),
+	"cp": _optional_count(_par, "context"),
+	"ep": _optional_count(_par, "expert"),
+	"v": _optional_count(_par, "virtual_stages"),
+	"mbs": _count(_obj.micro_batch_size),
+	"zero_stage": _zero_stage,
+	"checkpointing": _checkpointing,
+	"precision": _par.precision,
+}
 
 # ---------------------------------------------------------------------------
-# Memory model
+# Layout arithmetic (functions of a layout; scalar helpers are memoized by OPA
+# per argument tuple, which keeps the fix search cheap)
 
-_effective_stage := 1 if {
-	_pp > 1
-	_zero_stage == 3
-} else := _zero_stage
+_world(l) := l.nodes * _gpn
 
-_shard_group := _dp * _cp
+_model_parallel(l) := (l.tp * l.pp) * l.cp
+
+# (inlined arithmetic: these run for every search candidate, and each call costs)
+_dp(l) := world / group if {
+	world := l.nodes * _gpn
+	group := (l.tp * l.pp) * l.cp
+	world % group == 0
+}
+
+_batch_unit(l) := l.mbs * _dp(l)
+
+_microbatches(l) := _microbatches_at(l.mbs * _dp(l))
+
+_microbatches_at(unit) := _gbs / unit if {
+	_gbs % unit == 0
+	_gbs >= unit
+}
+
+_tokens_per_gpu(l) := (_gbs * _seq) / _world(l)
+
+_bubble(l) := (l.pp - 1) / ((l.v * _microbatches(l)) + (l.pp - 1))
+
+_effective_stage(zero, pp) := 1 if {
+	pp > 1
+	zero == 3
+} else := zero
 
 _stage_bytes(0, _) := 16
 
@@ -138,77 +177,236 @@ _stage_bytes(2, n) := 2 + (14 / n)
 
 _stage_bytes(3, n) := 16 / n
 
-_bytes_per_param_at(_) := b if {
-	b := _par.bytes_per_param
-	is_number(b)
-	b > 0
-}
+_bytes_at(zero, pp, n) := b if {
+	b := _bytes_override
+} else := _stage_bytes(_effective_stage(zero, pp), n)
 
-_bytes_per_param_at(n) := _stage_bytes(_effective_stage, n) if not _par.bytes_per_param
+_bytes_per_param(l) := _bytes_at(l.zero_stage, l.pp, _dp(l) * l.cp)
 
-_bytes_per_param := _bytes_per_param_at(_shard_group)
+_params_local(tp, pp, ep) := (_dense_params / (tp * pp)) + (_expert_params / (ep * pp))
 
-_params_per_gpu := ((_params - _expert_params) / (_tp * _pp)) + (_expert_params / (_ep * _pp))
+_params_per_gpu(l) := _params_local(l.tp, l.pp, l.ep)
 
-_states_gb := (_params_per_gpu * _bytes_per_param) / 1e9
+_states_gb(l) := _states_gb_at(l.tp, l.pp, l.ep, l.zero_stage, _dp(l) * l.cp)
+
+_states_gb_at(tp, pp, ep, zero, n) := (_params_local(tp, pp, ep) * _bytes_at(zero, pp, n)) / 1e9
 
 _states_limit_gb := _cfg.model_states_max_fraction * _gpu.memory_gb
 
 _states_budget_gb := _states_limit_gb - _cfg.memory_overhead_gb
 
 # activations (Megatron theoretical_memory_usage.py, sequence parallel + flash attention)
-_seq_local := _seq / _cp
+_activations_gb(l) := _activations_gb_at(l.tp, l.pp, l.cp, l.mbs, _microbatches(l), l.checkpointing)
 
-_layer_activation := (((_seq_local * _mbs) * _hidden) * (18 + ((4 * _ffn) / _hidden))) / _tp
+_activations_gb_at(tp, pp, cp, mbs, m, ckpt) := _activation_bytes(tp, pp, cp, mbs, min([pp, m]), ckpt) / 1e9
 
-_checkpoint_activation := (((2 * _seq_local) * _mbs) * _hidden) / _tp
-
-_layers_per_stage := ceil(_layers / _pp)
-
-_in_flight := min([_pp, _microbatches])
-
-_logits := (((4 * _seq) * _mbs) * _vocab) / _tp
-
-_activation_bytes := ((_layers_per_stage * _layer_activation) * _in_flight) + _logits if _checkpointing != "full"
-
-_activation_bytes := (((_layers_per_stage * _checkpoint_activation) * _in_flight) + _layer_activation) + _logits if {
-	_checkpointing == "full"
+_activation_bytes(tp, pp, cp, mbs, in_flight, "full") := bytes if {
+	kept := (ceil(_layers / pp) * _checkpoint_activation(tp, cp, mbs)) * in_flight
+	bytes := (kept + _layer_activation(tp, cp, mbs)) + _logits(tp, mbs)
 }
 
-_activations_gb := _activation_bytes / 1e9
+_activation_bytes(tp, pp, cp, mbs, in_flight, ckpt) := bytes if {
+	ckpt != "full"
+	bytes := ((ceil(_layers / pp) * _layer_activation(tp, cp, mbs)) * in_flight) + _logits(tp, mbs)
+}
 
-_memory_gb := (_states_gb + _activations_gb) + _cfg.memory_overhead_gb
+_layer_activation(tp, cp, mbs) := ((((_seq / cp) * mbs) * _hidden) * (18 + ((4 * _ffn) / _hidden))) / tp
 
-# ---------------------------------------------------------------------------
-# Communication vs compute
+_checkpoint_activation(tp, cp, mbs) := (((2 * (_seq / cp)) * mbs) * _hidden) / tp
 
-_comm_volume := (((2 * (_dp - 1)) / _dp) * (_params_per_gpu * 2)) * _zero3_factor
+_logits(tp, mbs) := (((4 * _seq) * mbs) * _vocab) / tp
 
-_zero3_factor := _cfg.zero3_comm_factor if _effective_stage == 3
+_memory_gb(l) := (_states_gb(l) + _activations_gb(l)) + _cfg.memory_overhead_gb
+
+# communication vs compute
+_comm_seconds(l) := _comm_seconds_at(_dp(l), l.tp, l.pp, l.cp, l.ep, l.zero_stage)
+
+_comm_seconds_at(dp, tp, pp, cp, ep, zero) := seconds if {
+	volume := (((2 * (dp - 1)) / dp) * (_params_local(tp, pp, ep) * 2)) * _zero3_factor(zero, pp)
+	per_node := min([dp, max([1, floor(_gpn / (tp * cp))])])
+	seconds := _transfer_seconds(volume, dp, per_node)
+}
+
+# DP spans nodes: each node's share goes over the fabric; else over NVLink
+_transfer_seconds(volume, dp, per_node) := (volume / per_node) / _bytes_per_s(_fabric.gbytes_per_s_per_gpu) if {
+	dp > per_node
+}
+
+_transfer_seconds(volume, dp, per_node) := volume / _bytes_per_s(_gpu.intra_node_gbytes_per_s) if {
+	dp <= per_node
+}
+
+_bytes_per_s(gbytes_per_s) := (_cfg.bandwidth_efficiency * gbytes_per_s) * 1e9
+
+_zero3_factor(zero, pp) := _cfg.zero3_comm_factor if _effective_stage(zero, pp) == 3
 
 else := 1
 
-_dp_per_node := min([_dp, max([1, floor(_gpn / (_tp * _cp))])])
+_compute_seconds(l) := _compute_seconds_at(l.checkpointing, _world(l))
 
-_comm_seconds := (_comm_volume / _dp_per_node) / ((_cfg.bandwidth_efficiency * _fabric.gbytes_per_s_per_gpu) * 1e9) if {
-	_dp > _dp_per_node
+_compute_seconds_at(ckpt, world) := flops / _effective_flops if {
+	flops := (_flops_factor(ckpt) * _active_params) * ((_gbs * _seq) / world)
 }
 
-_comm_seconds := _comm_volume / ((_cfg.bandwidth_efficiency * _gpu.intra_node_gbytes_per_s) * 1e9) if {
-	_dp <= _dp_per_node
-}
-
-_flops_factor := 8 if _checkpointing == "full"
+_flops_factor(ckpt) := 8 if ckpt == "full"
 
 else := 6
 
-_compute_seconds := ((_flops_factor * _active_params) * _tokens_per_gpu) / _effective_flops
-
 _effective_flops := (_cfg.model_flops_utilization * _gpu.peak_tflops_16bit) * 1e12
 
-_comm_ratio := _comm_seconds / _compute_seconds
+_comm_ratio(l) := _comm_seconds(l) / _compute_seconds(l)
 
-_bubble := (_pp - 1) / ((_vpp * _microbatches) + (_pp - 1))
+# ---------------------------------------------------------------------------
+# Hard rules as functions of a layout: each predicate is true when layout l
+# violates the rule (its deny below names the code). Only the fields a rule
+# reads need to be in l, so the fix search applies each rule as soon as its
+# fields are chosen.
+
+_tp_exceeds_domain(l) if l.tp > _domain
+
+_heads_indivisible(l) if _heads % l.tp != 0
+
+_kv_incompatible(l) if not _is_kv_compatible(l.tp)
+
+_cp_seq_indivisible(l) if {
+	l.cp > 1
+	_seq % (2 * l.cp) != 0
+}
+
+_world_mismatch(l) if (l.nodes * _gpn) % ((l.tp * l.pp) * l.cp) != 0
+
+_pp_exceeds_layers(l) if l.pp * l.v > _layers + _cfg.extra_pipeline_stages
+
+_gbs_indivisible(l) if {
+	l.mbs * _dp(l) > 0
+	not _microbatches(l)
+}
+
+_too_few_microbatches(l) if {
+	l.pp > 1
+	_microbatches(l) < l.pp
+}
+
+_ep_invalid(l) if {
+	l.ep > 1
+	not _has_moe
+}
+
+_ep_invalid(l) if {
+	l.ep > 1
+	((_dp(l) * l.cp) * l.tp) % l.ep != 0
+}
+
+_experts_indivisible(l) if _experts % l.ep != 0
+
+_zero23_with_pp(l) if {
+	_engine == "deepspeed"
+	l.zero_stage >= 2
+	l.pp > 1
+}
+
+_fp8_unsupported(l) if {
+	l.precision == "fp8"
+	_is_unsupported(l.precision)
+}
+
+_mxfp8_unsupported(l) if {
+	l.precision in {"mxfp8", "nvfp4"}
+	_is_unsupported(l.precision)
+}
+
+_bf16_unsupported(l) if {
+	l.precision == "bf16"
+	_is_unsupported(l.precision)
+}
+
+_tokens_too_few(l) if _tokens_per_gpu(l) < _cfg.tokens_per_gpu_deny_below
+
+_bubble_too_large(l) if _bubble(l) > _cfg.bubble_deny_above
+
+_states_exceed(l) if _states_gb(l) > _states_budget_gb
+
+_memory_far_exceeds(l) if {
+	l.checkpointing == "none"
+	_memory_gb(l) > _cfg.memory_deny_fraction_without_checkpointing * _gpu.memory_gb
+}
+
+_comm_bound(l) if _comm_ratio(l) > _cfg.dp_comm_deny_above
+
+# Any hard rule fails, cheapest first: OPA stops at the first body that
+# succeeds. Every hard deny below has its predicate here (a test checks it).
+_fails_any(l) if _tp_exceeds_domain(l)
+
+_fails_any(l) if _heads_indivisible(l)
+
+_fails_any(l) if _kv_incompatible(l)
+
+_fails_any(l) if _cp_seq_indivisible(l)
+
+_fails_any(l) if _world_mismatch(l)
+
+_fails_any(l) if _pp_exceeds_layers(l)
+
+_fails_any(l) if _gbs_indivisible(l)
+
+_fails_any(l) if _too_few_microbatches(l)
+
+_fails_any(l) if _ep_invalid(l)
+
+_fails_any(l) if _experts_indivisible(l)
+
+_fails_any(l) if _zero23_with_pp(l)
+
+_fails_any(l) if _fp8_unsupported(l)
+
+_fails_any(l) if _mxfp8_unsupported(l)
+
+_fails_any(l) if _bf16_unsupported(l)
+
+_fails_any(l) if _tokens_too_few(l)
+
+_fails_any(l) if _bubble_too_large(l)
+
+_fails_any(l) if _states_exceed(l)
+
+_fails_any(l) if _memory_far_exceeds(l)
+
+_fails_any(l) if _comm_bound(l)
+
+_is_kv_compatible(t) if _kv_heads % t == 0
+
+_is_kv_compatible(t) if t % _kv_heads == 0
+
+_is_unsupported(precision) if {
+	_gpu
+	not precision in _gpu.precisions
+}
+
+# A layout passes when no hard rule fails. A rule whose numbers are not
+# computable does not fail, so candidates are only ever taken through
+# _ranked, which is undefined unless every number is computable.
+_passes(l) if not _fails_any(l)
+
+# Model-level consistency that no layout can repair.
+_is_model_consistent if {
+	_hidden % _heads == 0
+	count(_moe_problems) == 0
+}
+
+_moe_problems contains msg if {
+	_expert_params >= _params
+	msg := sprintf("moe.expert_parameters %d is not below the %d model parameters", [_expert_params, _params])
+}
+
+_moe_problems contains msg if {
+	_active_params > _params
+	msg := sprintf("moe.active_parameters %d exceeds the %d model parameters", [_active_params, _params])
+}
+
+_moe_problems contains sprintf("moe.top_k %d exceeds the %d experts", [k, _experts]) if {
+	k := _count(_moe.top_k)
+	k > _experts
+}
 
 # ---------------------------------------------------------------------------
 # Estimates
@@ -218,38 +416,436 @@ _bubble := (_pp - 1) / ((_vpp * _microbatches) + (_pp - 1))
 # description: >-
 #   The numbers the rules use, for the decision's estimates: world size,
 #   degrees, microbatches, tokens per GPU, memory per GPU (GB), pipeline bubble
-#   and DP communication/compute ratio. Absent when not computable.
+#   and DP communication/compute ratio; with a parallelism deny, fix_layout:
+#   the nearest passing layout (or the smallest GPU count that has one).
+#   Absent when not computable.
 estimates := {k: v | some k, v in _estimates}
 
 _estimates["world_size"] := _world_size
 
-_estimates["dp"] := _dp
+_estimates["dp"] := _dp(_layout)
 
-_estimates["tp"] := _tp
+_estimates["tp"] := _layout.tp
 
-_estimates["pp"] := _pp
+_estimates["pp"] := _layout.pp
 
-_estimates["cp"] := _cp
+_estimates["cp"] := _layout.cp
 
-_estimates["ep"] := _ep
+_estimates["ep"] := _layout.ep
 
-_estimates["microbatches"] := _microbatches
+_estimates["virtual_stages"] := _layout.v
 
-_estimates["tokens_per_gpu"] := _tokens_per_gpu
+_estimates["microbatches"] := _microbatches(_layout)
 
-_estimates["bytes_per_param"] := lib.round2(_bytes_per_param)
+_estimates["tokens_per_gpu"] := _tokens_per_gpu(_layout)
 
-_estimates["model_states_gb_per_gpu"] := lib.round2(_states_gb)
+_estimates["bytes_per_param"] := lib.round2(_bytes_per_param(_layout))
 
-_estimates["activations_gb_per_gpu"] := lib.round2(_activations_gb)
+_estimates["model_states_gb_per_gpu"] := lib.round2(_states_gb(_layout))
 
-_estimates["memory_gb_per_gpu"] := lib.round2(_memory_gb)
+_estimates["activations_gb_per_gpu"] := lib.round2(_activations_gb(_layout))
+
+_estimates["memory_gb_per_gpu"] := lib.round2(_memory_gb(_layout))
 
 _estimates["gpu_memory_gb"] := _gpu.memory_gb
 
-_estimates["bubble_fraction"] := lib.round2(_bubble)
+_estimates["bubble_fraction"] := lib.round2(_bubble(_layout))
 
-_estimates["dp_comm_compute_ratio"] := lib.round2(_comm_ratio)
+_estimates["dp_comm_compute_ratio"] := lib.round2(_comm_ratio(_layout))
+
+_estimates["fix_layout"] := _fix_layout if count(deny) > 0
+
+# ---------------------------------------------------------------------------
+# The fix search: the nearest layout on the same hardware that passes every
+# hard rule. Runs only when a deny asks for its fix (never on an allow).
+#
+# Candidates keep the model, the global batch and the sequence; they vary
+# tp (divisors of the NVLink domain that fit the heads), cp (bundle list,
+# sequence permitting), pp (bundle list, dividing W, at most layers + 2),
+# v (bundle list, equal chunks), ep (divisors of the experts up to
+# fix_search.max_expert), micro batch (as given, or 1), ZeRO stage (0-3)
+# and activation checkpointing (as given, selective or full); an unsupported
+# precision is replaced by the nearest supported one. Distance = number of
+# changed knobs; ties go to fewer waste warnings (bubble, memory, comm above
+# their warn thresholds), then the smaller bubble, then no full recompute,
+# then less memory, then less communication.
+#
+# Search by distance 0, 1, 2, ... fix_search.max_changed_knobs (else-chain:
+# a farther level is only evaluated when the nearer one is empty). Past the
+# last level, the fix is the nearest dominant completion of a (tp, pp, cp)
+# triple: largest v and ep, micro batch 1, full recompute and the
+# least-memory ZeRO stage. Every rule is monotone in those knobs, so a triple
+# whose dominant completion fails has no passing completion at all, and when
+# no triple has one no layout on this hardware passes: then the smallest GPU
+# count that has one is searched (fix_search.gpu_count_probes node counts
+# from a memory lower bound).
+
+_is_searchable if {
+	_gpu
+	_fabric
+	_is_model_consistent
+	_layout
+	_ep_values
+	_fix_precision
+}
+
+_fix := f if {
+	_is_searchable
+	f := _fix_result
+}
+
+_fix_result := {"on_booked_hardware": true, "layout": l} if {
+	_can_fit(_nodes)
+	l := _nearest(_nodes)
+} else := {"on_booked_hardware": false, "layout": l} if {
+	l := _smallest_fit
+} else := {"on_booked_hardware": false}
+
+# precision the candidates use: the manifest's, or the nearest one the GPU supports
+_fix_precision := _layout.precision if not _is_unsupported(_layout.precision)
+
+else := p if {
+	supported := [q | some q in _precision_fallbacks[_layout.precision]; not _is_unsupported(q)]
+	p := supported[0]
+}
+
+_precision_fallbacks := {
+	"nvfp4": ["mxfp8", "fp8", "bf16", "fp16"],
+	"mxfp8": ["fp8", "bf16", "fp16"],
+	"fp8": ["bf16", "fp16"],
+	"bf16": ["fp16"],
+	"fp16": ["fp32"],
+	"fp32": [],
+}
+
+_changed(a, b) := 0 if a == b
+
+else := 1
+
+_tp_values := {t |
+	some t in ({_layout.tp} | {d | some d in numbers.range(1, _domain); _domain % d == 0})
+	not _tp_exceeds_domain({"tp": t})
+	not _heads_indivisible({"tp": t})
+	not _kv_incompatible({"tp": t})
+}
+
+_cp_values := {c |
+	some c in ({1, _layout.cp} | {d |
+		some d in _search.context_degrees
+		_seq >= _cfg.context_parallel_min_sequence
+		_seq / d >= _search.min_tokens_per_context_rank
+	})
+	not _cp_seq_indivisible({"cp": c})
+}
+
+_pp_values(nodes) := {p |
+	some p in ({_layout.pp} | {d | some d in _search.pipeline_degrees})
+	(nodes * _gpn) % p == 0
+	not _pp_exceeds_layers({"pp": p, "v": 1})
+}
+
+_v_values(1) := {1}
+
+_v_values(pp) := {v |
+	some v in ({1, _layout.v} | {d | some d in _search.virtual_stages; _layers % (pp * d) == 0})
+	not _pp_exceeds_layers({"pp": pp, "v": v})
+} if pp > 1
+
+_mbs_values := {1, _layout.mbs}
+
+_ep_values := {1} if not _has_moe
+
+_ep_values := {e |
+	some e in ({_layout.ep} | {d | some d in numbers.range(1, min([_experts, _search.max_expert]))})
+	not _experts_indivisible({"ep": e})
+} if _has_moe
+
+_zero_values := {0, 1, 2, 3}
+
+# never suggest turning checkpointing off
+_checkpointing_values := {_layout.checkpointing, "selective", "full"}
+
+_recompute_rank(ckpt) := 1 if ckpt == "full"
+
+else := 0
+
+# layouts at exactly distance d from the manifest's, each ranked by _rank
+# (min = best). The (tp, cp, pp) triples that fit the world are listed once
+# (memoized) with their number of changed knobs; below them each rule runs
+# right after the knobs it reads, the integer pipeline rules (global batch,
+# microbatches, bubble) first and the costly states and communication
+# formulas last, on objects without v and mbs so that OPA's memoization
+# shares them between prefixes and levels. The tp, cp, pp, v and ep values
+# already satisfy their own rules, the precision is a supported one and
+# _can_fit has checked tokens per GPU; _best_at re-checks every rule on the
+# layout it picks.
+_level(nodes, d) := {c |
+	some [tp, cp, pp, n3] in _triples(nodes)
+	n3 <= d
+	some mbs in _mbs_values
+	n4 := n3 + _changed(mbs, _layout.mbs)
+	n4 <= d
+	not _gbs_indivisible({"nodes": nodes, "tp": tp, "pp": pp, "cp": cp, "mbs": mbs})
+	not _too_few_microbatches({"nodes": nodes, "tp": tp, "pp": pp, "cp": cp, "mbs": mbs})
+	some v in _v_values(pp)
+	n5 := n4 + _changed(v, _layout.v)
+	n5 <= d
+	not _bubble_too_large({"nodes": nodes, "tp": tp, "pp": pp, "cp": cp, "mbs": mbs, "v": v})
+	some ep in _ep_values
+	n6 := n5 + _changed(ep, _layout.ep)
+	n6 <= d
+	not _ep_invalid({"nodes": nodes, "tp": tp, "pp": pp, "cp": cp, "ep": ep})
+	some zero in _zero_values
+	n7 := n6 + _changed(zero, _layout.zero_stage)
+	n7 <= d
+	not _zero23_with_pp({"pp": pp, "zero_stage": zero})
+	not _states_exceed({"nodes": nodes, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "zero_stage": zero})
+	some ckpt in _checkpointing_values
+	n7 + _changed(ckpt, _layout.checkpointing) == d
+	not _comm_bound({"nodes": nodes, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "zero_stage": zero, "checkpointing": ckpt})
+	l := {
+		"nodes": nodes, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "v": v, "mbs": mbs,
+		"zero_stage": zero, "checkpointing": ckpt, "precision": _fix_precision,
+	}
+	not _memory_far_exceeds(l)
+	c := _rank(l)
+}
+
+# (tp, cp, pp) triples that fit the world, with their number of changed knobs
+_triples(nodes) := [[tp, cp, pp, n] |
+	some tp in _tp_values
+	some cp in _cp_values
+	some pp in _pp_values(nodes)
+	not _world_mismatch({"nodes": nodes, "tp": tp, "pp": pp, "cp": cp})
+	n := (_changed(tp, _layout.tp) + _changed(cp, _layout.cp)) + _changed(pp, _layout.pp)
+]
+
+# [warnings, bubble, recompute rank, memory GB, comm ratio, l]; undefined
+# unless every ranking number is computable (fail closed)
+_rank(l) := [warned, bubble, _recompute_rank(l.checkpointing), memory, comm, l] if {
+	bubble := _bubble(l)
+	memory := _memory_gb(l)
+	comm := _comm_ratio(l)
+	warned := count({w |
+		some w, over in {
+			"bubble": bubble > _cfg.bubble_warn_above,
+			"memory": memory > (_cfg.memory_warn_fraction * _gpu.memory_gb),
+			"comm": comm > _cfg.dp_comm_warn_above,
+		}
+		over
+	})
+}
+
+_ranked(l) := _rank(l) if _passes(l)
+
+# The level applies each rule on the way down (or by construction of the
+# knob values); the chosen layout is checked against every rule again, so a
+# fix can never fail a rule (if it did, the level would count as empty).
+_best_at(nodes, d) := l if {
+	d <= _search.max_changed_knobs
+	candidates := _level(nodes, d)
+	count(candidates) > 0
+	l := min(candidates)[5]
+	_passes(l)
+}
+
+_nearest(nodes) := l if {
+	l := _best_at(nodes, 0)
+} else := l if {
+	l := _best_at(nodes, 1)
+} else := l if {
+	l := _best_at(nodes, 2)
+} else := l if {
+	l := _best_at(nodes, 3)
+} else := l if {
+	l := _best_at(nodes, 4)
+} else := l if {
+	l := _best_at(nodes, 5)
+} else := best[6] if {
+	candidates := _dominant_candidates(nodes)
+	count(candidates) > 0
+	best := min(candidates)
+}
+
+# dominant completions of every (tp, pp, cp) triple that passes, each as
+# [distance, warnings, bubble, recompute rank, memory GB, comm ratio, layout]
+_dominant_candidates(nodes) := {c |
+	some tp in _tp_values
+	some cp in _cp_values
+	some pp in _pp_values(nodes)
+	some l in _dominant_completions(nodes, tp, pp, cp)
+	r := _ranked(l)
+	c := array.concat([_distance(l)], r)
+}
+
+_dominant_completions(nodes, tp, pp, cp) := {l |
+	(nodes * _gpn) % ((tp * pp) * cp) == 0
+	ep := _max_ep(nodes, tp, pp, cp)
+	some zero in _dominant_zero(pp)
+	l := {
+		"nodes": nodes, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "v": max(_v_values(pp)), "mbs": 1,
+		"zero_stage": zero, "checkpointing": "full", "precision": _fix_precision,
+	}
+}
+
+_max_ep(nodes, tp, pp, cp) := max({e |
+	some e in _ep_values
+	not _ep_invalid({"nodes": nodes, "tp": tp, "pp": pp, "cp": cp, "ep": e})
+})
+
+# least model-state memory per stage without extra communication: ZeRO-2, and
+# ZeRO-3 with pp = 1 (with pp > 1 it is priced as ZeRO-1; DeepSpeed allows only ZeRO-1)
+_dominant_zero(1) := {2, 3}
+
+_dominant_zero(pp) := {2} if {
+	pp > 1
+	_engine != "deepspeed"
+}
+
+_dominant_zero(pp) := {1} if {
+	pp > 1
+	_engine == "deepspeed"
+}
+
+_knobs := ["tp", "pp", "cp", "ep", "v", "mbs", "zero_stage", "checkpointing"]
+
+_distance(l) := sum([_changed(l[k], _layout[k]) | some k in _knobs])
+
+# Layouts can only fit at a node count whose tokens per GPU pass and whose
+# GPUs can hold the dense parameters' states at all: every layout needs at
+# least 16 bytes (or the override) per dense parameter over the whole world.
+_can_fit(nodes) if {
+	not _tokens_too_few({"nodes": nodes})
+	nodes * _gpn >= _min_world
+}
+
+_min_world := ceil((_min_bytes * _dense_params) / (_states_budget_gb * 1e9)) if _states_budget_gb > 0
+
+_min_bytes := b if {
+	b := _bytes_override
+} else := 16
+
+_min_nodes := max([1, ceil(_min_world / _gpn)])
+
+_max_nodes := floor((_gbs * _seq) / (_cfg.tokens_per_gpu_deny_below * _gpn))
+
+_probe_nodes := [n | some n in _probe_range; n != _nodes]
+
+# numbers.range counts down when its end is below its start: guard it
+_probe_range := numbers.range(_min_nodes, last) if {
+	last := min([_max_nodes, _min_nodes + _search.gpu_count_probes])
+	last >= _min_nodes
+} else := []
+
+_smallest_fit := l if {
+	l := _fit_at(0)
+} else := l if {
+	l := _fit_at(1)
+} else := l if {
+	l := _fit_at(2)
+} else := l if {
+	l := _fit_at(3)
+}
+
+_fit_at(i) := _nearest(n) if {
+	i < _search.gpu_count_probes
+	n := _probe_nodes[i]
+	_can_fit(n)
+}
+
+# ---------------------------------------------------------------------------
+# The fix, as data (estimates.fix_layout) and as text (each deny's fix)
+
+_manifest_names := {
+	"tp": "tensor", "pp": "pipeline", "cp": "context", "ep": "expert", "v": "virtual_stages",
+	"mbs": "micro_batch_size", "zero_stage": "zero_stage", "checkpointing": "activation_checkpointing",
+	"precision": "precision",
+}
+
+_fix_layout := object.union(
+	{"on_booked_hardware": true, "nodes": _nodes, "world_size": _world_size},
+	_layout_summary(_fix.layout),
+) if _fix.on_booked_hardware
+
+_fix_layout := object.union(
+	{"on_booked_hardware": false, "nodes": _fix.layout.nodes, "world_size": _world(_fix.layout)},
+	_layout_summary(_fix.layout),
+) if {
+	not _fix.on_booked_hardware
+	_fix.layout
+}
+
+_fix_layout := {"on_booked_hardware": false, "searched_nodes": _searched_nodes} if {
+	_fix
+	not _fix.layout
+}
+
+_layout_summary(l) := {
+	"tensor": l.tp, "pipeline": l.pp, "context": l.cp, "expert": l.ep, "virtual_stages": l.v,
+	"data": _dp(l), "micro_batch_size": l.mbs, "zero_stage": l.zero_stage,
+	"activation_checkpointing": l.checkpointing, "precision": l.precision,
+	"changes": _changes(l), "changed_knobs": count(_changes(l)),
+	"microbatches": _microbatches(l), "bubble_fraction": lib.round2(_bubble(l)),
+	"model_states_gb_per_gpu": lib.round2(_states_gb(l)), "memory_gb_per_gpu": lib.round2(_memory_gb(l)),
+	"dp_comm_compute_ratio": lib.round2(_comm_ratio(l)),
+}
+
+_changes(l) := [sprintf("%s %v → %v", [_manifest_names[k], _layout[k], l[k]]) |
+	some k in array.concat(_knobs, ["precision"])
+	l[k] != _layout[k]
+]
+
+_searched_nodes := array.concat([_nodes], _probe_nodes) if _probe_nodes
+
+else := [_nodes]
+
+_hardware_text(nodes) := sprintf("%d × %d %s", [nodes, _gpn, _hw.gpu_type])
+
+_layout_text(l) := sprintf("%s, data=%d, micro_batch_size=%d, zero_stage=%d, activation_checkpointing=%s, %s", [
+	concat(", ", [sprintf("%s=%d", [_manifest_names[k], l[k]]) | some k in ["tp", "pp", "cp", "ep", "v"]]),
+	_dp(l), l.mbs, l.zero_stage, l.checkpointing, sprintf("precision=%s", [l.precision]),
+])
+
+_change_text(l) := "no knob changes" if count(_changes(l)) == 0
+
+else := sprintf("%d change: %s", [1, _changes(l)[0]]) if count(_changes(l)) == 1
+
+else := sprintf("%d changes: %s", [count(_changes(l)), concat(", ", _changes(l))])
+
+# Always defined, so that a deny never disappears for want of a fix. Each
+# branch computes its text in the body: an undefined part falls through.
+_fix_text := text if {
+	_fix.on_booked_hardware
+	text := sprintf("nearest passing layout on %s (%s): %s", [
+		_hardware_text(_nodes), _change_text(_fix.layout), _layout_text(_fix.layout),
+	])
+} else := text if {
+	l := _fix.layout
+	text := sprintf(
+		concat("", [
+			"no layout on %s passes every parallelism rule;",
+			" the smallest GPU count that has one is %d GPUs (%s): %s",
+		]),
+		[_hardware_text(_nodes), _world(l), _hardware_text(l.nodes), _layout_text(l)],
+	)
+} else := text if {
+	_fix
+	count(_probe_nodes) > 0
+	text := sprintf("no layout on %s passes every parallelism rule, nor on %s nodes of %d %s", [
+		_hardware_text(_nodes), concat(", ", [sprintf("%d", [n]) | some n in _probe_nodes]), _gpn, _hw.gpu_type,
+	])
+} else := text if {
+	_fix
+	text := sprintf(
+		"no layout on %s passes every parallelism rule, and no other GPU count can (global batch or GPU memory)",
+		[_hardware_text(_nodes)],
+	)
+} else := concat("", [
+	"no layout search: the GPU type, fabric or model figures are unknown or inconsistent",
+	" (see the other violations)",
+])
+
+_with_fix(hint) := sprintf("%s. Or: %s", [_fix_text, hint])
 
 # ---------------------------------------------------------------------------
 # Tables
@@ -260,6 +856,7 @@ _estimates["dp_comm_compute_ratio"] := lib.round2(_comm_ratio)
 # custom:
 #   code: GPU_TYPE_UNKNOWN
 #   gate: parallelism
+#   fix: Use a GPU type from the table, or add a row with its source to data.ito.tables.gpus.
 deny contains v if {
 	not _gpu
 	v := lib.violation_fix(
@@ -275,6 +872,7 @@ deny contains v if {
 # custom:
 #   code: FABRIC_UNKNOWN
 #   gate: parallelism
+#   fix: Use a fabric from the table, or add a row with its source to data.ito.tables.fabrics.
 deny contains v if {
 	not _fabric
 	v := lib.violation_fix(
@@ -297,46 +895,38 @@ _names(table) := concat(", ", sort(object.keys(table)))
 # custom:
 #   code: WORLD_SIZE_MISMATCH
 #   gate: parallelism
+#   fix: Computed per deny - the nearest passing layout on the booked hardware, or a node count that fits.
 deny contains v if {
 	some p in _world_size_problems
-	v := lib.violation_fix(rego.metadata.rule(), p.message, p.fix)
+	v := lib.violation_fix(rego.metadata.rule(), p.message, _with_fix(p.fix))
 }
 
 _world_size_problems contains {"message": message, "fix": fix} if {
-	_world_size % _model_parallel != 0
+	_world_mismatch(_layout)
 	message := sprintf("world size %d (%d × %d GPUs) is not divisible by tp×pp×cp = %d×%d×%d = %d", [
-		_world_size, _hw.nodes, _gpn, _tp, _pp, _cp, _model_parallel,
+		_world_size, _nodes, _gpn, _layout.tp, _layout.pp, _layout.cp, _model_parallel(_layout),
 	])
-	fix := concat("", [
-		sprintf("use a multiple of %d nodes (e.g. %d nodes = %d GPUs)", [
-			_node_step, _nodes_needed, _nodes_needed * _gpn,
-		]),
-		_smaller_pp_hint,
+	fix := sprintf("keep the layout on a multiple of %d nodes (e.g. %d nodes = %d GPUs)", [
+		_node_step, _nodes_needed, _nodes_needed * _gpn,
 	])
 }
 
 _world_size_problems contains {"message": message, "fix": fix} if {
 	declared := _count(_par.data)
-	declared != _dp
+	dp := _dp(_layout)
+	declared != dp
 	message := sprintf("declared data parallel %d, but W/(tp×pp×cp) = %d/%d = %d", [
-		declared, _world_size, _model_parallel, _dp,
+		declared, _world_size, _model_parallel(_layout), dp,
 	])
-	fix := sprintf("set parallelism.data to %d or leave it out", [_dp])
+	fix := sprintf("set parallelism.data to %d or leave it out", [dp])
 }
 
 # nodes must be a multiple of K / gcd(K, gpus_per_node) for K = tp·pp·cp to divide W
-_node_step := _model_parallel / _gcd(_model_parallel, _gpn)
+_node_step := _model_parallel(_layout) / _gcd(_model_parallel(_layout), _gpn)
 
-_nodes_needed := lib.ceil_div(_hw.nodes, _node_step) * _node_step
+_nodes_needed := lib.ceil_div(_nodes, _node_step) * _node_step
 
 _gcd(a, b) := max({d | some d in numbers.range(1, min([a, b])); a % d == 0; b % d == 0})
-
-_smaller_pp_hint := sprintf(", or pp=%d on %d GPUs", [pp, _world_size]) if {
-	_world_size % (_tp * _cp) == 0
-	pp := _largest_divisor_at_most(_world_size / (_tp * _cp), _pp)
-} else := ""
-
-_largest_divisor_at_most(n, limit) := max({d | some d in numbers.range(1, min([n, limit])); n % d == 0})
 
 # METADATA
 # title: Tensor parallel crosses the NVLink domain
@@ -346,27 +936,15 @@ _largest_divisor_at_most(n, limit) := max({d | some d in numbers.range(1, min([n
 # custom:
 #   code: TP_EXCEEDS_NVLINK_DOMAIN
 #   gate: parallelism
+#   fix: Computed per deny - tensor parallel inside the node, pipeline or data parallel across nodes.
 deny contains v if {
-	_tp > _domain
-	tp := _best_tp(_domain)
-	pp := _pp * lib.ceil_div(_tp, tp)
+	_tp_exceeds_domain(_layout)
 	v := lib.violation_fix(
 		rego.metadata.rule(),
-		sprintf("tensor parallel %d exceeds the NVLink domain of %d GPUs on %s", [_tp, _domain, _hw.gpu_type]),
-		sprintf("keep tensor parallel within the node: tp ≤ %d; try tp=%d, pp=%d", [_domain, tp, pp]),
+		sprintf("tensor parallel %d exceeds the NVLink domain of %d GPUs on %s", [_layout.tp, _domain, _hw.gpu_type]),
+		_with_fix(sprintf("keep tensor parallel within the NVLink domain (tp ≤ %d)", [_domain])),
 	)
 }
-
-# the largest tp ≤ limit that divides the attention heads and is compatible with the kv heads
-_best_tp(limit) := max({t |
-	some t in numbers.range(1, limit)
-	_heads % t == 0
-	_is_kv_compatible(t)
-})
-
-_is_kv_compatible(t) if _kv_heads % t == 0
-
-_is_kv_compatible(t) if t % _kv_heads == 0
 
 # METADATA
 # title: Attention heads not divisible by tp
@@ -374,15 +952,16 @@ _is_kv_compatible(t) if t % _kv_heads == 0
 # custom:
 #   code: TP_HEADS_INDIVISIBLE
 #   gate: parallelism
+#   fix: Computed per deny - a tp that divides the attention heads.
 deny contains v if {
 	some p in _heads_problems
 	v := lib.violation_fix(rego.metadata.rule(), p.message, p.fix)
 }
 
 _heads_problems contains {"message": message, "fix": fix} if {
-	_heads % _tp != 0
-	message := sprintf("%d attention heads are not divisible by tp=%d", [_heads, _tp])
-	fix := sprintf("use a tp that divides the attention heads, e.g. tp=%d", [_best_tp(min([_tp, _tp_limit]))])
+	_heads_indivisible(_layout)
+	message := sprintf("%d attention heads are not divisible by tp=%d", [_heads, _layout.tp])
+	fix := _with_fix(sprintf("use a tp that divides the attention heads (%s)", [_divisors_text(_heads)]))
 }
 
 _heads_problems contains {"message": message, "fix": "check model.hidden_size and model.attention_heads"} if {
@@ -390,9 +969,7 @@ _heads_problems contains {"message": message, "fix": "check model.hidden_size an
 	message := sprintf("hidden size %d is not divisible by %d attention heads", [_hidden, _heads])
 }
 
-_tp_limit := _domain
-
-_tp_limit := _tp if not _gpu
+_divisors_text(n) := concat(", ", [sprintf("%d", [d]) | some d in numbers.range(1, min([n, 16])); n % d == 0])
 
 # METADATA
 # title: KV heads incompatible with tp
@@ -400,12 +977,13 @@ _tp_limit := _tp if not _gpu
 # custom:
 #   code: TP_KV_HEADS_INCOMPATIBLE
 #   gate: parallelism
+#   fix: Computed per deny - a tp that divides the kv heads or is a multiple of them.
 deny contains v if {
-	not _is_kv_compatible(_tp)
+	_kv_incompatible(_layout)
 	v := lib.violation_fix(
 		rego.metadata.rule(),
-		sprintf("%d kv heads and tp=%d: neither divides the other", [_kv_heads, _tp]),
-		sprintf("use a tp that divides the kv heads or is a multiple of them, e.g. tp=%d", [_best_tp(_tp)]),
+		sprintf("%d kv heads and tp=%d: neither divides the other", [_kv_heads, _layout.tp]),
+		_with_fix("use a tp that divides the kv heads or is a multiple of them"),
 	)
 }
 
@@ -415,21 +993,23 @@ deny contains v if {
 # custom:
 #   code: EP_LAYOUT_INVALID
 #   gate: parallelism
+#   fix: Computed per deny - an ep that divides dp·cp·tp (and the experts), or ep=1 for a dense model.
 deny contains v if {
 	some p in _ep_problems
-	v := lib.violation_fix(rego.metadata.rule(), p.message, p.fix)
+	v := lib.violation_fix(rego.metadata.rule(), p.message, _with_fix(p.fix))
 }
 
 _ep_problems contains {"message": message, "fix": "set parallelism.expert to 1"} if {
-	_ep > 1
+	_layout.ep > 1
 	not _has_moe
-	message := sprintf("expert parallel %d on a model without experts", [_ep])
+	message := sprintf("expert parallel %d on a model without experts", [_layout.ep])
 }
 
 _ep_problems contains {"message": message, "fix": "choose ep dividing dp×cp×tp"} if {
-	_ep > 1
-	((_dp * _cp) * _tp) % _ep != 0
-	message := sprintf("expert parallel %d does not divide dp×cp×tp = %d", [_ep, (_dp * _cp) * _tp])
+	_layout.ep > 1
+	group := (_dp(_layout) * _layout.cp) * _layout.tp
+	group % _layout.ep != 0
+	message := sprintf("expert parallel %d does not divide dp×cp×tp = %d", [_layout.ep, group])
 }
 
 # METADATA
@@ -438,13 +1018,32 @@ _ep_problems contains {"message": message, "fix": "choose ep dividing dp×cp×tp
 # custom:
 #   code: EP_EXPERTS_INDIVISIBLE
 #   gate: parallelism
+#   fix: Computed per deny - an ep that divides the number of experts.
 deny contains v if {
-	_experts % _ep != 0
+	_experts_indivisible(_layout)
 	v := lib.violation_fix(
 		rego.metadata.rule(),
-		sprintf("%d experts are not divisible by ep=%d", [_experts, _ep]),
-		sprintf("use an ep that divides the experts, e.g. ep=%d", [_largest_divisor_at_most(_experts, _ep)]),
+		sprintf("%d experts are not divisible by ep=%d", [_experts, _layout.ep]),
+		_with_fix(sprintf("use an ep that divides the experts, e.g. ep=%d", [
+			_largest_divisor_at_most(_experts, _layout.ep),
+		])),
 	)
+}
+
+_largest_divisor_at_most(n, limit) := max({d | some d in numbers.range(1, min([n, limit])); n % d == 0})
+
+# METADATA
+# title: MoE figures inconsistent
+# description: >-
+#   model.moe must describe a real mixture of experts: expert parameters below
+#   the total, active parameters at most the total, top_k at most the experts.
+# custom:
+#   code: MOE_CONFIG_INVALID
+#   gate: parallelism
+#   fix: Correct model.moe (experts, top_k, expert_parameters, active_parameters) from the model's config.
+deny contains v if {
+	some message in _moe_problems
+	v := lib.violation(rego.metadata.rule(), message)
 }
 
 # METADATA
@@ -453,16 +1052,17 @@ deny contains v if {
 # custom:
 #   code: CP_SEQ_INDIVISIBLE
 #   gate: parallelism
+#   fix: Computed per deny - a cp that divides the sequence into 2·cp chunks, or a rounded sequence length.
 deny contains v if {
-	_cp > 1
-	_seq % (2 * _cp) != 0
+	_cp_seq_indivisible(_layout)
+	cp := _layout.cp
 	v := lib.violation_fix(
 		rego.metadata.rule(),
-		sprintf("sequence length %d is not divisible by 2×cp = %d", [_seq, 2 * _cp]),
-		sprintf("use a sequence length that is a multiple of %d (e.g. %d), or a smaller cp", [
-			2 * _cp,
-			lib.ceil_div(_seq, 2 * _cp) * (2 * _cp),
-		]),
+		sprintf("sequence length %d is not divisible by 2×cp = %d", [_seq, 2 * cp]),
+		_with_fix(sprintf("use a sequence length that is a multiple of %d (e.g. %d)", [
+			2 * cp,
+			lib.ceil_div(_seq, 2 * cp) * (2 * cp),
+		])),
 	)
 }
 
@@ -472,13 +1072,16 @@ deny contains v if {
 # custom:
 #   code: PP_EXCEEDS_LAYERS
 #   gate: parallelism
+#   fix: Computed per deny - fewer pipeline or virtual stages.
 deny contains v if {
+	_pp_exceeds_layers(_layout)
 	limit := _layers + _cfg.extra_pipeline_stages
-	_pp * _vpp > limit
 	v := lib.violation_fix(
 		rego.metadata.rule(),
-		sprintf("pp×v = %d×%d = %d pipeline stages for %d layers", [_pp, _vpp, _pp * _vpp, _layers]),
-		sprintf("keep pp×v ≤ layers + %d = %d", [_cfg.extra_pipeline_stages, limit]),
+		sprintf("pp×v = %d×%d = %d pipeline stages for %d layers", [
+			_layout.pp, _layout.v, _layout.pp * _layout.v, _layers,
+		]),
+		_with_fix(sprintf("keep pp×v ≤ layers + %d = %d", [_cfg.extra_pipeline_stages, limit])),
 	)
 }
 
@@ -488,18 +1091,19 @@ deny contains v if {
 # custom:
 #   code: GBS_NOT_DIVISIBLE
 #   gate: parallelism
+#   fix: Computed per deny - a layout whose mbs×dp divides the global batch, or a rounded global batch.
 deny contains v if {
-	not _microbatches
-	_batch_unit > 0
+	_gbs_indivisible(_layout)
+	unit := _batch_unit(_layout)
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf("global batch %d is not a positive multiple of micro batch × dp = %d×%d = %d", [
-			_gbs, _mbs, _dp, _batch_unit,
+			_gbs, _layout.mbs, _dp(_layout), unit,
 		]),
-		sprintf("set global_batch_size to a multiple of %d, e.g. %d", [
-			_batch_unit,
-			max([1, lib.ceil_div(_gbs, _batch_unit)]) * _batch_unit,
-		]),
+		_with_fix(sprintf("set global_batch_size to a multiple of %d, e.g. %d", [
+			unit,
+			max([1, lib.ceil_div(_gbs, unit)]) * unit,
+		])),
 	)
 }
 
@@ -509,13 +1113,15 @@ deny contains v if {
 # custom:
 #   code: PP_TOO_FEW_MICROBATCHES
 #   gate: parallelism
+#   fix: Computed per deny - fewer pipeline stages, a smaller micro batch, or a larger global batch.
 deny contains v if {
-	_pp > 1
-	_microbatches < _pp
+	_too_few_microbatches(_layout)
 	v := lib.violation_fix(
 		rego.metadata.rule(),
-		sprintf("%d microbatches per step for %d pipeline stages", [_microbatches, _pp]),
-		sprintf("raise global_batch_size to at least pp×mbs×dp = %d, or lower pp", [_pp * _batch_unit]),
+		sprintf("%d microbatches per step for %d pipeline stages", [_microbatches(_layout), _layout.pp]),
+		_with_fix(sprintf("raise global_batch_size to at least pp×mbs×dp = %d", [
+			_layout.pp * _batch_unit(_layout),
+		])),
 	)
 }
 
@@ -527,10 +1133,12 @@ deny contains v if {
 #   gate: parallelism
 #   fix: Use ZeRO stage 1 with pipeline parallelism, or pp=1.
 deny contains v if {
-	_par.engine == "deepspeed"
-	_zero_stage >= 2
-	_pp > 1
-	v := lib.violation(rego.metadata.rule(), sprintf("DeepSpeed ZeRO stage %d with pp=%d", [_zero_stage, _pp]))
+	_zero23_with_pp(_layout)
+	v := lib.violation_fix(
+		rego.metadata.rule(),
+		sprintf("DeepSpeed ZeRO stage %d with pp=%d", [_layout.zero_stage, _layout.pp]),
+		_with_fix("use ZeRO stage 1 with pipeline parallelism, or pp=1"),
+	)
 }
 
 # METADATA
@@ -539,13 +1147,13 @@ deny contains v if {
 # custom:
 #   code: FP8_UNSUPPORTED_GPU
 #   gate: parallelism
+#   fix: Computed per deny - bf16 on this GPU, or a GPU with FP8.
 deny contains v if {
-	_precision == "fp8"
-	not "fp8" in _gpu.precisions
+	_fp8_unsupported(_layout)
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf("fp8 on %s (%s), which has no FP8 tensor cores", [_hw.gpu_type, _gpu.arch]),
-		sprintf("use bf16 on %s, or a GPU with FP8: %s", [_hw.gpu_type, concat(", ", _gpus_with("fp8"))]),
+		_with_fix(sprintf("a GPU with FP8: %s", [concat(", ", _gpus_with("fp8"))])),
 	)
 }
 
@@ -557,15 +1165,14 @@ _gpus_with(precision) := sort([name | some name, gpu in _gpus; precision in gpu.
 # custom:
 #   code: MXFP8_UNSUPPORTED_GPU
 #   gate: parallelism
+#   fix: Computed per deny - fp8 or bf16 on this GPU, or a GPU with block-scaled formats.
 deny contains v if {
-	_precision in {"mxfp8", "nvfp4"}
-	not _precision in _gpu.precisions
+	_mxfp8_unsupported(_layout)
+	precision := _layout.precision
 	v := lib.violation_fix(
 		rego.metadata.rule(),
-		sprintf("%s on %s (%s), which does not support it", [_precision, _hw.gpu_type, _gpu.arch]),
-		sprintf("use fp8 or bf16 on %s, or a GPU with %s: %s", [
-			_hw.gpu_type, _precision, concat(", ", _gpus_with(_precision)),
-		]),
+		sprintf("%s on %s (%s), which does not support it", [precision, _hw.gpu_type, _gpu.arch]),
+		_with_fix(sprintf("a GPU with %s: %s", [precision, concat(", ", _gpus_with(precision))])),
 	)
 }
 
@@ -575,15 +1182,13 @@ deny contains v if {
 # custom:
 #   code: BF16_UNSUPPORTED_GPU
 #   gate: parallelism
+#   fix: Computed per deny - fp16 with loss scaling on this GPU, or an Ampere-or-newer GPU.
 deny contains v if {
-	_precision == "bf16"
-	not "bf16" in _gpu.precisions
+	_bf16_unsupported(_layout)
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf("bf16 on %s (%s), which has no bf16 support", [_hw.gpu_type, _gpu.arch]),
-		sprintf("use fp16 with loss scaling on %s, or an Ampere-or-newer GPU (e.g. A100-80GB, H100-SXM-80GB)", [
-			_hw.gpu_type,
-		]),
+		_with_fix("an Ampere-or-newer GPU (e.g. A100-80GB, H100-SXM-80GB)"),
 	)
 }
 
@@ -593,8 +1198,9 @@ deny contains v if {
 # custom:
 #   code: MODEL_STATES_EXCEED_GPU_MEMORY
 #   gate: parallelism
+#   fix: Computed per deny - more sharding or model parallelism on the booked GPUs, or the GPU count that fits.
 deny contains v if {
-	_states_gb > _states_budget_gb
+	_states_exceed(_layout)
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf(
@@ -603,41 +1209,14 @@ deny contains v if {
 				" + %v GB overhead > %v GB (%v × %v GB %s)",
 			]),
 			[
-				lib.round2(_states_gb), lib.round2(_bytes_per_param), lib.round2(_params_per_gpu / 1e9),
-				_cfg.memory_overhead_gb,
+				lib.round2(_states_gb(_layout)), lib.round2(_bytes_per_param(_layout)),
+				lib.round2(_params_per_gpu(_layout) / 1e9), _cfg.memory_overhead_gb,
 				lib.round2(_states_limit_gb), _cfg.model_states_max_fraction, _gpu.memory_gb, _hw.gpu_type,
 			],
 		),
-		_states_fix,
+		_with_fix("use a GPU with more memory, or a lower bytes_per_param (8-bit optimizer states)"),
 	)
 }
-
-# the smallest sharding group that fits with the strongest sharding this layout allows
-_states_fix := sprintf(
-	concat("", [
-		"shard further: %s over dp×cp ≥ %d GPUs fits (%d nodes of %d),",
-		" or add tensor/pipeline parallelism, or use a GPU with more memory",
-	]),
-	[
-		_stage_name[_fix_stage], n, lib.ceil_div(n * _model_parallel, _gpn), _gpn,
-	],
-) if {
-	not _par.bytes_per_param
-	n := _min_shards(_fix_stage, _params_per_gpu, _states_budget_gb * 1e9)
-} else := concat("", [
-	"add tensor/pipeline parallelism to cut parameters per GPU, lower bytes_per_param,",
-	" or use a GPU with more memory",
-])
-
-_fix_stage := 1 if _pp > 1
-
-else := 3
-
-_stage_name := {1: "ZeRO-1 (with pp > 1 stage weights and gradients stay unsharded)", 3: "ZeRO-3/FSDP"}
-
-_min_shards(3, p, budget) := ceil((16 * p) / budget) if budget > 0
-
-_min_shards(1, p, budget) := ceil((12 * p) / (budget - (4 * p))) if budget > 4 * p
 
 # ---------------------------------------------------------------------------
 # Waste rules
@@ -648,9 +1227,10 @@ _min_shards(1, p, budget) := ceil((12 * p) / (budget - (4 * p))) if budget > 4 *
 # custom:
 #   code: PP_BUBBLE_TOO_LARGE
 #   gate: parallelism
+#   fix: Computed per deny - more microbatches per step, interleaved stages, or fewer pipeline stages.
 deny contains v if {
-	_bubble > _cfg.bubble_deny_above
-	v := lib.violation_fix(rego.metadata.rule(), _bubble_message(_cfg.bubble_deny_above), _bubble_fix)
+	_bubble_too_large(_layout)
+	v := lib.violation_fix(rego.metadata.rule(), _bubble_message(_cfg.bubble_deny_above), _with_fix(_bubble_fix))
 }
 
 # METADATA
@@ -660,14 +1240,16 @@ deny contains v if {
 #   code: PP_BUBBLE_TOO_LARGE
 #   gate: parallelism
 #   level: warn
+#   fix: Raise microbatches per step (global batch) or interleave stages (virtual_stages).
 warn contains v if {
-	_bubble > _cfg.bubble_warn_above
-	_bubble <= _cfg.bubble_deny_above
+	bubble := _bubble(_layout)
+	bubble > _cfg.bubble_warn_above
+	bubble <= _cfg.bubble_deny_above
 	v := lib.violation_fix(rego.metadata.rule(), _bubble_message(_cfg.bubble_warn_above), _bubble_fix)
 }
 
 _bubble_message(limit) := sprintf("pipeline bubble %v (pp=%d, v=%d, m=%d) is above %v", [
-	lib.round2(_bubble), _pp, _vpp, _microbatches, limit,
+	lib.round2(_bubble(_layout)), _layout.pp, _layout.v, _microbatches(_layout), limit,
 ])
 
 _bubble_fix := sprintf(
@@ -676,11 +1258,11 @@ _bubble_fix := sprintf(
 		" or interleave stages (virtual_stages)",
 	]),
 	[
-		m, m * _batch_unit,
+		m, m * _batch_unit(_layout),
 	],
 ) if {
 	t := _cfg.bubble_warn_above
-	m := ceil((((_pp - 1) * (1 - t)) / (t * _vpp)) - 1e-9)
+	m := ceil((((_layout.pp - 1) * (1 - t)) / (t * _layout.v)) - 1e-9)
 }
 
 # METADATA
@@ -691,8 +1273,12 @@ _bubble_fix := sprintf(
 #   gate: parallelism
 #   fix: Use a faster fabric, raise tokens per GPU (global batch), or keep data parallel inside nodes (more tp/pp).
 deny contains v if {
-	_comm_ratio > _cfg.dp_comm_deny_above
-	v := lib.violation(rego.metadata.rule(), _comm_message(_cfg.dp_comm_deny_above))
+	_comm_bound(_layout)
+	v := lib.violation_fix(
+		rego.metadata.rule(),
+		_comm_message(_cfg.dp_comm_deny_above),
+		_with_fix("use a faster fabric, or raise tokens per GPU (global batch)"),
+	)
 }
 
 # METADATA
@@ -704,13 +1290,15 @@ deny contains v if {
 #   level: warn
 #   fix: Use a faster fabric, raise tokens per GPU (global batch), or keep data parallel inside nodes (more tp/pp).
 warn contains v if {
-	_comm_ratio > _cfg.dp_comm_warn_above
-	_comm_ratio <= _cfg.dp_comm_deny_above
+	ratio := _comm_ratio(_layout)
+	ratio > _cfg.dp_comm_warn_above
+	ratio <= _cfg.dp_comm_deny_above
 	v := lib.violation(rego.metadata.rule(), _comm_message(_cfg.dp_comm_warn_above))
 }
 
 _comm_message(limit) := sprintf("gradient sync takes %v s per step against %v s of compute (R = %v > %v) over %s", [
-	lib.round2(_comm_seconds), lib.round2(_compute_seconds), lib.round2(_comm_ratio), limit, _hw.fabric,
+	lib.round2(_comm_seconds(_layout)), lib.round2(_compute_seconds(_layout)),
+	lib.round2(_comm_ratio(_layout)), limit, _hw.fabric,
 ])
 
 # METADATA
@@ -719,9 +1307,14 @@ _comm_message(limit) := sprintf("gradient sync takes %v s per step against %v s 
 # custom:
 #   code: TOKENS_PER_GPU_TOO_SMALL
 #   gate: parallelism
+#   fix: Computed per deny - no layout changes tokens per GPU; a larger global batch or fewer GPUs does.
 deny contains v if {
-	_tokens_per_gpu < _cfg.tokens_per_gpu_deny_below
-	v := lib.violation_fix(rego.metadata.rule(), _tokens_message(_cfg.tokens_per_gpu_deny_below), _tokens_fix)
+	_tokens_too_few(_layout)
+	v := lib.violation_fix(
+		rego.metadata.rule(),
+		_tokens_message(_cfg.tokens_per_gpu_deny_below),
+		_with_fix(_tokens_fix),
+	)
 }
 
 # METADATA
@@ -731,14 +1324,16 @@ deny contains v if {
 #   code: TOKENS_PER_GPU_TOO_SMALL
 #   gate: parallelism
 #   level: warn
+#   fix: Raise global_batch_size, or use fewer GPUs.
 warn contains v if {
-	_tokens_per_gpu < _cfg.tokens_per_gpu_warn_below
-	_tokens_per_gpu >= _cfg.tokens_per_gpu_deny_below
+	tokens := _tokens_per_gpu(_layout)
+	tokens < _cfg.tokens_per_gpu_warn_below
+	tokens >= _cfg.tokens_per_gpu_deny_below
 	v := lib.violation_fix(rego.metadata.rule(), _tokens_message(_cfg.tokens_per_gpu_warn_below), _tokens_fix)
 }
 
 _tokens_message(limit) := sprintf("%v tokens per GPU per step (global batch %d × sequence %d / %d GPUs) is below %v", [
-	lib.round2(_tokens_per_gpu), _gbs, _seq, _world_size, limit,
+	lib.round2(_tokens_per_gpu(_layout)), _gbs, _seq, _world_size, limit,
 ])
 
 _tokens_fix := sprintf("raise global_batch_size to ≥ %d, or use fewer GPUs", [
@@ -756,10 +1351,13 @@ _tokens_fix := sprintf("raise global_batch_size to ≥ %d, or use fewer GPUs", [
 #   gate: parallelism
 #   fix: Turn on activation checkpointing (full), lower micro_batch_size, or add tensor/context parallelism.
 deny contains v if {
-	_checkpointing == "none"
+	_memory_far_exceeds(_layout)
 	limit := _cfg.memory_deny_fraction_without_checkpointing * _gpu.memory_gb
-	_memory_gb > limit
-	v := lib.violation(rego.metadata.rule(), _memory_message(limit))
+	v := lib.violation_fix(
+		rego.metadata.rule(),
+		_memory_message(limit),
+		_with_fix("turn on activation checkpointing, lower micro_batch_size, or add tensor/context parallelism"),
+	)
 }
 
 # METADATA
@@ -774,19 +1372,14 @@ deny contains v if {
 #     micro_batch_size, or add tensor/context parallelism.
 warn contains v if {
 	limit := _cfg.memory_warn_fraction * _gpu.memory_gb
-	_memory_gb > limit
-	not _is_memory_deny
+	_memory_gb(_layout) > limit
+	not _memory_far_exceeds(_layout)
 	v := lib.violation(rego.metadata.rule(), _memory_message(limit))
 }
 
-_is_memory_deny if {
-	_checkpointing == "none"
-	_memory_gb > _cfg.memory_deny_fraction_without_checkpointing * _gpu.memory_gb
-}
-
 _memory_message(limit) := sprintf("estimated %v GB per GPU (states %v + activations %v + overhead %v) > %v GB on %s", [
-	lib.round2(_memory_gb), lib.round2(_states_gb), lib.round2(_activations_gb), _cfg.memory_overhead_gb,
-	lib.round2(limit), _hw.gpu_type,
+	lib.round2(_memory_gb(_layout)), lib.round2(_states_gb(_layout)), lib.round2(_activations_gb(_layout)),
+	_cfg.memory_overhead_gb, lib.round2(limit), _hw.gpu_type,
 ])
 
 # METADATA
@@ -798,11 +1391,12 @@ _memory_message(limit) := sprintf("estimated %v GB per GPU (states %v + activati
 #   level: warn
 #   fix: Use a tp that divides the NVLink domain (e.g. 1, 2, 4 or 8 on 8-GPU nodes).
 warn contains v if {
-	_tp <= _domain
-	_domain % _tp != 0
+	tp := _layout.tp
+	tp <= _domain
+	_domain % tp != 0
 	v := lib.violation(
 		rego.metadata.rule(),
-		sprintf("tp=%d does not divide the NVLink domain of %d GPUs", [_tp, _domain]),
+		sprintf("tp=%d does not divide the NVLink domain of %d GPUs", [tp, _domain]),
 	)
 }
 
@@ -815,8 +1409,8 @@ warn contains v if {
 #   level: warn
 #   fix: Keep ep within the NVLink domain, or expect all-to-all over the network to dominate.
 warn contains v if {
-	_ep > _domain
-	v := lib.violation(rego.metadata.rule(), sprintf("ep=%d exceeds the NVLink domain of %d GPUs", [_ep, _domain]))
+	_layout.ep > _domain
+	v := lib.violation(rego.metadata.rule(), sprintf("ep=%d exceeds the NVLink domain of %d GPUs", [_layout.ep, _domain]))
 }
 
 # METADATA
@@ -828,10 +1422,10 @@ warn contains v if {
 #   level: warn
 #   fix: Use cp=1 and spend the GPUs on data parallel instead.
 warn contains v if {
-	_cp > 1
+	_layout.cp > 1
 	_seq < _cfg.context_parallel_min_sequence
 	v := lib.violation(rego.metadata.rule(), sprintf("cp=%d for sequence length %d (< %d)", [
-		_cp, _seq, _cfg.context_parallel_min_sequence,
+		_layout.cp, _seq, _cfg.context_parallel_min_sequence,
 	]))
 }
 
@@ -844,16 +1438,18 @@ warn contains v if {
 #   code: OVERPROVISIONED_SMALL_MODEL
 #   gate: parallelism
 #   level: warn
+#   fix: Use about 1/8 of the GPUs, or raise global_batch_size.
 warn contains v if {
 	factor := _cfg.overprovision_factor
-	_dp >= factor
-	_tokens_per_gpu < _cfg.overprovision_tokens_per_gpu_below
-	smaller_states_gb := (_params_per_gpu * _bytes_per_param_at(_shard_group / factor)) / 1e9
-	smaller_states_gb <= _states_budget_gb
+	dp := _dp(_layout)
+	dp >= factor
+	_tokens_per_gpu(_layout) < _cfg.overprovision_tokens_per_gpu_below
+	smaller := (_params_per_gpu(_layout) * _bytes_at(_layout.zero_stage, _layout.pp, (dp * _layout.cp) / factor)) / 1e9
+	smaller <= _states_budget_gb
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf("model states would fit on %d GPUs (1/%d of %d) and each GPU sees only %v tokens per step", [
-			lib.ceil_div(_world_size, factor), factor, _world_size, lib.round2(_tokens_per_gpu),
+			lib.ceil_div(_world_size, factor), factor, _world_size, lib.round2(_tokens_per_gpu(_layout)),
 		]),
 		sprintf("use about %d GPUs, or raise global_batch_size to ≥ %d", [
 			lib.ceil_div(_world_size, factor),

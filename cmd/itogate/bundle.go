@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/itocompute/itogate/gatekeeper/bundle"
+)
+
+func newBundleCmd(stdout, stderr io.Writer) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bundle",
+		Short: "Check signed policy bundles (build them with make bundle; see bundles/README.md)",
+		Args:  cobra.NoArgs,
+	}
+	cmd.AddCommand(newBundleInspectCmd(stdout, stderr))
+	return cmd
+}
+
+type bundleInspectOptions struct {
+	keyFile   string
+	keyID     string
+	algorithm string
+	scope     string
+	maxAge    time.Duration
+	now       time.Time
+	jsonOut   bool
+
+	path string
+	keys []bundle.Key
+	dev  bool
+}
+
+func newBundleInspectCmd(stdout, stderr io.Writer) *cobra.Command {
+	o := &bundleInspectOptions{}
+	cmd := &cobra.Command{
+		Use:   "inspect BUNDLE.tar.gz",
+		Short: "Verify a bundle exactly as the server does and print its revision, age, key and digest",
+		Long: `Verify a bundle archive exactly as itogate serve does before activating it:
+limits, tar entries (no links, no path outside the root), the signature in
+.signatures.json with the given key (every file listed and hashed, none
+added), the .manifest (revision <YYYYMMDDTHHMMSSZ>[-label], signed
+metadata.built_at, roots within "ito", Rego v1) and that the policy compiles.
+
+Without --verification-key the PUBLISHED development bundle key is used.
+With --max-age the bundle must also be younger than that. Exit status 1 when
+anything fails.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.complete(args, stderr); err != nil {
+				return err
+			}
+			return o.run(cmd.Context(), stdout)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.keyFile, "verification-key", "", "PEM public key of the signer (default: the development bundle key)")
+	f.StringVar(&o.keyID, "key-id", "", "key id the bundle was signed with (required with --verification-key)")
+	f.StringVar(&o.algorithm, "algorithm", "RS256", "signature algorithm of the key (RS256, PS256, ES256, EdDSA, ...)")
+	f.StringVar(&o.scope, "scope", "", "required signature scope")
+	f.DurationVar(&o.maxAge, "max-age", 0, "fail when the bundle was built longer ago than this")
+	f.BoolVar(&o.jsonOut, "json", false, "print JSON")
+	return cmd
+}
+
+func (o *bundleInspectOptions) complete(args []string, stderr io.Writer) error {
+	o.path = args[0]
+	o.now = time.Now()
+	switch {
+	case o.keyFile == "":
+		if o.keyID != "" {
+			return errors.New("--key-id needs --verification-key")
+		}
+		o.keys, o.dev = []bundle.Key{bundle.DevKey()}, true
+		fmt.Fprintln(stderr, "itogate: verifying with the PUBLISHED development bundle key (fixtures/keys); production refuses it")
+	case o.keyID == "":
+		return errors.New("--verification-key needs --key-id (the kid the signer used)")
+	default:
+		pem, err := readSmall(o.keyFile, 64<<10)
+		if err != nil {
+			return fmt.Errorf("verification key: %w", err)
+		}
+		o.keys = []bundle.Key{{ID: o.keyID, Algorithm: o.algorithm, PEM: pem}}
+	}
+	return nil
+}
+
+func (o *bundleInspectOptions) run(ctx context.Context, w io.Writer) error {
+	v, err := bundle.NewVerifier(bundle.VerifierOptions{Keys: o.keys, Scope: o.scope})
+	if err != nil {
+		return err
+	}
+	raw, err := readSmall(o.path, v.MaxBytes())
+	if err != nil {
+		return err
+	}
+	b, err := v.Verify(raw, o.path)
+	if err != nil {
+		return err
+	}
+	modules := make([]string, 0, len(b.Parsed.Modules))
+	for _, m := range b.Parsed.Modules {
+		modules = append(modules, m.Path)
+	}
+	sort.Strings(modules)
+	roots := []string{}
+	if b.Parsed.Manifest.Roots != nil {
+		roots = *b.Parsed.Manifest.Roots
+	}
+	// Compile it as the server would; a bundle without every gate or with a
+	// compile error is not activated.
+	m, err := bundle.NewManager(bundle.Options{MaxAge: o.maxAge,
+		Now: func() time.Time { return o.now }})
+	if err != nil {
+		return err
+	}
+	if err := m.Activate(ctx, b); err != nil {
+		return err
+	}
+	age := o.now.Sub(b.BuiltAt).Truncate(time.Second)
+	if o.jsonOut {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{
+			"revision": b.Revision, "built_at": b.BuiltAt.Format(time.RFC3339), "age_seconds": int64(age.Seconds()),
+			"key_id": b.KeyID, "digest": b.Digest, "size": b.Size, "roots": roots, "modules": modules,
+			"development_key": o.dev,
+		})
+	}
+	fmt.Fprintf(w, "ok        %s\nrevision  %s\nbuilt_at  %s (%s ago)\nsigned by %s\ndigest    %s\nsize      %d bytes\nroots     %v\nmodules   %d\n",
+		o.path, b.Revision, b.BuiltAt.Format(time.RFC3339), age, b.KeyID, b.Digest, b.Size, roots, len(modules))
+	return nil
+}

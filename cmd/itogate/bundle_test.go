@@ -1,0 +1,481 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/itocompute/itogate/fixtures"
+	"github.com/itocompute/itogate/gatekeeper/bundle"
+	"github.com/itocompute/itogate/gatekeeper/bundle/bundletest"
+	"github.com/itocompute/itogate/gatekeeper/client"
+	"github.com/itocompute/itogate/gatekeeper/manifest"
+	"github.com/itocompute/itogate/gatekeeper/scenario"
+	"github.com/itocompute/itogate/policies"
+)
+
+// frozen is the repository's policy with a decision that denies everything
+// with BUNDLE_FROZEN: a revision whose decisions are told apart from the
+// real policy's at a glance.
+const frozen = `package ito.admission
+
+decision := {"allow": false, "violations": [{"code": "BUNDLE_FROZEN", "gate": "admission", "message": "frozen test bundle"}]}
+`
+
+// signedPolicies signs the repository's policies (or the frozen variant)
+// with the development bundle key, built at at.
+func signedPolicies(t testing.TB, at time.Time, label string, isFrozen bool) []byte {
+	t.Helper()
+	files := bundletest.FromFS(t, policies.Bundle())
+	if isFrozen {
+		files["ito/admission/admission.rego"] = frozen
+	}
+	dev := bundletest.DevSigner()
+	return bundletest.Build(t, bundletest.Spec{Files: files,
+		Manifest: bundletest.Manifest(bundletest.Revision(at, label), at)}, &dev)
+}
+
+// bundleHost serves one bundle with ETags and 304s.
+type bundleHost struct {
+	mu   sync.Mutex
+	body []byte
+	hits atomic.Int64
+}
+
+func (h *bundleHost) publish(b []byte) { h.mu.Lock(); h.body = b; h.mu.Unlock() }
+
+func (h *bundleHost) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mu.Lock()
+	body := h.body
+	h.mu.Unlock()
+	h.hits.Add(1)
+	etag := `"` + bundle.Digest(body)[7:] + `"`
+	if r.Header.Get("If-None-Match") == etag {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	w.Header().Set("ETag", etag)
+	_, _ = w.Write(body)
+}
+
+// startServe runs serve in development mode with o and waits for /readyz
+// (or, with wantReady false, for the listener).
+func startServe(t *testing.T, o *serveOptions, wantReady bool) (url string, logs *syncBuffer) {
+	t.Helper()
+	o.listen = freeAddr(t)
+	o.dataDir = t.TempDir()
+	// The race detector slows the real policy down tenfold; the tests are
+	// about bundles, not the evaluation deadline.
+	o.policyDeadline = 30 * time.Second
+	logs = &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runServe(ctx, o, slog.New(slog.NewJSONHandler(logs, nil))) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	url = "http://" + o.listen
+	// Generous: under -race on a loaded machine verifying and compiling
+	// the real policy takes seconds.
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); {
+		resp, err := http.Get(url + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 || !wantReady {
+				return url, logs
+			}
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	t.Fatalf("not ready: %s", logs.String())
+	return "", nil
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+func get(t testing.TB, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// admitLlama posts one fresh train.create for the llama3-8b fixture and
+// returns the status, the code (or "" on allow) and the bundle revision.
+func admitLlama(ctx context.Context, r *scenario.Runner, m scenario.Manifest, key string) (int, string, string, error) {
+	ent, err := r.EntitlementFor(m, nil)
+	if err != nil {
+		return 0, "", "", err
+	}
+	cost, _ := m.Doc["budget"].(map[string]any)["ceiling_usd"].(string)
+	ref, err := r.Confirm(ctx, "train.create", manifest.Digest(m.Raw), cost, "")
+	if err != nil {
+		return 0, "", "", err
+	}
+	status, body := r.Raw(ctx, client.AdmissionRequest{
+		Action: "train.create", BookingID: scenario.Booking, IdempotencyKey: key,
+		Manifest: m.Raw, ManifestSignature: m.Signature, EntitlementToken: ent, ConfirmationRef: ref,
+	})
+	var env struct {
+		Data *struct {
+			BundleRevision string `json:"bundle_revision"`
+		} `json:"data"`
+		Error *struct {
+			Code           string `json:"code"`
+			BundleRevision string `json:"bundle_revision"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(body), &env); err != nil {
+		return status, "", "", fmt.Errorf("HTTP %d: %s", status, body)
+	}
+	switch {
+	case env.Error != nil:
+		rev := env.Error.BundleRevision
+		if rev == "" && env.Data != nil {
+			rev = env.Data.BundleRevision
+		}
+		return status, env.Error.Code, rev, nil
+	case env.Data != nil:
+		return status, "", env.Data.BundleRevision, nil
+	}
+	return status, "", "", fmt.Errorf("HTTP %d: %s", status, body)
+}
+
+// A development server enforcing signed bundles from a real bundle server:
+// the demo passes against the signed policies; then, under concurrent
+// admissions, newer revisions alternate between the real policy and a
+// frozen one, with tampered bundles in between. Every admission is answered
+// by exactly one revision (an allow only by a real one, BUNDLE_FROZEN only
+// by a frozen one), none fails, and no tampered bundle is ever enforced.
+func TestServeSignedBundleHotSwap(t *testing.T) {
+	base := time.Now().UTC().Truncate(time.Second).Add(-time.Hour)
+	host := &bundleHost{}
+	host.publish(signedPolicies(t, base, "r1", false))
+	bs := httptest.NewServer(host)
+	defer bs.Close()
+	url, logs := startServe(t, &serveOptions{bundleURL: bs.URL, bundlePoll: 20 * time.Millisecond}, true)
+
+	code, metrics := get(t, url+"/metrics")
+	for _, want := range []string{
+		`itogate_bundle_activations_total{reason="",result="success"} 1`,
+		`itogate_policy_bundle_info{digest="sha256:`,
+		`revision="` + bundletest.Revision(base, "r1") + `"`,
+		"itogate_bundle_age_seconds 3",
+	} {
+		if code != 200 || !strings.Contains(metrics, want) {
+			t.Fatalf("metrics lack %q:\n%s", want, grepLines(metrics, "bundle"))
+		}
+	}
+
+	var out bytes.Buffer
+	if err := runDemo(context.Background(), &out, url); err != nil {
+		t.Fatalf("demo against the signed bundle: %v\n%s", err, out.String())
+	}
+
+	// Under load. Each revision comes with a tampered copy that would allow
+	// everything: it must never be enforced.
+	builds := map[int][2][]byte{}
+	for i := 2; i <= 5; i++ {
+		next := signedPolicies(t, base.Add(time.Duration(i)*time.Minute), fmt.Sprintf("r%d", i), i%2 == 0)
+		builds[i] = [2][]byte{next, bundletest.Rewrite(t, next, func(f map[string][]byte) {
+			f["/ito/admission/admission.rego"] = []byte("package ito.admission\n\ndecision := {\"allow\": true, \"violations\": []}\n")
+		})}
+	}
+	revFrozen := map[string]bool{}
+	revFrozen[bundletest.Revision(base, "r1")] = false
+	var (
+		stop     atomic.Bool
+		mu       sync.Mutex
+		seen     = map[string]int{}
+		failures []string
+		wg       sync.WaitGroup
+	)
+	for w := range 3 {
+		r, err := scenario.New(url, fixtures.Manifests())
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := r.LoadManifest("llama3-8b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			for i := 0; !stop.Load(); i++ {
+				status, code, rev, err := admitLlama(context.Background(), r, m, fmt.Sprintf("swap-%d-%d", w, i))
+				mu.Lock()
+				isFrozen, known := revFrozen[rev]
+				switch {
+				case err != nil:
+					failures = append(failures, err.Error())
+				case !known:
+					failures = append(failures, fmt.Sprintf("HTTP %d %s from unknown revision %q", status, code, rev))
+				case isFrozen && (status != 403 || code != "BUNDLE_FROZEN"):
+					failures = append(failures, fmt.Sprintf("frozen revision %s answered %d %q", rev, status, code))
+				case !isFrozen && (status != 200 || code != ""):
+					failures = append(failures, fmt.Sprintf("real revision %s answered %d %q", rev, status, code))
+				}
+				seen[rev]++
+				mu.Unlock()
+			}
+		})
+	}
+	for i := 2; i <= 5; i++ {
+		at := base.Add(time.Duration(i) * time.Minute)
+		isFrozen := i%2 == 0
+		next, tampered := builds[i][0], builds[i][1]
+		host.publish(tampered)
+		time.Sleep(100 * time.Millisecond)
+		mu.Lock()
+		revFrozen[bundletest.Revision(at, fmt.Sprintf("r%d", i))] = isFrozen
+		mu.Unlock()
+		host.publish(next)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			mu.Lock()
+			n := seen[bundletest.Revision(at, fmt.Sprintf("r%d", i))]
+			mu.Unlock()
+			if n > 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(150 * time.Millisecond)
+	}
+	stop.Store(true)
+	wg.Wait()
+	for _, f := range failures[:min(len(failures), 10)] {
+		t.Error(f)
+	}
+	if len(seen) != 5 {
+		t.Errorf("admissions saw revisions %v", seen)
+	}
+	_, metrics = get(t, url+"/metrics")
+	if !strings.Contains(metrics, `itogate_bundle_activations_total{reason="",result="success"} 5`) ||
+		!strings.Contains(metrics, `itogate_bundle_activations_total{reason="signature",result="failure"}`) {
+		t.Errorf("activation metrics:\n%s", grepLines(metrics, "activations"))
+	}
+	if !strings.Contains(logs.String(), "policy bundle not activated") {
+		t.Error("no log line for the refused bundles")
+	}
+	t.Logf("admissions by revision: %v", seen)
+}
+
+// A bundle past its max age stops being enforced: /readyz fails and
+// admissions are 503 POLICY_BUNDLE_STALE; with no good bundle at all the
+// service is not ready and answers POLICY_NOT_READY.
+func TestServeStaleAndMissingBundle(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "bundle.tar.gz")
+	const maxAge = time.Hour
+	// Fresh for 10 more seconds: long enough to activate (startServe waits
+	// for /readyz 200, which a stale bundle never gives), short enough to
+	// wait out. Fresh admissions are covered by the hot-swap test.
+	builtAt := time.Now().UTC().Truncate(time.Second).Add(-maxAge + 10*time.Second)
+	if err := os.WriteFile(path, signedPolicies(t, builtAt, "soon-stale", false), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	url, _ := startServe(t, &serveOptions{bundleFile: path, bundleMaxAge: maxAge}, true)
+	r, err := scenario.New(url, fixtures.Manifests())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := r.LoadManifest("llama3-8b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		status, body := get(t, url+"/readyz")
+		if status == 503 && strings.Contains(body, "stale") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("readyz never went stale: %d %s", status, body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	status, code, rev, err := admitLlama(context.Background(), r, m, "stale-1")
+	if err != nil || status != 503 || code != "POLICY_BUNDLE_STALE" || !strings.HasSuffix(rev, "-soon-stale") {
+		t.Fatalf("stale bundle: %d %q %q %v", status, code, rev, err)
+	}
+
+	// No bundle at all (the file is missing): not ready, POLICY_NOT_READY.
+	url2, logs := startServe(t, &serveOptions{bundleFile: filepath.Join(dir, "missing.tar.gz")}, false)
+	if status, _ := get(t, url2+"/readyz"); status != 503 {
+		t.Fatalf("readyz without a bundle: %d", status)
+	}
+	r2, err := scenario.New(url2, fixtures.Manifests())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, code, _, err := admitLlama(context.Background(), r2, m, "none-1"); err != nil || status != 503 || code != "POLICY_NOT_READY" {
+		t.Fatalf("no bundle: %d %q %v\n%s", status, code, err, logs.String())
+	}
+	// An unsigned bundle never becomes active either.
+	unsigned := filepath.Join(dir, "unsigned.tar.gz")
+	files := bundletest.FromFS(t, policies.Bundle())
+	if err := os.WriteFile(unsigned, bundletest.Build(t, bundletest.Spec{Files: files}, nil), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	url3, logs3 := startServe(t, &serveOptions{bundleFile: unsigned}, false)
+	if status, _ := get(t, url3+"/readyz"); status != 503 || !strings.Contains(logs3.String(), `"reason":"unsigned"`) {
+		t.Fatalf("unsigned bundle: readyz %d\n%s", status, logs3.String())
+	}
+}
+
+// A production configuration refuses the development bundle key and
+// enforces a bundle signed with its own key, from a bundle server.
+func TestServeConfigBundleKeys(t *testing.T) {
+	dir := t.TempDir()
+	signer := bundletest.NewSigner("release-2026-11")
+	pub := filepath.Join(dir, "bundle.pub.pem")
+	if err := os.WriteFile(pub, signer.Key.PEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	devPub := filepath.Join(dir, "dev-bundle.pub.pem")
+	if err := os.WriteFile(devPub, bundle.DevKey().PEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().UTC().Truncate(time.Second).Add(-time.Minute)
+	archive := filepath.Join(dir, "bundle.tar.gz")
+	if err := os.WriteFile(archive, bundletest.Build(t, bundletest.Spec{Files: bundletest.FromFS(t, policies.Bundle()),
+		Manifest: bundletest.Manifest(bundletest.Revision(at, "prod"), at)}, &signer), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfgFile := writeProductionConfig(t, dir, fmt.Sprintf(`
+  bundle:
+    file: bundle.tar.gz
+    max_age: 720h
+    verification_keys:
+      - {key_id: dev-bundle-1, algorithm: RS256, pem_file: %s}
+`, devPub))
+	err := runServe(context.Background(), &serveOptions{configFile: cfgFile}, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), "development key") {
+		t.Fatalf("dev bundle key in production: %v", err)
+	}
+
+	raw, err := os.ReadFile(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := &bundleHost{}
+	host.publish(raw)
+	bs := httptest.NewServer(host)
+	defer bs.Close()
+	cfgFile = writeProductionConfig(t, dir, fmt.Sprintf(`
+  bundle:
+    url: %s/itogate/bundle.tar.gz
+    max_age: 720h
+    poll_interval: 1s
+    verification_keys:
+      - {key_id: release-2026-11, algorithm: ES256, pem_file: %s}
+`, bs.URL, pub))
+	addr := productionListen(t, cfgFile)
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- runServe(ctx, &serveOptions{configFile: cfgFile}, slog.New(slog.NewJSONHandler(logs, nil)))
+	}()
+	defer func() { cancel(); <-done }()
+	var status int
+	var body string
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); {
+		if resp, err := http.Get("http://" + addr + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	status, body = get(t, "http://"+addr+"/metrics")
+	if status != 200 || !strings.Contains(body, `revision="`+bundletest.Revision(at, "prod")+`"`) {
+		t.Fatalf("production bundle not active:\n%s\n%s", grepLines(body, "bundle"), logs.String())
+	}
+	if !strings.Contains(logs.String(), `"key_id":"release-2026-11"`) {
+		t.Fatalf("activation log: %s", logs.String())
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// writeProductionConfig writes itogate.yaml with fresh (non-development)
+// trust keys, one per purpose, listening on a free loopback port, and the
+// given policy section lines appended under "policy:".
+func writeProductionConfig(t *testing.T, dir, policy string) string {
+	t.Helper()
+	for _, name := range []string{"callers", "depositors", "entitlement", "confirmation", "manifest"} {
+		s := bundletest.NewSigner(name)
+		if err := os.WriteFile(filepath.Join(dir, name+".pub.pem"), s.Key.PEM, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := fmt.Sprintf(`listen: %s
+data_dir: data
+trust:
+  callers:      {issuer: https://idp.example.com, audience: itogate, pem_file: callers.pub.pem, key_id: c1, algorithm: ES256}
+  depositors:   {issuer: https://desk.example.com/d, audience: itogate-deposit, pem_file: depositors.pub.pem, key_id: d1, algorithm: ES256}
+  entitlement:  {issuer: https://backend.example.com, audience: itogate, type: ito-entitlement+jwt,
+                 pem_file: entitlement.pub.pem, key_id: e1, algorithm: ES256}
+  confirmation: {issuer: https://desk.example.com, audience: itogate, type: ito-confirmation+jwt,
+                 pem_file: confirmation.pub.pem, key_id: k1, algorithm: ES256}
+  manifest_signers:
+    - {key_id: ci, pem_file: manifest.pub.pem}
+policy:
+  deadline: 30s
+%s`, freeAddr(t), policy)
+	path := filepath.Join(dir, "itogate.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// productionListen reads back the listen address of a config file.
+func productionListen(t *testing.T, path string) string {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _, _ := strings.Cut(string(raw), "\n")
+	return strings.TrimSpace(strings.TrimPrefix(first, "listen:"))
+}

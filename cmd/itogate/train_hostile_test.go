@@ -1,0 +1,363 @@
+//go:build unix
+
+package main
+
+// The client's manifest reader (design §9) through the real CLI: `itogate
+// train` and `itogate sign` refuse every unsafe manifest path with its
+// coded message and exit status before anything is sent or signed, and a
+// file swapped for a symlink while the client runs yields the opened
+// regular file's bytes or a coded refusal, never the symlink target's.
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/itocompute/itogate/fixtures/keys"
+	"github.com/itocompute/itogate/gatekeeper/manifest"
+	"github.com/itocompute/itogate/gatekeeper/safefile"
+)
+
+// cliResult is one CLI run: the process exit status main would give and
+// what it printed.
+type cliResult struct {
+	exit           int
+	stdout, stderr string
+}
+
+// runCLI runs the root command in-process as main does, including main's
+// mapping of errors to exit statuses and messages.
+func runCLI(t *testing.T, args ...string) cliResult {
+	t.Helper()
+	var out, errb bytes.Buffer
+	root := newRootCmd(&out, &errb)
+	root.SetArgs(args)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := root.ExecuteContext(ctx)
+	res := cliResult{}
+	var ee exitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		res.exit = ee.code
+	default:
+		errb.WriteString("itogate: " + err.Error() + "\n")
+		res.exit = 1
+	}
+	res.stdout, res.stderr = out.String(), errb.String()
+	return res
+}
+
+// admissionSink is a stand-in itogate that records each admission's
+// manifest bytes by idempotency key and answers allow.
+type admissionSink struct {
+	srv  *httptest.Server
+	hits atomic.Int64
+	mu   sync.Mutex
+	got  map[string][]byte
+}
+
+func newSink(t *testing.T) *admissionSink {
+	t.Helper()
+	s := &admissionSink{got: map[string][]byte{}}
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.hits.Add(1)
+		var b struct {
+			Key      string `json:"idempotency_key"`
+			Manifest string `json:"manifest"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&b)
+		raw, _ := base64.StdEncoding.DecodeString(b.Manifest)
+		s.mu.Lock()
+		s.got[b.Key] = raw
+		s.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"ok":true,"live_api_contacted":false,"notice":"","data":{"decision":"allow","action":"train.create",` +
+			`"run_id":"run_test","state":"admitted","decision_id":"dec_test"}}`))
+	}))
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+func (s *admissionSink) manifest(key string) ([]byte, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.got[key]
+	return b, ok
+}
+
+// clientFiles writes the caller token, entitlement and a signature file the
+// train command reads (their contents do not matter to the stand-in).
+func clientFiles(t *testing.T, dir string) (tokenFile, entFile, sigFile string) {
+	t.Helper()
+	tokenFile, entFile, sigFile = filepath.Join(dir, "caller.jwt"), filepath.Join(dir, "ent.jwt"), filepath.Join(dir, "m.sig")
+	for _, f := range []string{tokenFile, entFile, sigFile} {
+		if err := os.WriteFile(f, []byte("eyJhbGciOiJFUzI1NiJ9.e30.c2ln\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return
+}
+
+func (s *admissionSink) train(t *testing.T, dir, path, key string) cliResult {
+	t.Helper()
+	tok, ent, sig := clientFiles(t, dir)
+	return runCLI(t, "train", "--server", s.srv.URL, "--token-file", tok, "--entitlement-file", ent,
+		"--booking", "bk_demo_01", "--manifest", path, "--signature", sig, "--confirmation-ref",
+		"cfr_"+strings.Repeat("0", 32), "--idempotency-key", key, "--timeout", "10s")
+}
+
+func writeMode(t *testing.T, path string, data []byte, mode os.FileMode) {
+	t.Helper()
+	if err := os.WriteFile(path, data, mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, mode); err != nil { // past the umask
+		t.Fatal(err)
+	}
+}
+
+func sha(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// TestCLIHostileManifestPaths: every unsafe manifest path, through `itogate
+// train` (exit 4, the code on stderr, nothing sent) and `itogate sign`
+// (exit 1, the code in the error, no signature written).
+func TestCLIHostileManifestPaths(t *testing.T) {
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	content, err := os.ReadFile(filepath.Join("..", "..", "fixtures", "manifests", "llama3-8b.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeMode(t, filepath.Join(dir, "m.json"), content, 0o600)
+	must(os.Mkdir(filepath.Join(dir, "real"), 0o700))
+	writeMode(t, filepath.Join(dir, "real", "m.json"), content, 0o600)
+	must(os.Symlink(filepath.Join(dir, "real", "m.json"), filepath.Join(dir, "link.json")))
+	must(os.Symlink("m.json", filepath.Join(dir, "rel-link.json"))) // relative, in-tree
+	must(os.Symlink("real", filepath.Join(dir, "alias")))
+	must(os.Symlink(".", filepath.Join(dir, "self")))
+	must(unix.Mkfifo(filepath.Join(dir, "fifo.json"), 0o600))
+	sparse := filepath.Join(dir, "sparse.json")
+	writeMode(t, sparse, nil, 0o600)
+	must(os.Truncate(sparse, 1<<40)) // 1 TiB of holes
+	writeMode(t, filepath.Join(dir, "big.json"), bytes.Repeat([]byte(" "), manifest.MaxBytes+1), 0o600)
+	writeMode(t, filepath.Join(dir, "group-writable.json"), content, 0o620)
+	writeMode(t, filepath.Join(dir, "world-writable.json"), content, 0o602)
+	must(os.Mkdir(filepath.Join(dir, "open"), 0o700))
+	must(os.Chmod(filepath.Join(dir, "open"), 0o777))
+	writeMode(t, filepath.Join(dir, "open", "m.json"), content, 0o600)
+	must(os.Mkdir(filepath.Join(dir, "sticky"), 0o700))
+	must(os.Chmod(filepath.Join(dir, "sticky"), 0o777|os.ModeSticky))
+	writeMode(t, filepath.Join(dir, "sticky", "m.json"), content, 0o600)
+	foreign := filepath.Join(dir, "foreign.json")
+	writeMode(t, foreign, content, 0o600)
+	canChown := os.Chown(foreign, 4242, 4242) == nil
+
+	cases := []struct {
+		name, path, code string
+		needChown        bool
+	}{
+		{"symlink as the file", filepath.Join(dir, "link.json"), safefile.CodeSymlink, false},
+		{"relative in-tree symlink as the file", filepath.Join(dir, "rel-link.json"), safefile.CodeSymlink, false},
+		{"symlink in a parent directory", filepath.Join(dir, "alias", "m.json"), safefile.CodeSymlink, false},
+		{"symlink erased by ..", filepath.Join(dir, "alias") + "/../m.json", safefile.CodeSymlink, false},
+		{"self symlink in the path", filepath.Join(dir, "self", "self", "m.json"), safefile.CodeSymlink, false},
+		{"trailing slash", filepath.Join(dir, "m.json") + "/", safefile.CodePathInvalid, false},
+		{"trailing slash on a symlink", filepath.Join(dir, "link.json") + "/", safefile.CodePathInvalid, false},
+		{"final ..", filepath.Join(dir, "real") + "/..", safefile.CodePathInvalid, false},
+		{"NUL byte", filepath.Join(dir, "m.json") + "\x00.txt", safefile.CodePathInvalid, false},
+		{"FIFO", filepath.Join(dir, "fifo.json"), safefile.CodeNotRegular, false},
+		{"character device", "/dev/null", safefile.CodeNotRegular, false},
+		{"directory", filepath.Join(dir, "real"), safefile.CodeNotRegular, false},
+		{"sparse file of 1 TiB", sparse, safefile.CodeTooLarge, false},
+		{"1 MiB + 1 byte", filepath.Join(dir, "big.json"), safefile.CodeTooLarge, false},
+		{"group-writable file", filepath.Join(dir, "group-writable.json"), safefile.CodePermissions, false},
+		{"world-writable file", filepath.Join(dir, "world-writable.json"), safefile.CodePermissions, false},
+		{"world-writable directory without sticky bit", filepath.Join(dir, "open", "m.json"), safefile.CodePermissions, false},
+		{"owned by another user", foreign, safefile.CodeOwner, true},
+		{"missing", filepath.Join(dir, "nope.json"), safefile.CodeNotFound, false},
+	}
+	sink := newSink(t)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.needChown && !canChown {
+				t.Skip("cannot chown to another user here (not root)")
+			}
+			done := make(chan cliResult, 1)
+			go func() { done <- sink.train(t, dir, tc.path, "k-path") }()
+			var res cliResult
+			select {
+			case res = <-done:
+			case <-time.After(20 * time.Second):
+				t.Fatal("itogate train hung on the path")
+			}
+			if res.exit != exitFailed || !strings.Contains(res.stderr, tc.code) {
+				t.Fatalf("train: exit %d, stderr %q; want exit %d and %s", res.exit, res.stderr, exitFailed, tc.code)
+			}
+			if strings.Contains(res.stderr, `"schema"`) || strings.Contains(res.stderr, "llama") {
+				t.Fatalf("stderr echoes file contents: %q", res.stderr)
+			}
+			sigOut := filepath.Join(t.TempDir(), "out.sig")
+			res = runCLI(t, "sign", "--key", filepath.Join("..", "..", "fixtures", "keys", "dev-manifest-ecdsa.key.pem"),
+				"--output-signature", sigOut, tc.path)
+			if res.exit != 1 || !strings.Contains(res.stderr, tc.code) {
+				t.Fatalf("sign: exit %d, stderr %q; want exit 1 and %s", res.exit, res.stderr, tc.code)
+			}
+			if _, err := os.Stat(sigOut); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("sign wrote a signature for a refused path: %v", err)
+			}
+		})
+	}
+	if n := sink.hits.Load(); n != 0 {
+		t.Fatalf("refused manifests reached the server %d times", n)
+	}
+	// Controls: the same reader accepts the safe forms, and what it sends is
+	// exactly the file's bytes with the digest it printed.
+	for _, p := range []string{filepath.Join(dir, "m.json"), filepath.Join(dir, "sticky", "m.json"), dir + "//real/../m.json"} {
+		key := "k-ok-" + hex.EncodeToString([]byte(p))[:16]
+		res := sink.train(t, dir, p, key)
+		got, sent := sink.manifest(key)
+		if res.exit != 0 || !sent || !bytes.Equal(got, content) || !strings.Contains(res.stderr, sha(content)) {
+			t.Fatalf("train %s: exit %d, stderr %q, sent %v", p, res.exit, res.stderr, sent)
+		}
+	}
+	// A relative path resolved through a symlinked working directory
+	// component is refused as well.
+	t.Run("relative path through a symlink", func(t *testing.T) {
+		t.Chdir(dir)
+		res := sink.train(t, dir, "alias/m.json", "k-rel")
+		if res.exit != exitFailed || !strings.Contains(res.stderr, safefile.CodeSymlink) {
+			t.Fatalf("train: exit %d, stderr %q", res.exit, res.stderr)
+		}
+	})
+}
+
+// TestCLIManifestSwapRace: while `itogate train` and `itogate sign` run, the
+// manifest path flips between a regular file (A) and a symlink to another
+// file (B) by atomic renames. Every run either refuses with
+// MANIFEST_PATH_SYMLINK or sends/signs exactly A's bytes with A's digest —
+// never B's.
+func TestCLIManifestSwapRace(t *testing.T) {
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := os.ReadFile(filepath.Join("..", "..", "fixtures", "manifests", "llama3-8b.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := bytes.Replace(a, []byte(`"nodes": 8`), []byte(`"nodes": 9`), 1)
+	if bytes.Equal(a, b) {
+		t.Fatal("fixture changed")
+	}
+	srcA, srcB, path := filepath.Join(dir, "a.json"), filepath.Join(dir, "b.json"), filepath.Join(dir, "m.json")
+	writeMode(t, srcA, a, 0o600)
+	writeMode(t, srcB, b, 0o600)
+	if err := os.Link(srcA, path); err != nil {
+		t.Fatal(err)
+	}
+
+	stop := make(chan struct{})
+	swapped := make(chan struct{})
+	var swaps atomic.Int64
+	go func() {
+		defer close(swapped)
+		tmpA, tmpL := filepath.Join(dir, ".a.tmp"), filepath.Join(dir, ".l.tmp")
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = os.Remove(tmpA)
+			_ = os.Remove(tmpL)
+			var err error
+			if i%2 == 0 {
+				if err = os.Symlink("b.json", tmpL); err == nil {
+					err = os.Rename(tmpL, path)
+				}
+			} else if err = os.Link(srcA, tmpA); err == nil {
+				err = os.Rename(tmpA, path)
+			}
+			if err != nil {
+				panic(err)
+			}
+			swaps.Add(1)
+		}
+	}()
+	defer func() { close(stop); <-swapped }()
+
+	sink := newSink(t)
+	pub := keys.Dev().ManifestECDSA.Public.(*ecdsa.PublicKey)
+	keyFile := filepath.Join("..", "..", "fixtures", "keys", "dev-manifest-ecdsa.key.pem")
+	var sent, signed, refused int
+	deadline := time.Now().Add(15 * time.Second)
+	for i := 0; time.Now().Before(deadline) && (i < 60 || sent == 0 || signed == 0 || refused == 0); i++ {
+		key := "k-race-" + hex.EncodeToString([]byte{byte(i >> 8), byte(i)})
+		res := sink.train(t, dir, path, key)
+		switch {
+		case res.exit == exitFailed && strings.Contains(res.stderr, safefile.CodeSymlink):
+			refused++
+		case res.exit == 0:
+			got, ok := sink.manifest(key)
+			if !ok || !bytes.Equal(got, a) || !strings.Contains(res.stderr, sha(a)) {
+				t.Fatalf("train sent %d bytes (B: %v) with stderr %q", len(got), bytes.Equal(got, b), res.stderr)
+			}
+			sent++
+		default:
+			t.Fatalf("train: exit %d, stderr %q", res.exit, res.stderr)
+		}
+		sigOut := filepath.Join(dir, "out.sig")
+		_ = os.Remove(sigOut)
+		res = runCLI(t, "sign", "--key", keyFile, "--output-signature", sigOut, path)
+		switch {
+		case res.exit == 1 && strings.Contains(res.stderr, safefile.CodeSymlink):
+			refused++
+		case res.exit == 0:
+			sig, err := os.ReadFile(sigOut)
+			if err != nil {
+				t.Fatal(err)
+			}
+			der, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(sig)))
+			sumA := sha256.Sum256(a)
+			if err != nil || !ecdsa.VerifyASN1(pub, sumA[:], der) || !strings.Contains(res.stdout, sha(a)) {
+				t.Fatalf("sign signed something other than A: %q", res.stdout)
+			}
+			signed++
+		default:
+			t.Fatalf("sign: exit %d, stderr %q", res.exit, res.stderr)
+		}
+	}
+	t.Logf("%d swaps; %d sends and %d signatures of A, %d refusals, none of B", swaps.Load(), sent, signed, refused)
+	if sent == 0 || refused == 0 {
+		t.Fatalf("the race was not exercised: %d sends, %d refusals", sent, refused)
+	}
+}

@@ -1,0 +1,683 @@
+// Package postgres is the ledger.Store for several itogate replicas sharing
+// one PostgreSQL database (design §7), on pgx v5 and its connection pool.
+//
+// Layout (schema version 1, migrations/0001_init.sql), in one PostgreSQL
+// schema (default "itogate"):
+//
+//	schema_migrations  version → name, applied_at
+//	confirmations      ref → jti (unique), account, action, token (NULL once
+//	                   swept), expires_at, deposited_at, state, consumed_by/at
+//	admissions         (account, idempotency_key) → the admission record;
+//	                   confirmation_ref unique; run_id unique for train.create
+//
+// Open runs the embedded migrations under an advisory lock, so replicas may
+// start together. Commit is one statement — consume the confirmation (its
+// row lock serializes racing commits, held only inside the server) and
+// insert the admission — so it commits whole or not at all; the unique
+// constraints back the invariants up should the Go code ever be wrong.
+// Serialization failures and connections that broke before anything was
+// sent are retried a bounded number of times.
+//
+// Every database fault is returned wrapped in ledger.ErrUnavailable; a
+// cancelled or expired ctx returns its ctx.Err(); domain outcomes are the
+// ledger errors. Connecting, each statement and each wait for a pooled
+// connection are bounded (Options).
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/itocompute/itogate/gatekeeper/ledger"
+)
+
+// Defaults for zero Options fields.
+const (
+	DefaultSchema           = "itogate"
+	DefaultMaxConns         = 16
+	DefaultConnectTimeout   = 5 * time.Second
+	DefaultStatementTimeout = 5 * time.Second
+	DefaultAcquireTimeout   = 5 * time.Second
+	DefaultMigrationTimeout = time.Minute
+)
+
+// commitAttempts bounds how often Commit runs its statement when it hits a
+// serialization failure, a deadlock, a connection that failed before
+// anything was sent, or a no-op nothing explains (see errUnexplained).
+const commitAttempts = 5
+
+// sweepChunk bounds how many tokens one Sweep statement drops, so a backlog
+// never holds many row locks at once.
+const sweepChunk = 512
+
+// schemaPattern is what Options.Schema may be: a plain lower-case identifier,
+// so it needs no quoting surprises in logs or psql.
+var schemaPattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// ValidSchema reports whether name may be used as Options.Schema.
+func ValidSchema(name string) bool { return schemaPattern.MatchString(name) }
+
+// Options configures Open. Zero durations and counts take the defaults;
+// negative ones are an error.
+type Options struct {
+	// DSN is a libpq/pgx connection string or URL. Keep the password out of
+	// it: pgx reads PGPASSWORD and ~/.pgpass (PGPASSFILE) like libpq.
+	// pool_* parameters in it are overridden by the fields below.
+	DSN string
+	// Schema holds the ledger's tables; created if missing. Default
+	// DefaultSchema.
+	Schema string
+	// MaxConns bounds this replica's connections (default 16). Size it so
+	// that replicas × MaxConns stays below the server's max_connections.
+	MaxConns int32
+	// ConnectTimeout bounds establishing one connection (TCP, TLS, auth).
+	ConnectTimeout time.Duration
+	// StatementTimeout is the server-side statement_timeout of every
+	// session, which also bounds the wait for a row lock; an abandoned
+	// transaction is ended by idle_in_transaction_session_timeout, set to
+	// twice this. The client bounds each call too (one statement:
+	// StatementTimeout + 1s; Commit's transaction: twice that), so a
+	// network that stops delivering packets, which the server never
+	// notices, cannot hang a call either.
+	StatementTimeout time.Duration
+	// AcquireTimeout bounds the wait for a pooled connection when all
+	// MaxConns are busy.
+	AcquireTimeout time.Duration
+	// MigrationTimeout bounds Open's migration, including the wait for
+	// another replica that is migrating.
+	MigrationTimeout time.Duration
+}
+
+func (o *Options) setDefaults() error {
+	if o.DSN == "" {
+		return errors.New("ledger: postgres: dsn is required")
+	}
+	if o.Schema == "" {
+		o.Schema = DefaultSchema
+	}
+	if !ValidSchema(o.Schema) {
+		return fmt.Errorf("ledger: postgres: schema %q must match %s", o.Schema, schemaPattern)
+	}
+	if o.MaxConns < 0 || o.ConnectTimeout < 0 || o.StatementTimeout < 0 || o.AcquireTimeout < 0 || o.MigrationTimeout < 0 {
+		return errors.New("ledger: postgres: negative pool size or timeout")
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if o.MaxConns == 0 {
+		o.MaxConns = DefaultMaxConns
+	}
+	def(&o.ConnectTimeout, DefaultConnectTimeout)
+	def(&o.StatementTimeout, DefaultStatementTimeout)
+	def(&o.AcquireTimeout, DefaultAcquireTimeout)
+	def(&o.MigrationTimeout, DefaultMigrationTimeout)
+	return nil
+}
+
+// Store is a ledger.Store backed by PostgreSQL. It is safe for concurrent
+// use, and any number of Stores (replicas) may share one schema.
+type Store struct {
+	pool   *pgxpool.Pool
+	opts   Options
+	q      queries
+	closed atomic.Bool
+}
+
+var (
+	_ ledger.Store   = (*Store)(nil)
+	_ ledger.Checker = (*Store)(nil)
+)
+
+// Open connects, migrates the schema to SchemaVersion and returns the store.
+// Open fails with an error wrapping ledger.ErrUnavailable when the database
+// cannot be reached, a migration fails or the schema is newer than this
+// binary; a bad DSN or option is a plain error. The DSN never appears in an
+// error.
+func Open(ctx context.Context, opts Options) (*Store, error) {
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	cfg, err := pgxpool.ParseConfig(opts.DSN)
+	if err != nil {
+		// pgx redacts passwords on a best-effort basis only; say nothing.
+		return nil, errors.New("ledger: postgres: the dsn does not parse as a PostgreSQL connection string")
+	}
+	cfg.MaxConns = opts.MaxConns
+	if cfg.MinConns > cfg.MaxConns {
+		cfg.MinConns = cfg.MaxConns
+	}
+	cfg.ConnConfig.ConnectTimeout = opts.ConnectTimeout
+	rp := cfg.ConnConfig.RuntimeParams
+	rp["statement_timeout"] = strconv.FormatInt(opts.StatementTimeout.Milliseconds(), 10)
+	rp["idle_in_transaction_session_timeout"] = strconv.FormatInt(2*opts.StatementTimeout.Milliseconds(), 10)
+	// Commit relies on READ COMMITTED's re-check of a row it waited for;
+	// pin it whatever the server's default.
+	rp["default_transaction_isolation"] = "read committed"
+	if rp["application_name"] == "" {
+		rp["application_name"] = "itogate"
+	}
+	// When a call's ctx ends mid-statement, ask the server to cancel the
+	// statement (then drop the connection if it does not answer within a
+	// second). pgx's default only drops the connection, and the server
+	// does not notice a dropped client while the statement waits for a
+	// lock: a Commit the caller gave up on could otherwise still commit
+	// once the lock frees.
+	cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: networkSlack}
+	}
+	// For the same reason after a crash of this process: have the server
+	// check every second whether the client is still there during a long
+	// statement (PostgreSQL 14+; older servers ignore it).
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, "SET client_connection_check_interval = 1000")
+		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == codeUndefinedObject {
+			return nil
+		}
+		return err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: postgres: open: %w: %w", ledger.ErrUnavailable, err)
+	}
+	s := &Store{pool: pool, opts: opts, q: newQueries(pgx.Identifier{opts.Schema}.Sanitize())}
+	if err := s.migrate(ctx); err != nil {
+		pool.Close()
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, fmt.Errorf("ledger: postgres: migrate: %w", cerr)
+		}
+		return nil, fmt.Errorf("ledger: postgres: migrate: %w: %w", ledger.ErrUnavailable, err)
+	}
+	return s, nil
+}
+
+// queries are the statements, qualified with the schema once at Open
+// rather than relying on search_path.
+type queries struct {
+	deposit, confirmation, admission, run, lookup, commit, sweep, version string
+}
+
+const (
+	confirmationCols = `ref, jti, account, action, token, expires_at, deposited_at, state, consumed_by, consumed_at`
+	admissionCols    = `account, idempotency_key, request_digest, decision_id, run_id, action, booking_id,
+		manifest_digest, confirmation_ref, confirmation_jti, bundle_revision, state, created_at`
+)
+
+func newQueries(schema string) queries {
+	r := strings.NewReplacer("{s}", schema, "{ccols}", confirmationCols, "{acols}", admissionCols)
+	return queries{
+		deposit: r.Replace(`INSERT INTO {s}.confirmations (ref, jti, account, action, token, expires_at, deposited_at, state)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, 'available')`),
+		confirmation: r.Replace(`SELECT {ccols} FROM {s}.confirmations WHERE ref = $1`),
+		admission:    r.Replace(`SELECT {acols} FROM {s}.admissions WHERE account = $1 AND idempotency_key = $2`),
+		run:          r.Replace(`SELECT {acols} FROM {s}.admissions WHERE run_id = $1 AND state = 'admitted'`),
+		lookup:       r.Replace(`SELECT account, action, jti, state FROM {s}.confirmations WHERE ref = $1`),
+		// See Commit. $1..$13 are the admission's columns in {acols} order.
+		commit: r.Replace(`WITH consumed AS (
+				UPDATE {s}.confirmations SET state = 'consumed', consumed_by = $2, consumed_at = $13
+				WHERE ref = $9 AND state = 'available' AND account = $1 AND action = $6 AND jti = $10
+					AND NOT EXISTS (SELECT 1 FROM {s}.admissions WHERE account = $1 AND idempotency_key = $2)
+				RETURNING ref)
+			INSERT INTO {s}.admissions ({acols})
+			SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13 FROM consumed`),
+		sweep: r.Replace(`WITH due AS (
+				SELECT ref FROM {s}.confirmations
+				WHERE token IS NOT NULL AND expires_at < $1
+				ORDER BY expires_at LIMIT $2
+				FOR UPDATE SKIP LOCKED)
+			UPDATE {s}.confirmations c
+			SET token = NULL, state = CASE WHEN c.state = 'available' THEN 'expired' ELSE c.state END
+			FROM due WHERE c.ref = due.ref`),
+		version: r.Replace(`SELECT coalesce(max(version), 0) FROM {s}.schema_migrations`),
+	}
+}
+
+// DepositConfirmation implements ledger.Store.
+func (s *Store) DepositConfirmation(ctx context.Context, c ledger.Confirmation) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	conn, err := s.acquire(ctx, "deposit")
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	qctx, cancel := s.bound(ctx, 1)
+	defer cancel()
+	_, err = conn.Exec(qctx, s.q.deposit, c.Ref, c.JTI, c.Account, c.Action, c.Token, c.ExpiresAt.UTC(), c.DepositedAt.UTC())
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == codeUniqueViolation {
+		return fmt.Errorf("ledger: deposit: %s: %w", pgErr.ConstraintName, ledger.ErrConfirmationDuplicate)
+	}
+	if err != nil {
+		return s.fault(ctx, "deposit", err)
+	}
+	return nil
+}
+
+// Confirmation implements ledger.Store.
+func (s *Store) Confirmation(ctx context.Context, ref string) (ledger.Confirmation, error) {
+	conn, err := s.acquire(ctx, "confirmation")
+	if err != nil {
+		return ledger.Confirmation{}, err
+	}
+	defer conn.Release()
+	qctx, cancel := s.bound(ctx, 1)
+	defer cancel()
+	c, err := scanConfirmation(conn.QueryRow(qctx, s.q.confirmation, ref))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return ledger.Confirmation{}, fmt.Errorf("ledger: confirmation: %w", ledger.ErrNotFound)
+	case err != nil:
+		return ledger.Confirmation{}, s.fault(ctx, "confirmation", err)
+	}
+	return c, nil
+}
+
+// Admission implements ledger.Store.
+func (s *Store) Admission(ctx context.Context, account, key string) (ledger.Admission, error) {
+	return s.readAdmission(ctx, "admission", s.q.admission, account, key)
+}
+
+// Run implements ledger.Store.
+func (s *Store) Run(ctx context.Context, runID string) (ledger.Admission, error) {
+	return s.readAdmission(ctx, "run", s.q.run, runID)
+}
+
+func (s *Store) readAdmission(ctx context.Context, op, query string, args ...any) (ledger.Admission, error) {
+	conn, err := s.acquire(ctx, op)
+	if err != nil {
+		return ledger.Admission{}, err
+	}
+	defer conn.Release()
+	qctx, cancel := s.bound(ctx, 1)
+	defer cancel()
+	a, err := scanAdmission(conn.QueryRow(qctx, query, args...))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return ledger.Admission{}, fmt.Errorf("ledger: %s: %w", op, ledger.ErrNotFound)
+	case err != nil:
+		return ledger.Admission{}, s.fault(ctx, op, err)
+	}
+	return a, nil
+}
+
+// Commit implements ledger.Store.
+//
+// The write is ONE statement, run as its own transaction: an UPDATE that
+// consumes the confirmation only if it is available, matches the admission
+// and the key is unused, feeding an INSERT of the admission. PostgreSQL
+// applies a statement entirely or not at all, so the consumption and the
+// admission commit together or neither does. The UPDATE takes the
+// confirmation's row lock; racing commits wait on it and, once granted,
+// re-check the row (READ COMMITTED), find it consumed and match nothing.
+// The lock is held only inside the server for the statement's few
+// microseconds — never across a round trip to this process — so two
+// hundred commits racing for one confirmation drain in milliseconds.
+//
+// The INSERT has no ON CONFLICT clause on purpose: DO NOTHING would let the
+// statement commit the consumption without the admission. A concurrent
+// admission under the same key makes it fail with a unique violation, which
+// rolls the whole statement back.
+//
+// When the statement wrote nothing, two lock-free reads (one round trip)
+// say why, in the documented order: the key (replay or ErrKeyConflict),
+// then the confirmation (ErrNotFound, ErrConfirmationMismatch,
+// ErrConfirmationConsumed, ErrConfirmationExpired). Confirmation states only
+// move forward and admissions are never deleted, so reads taken after the
+// statement classify it correctly.
+//
+// A ctx that ends before the statement is sent returns ctx.Err() with
+// nothing written; one that ends (or a connection that breaks) while it
+// runs leaves the outcome unknown, and the error wraps
+// ledger.ErrUnavailable.
+func (s *Store) Commit(ctx context.Context, a ledger.Admission) (ledger.Admission, bool, error) {
+	if err := a.Validate(); err != nil {
+		return ledger.Admission{}, false, err
+	}
+	a = normalizeAdmission(a)
+	for attempt := 1; ; attempt++ {
+		stored, replayed, err := s.commitOnce(ctx, a)
+		if err == nil {
+			return stored, replayed, nil
+		}
+		var r *retryable
+		if !errors.As(err, &r) {
+			return ledger.Admission{}, false, err
+		}
+		if attempt == commitAttempts {
+			return ledger.Admission{}, false, s.fault(ctx, "commit",
+				fmt.Errorf("gave up after %d attempts: %w", attempt, r.err))
+		}
+		// 1, 2, 4, 8 ms with jitter: enough for the competing transaction
+		// to finish, short against the request deadline.
+		d := time.Duration(1<<(attempt-1))*time.Millisecond + rand.N(time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return ledger.Admission{}, false, fmt.Errorf("ledger: commit: %w", ctx.Err())
+		case <-time.After(d):
+		}
+	}
+}
+
+// retryable marks a commit attempt that wrote nothing and may run again.
+type retryable struct{ err error }
+
+func (e *retryable) Error() string { return "retryable: " + e.err.Error() }
+func (e *retryable) Unwrap() error { return e.err }
+
+// errUnexplained: the statement wrote nothing, yet the reads after it show
+// an unused key and an available, matching confirmation. States only move
+// forward, so this cannot last; the next attempt decides.
+var errUnexplained = errors.New("commit matched nothing but nothing explains why")
+
+func (s *Store) commitOnce(ctx context.Context, a ledger.Admission) (stored ledger.Admission, replayed bool, err error) {
+	conn, err := s.acquire(ctx, "commit")
+	if err != nil {
+		return ledger.Admission{}, false, err
+	}
+	defer conn.Release()
+	qctx, cancel := s.bound(ctx, 1)
+	defer cancel()
+
+	tag, err := conn.Exec(qctx, s.q.commit, a.Account, a.IdempotencyKey, a.RequestDigest, a.DecisionID, a.RunID,
+		a.Action, a.BookingID, a.ManifestDigest, a.ConfirmationRef, a.ConfirmationJTI, a.BundleRevision,
+		string(a.State), a.CreatedAt)
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
+		// The server refused the statement: nothing was written.
+		switch {
+		case retryCode(pgErr.Code):
+			return ledger.Admission{}, false, &retryable{err: err}
+		case pgErr.Code == codeUniqueViolation && pgErr.ConstraintName == "admissions_created_run_idx":
+			return ledger.Admission{}, false, fmt.Errorf("ledger: commit: run id already admitted: %w", ledger.ErrInvalid)
+		case pgErr.Code == codeUniqueViolation:
+			// The key (or, were the UPDATE ever wrong, the confirmation)
+			// was taken by a transaction that committed meanwhile: the
+			// reads below name the outcome.
+		default:
+			return ledger.Admission{}, false, s.fault(ctx, "commit", err)
+		}
+	} else if err != nil {
+		if ctx.Err() == nil && pgconn.SafeToRetry(err) {
+			return ledger.Admission{}, false, &retryable{err: err}
+		}
+		// Sent, and then the connection, the client-side bound or ctx
+		// gave out: it may or may not have committed.
+		if cerr := ctx.Err(); cerr != nil {
+			err = fmt.Errorf("%w (%w)", err, cerr)
+		}
+		return ledger.Admission{}, false, fmt.Errorf("ledger: postgres: commit: outcome unknown: %w: %w", ledger.ErrUnavailable, err)
+	} else if tag.RowsAffected() == 1 {
+		return a, false, nil
+	}
+
+	// Nothing written: find out why, key first.
+	b := &pgx.Batch{}
+	b.Queue(s.q.admission, a.Account, a.IdempotencyKey)
+	b.Queue(s.q.lookup, a.ConfirmationRef)
+	br := conn.SendBatch(qctx, b)
+	prev, perr := scanAdmission(br.QueryRow())
+	var conf struct{ account, action, jti, state string }
+	cerr := br.QueryRow().Scan(&conf.account, &conf.action, &conf.jti, &conf.state)
+	if err := br.Close(); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return ledger.Admission{}, false, s.fault(ctx, "commit", err)
+	}
+	switch {
+	case perr == nil && prev.RequestDigest == a.RequestDigest:
+		return prev, true, nil
+	case perr == nil:
+		return ledger.Admission{}, false, fmt.Errorf("ledger: commit: %w", ledger.ErrKeyConflict)
+	case !errors.Is(perr, pgx.ErrNoRows):
+		return ledger.Admission{}, false, s.fault(ctx, "commit", perr)
+	case errors.Is(cerr, pgx.ErrNoRows):
+		return ledger.Admission{}, false, fmt.Errorf("ledger: commit: confirmation: %w", ledger.ErrNotFound)
+	case cerr != nil:
+		return ledger.Admission{}, false, s.fault(ctx, "commit", cerr)
+	case conf.account != a.Account || conf.action != a.Action || conf.jti != a.ConfirmationJTI:
+		return ledger.Admission{}, false, fmt.Errorf("ledger: commit: %w", ledger.ErrConfirmationMismatch)
+	case conf.state == string(ledger.ConfirmationConsumed):
+		return ledger.Admission{}, false, fmt.Errorf("ledger: commit: %w", ledger.ErrConfirmationConsumed)
+	case conf.state == string(ledger.ConfirmationExpired):
+		return ledger.Admission{}, false, fmt.Errorf("ledger: commit: %w", ledger.ErrConfirmationExpired)
+	}
+	return ledger.Admission{}, false, &retryable{err: errUnexplained}
+}
+
+// SQLSTATEs the store acts on.
+const (
+	codeUniqueViolation      = "23505"
+	codeUndefinedObject      = "42704"
+	codeSerializationFailure = "40001"
+	codeDeadlockDetected     = "40P01"
+)
+
+func retryCode(code string) bool {
+	return code == codeSerializationFailure || code == codeDeadlockDetected
+}
+
+// Sweep implements ledger.Store. Each statement drops at most sweepChunk
+// tokens and skips rows a Commit holds locked (the next Sweep gets them),
+// so replicas may sweep at the same time.
+func (s *Store) Sweep(ctx context.Context, now time.Time, leeway time.Duration) (int, error) {
+	if leeway < 0 {
+		return 0, fmt.Errorf("ledger: sweep: negative leeway %v: %w", leeway, ledger.ErrInvalid)
+	}
+	cutoff := now.Add(-leeway).UTC()
+	total := 0
+	for {
+		n, err := s.sweepChunk(ctx, cutoff)
+		total += n
+		if err != nil || n < sweepChunk {
+			return total, err
+		}
+	}
+}
+
+func (s *Store) sweepChunk(ctx context.Context, cutoff time.Time) (int, error) {
+	conn, err := s.acquire(ctx, "sweep")
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Release()
+	qctx, cancel := s.bound(ctx, 1)
+	defer cancel()
+	tag, err := conn.Exec(qctx, s.q.sweep, cutoff, sweepChunk)
+	if err != nil {
+		return 0, s.fault(ctx, "sweep", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// Ping implements ledger.Store: the database answers and its schema is the
+// version this binary migrated to. A replica that finds the schema moved on
+// (a newer replica migrated it) reports unready rather than serve a layout
+// it does not know.
+func (s *Store) Ping(ctx context.Context) error {
+	conn, err := s.acquire(ctx, "ping")
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	qctx, cancel := s.bound(ctx, 1)
+	defer cancel()
+	var v int
+	if err := conn.QueryRow(qctx, s.q.version).Scan(&v); err != nil {
+		return s.fault(ctx, "ping", err)
+	}
+	if want := SchemaVersion(); v != want {
+		return s.fault(ctx, "ping", fmt.Errorf("schema version %d, this binary serves %d", v, want))
+	}
+	return nil
+}
+
+// Close implements ledger.Store. It waits for operations in flight, each
+// bounded by the statement timeout.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	s.pool.Close()
+	return nil
+}
+
+var errClosed = errors.New("store closed")
+
+// acquire checks ctx and the store, then waits at most AcquireTimeout for a
+// pooled connection.
+func (s *Store) acquire(ctx context.Context, op string) (*pgxpool.Conn, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("ledger: %s: %w", op, err)
+	}
+	if s.closed.Load() {
+		return nil, fmt.Errorf("ledger: postgres: %s: %w: %w", op, ledger.ErrUnavailable, errClosed)
+	}
+	actx, cancel := context.WithTimeout(ctx, s.opts.AcquireTimeout)
+	defer cancel()
+	conn, err := s.pool.Acquire(actx)
+	if err != nil {
+		return nil, s.fault(ctx, op, err)
+	}
+	return conn, nil
+}
+
+// networkSlack is what the client allows beyond the server-side statement
+// timeout before it gives up on a connection itself.
+const networkSlack = time.Second
+
+// bound returns ctx limited to n statements' worth of time: the server's
+// statement_timeout plus networkSlack, n times.
+func (s *Store) bound(ctx context.Context, n int) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, time.Duration(n)*(s.opts.StatementTimeout+networkSlack))
+}
+
+// fault wraps a database error in ledger.ErrUnavailable, or returns the ctx
+// error when the caller's ctx ended (which is what made the call fail).
+func (s *Store) fault(ctx context.Context, op string, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return fmt.Errorf("ledger: %s: %w", op, cerr)
+	}
+	return fmt.Errorf("ledger: postgres: %s: %w: %w", op, ledger.ErrUnavailable, err)
+}
+
+func scanConfirmation(row pgx.Row) (ledger.Confirmation, error) {
+	var (
+		c          ledger.Confirmation
+		state      string
+		consumedBy *string
+		consumedAt *time.Time
+	)
+	err := row.Scan(&c.Ref, &c.JTI, &c.Account, &c.Action, &c.Token, &c.ExpiresAt, &c.DepositedAt,
+		&state, &consumedBy, &consumedAt)
+	if err != nil {
+		return ledger.Confirmation{}, err
+	}
+	c.State = ledger.ConfirmationState(state)
+	c.ExpiresAt, c.DepositedAt = c.ExpiresAt.UTC(), c.DepositedAt.UTC()
+	if consumedBy != nil {
+		c.ConsumedBy = *consumedBy
+	}
+	if consumedAt != nil {
+		c.ConsumedAt = consumedAt.UTC()
+	}
+	if len(c.Token) == 0 {
+		c.Token = nil
+	}
+	return c, nil
+}
+
+func scanAdmission(row pgx.Row) (ledger.Admission, error) {
+	var (
+		a     ledger.Admission
+		state string
+	)
+	err := row.Scan(&a.Account, &a.IdempotencyKey, &a.RequestDigest, &a.DecisionID, &a.RunID, &a.Action,
+		&a.BookingID, &a.ManifestDigest, &a.ConfirmationRef, &a.ConfirmationJTI, &a.BundleRevision, &state, &a.CreatedAt)
+	if err != nil {
+		return ledger.Admission{}, err
+	}
+	a.State = ledger.AdmissionState(state)
+	a.CreatedAt = a.CreatedAt.UTC()
+	return a, nil
+}
+
+// normalizeAdmission returns a as it will read back — timestamptz keeps
+// microseconds — so a fresh Commit and a replay hand the caller identical
+// values.
+func normalizeAdmission(a ledger.Admission) ledger.Admission {
+	a.CreatedAt = a.CreatedAt.UTC().Truncate(time.Microsecond)
+	return a
+}
+
+// Check implements ledger.Checker. The schema's constraints already refuse
+// most broken states (one admission per confirmation, state/consumed_by
+// agreement, foreign keys); Check verifies what spans tables: every
+// consumed confirmation has the admission that consumed it and every
+// admission's confirmation is consumed by it, for its account, action and
+// jti. It reads in one REPEATABLE READ transaction, so it sees one snapshot
+// while replicas keep committing.
+func (s *Store) Check(ctx context.Context) (ledger.CheckReport, error) {
+	var rep ledger.CheckReport
+	conn, err := s.acquire(ctx, "check")
+	if err != nil {
+		return rep, err
+	}
+	defer conn.Release()
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return rep, s.fault(ctx, "check", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	r := strings.NewReplacer("{s}", pgx.Identifier{s.opts.Schema}.Sanitize())
+	err = tx.QueryRow(ctx, r.Replace(`SELECT count(*),
+			count(*) FILTER (WHERE state = 'available'),
+			count(*) FILTER (WHERE state = 'consumed'),
+			count(*) FILTER (WHERE state = 'expired'),
+			count(*) FILTER (WHERE token IS NULL)
+		FROM {s}.confirmations`)).Scan(&rep.Confirmations, &rep.Available, &rep.Consumed, &rep.Expired, &rep.Swept)
+	if err == nil {
+		err = tx.QueryRow(ctx, r.Replace(`SELECT count(*), count(*) FILTER (WHERE state = 'admitted') FROM {s}.admissions`)).
+			Scan(&rep.Admissions, &rep.Runs)
+	}
+	if err != nil {
+		return rep, s.fault(ctx, "check", err)
+	}
+	rows, err := tx.Query(ctx, r.Replace(`
+		SELECT 'confirmation ' || c.ref || ' consumed by ' || c.consumed_by || ' without an admission'
+		FROM {s}.confirmations c
+		WHERE c.state = 'consumed' AND NOT EXISTS (
+			SELECT 1 FROM {s}.admissions a
+			WHERE a.confirmation_ref = c.ref AND a.account = c.account AND a.idempotency_key = c.consumed_by)
+		UNION ALL
+		SELECT 'admission (' || a.account || ', ' || a.idempotency_key || '): confirmation ' || c.ref ||
+			' is ' || c.state || ' by ' || coalesce(c.consumed_by, '-') || ' or belongs to another account, action or jti'
+		FROM {s}.admissions a JOIN {s}.confirmations c ON c.ref = a.confirmation_ref
+		WHERE c.state <> 'consumed' OR c.consumed_by <> a.idempotency_key OR c.account <> a.account
+			OR c.action <> a.action OR c.jti <> a.confirmation_jti
+		UNION ALL
+		SELECT 'confirmation ' || ref || ': available without a token'
+		FROM {s}.confirmations WHERE state = 'available' AND token IS NULL
+		LIMIT 20`))
+	if err != nil {
+		return rep, s.fault(ctx, "check", err)
+	}
+	problems, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return rep, s.fault(ctx, "check", err)
+	}
+	if len(problems) > 0 {
+		return rep, fmt.Errorf("ledger: check: %w: %s", ledger.ErrInconsistent, strings.Join(problems, "; "))
+	}
+	return rep, nil
+}

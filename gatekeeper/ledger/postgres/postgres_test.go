@@ -1,0 +1,550 @@
+package postgres
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/itocompute/itogate/gatekeeper/ledger"
+	"github.com/itocompute/itogate/gatekeeper/ledger/ledgertest"
+	"github.com/itocompute/itogate/gatekeeper/ledger/postgres/pgtest"
+)
+
+// TestConformance runs the ledger conformance suite against the real
+// PostgreSQL server of ITOGATE_TEST_POSTGRES_DSN, each case in a schema of
+// its own.
+func TestConformance(t *testing.T) {
+	pgtest.DSN(t)
+	ledgertest.Run(t, func(t *testing.T) ledger.Store {
+		return open(t, testOptions(t))
+	})
+}
+
+// testOptions are store options for a fresh schema on the test server, with
+// a small pool: parallel tests share the server's connections.
+func testOptions(t *testing.T) Options {
+	t.Helper()
+	dsn := pgtest.DSN(t)
+	return Options{DSN: dsn, Schema: pgtest.Schema(t, dsn), MaxConns: 8}
+}
+
+// open is pgtest.Open without the cleanup: ledgertest closes the stores it
+// gets, and its cases check that a second Close is harmless.
+func open(t *testing.T, opts Options) *Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := Open(ctx, opts)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return s
+}
+
+func TestOptions(t *testing.T) {
+	t.Parallel()
+	for name, o := range map[string]Options{
+		"no dsn":           {},
+		"schema uppercase": {DSN: "postgres://x@127.0.0.1/db", Schema: "Itogate"},
+		"schema quote":     {DSN: "postgres://x@127.0.0.1/db", Schema: `a"b`},
+		"schema too long":  {DSN: "postgres://x@127.0.0.1/db", Schema: strings.Repeat("a", 64)},
+		"negative conns":   {DSN: "postgres://x@127.0.0.1/db", MaxConns: -1},
+		"negative timeout": {DSN: "postgres://x@127.0.0.1/db", StatementTimeout: -time.Second},
+	} {
+		if _, err := Open(t.Context(), o); err == nil || errors.Is(err, ledger.ErrUnavailable) {
+			t.Errorf("%s: Open = %v, want a configuration error", name, err)
+		}
+	}
+	// A DSN that does not parse is refused without echoing it: it may hold
+	// a password.
+	_, err := Open(t.Context(), Options{DSN: "postgres://user:s3cr3t@[::1/db"})
+	if err == nil || strings.Contains(err.Error(), "s3cr3t") {
+		t.Fatalf("Open(bad dsn) = %v", err)
+	}
+}
+
+// TestUnreachable: a server that does not answer fails Open within the
+// connect timeout, wrapped in ErrUnavailable, without the password.
+func TestUnreachable(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	// 192.0.2.0/24 is TEST-NET-1: never routed, so the connect hangs until
+	// the timeout rather than being refused.
+	_, err := Open(t.Context(), Options{
+		DSN:            "postgres://itogate:s3cr3t@192.0.2.1:5432/itogate?sslmode=disable",
+		ConnectTimeout: 300 * time.Millisecond, MigrationTimeout: 2 * time.Second,
+	})
+	if !errors.Is(err, ledger.ErrUnavailable) || strings.Contains(err.Error(), "s3cr3t") {
+		t.Fatalf("Open(unreachable) = %v, want ErrUnavailable without the password", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("Open(unreachable) took %v", d)
+	}
+	// A refused port fails fast the same way.
+	_, err = Open(t.Context(), Options{DSN: "postgres://itogate@127.0.0.1:1/itogate?sslmode=disable"})
+	if !errors.Is(err, ledger.ErrUnavailable) {
+		t.Fatalf("Open(refused) = %v, want ErrUnavailable", err)
+	}
+}
+
+// TestMigrateConcurrently: replicas starting at once against an empty schema
+// all come up, and each migration is applied exactly once.
+func TestMigrateConcurrently(t *testing.T) {
+	t.Parallel()
+	opts := testOptions(t)
+	opts.MaxConns = 2
+	const replicas = 8
+	var wg sync.WaitGroup
+	stores := make([]*Store, replicas)
+	errs := make([]error, replicas)
+	start := make(chan struct{})
+	for i := range replicas {
+		wg.Go(func() {
+			<-start
+			stores[i], errs[i] = Open(t.Context(), opts)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("replica %d: Open: %v", i, err)
+		}
+		defer stores[i].Close()
+	}
+	var n, maxV int
+	err := stores[0].pool.QueryRow(t.Context(),
+		fmt.Sprintf("SELECT count(*), max(version) FROM %s.schema_migrations", pgx.Identifier{opts.Schema}.Sanitize()),
+	).Scan(&n, &maxV)
+	if err != nil || n != SchemaVersion() || maxV != SchemaVersion() {
+		t.Fatalf("schema_migrations: %d rows, max %d, %v; want %d", n, maxV, err, SchemaVersion())
+	}
+	// Every replica serves: one deposits, another reads it.
+	c := confirmation("acct_1")
+	if err := stores[1].DepositConfirmation(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := stores[7].Confirmation(t.Context(), c.Ref); err != nil || got.JTI != c.JTI {
+		t.Fatalf("other replica reads %+v, %v", got, err)
+	}
+}
+
+// TestSchemaNewerThanBinary: a database migrated by a newer binary is
+// refused at Open, and a running replica turns unready.
+func TestSchemaNewerThanBinary(t *testing.T) {
+	t.Parallel()
+	opts := testOptions(t)
+	s := open(t, opts)
+	defer s.Close()
+	if err := s.Ping(t.Context()); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+	_, err := s.pool.Exec(t.Context(), fmt.Sprintf("INSERT INTO %s.schema_migrations (version, name) VALUES ($1, 'future')",
+		pgx.Identifier{opts.Schema}.Sanitize()), SchemaVersion()+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ping(t.Context()); !errors.Is(err, ledger.ErrUnavailable) {
+		t.Fatalf("Ping after a newer migration = %v, want ErrUnavailable", err)
+	}
+	if _, err := Open(t.Context(), opts); !errors.Is(err, ledger.ErrUnavailable) || !strings.Contains(err.Error(), "upgrade the binary") {
+		t.Fatalf("Open(newer schema) = %v", err)
+	}
+}
+
+// TestReopenKeepsRecords: a second Open on a migrated schema changes
+// nothing and sees what the first wrote.
+func TestReopenKeepsRecords(t *testing.T) {
+	t.Parallel()
+	opts := testOptions(t)
+	s := open(t, opts)
+	c := confirmation("acct_1")
+	if err := s.DepositConfirmation(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+	a := admissionFor(c, "k1")
+	if _, _, err := s.Commit(t.Context(), a); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = open(t, opts)
+	defer s.Close()
+	if got, err := s.Admission(t.Context(), "acct_1", "k1"); err != nil || got.RunID != a.RunID {
+		t.Fatalf("after reopen: %+v, %v", got, err)
+	}
+}
+
+// TestConnectionKilledMidTransaction: the backend running a Commit is
+// terminated after the confirmation was marked consumed and before the
+// admission row was written (a test trigger holds the INSERT in pg_sleep).
+// Commit reports ErrUnavailable, the consumption is rolled back with the
+// rest, and a retry under the same key is a fresh commit.
+func TestConnectionKilledMidTransaction(t *testing.T) {
+	t.Parallel()
+	opts := testOptions(t)
+	app := "itogate_kill_" + opts.Schema[len(pgtest.SchemaPrefix):]
+	opts.DSN += "&application_name=" + app
+	s := open(t, opts)
+	defer s.Close()
+	ctx := t.Context()
+	schema := pgx.Identifier{opts.Schema}.Sanitize()
+	_, err := s.pool.Exec(ctx, fmt.Sprintf(`
+		CREATE FUNCTION %[1]s.slow_insert() RETURNS trigger LANGUAGE plpgsql AS
+			$$ BEGIN PERFORM pg_sleep(30); RETURN NEW; END $$;
+		CREATE TRIGGER slow BEFORE INSERT ON %[1]s.admissions FOR EACH ROW EXECUTE FUNCTION %[1]s.slow_insert();`, schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := confirmation("acct_1")
+	if err := s.DepositConfirmation(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	a := admissionFor(c, "k1")
+	done := make(chan error, 1)
+	go func() { _, _, err := s.Commit(context.Background(), a); done <- err }()
+
+	// Wait until the statement sleeps in the trigger: its UPDATE is done.
+	var pid int
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := s.pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity
+			WHERE application_name = $1 AND wait_event = 'PgSleep'`, app).Scan(&pid)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the commit never reached the trigger: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := pgtest.Exec(ctx, opts.DSN, "SELECT pg_terminate_backend($1)", pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, ledger.ErrUnavailable) {
+		t.Fatalf("Commit with its backend killed = %v, want ErrUnavailable", err)
+	}
+	if _, err := s.pool.Exec(ctx, fmt.Sprintf("DROP TRIGGER slow ON %s.admissions", schema)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Admission(ctx, "acct_1", "k1"); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("Admission after the killed commit = %v, want ErrNotFound", err)
+	}
+	if _, err := s.Run(ctx, a.RunID); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("Run after the killed commit = %v, want ErrNotFound", err)
+	}
+	if got, err := s.Confirmation(ctx, c.Ref); err != nil || got.State != ledger.ConfirmationAvailable {
+		t.Fatalf("confirmation after the killed commit: %q, %v; want available", got.State, err)
+	}
+	if _, replayed, err := s.Commit(ctx, a); err != nil || replayed {
+		t.Fatalf("retry = replayed %v, %v", replayed, err)
+	}
+	if _, err := s.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDatabaseGone: every method answers ErrUnavailable, within the
+// timeouts, when every connection is terminated and the schema dropped
+// from under the store.
+func TestDatabaseGone(t *testing.T) {
+	t.Parallel()
+	opts := testOptions(t)
+	opts.StatementTimeout = time.Second
+	s := open(t, opts)
+	defer s.Close()
+	ctx := t.Context()
+	c := confirmation("acct_1")
+	if err := s.DepositConfirmation(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgtest.Exec(ctx, opts.DSN, "DROP SCHEMA "+pgx.Identifier{opts.Schema}.Sanitize()+" CASCADE"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	calls := map[string]func() error{
+		"Ping":         func() error { return s.Ping(ctx) },
+		"Deposit":      func() error { return s.DepositConfirmation(ctx, confirmation("acct_1")) },
+		"Confirmation": func() error { _, err := s.Confirmation(ctx, c.Ref); return err },
+		"Admission":    func() error { _, err := s.Admission(ctx, "acct_1", "k"); return err },
+		"Run":          func() error { _, err := s.Run(ctx, ledger.NewRunID()); return err },
+		"Commit":       func() error { _, _, err := s.Commit(ctx, admissionFor(c, "k")); return err },
+		"Sweep":        func() error { _, err := s.Sweep(ctx, time.Now(), 0); return err },
+	}
+	for name, call := range calls {
+		if err := call(); !errors.Is(err, ledger.ErrUnavailable) {
+			t.Errorf("%s without the schema = %v, want ErrUnavailable", name, err)
+		}
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("failing calls took %v", d)
+	}
+}
+
+// TestLockWaitBounded: a transaction holding the confirmation's row lock
+// (a stuck replica) makes Commit fail with ErrUnavailable after the
+// statement timeout instead of hanging; released, the same Commit passes.
+func TestLockWaitBounded(t *testing.T) {
+	t.Parallel()
+	opts := testOptions(t)
+	opts.StatementTimeout = 300 * time.Millisecond
+	s := open(t, opts)
+	defer s.Close()
+	ctx := t.Context()
+	c := confirmation("acct_1")
+	if err := s.DepositConfirmation(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := pgx.Connect(ctx, opts.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(context.Background())
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SELECT 1 FROM %s.confirmations WHERE ref = $1 FOR UPDATE",
+		pgx.Identifier{opts.Schema}.Sanitize()), c.Ref); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	a := admissionFor(c, "k1")
+	if _, _, err := s.Commit(ctx, a); !errors.Is(err, ledger.ErrUnavailable) {
+		t.Fatalf("Commit behind a held lock = %v, want ErrUnavailable", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("Commit behind a held lock took %v", d)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, replayed, err := s.Commit(ctx, a); err != nil || replayed {
+		t.Fatalf("Commit after release = replayed %v, %v", replayed, err)
+	}
+}
+
+// TestPoolExhaustedBounded: with every pooled connection busy, a call waits
+// at most AcquireTimeout and answers ErrUnavailable.
+func TestPoolExhaustedBounded(t *testing.T) {
+	t.Parallel()
+	opts := testOptions(t)
+	opts.MaxConns, opts.AcquireTimeout = 1, 200*time.Millisecond
+	s := open(t, opts)
+	defer s.Close()
+	held, err := s.pool.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := s.Ping(t.Context()); !errors.Is(err, ledger.ErrUnavailable) {
+		t.Fatalf("Ping with the pool exhausted = %v, want ErrUnavailable", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Ping with the pool exhausted took %v", d)
+	}
+	held.Release()
+	if err := s.Ping(t.Context()); err != nil {
+		t.Fatalf("Ping after release: %v", err)
+	}
+}
+
+// TestCommitDeadline: a Commit whose ctx ends while its statement waits on
+// a row lock returns an error wrapping the ctx's; the store has the server
+// cancel the statement, so nothing is written — not even once the lock is
+// released, which is when a statement merely abandoned by its client would
+// have committed.
+func TestCommitDeadline(t *testing.T) {
+	t.Parallel()
+	opts := testOptions(t)
+	s := open(t, opts)
+	defer s.Close()
+	c := confirmation("acct_1")
+	if err := s.DepositConfirmation(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := pgx.Connect(t.Context(), opts.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(context.Background())
+	tx, err := holder.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(t.Context(), fmt.Sprintf("SELECT 1 FROM %s.confirmations WHERE ref = $1 FOR UPDATE",
+		pgx.Identifier{opts.Schema}.Sanitize()), c.Ref); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	_, _, err = s.Commit(ctx, admissionFor(c, "k1"))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Commit past its deadline = %v, want DeadlineExceeded", err)
+	}
+	_ = tx.Rollback(t.Context())
+	time.Sleep(300 * time.Millisecond) // time enough for an abandoned statement to commit
+	if got, err := s.Confirmation(t.Context(), c.Ref); err != nil || got.State != ledger.ConfirmationAvailable {
+		t.Fatalf("confirmation: %q, %v", got.State, err)
+	}
+	if _, err := s.Admission(t.Context(), "acct_1", "k1"); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("Admission = %v, want ErrNotFound", err)
+	}
+	// A ctx already over before the call writes nothing and is the
+	// caller's error alone.
+	_, _, err = s.Commit(ctx, admissionFor(c, "k1"))
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ledger.ErrUnavailable) {
+		t.Fatalf("Commit with an expired ctx = %v", err)
+	}
+}
+
+var seq struct {
+	sync.Mutex
+	n int
+}
+
+func confirmation(account string) ledger.Confirmation {
+	seq.Lock()
+	seq.n++
+	n := seq.n
+	seq.Unlock()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	return ledger.Confirmation{
+		Ref: ledger.NewConfirmationRef(), JTI: fmt.Sprintf("jti-%d-%s", n, ledger.NewConfirmationRef()[4:12]),
+		Account: account, Action: "train.create", Token: []byte("h.p.s"),
+		ExpiresAt: now.Add(10 * time.Minute), DepositedAt: now,
+	}
+}
+
+func admissionFor(c ledger.Confirmation, key string) ledger.Admission {
+	sum := sha256.Sum256([]byte(key))
+	return ledger.Admission{
+		Account: c.Account, IdempotencyKey: key, RequestDigest: "sha256:" + hex.EncodeToString(sum[:]),
+		DecisionID: "dec_1", RunID: ledger.NewRunID(), Action: c.Action, BookingID: "bk_1",
+		ConfirmationRef: c.Ref, ConfirmationJTI: c.JTI, State: ledger.AdmissionAdmitted, CreatedAt: time.Now(),
+	}
+}
+
+// TestCheckFindsHalfWrites: Check reports a consumed confirmation without
+// its admission (constraints cannot express that one).
+func TestCheckFindsHalfWrites(t *testing.T) {
+	t.Parallel()
+	opts := testOptions(t)
+	s := open(t, opts)
+	defer s.Close()
+	ctx := t.Context()
+	c := confirmation("acct_1")
+	if err := s.DepositConfirmation(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := s.Check(ctx); err != nil || rep.Available != 1 || rep.Confirmations != 1 {
+		t.Fatalf("Check on a sound ledger = %+v, %v", rep, err)
+	}
+	_, err := s.pool.Exec(ctx, fmt.Sprintf(`UPDATE %s.confirmations SET state = 'consumed', consumed_by = 'ghost-key',
+		consumed_at = now() WHERE ref = $1`, pgx.Identifier{opts.Schema}.Sanitize()), c.Ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Check(ctx)
+	if !errors.Is(err, ledger.ErrInconsistent) || !strings.Contains(err.Error(), "consumed by ghost-key without an admission") {
+		t.Fatalf("Check = %v, want ErrInconsistent naming the half-write", err)
+	}
+}
+
+// TestNetworkStalledBounded: the database stops answering without closing
+// anything (a partition: statement_timeout never fires, the server never
+// sees the statement). Every call, Commit included — the server runs it
+// without the request's deadline — fails with ErrUnavailable within the
+// client-side bounds, and the store works again once the network does.
+func TestNetworkStalledBounded(t *testing.T) {
+	t.Parallel()
+	opts := testOptions(t)
+	proxy, dsn := pgtest.NewProxy(t, opts.DSN)
+	opts.DSN, opts.StatementTimeout, opts.ConnectTimeout, opts.AcquireTimeout = dsn, 300*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
+	s := open(t, opts)
+	defer s.Close()
+	ctx := context.Background() // no deadline: the bounds must come from the store
+	c := confirmation("acct_1")
+	if err := s.DepositConfirmation(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	a := admissionFor(c, "k1")
+
+	proxy.Stall(true)
+	for name, call := range map[string]func() error{
+		"Commit":    func() error { _, _, err := s.Commit(ctx, a); return err },
+		"Admission": func() error { _, err := s.Admission(ctx, "acct_1", "k1"); return err },
+		"Ping":      func() error { return s.Ping(ctx) },
+	} {
+		start := time.Now()
+		if err := call(); !errors.Is(err, ledger.ErrUnavailable) {
+			t.Errorf("%s on a stalled network = %v, want ErrUnavailable", name, err)
+		}
+		// Commit: acquire (0.5s) + two statements' worth (2 × 1.3s).
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("%s on a stalled network took %v", name, d)
+		}
+	}
+	proxy.Stall(false)
+	proxy.Cut() // drop the connections the stall poisoned
+	proxy.Restore()
+
+	// The outcome of the stalled Commit was unknown to the caller; the
+	// server never saw a COMMIT, so a retry with the same key is fresh.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, replayed, err := s.Commit(ctx, a)
+		if err == nil {
+			if replayed {
+				t.Fatal("the stalled Commit was committed")
+			}
+			break
+		}
+		if !errors.Is(err, ledger.ErrUnavailable) || time.Now().After(deadline) {
+			t.Fatalf("Commit after the network came back: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := s.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNetworkCut: connections refused → ErrUnavailable at once; back →
+// the pool reconnects.
+func TestNetworkCut(t *testing.T) {
+	t.Parallel()
+	opts := testOptions(t)
+	proxy, dsn := pgtest.NewProxy(t, opts.DSN)
+	opts.DSN = dsn
+	s := open(t, opts)
+	defer s.Close()
+	ctx := context.Background()
+	proxy.Cut()
+	start := time.Now()
+	if err := s.Ping(ctx); !errors.Is(err, ledger.ErrUnavailable) {
+		t.Fatalf("Ping with the network cut = %v", err)
+	}
+	if err := s.DepositConfirmation(ctx, confirmation("acct_1")); !errors.Is(err, ledger.ErrUnavailable) {
+		t.Fatalf("Deposit with the network cut = %v", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("calls with the network cut took %v", d)
+	}
+	proxy.Restore()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Ping(ctx) != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("Ping after restore: %v", s.Ping(ctx))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -479,3 +479,37 @@ func productionListen(t *testing.T, path string) string {
 	first, _, _ := strings.Cut(string(raw), "\n")
 	return strings.TrimSpace(strings.TrimPrefix(first, "listen:"))
 }
+
+// TestServeShadowBundle: a signed candidate bundle that denies everything
+// runs beside the enforced one; the allow stands and the disagreement is
+// counted and logged.
+func TestServeShadowBundle(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "candidate.tar.gz")
+	if err := os.WriteFile(path, signedPolicies(t, time.Now().Add(-time.Minute), "candidate", true), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	url, logs := startServe(t, &serveOptions{shadowFile: path}, true)
+	r, err := scenario.New(url, fixtures.Manifests())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := r.LoadManifest("llama3-8b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _, err := r.Create(context.Background(), m, "shadow-1")
+	if err != nil || a.Status != 200 {
+		t.Fatalf("enforced answer %d %v %v", a.Status, a.Codes(), err)
+	}
+	want := `itogate_shadow_decisions_total{kind="allow_to_deny"} 1`
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if _, body := get(t, url+"/metrics"); strings.Contains(body, want) {
+			if !strings.Contains(logs.String(), "shadow bundle disagrees") {
+				t.Fatalf("disagreement not logged: %s", logs.String())
+			}
+			return
+		}
+	}
+	_, body := get(t, url+"/metrics")
+	t.Fatalf("no %s in\n%s\n%s", want, grepLines(body, "shadow"), logs.String())
+}

@@ -37,6 +37,7 @@ type serveOptions struct {
 	// Development mode only: a signed bundle (file or bundle server URL)
 	// instead of the embedded one, verified with the development bundle key.
 	bundleFile   string
+	shadowFile   string
 	bundleURL    string
 	bundlePoll   time.Duration
 	bundleMaxAge time.Duration
@@ -71,6 +72,8 @@ refuses the development keys.`,
 	cmd.Flags().StringVar(&o.ledgerSchema, "ledger-schema", "", "development mode: PostgreSQL schema of the ledger (default itogate)")
 	cmd.Flags().DurationVar(&o.policyDeadline, "policy-deadline", 0, "development mode: bound on one policy evaluation (default 250ms)")
 	cmd.Flags().DurationVar(&o.requestTimeout, "request-timeout", 0, "development mode: bound on one request (default 5s)")
+	cmd.Flags().StringVar(&o.shadowFile, "shadow-bundle-file", "",
+		"development mode: a signed candidate bundle evaluated beside the enforced one, never enforced")
 	cmd.Flags().StringVar(&o.bundleFile, "bundle-file", "",
 		"development mode: enforce this signed bundle (make bundle), verified with the development bundle key")
 	cmd.Flags().StringVar(&o.bundleURL, "bundle-url", "",
@@ -107,10 +110,13 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 			cfg.Policy.Bundle = &config.Bundle{File: o.bundleFile, URL: o.bundleURL,
 				PollInterval: config.Duration(o.bundlePoll), MaxAge: config.Duration(o.bundleMaxAge)}
 		}
+		if o.shadowFile != "" {
+			cfg.Policy.Shadow = &config.Bundle{File: o.shadowFile, PollInterval: config.Duration(5 * time.Second)}
+		}
 		ts, err = trust.Dev()
 	} else {
 		if o.ledgerDSN != "" || o.ledgerSchema != "" || o.policyDeadline != 0 || o.requestTimeout != 0 ||
-			o.bundleFile != "" || o.bundleURL != "" || o.bundlePoll != 0 || o.bundleMaxAge != 0 {
+			o.bundleFile != "" || o.bundleURL != "" || o.bundlePoll != 0 || o.bundleMaxAge != 0 || o.shadowFile != "" {
 			return errors.New("--ledger-dsn, --ledger-schema, --policy-deadline, --request-timeout and --bundle-* are for development mode; set them in --config")
 		}
 		cfg, err = config.Load(o.configFile)
@@ -142,10 +148,23 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 	}
 	defer closeLog()
 
+	shadow, err := startShadow(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
 	svc, err := admission.New(admission.Options{
 		Entitlement: ts.Entitlement, Confirmation: ts.Confirmation, Manifests: ts.Manifests,
 		Ledger: store, Policy: bundles.Active, Logger: log, DecisionLog: dlog,
 		OnLedgerError: metrics.LedgerError,
+		Shadow:        shadow,
+		OnShadow: func(r admission.ShadowResult) {
+			metrics.Shadow(r.Kind)
+			if !r.Agree && r.Kind != "skipped" {
+				log.Warn("shadow bundle disagrees", "decision_id", r.DecisionID, "kind", r.Kind,
+					"enforced_revision", r.EnforcedRevision, "shadow_revision", r.ShadowRevision,
+					"enforced_codes", r.EnforcedCodes, "shadow_codes", r.ShadowCodes)
+			}
+		},
 	})
 	if err != nil {
 		return err
@@ -255,4 +274,30 @@ func startBundles(ctx context.Context, cfg config.Config, m *server.Metrics, log
 		go mgr.Run(ctx)
 	}
 	return mgr, nil
+}
+
+// startShadow loads policy.shadow, the candidate bundle evaluated beside the
+// enforced one, with the same verification as the enforced bundle. It
+// returns nil when none is configured; a candidate that fails to load only
+// means no comparisons until one verifies.
+func startShadow(ctx context.Context, cfg config.Config, log *slog.Logger) (func() admission.Decider, error) {
+	if cfg.Policy.Shadow == nil {
+		return nil, nil
+	}
+	opts, err := bundle.FromConfig(config.Policy{Bundle: cfg.Policy.Shadow, Deadline: cfg.Policy.Deadline},
+		policies.Bundle(), cfg.Dev)
+	if err != nil {
+		return nil, fmt.Errorf("policy.shadow: %w", err)
+	}
+	opts.Logger = log
+	mgr, err := bundle.NewManager(opts)
+	if err != nil {
+		return nil, fmt.Errorf("policy.shadow: %w", err)
+	}
+	if err := mgr.Load(ctx); err != nil {
+		log.Warn("policy.shadow: no candidate bundle active yet", "err", err.Error())
+	}
+	go mgr.Run(ctx)
+	log.Info("policy.shadow: evaluating a candidate bundle beside the enforced one (never enforced)")
+	return mgr.Active, nil
 }

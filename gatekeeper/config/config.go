@@ -165,6 +165,10 @@ type Policy struct {
 	// Bundle is the signed bundle to enforce (see bundles/README.md); nil
 	// means the unsigned bundle embedded in the binary, which is logged.
 	Bundle *Bundle `yaml:"bundle"`
+	// Shadow is a candidate bundle evaluated beside the enforced one on
+	// every admission the policy decides; disagreements are logged and
+	// counted (itogate_shadow_decisions_total), never enforced.
+	Shadow *Bundle `yaml:"shadow"`
 	// Deadline bounds one evaluation (default 250ms).
 	Deadline Duration `yaml:"deadline"`
 }
@@ -435,6 +439,11 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("policy.bundle: %w", err))
 		}
 	}
+	if c.Policy.Shadow != nil {
+		if err := c.Policy.Shadow.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("policy.shadow: %w", err))
+		}
+	}
 	if c.Limits.MaxBodyBytes <= 0 || c.Limits.MaxBodyBytes > 16<<20 {
 		errs = append(errs, errors.New("limits.max_body_bytes must be in (0, 16 MiB]"))
 	}
@@ -485,7 +494,10 @@ func (c *Config) resolvePaths(base string) {
 		abs(&c.DecisionLog)
 	}
 	abs(&c.Ledger.Path)
-	if b := c.Policy.Bundle; b != nil {
+	for _, b := range []*Bundle{c.Policy.Bundle, c.Policy.Shadow} {
+		if b == nil {
+			continue
+		}
 		abs(&b.File)
 		for i := range b.VerificationKeys {
 			abs(&b.VerificationKeys[i].PEMFile)

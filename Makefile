@@ -6,7 +6,7 @@ OPA   := $(GO) tool opa
 BIN   := bin/itogate
 COVERAGE_THRESHOLD ?= 90
 
-.PHONY: run build test test-go test-policy fmt-check demo clean codes bundle fuzz
+.PHONY: run build test test-go test-policy fmt-check demo clean codes bundle fuzz bench
 
 LISTEN   ?= 127.0.0.1:8443
 DATA_DIR ?= ./data
@@ -54,6 +54,12 @@ fuzz:
 	  pkg=$${t%%:*}; name=$${t##*:}; echo "fuzz: $$name ($$pkg, $(FUZZTIME))"; \
 	  $(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) $$pkg; \
 	done
+
+## bench: stage benchmarks, a CPU profile of the whole handler and the same load shapes against
+##   itogate serve and opa run --server on loopback → bench/out/<UTC time>/summary.md (docs/performance.md).
+##   BENCH_DURATION=10s BENCH_RATE=200 BENCH_HIGH_RATE=1000 BENCH_WORKERS=16 BENCH_BENCHTIME=1s BENCH_PROFILE_N=1500
+bench:
+	bench/run.sh
 
 clean:
 	rm -rf bin data

@@ -11,6 +11,7 @@
 package decisionlog
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -172,25 +173,66 @@ func (l *Logger) drop(reason string) {
 // mask policy says: compact JWS/JWT, PEM blocks, long base64 runs (signatures,
 // keys) and the credential shapes the data gate looks for.
 var guardPatterns = []*regexp.Regexp{
+	// Each starts with a literal so Go's regexp can skip ahead (one pattern
+	// per prefix: an alternation or \b defeats that); the guard errs on
+	// refusing.
 	regexp.MustCompile(`eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.`),
 	regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*-----`),
-	regexp.MustCompile(`[A-Za-z0-9+/]{88,}={0,2}`),
-	regexp.MustCompile(`\b(AKIA|ASIA)[0-9A-Z]{16}\b`),
-	regexp.MustCompile(`\b(ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{30,}|\bgithub_pat_[A-Za-z0-9_]{20,}|\bhf_[A-Za-z0-9]{30,}|\bxox[abposr]-[A-Za-z0-9-]{10,}|\bglpat-[A-Za-z0-9_-]{20,}`),
-	regexp.MustCompile(`(?i)[?&](X-Amz-Signature|X-Goog-Signature|sig|Signature)=`),
-	regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s"]*(:|%3[Aa])[^/?#@\s"]*@|[A-Za-z][A-Za-z0-9+.-]*://[A-Za-z0-9_.~-]{20,}@`),
-	regexp.MustCompile(`\b(sk_live|rk_live|sk-proj|sk-ant|sk-svcacct)[-_][A-Za-z0-9_-]{20,}`),
+	regexp.MustCompile(`AKIA[0-9A-Z]{16}`),
+	regexp.MustCompile(`ASIA[0-9A-Z]{16}`),
+	regexp.MustCompile(`gh[pousr]_[A-Za-z0-9]{30,}`),
+	regexp.MustCompile(`github_pat_[A-Za-z0-9_]{20,}`),
+	regexp.MustCompile(`hf_[A-Za-z0-9]{30,}`),
+	regexp.MustCompile(`xox[abposr]-[A-Za-z0-9-]{10,}`),
+	regexp.MustCompile(`glpat-[A-Za-z0-9_-]{20,}`),
+	regexp.MustCompile(`://[^/?#@\s"]*(:|%3[Aa])[^/?#@\s"]*@|://[A-Za-z0-9_.~-]{20,}@`),
+	regexp.MustCompile(`sk_live_[A-Za-z0-9_-]{20,}`),
+	regexp.MustCompile(`rk_live_[A-Za-z0-9_-]{20,}`),
+	regexp.MustCompile(`sk-(proj|ant|svcacct)-[A-Za-z0-9_-]{20,}`),
 }
+
+// signedURLParams are query parameters of presigned URLs, matched in a
+// lower-cased copy (case-insensitive regexps cannot skip ahead).
+var signedURLParams = []string{"x-amz-signature=", "x-goog-signature=", "sig=", "signature="}
 
 // Guard returns a non-empty reason when raw holds something shaped like a
 // secret. The reason names the shape, never the match.
 func Guard(raw []byte) string {
+	if longBase64Run(raw, 88) {
+		return "secret-shaped content (long base64 run: a signature or key)"
+	}
+	lower := bytes.ToLower(raw)
+	for _, p := range signedURLParams {
+		if bytes.Contains(lower, []byte("?"+p)) || bytes.Contains(lower, []byte("&"+p)) {
+			return "secret-shaped content (presigned URL)"
+		}
+	}
 	for i, re := range guardPatterns {
 		if re.Match(raw) {
 			return fmt.Sprintf("secret-shaped content (pattern %d)", i)
 		}
 	}
 	return ""
+}
+
+// longBase64Run reports a run of at least n base64 characters ([A-Za-z0-9+/]):
+// 88 is the length of an Ed25519 signature and shorter than any ECDSA or RSA
+// signature or key in base64. One linear pass; the equivalent regex has no
+// literal prefix and cost more than every signature check of an admission.
+func longBase64Run(raw []byte, n int) bool {
+	run := 0
+	for _, c := range raw {
+		switch {
+		case c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '+', c == '/':
+			run++
+			if run >= n {
+				return true
+			}
+		default:
+			run = 0
+		}
+	}
+	return false
 }
 
 // Remove returns a deep copy of doc without the values at the JSON pointers

@@ -3,6 +3,7 @@ package decisionlog
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -104,5 +105,33 @@ func TestReadRoundTrip(t *testing.T) {
 	}
 	if _, err := Read(strings.NewReader("")); !errors.Is(err, ErrNoEvents) {
 		t.Fatalf("empty log: %v", err)
+	}
+}
+
+func TestLongBase64Run(t *testing.T) {
+	t.Parallel()
+	cases := map[string]bool{
+		strings.Repeat("A", 87):                     false,
+		strings.Repeat("A", 88):                     true,
+		"x:" + strings.Repeat("ab+/", 22) + "=":     true,
+		strings.Repeat("abc-", 40):                  false, // '-' breaks every run
+		"sha256:" + strings.Repeat("0f", 32):        false, // a 64-hex digest is fine
+		`{"a":"` + strings.Repeat("Zz9", 30) + `"}`: true,
+	}
+	for in, want := range cases {
+		if got := longBase64Run([]byte(in), 88); got != want {
+			t.Errorf("longBase64Run(%q) = %v, want %v", in, got, want)
+		}
+	}
+}
+
+func BenchmarkGuard(b *testing.B) {
+	ev := event(map[string]any{"manifest": map[string]any{"name": strings.Repeat("llama-3-8b ", 400)}})
+	raw, _ := json.Marshal(ev)
+	b.SetBytes(int64(len(raw)))
+	for b.Loop() {
+		if Guard(raw) != "" {
+			b.Fatal("clean event refused")
+		}
 	}
 }

@@ -1,0 +1,501 @@
+// Command loadgen drives a bounded load against itogate's POST /v1/admissions
+// or against `opa run --server` at POST /v1/data/ito/admission/decision with
+// the same policy input itogate builds, and prints throughput and latency
+// percentiles. It only talks to loopback addresses and every run is bounded
+// by -duration and by -max requests.
+//
+//	loadgen -target itogate -url http://127.0.0.1:P -path deny  -mode closed -workers 16 -duration 10s
+//	loadgen -target itogate -url http://127.0.0.1:P -path allow -mode open   -rate 200   -duration 10s
+//	loadgen -target opa     -url http://127.0.0.1:Q -path allow -mode closed -workers 16 -duration 10s
+//
+// Closed loop: -workers goroutines each send the next request when the last
+// one answered. Open loop: requests start on a fixed schedule (-rate per
+// second) whatever the answers do, and latency is measured from the scheduled
+// start, so a stalled server is not hidden (no coordinated omission).
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/itocompute/itogate/fixtures"
+	"github.com/itocompute/itogate/gatekeeper/manifest"
+	"github.com/itocompute/itogate/gatekeeper/scenario"
+)
+
+type options struct {
+	target, base, path, mode, label string
+	workers, rate, max, pool        int
+	duration                        time.Duration
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.target, "target", "itogate", "itogate or opa")
+	flag.StringVar(&o.base, "url", "", "base URL, loopback only (http://127.0.0.1:PORT)")
+	flag.StringVar(&o.path, "path", "deny", "deny (parallelism deny, no ledger write) or allow (durable commit)")
+	flag.StringVar(&o.mode, "mode", "closed", "closed (workers at max) or open (fixed rate)")
+	flag.IntVar(&o.workers, "workers", 16, "closed loop: concurrent workers")
+	flag.IntVar(&o.rate, "rate", 200, "open loop: requests per second")
+	flag.DurationVar(&o.duration, "duration", 10*time.Second, "timed phase length (at most 60s)")
+	flag.IntVar(&o.max, "max", 100000, "hard cap on requests in the timed phase")
+	flag.IntVar(&o.pool, "pool", 0, "itogate allow: confirmations deposited before the timed phase (default: enough for the phase)")
+	flag.StringVar(&o.label, "label", "", "row label")
+	freePort := flag.Bool("free-port", false, "print a free loopback TCP port and exit")
+	flag.Parse()
+	if *freePort {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "loadgen:", err)
+			os.Exit(1)
+		}
+		fmt.Println(l.Addr().(*net.TCPAddr).Port)
+		l.Close()
+		return
+	}
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "loadgen:", err)
+		os.Exit(1)
+	}
+}
+
+func run(o options) error {
+	u, err := url.Parse(o.base)
+	if err != nil || u.Scheme != "http" {
+		return fmt.Errorf("-url must be http://127.0.0.1:PORT")
+	}
+	if ip := net.ParseIP(u.Hostname()); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("-url %s: only loopback addresses are allowed", o.base)
+	}
+	if o.duration <= 0 || o.duration > time.Minute {
+		return fmt.Errorf("-duration must be in (0, 60s]")
+	}
+	if o.path != "deny" && o.path != "allow" {
+		return fmt.Errorf("-path must be deny or allow")
+	}
+	if o.mode != "closed" && o.mode != "open" {
+		return fmt.Errorf("-mode must be closed or open")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		MaxIdleConns: 2048, MaxIdleConnsPerHost: 2048, IdleConnTimeout: 30 * time.Second, DisableCompression: true,
+	}}
+	var next func(i int) (*http.Request, error)
+	var want int
+	switch o.target {
+	case "itogate":
+		next, want, err = itogateRequests(ctx, o)
+	case "opa":
+		next, want, err = opaRequests(o)
+	default:
+		err = fmt.Errorf("-target must be itogate or opa")
+	}
+	if err != nil {
+		return err
+	}
+	// One untimed request shows what the server answers (status, codes).
+	if req, err := next(-1); err == nil {
+		if st, body, err := do(hc, req); err == nil {
+			fmt.Fprintf(os.Stderr, "loadgen: sample %s %s: HTTP %d %s\n", o.target, o.path, st, summary(body))
+		} else if !errors.Is(err, errPoolEmpty) {
+			return err
+		}
+	}
+
+	var res result
+	switch o.mode {
+	case "closed":
+		res = closedLoop(hc, next, want, o)
+	case "open":
+		res = openLoop(hc, next, want, o)
+	}
+	res.print(o)
+	return nil
+}
+
+var errPoolEmpty = errors.New("confirmation pool exhausted")
+
+func do(hc *http.Client, req *http.Request) (int, []byte, error) {
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return resp.StatusCode, body, err
+}
+
+func summary(body []byte) string {
+	var env struct {
+		Result *struct {
+			Allow      bool `json:"allow"`
+			Violations []struct {
+				Code string `json:"code"`
+			} `json:"violations"`
+		} `json:"result"`
+		Error *struct {
+			Code       string `json:"code"`
+			Violations []struct {
+				Code string `json:"code"`
+			} `json:"violations"`
+		} `json:"error"`
+		Data *struct {
+			Decision string `json:"decision"`
+		} `json:"data"`
+	}
+	if json.Unmarshal(body, &env) != nil {
+		return fmt.Sprintf("%.200q", body)
+	}
+	switch {
+	case env.Result != nil:
+		var c []string
+		for _, v := range env.Result.Violations {
+			c = append(c, v.Code)
+		}
+		return fmt.Sprintf("allow=%v violations=%v", env.Result.Allow, c)
+	case env.Error != nil:
+		c := []string{env.Error.Code}
+		for _, v := range env.Error.Violations {
+			c = append(c, v.Code)
+		}
+		return fmt.Sprintf("deny %v", c)
+	case env.Data != nil:
+		return "decision=" + env.Data.Decision
+	}
+	return fmt.Sprintf("%.200q", body)
+}
+
+// manifestFor: allow admits llama3-8b; deny sends the V100 FSDP manifest
+// that every verification accepts and the parallelism gate denies (with a
+// computed fix), so the deny path runs the whole pipeline but the commit.
+func manifestFor(path string) string {
+	if path == "allow" {
+		return "llama3-8b"
+	}
+	return "llama2-70b-v100-fsdp"
+}
+
+// itogateRequests mints the caller and entitlement tokens once (reused, as
+// real traffic does), deposits the confirmations (one reused for deny, one
+// per request for allow) and returns a request builder.
+func itogateRequests(ctx context.Context, o options) (func(int) (*http.Request, error), int, error) {
+	r, err := scenario.New(o.base, fixtures.Manifests())
+	if err != nil {
+		return nil, 0, err
+	}
+	m, err := r.LoadManifest(manifestFor(o.path))
+	if err != nil {
+		return nil, 0, err
+	}
+	caller, err := scenario.CallerToken()
+	if err != nil {
+		return nil, 0, err
+	}
+	ent, err := r.EntitlementFor(m, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	budget, _ := m.Doc["budget"].(map[string]any)
+	cost, _ := budget["ceiling_usd"].(string)
+	digest := manifest.Digest(m.Raw)
+
+	n := 1
+	if o.path == "allow" {
+		n = o.pool
+		if n <= 0 {
+			if o.mode == "open" {
+				n = o.rate*int(o.duration/time.Second) + 50
+			} else {
+				n = 300 * int(o.duration/time.Second) // above what 2 cores commit (~100/s measured)
+			}
+		}
+		n = min(n+1, o.max+1, 50000) // +1 for the sample request
+	}
+	refs := make(chan string, n)
+	start := time.Now()
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	jobs := make(chan struct{}, n)
+	for range n {
+		jobs <- struct{}{}
+	}
+	close(jobs)
+	for range min(16, n) {
+		wg.Go(func() {
+			for range jobs {
+				ref, err := r.Confirm(ctx, "train.create", digest, cost, "")
+				if err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+				refs <- ref
+			}
+		})
+	}
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return nil, 0, fmt.Errorf("deposit: %w", err)
+	}
+	close(refs)
+	fmt.Fprintf(os.Stderr, "loadgen: deposited %d confirmation(s) in %v\n", n, time.Since(start).Round(time.Millisecond))
+	var shared string
+	if o.path == "deny" {
+		shared = <-refs
+	}
+
+	mb64 := base64.StdEncoding.EncodeToString(m.Raw)
+	runTag := fmt.Sprintf("%x", time.Now().UnixNano())
+	want := http.StatusForbidden
+	if o.path == "allow" {
+		want = http.StatusOK
+	}
+	next := func(i int) (*http.Request, error) {
+		ref := shared
+		if ref == "" {
+			var ok bool
+			if ref, ok = <-refs; !ok {
+				return nil, errPoolEmpty
+			}
+		}
+		body, err := json.Marshal(map[string]any{
+			"action": "train.create", "booking_id": scenario.Booking,
+			"idempotency_key": fmt.Sprintf("lg-%s-%s-%d", o.path, runTag, i),
+			"manifest":        mb64, "manifest_signature": m.Signature,
+			"entitlement_token": ent, "confirmation_ref": ref,
+		})
+		if err != nil {
+			return nil, err
+		}
+		req, err := http.NewRequest(http.MethodPost, o.base+"/v1/admissions", bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+caller)
+		return req, nil
+	}
+	return next, want, nil
+}
+
+// opaRequests posts {"input": ...} built exactly like
+// gatekeeper/policy/bench_test.go builds the input itogate evaluates.
+func opaRequests(o options) (func(int) (*http.Request, error), int, error) {
+	raw, err := fs(manifestFor(o.path))
+	if err != nil {
+		return nil, 0, err
+	}
+	doc, err := manifest.Parse(raw)
+	if err != nil {
+		return nil, 0, err
+	}
+	body, err := json.Marshal(map[string]any{"input": policyInput(raw, doc, time.Now())})
+	if err != nil {
+		return nil, 0, err
+	}
+	next := func(int) (*http.Request, error) {
+		req, err := http.NewRequest(http.MethodPost, o.base+"/v1/data/ito/admission/decision", bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		return req, nil
+	}
+	return next, http.StatusOK, nil
+}
+
+func fs(name string) ([]byte, error) {
+	f, err := fixtures.Manifests().Open(name + ".json")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}
+
+// policyInput mirrors gatekeeper/policy/bench_test.go's input builder (and
+// so gatekeeper/admission's input document).
+func policyInput(raw []byte, doc map[string]any, now time.Time) map[string]any {
+	ent := scenario.EntitlementClaims(doc, now)
+	budget := doc["budget"].(map[string]any)
+	v := map[string]any{"verified": true, "key_id": "k"}
+	digest := manifest.Digest(raw)
+	return map[string]any{
+		"now": now.Unix(),
+		"request": map[string]any{"action": "train.create", "booking_id": ent["booking_id"], "idempotency_key": "k1",
+			"request_digest": digest, "run_id": "", "releases_booking": false},
+		"caller":          map[string]any{"sub": "s", "account": ent["sub"], "key_id": "k"},
+		"manifest_digest": digest, "manifest": doc,
+		"verification": map[string]any{"caller": v, "manifest_signature": v, "entitlement": v, "confirmation": v},
+		"entitlement":  ent,
+		"confirmation": map[string]any{"ref": "cfr_00000000000000000000000000000000", "iss": "i", "aud": "itogate",
+			"sub": ent["sub"], "iat": now.Unix(), "exp": now.Unix() + 600, "jti": "j", "act": "train.create",
+			"booking_id": ent["booking_id"], "manifest_digest": digest, "cost_usd": budget["ceiling_usd"], "run_id": ""},
+		"ledger": map[string]any{"confirmation_consumed": false, "idempotency": map[string]any{"seen": false, "same_request": false}},
+	}
+}
+
+type result struct {
+	sent, ok, bad, errs int
+	dropped             int
+	first               string
+	elapsed             time.Duration
+	lat                 []time.Duration
+	poolEmpty           bool
+}
+
+type sample struct {
+	lat    time.Duration
+	status int
+	body   []byte
+	err    error
+}
+
+func record(res *result, mu *sync.Mutex, s sample, want int) {
+	mu.Lock()
+	defer mu.Unlock()
+	res.sent++
+	switch {
+	case s.err != nil:
+		res.errs++
+		if res.first == "" {
+			res.first = s.err.Error()
+		}
+	case s.status != want:
+		res.bad++
+		if res.first == "" {
+			res.first = fmt.Sprintf("HTTP %d %s", s.status, summary(s.body))
+		}
+	default:
+		res.ok++
+	}
+	res.lat = append(res.lat, s.lat)
+}
+
+func closedLoop(hc *http.Client, next func(int) (*http.Request, error), want int, o options) result {
+	var res result
+	var mu sync.Mutex
+	var seq atomic.Int64
+	var empty atomic.Bool
+	start := time.Now()
+	deadline := start.Add(o.duration)
+	var wg sync.WaitGroup
+	for range o.workers {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				i := int(seq.Add(1))
+				if i > o.max {
+					return
+				}
+				req, err := next(i)
+				if errors.Is(err, errPoolEmpty) {
+					empty.Store(true)
+					return
+				}
+				t0 := time.Now()
+				st, body, err := do(hc, req)
+				record(&res, &mu, sample{time.Since(t0), st, body, err}, want)
+			}
+		})
+	}
+	wg.Wait()
+	res.elapsed = time.Since(start)
+	res.poolEmpty = empty.Load()
+	return res
+}
+
+func openLoop(hc *http.Client, next func(int) (*http.Request, error), want int, o options) result {
+	var res result
+	var mu sync.Mutex
+	total := min(o.rate*int(o.duration/time.Second), o.max)
+	interval := time.Second / time.Duration(o.rate)
+	inflight := make(chan struct{}, 1024) // bound on concurrent requests
+	var wg sync.WaitGroup
+	start := time.Now()
+	// A server slower than the rate would make the schedule run for ever:
+	// nothing starts after duration+5s; what is left counts as dropped.
+	hardStop := time.NewTimer(o.duration + 5*time.Second)
+	defer hardStop.Stop()
+	stopped := false
+	for i := 0; i < total && !stopped; i++ {
+		sched := start.Add(time.Duration(i) * interval)
+		time.Sleep(time.Until(sched))
+		req, err := next(i)
+		if errors.Is(err, errPoolEmpty) {
+			res.poolEmpty = true
+			break
+		}
+		select {
+		case inflight <- struct{}{}:
+		case <-hardStop.C:
+			mu.Lock()
+			res.dropped = total - i
+			mu.Unlock()
+			stopped = true
+			continue
+		}
+		wg.Go(func() {
+			defer func() { <-inflight }()
+			st, body, err := do(hc, req)
+			record(&res, &mu, sample{time.Since(sched), st, body, err}, want)
+		})
+	}
+	wg.Wait()
+	res.elapsed = time.Since(start)
+	return res
+}
+
+func pct(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(p*float64(len(sorted))+0.5) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
+
+func (r result) print(o options) {
+	slices.Sort(r.lat)
+	shape := fmt.Sprintf("closed %d workers", o.workers)
+	if o.mode == "open" {
+		shape = fmt.Sprintf("open %d/s", o.rate)
+	}
+	label := o.label
+	if label == "" {
+		label = o.target + " " + o.path
+	}
+	note := ""
+	if r.poolEmpty {
+		note = "confirmation pool exhausted; "
+	}
+	if r.dropped > 0 {
+		note += fmt.Sprintf("%d of the schedule never started (server slower than the rate); ", r.dropped)
+	}
+	if r.first != "" {
+		note += "first failure: " + r.first
+	}
+	var maxLat time.Duration
+	if len(r.lat) > 0 {
+		maxLat = r.lat[len(r.lat)-1]
+	}
+	// | label | shape | requests | ok | wrong status | errors | req/s | p50 | p90 | p99 | max | note |
+	fmt.Printf("| %s | %s | %d | %d | %d | %d | %.0f | %s | %s | %s | %s | %s |\n",
+		label, shape, r.sent, r.ok, r.bad, r.errs, float64(r.ok)/r.elapsed.Seconds(),
+		ms(pct(r.lat, .50)), ms(pct(r.lat, .90)), ms(pct(r.lat, .99)), ms(maxLat), note)
+}

@@ -1,0 +1,45 @@
+//go:build unix
+
+package policy_test
+
+import (
+	"context"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/itocompute/itogate/gatekeeper/policy"
+	"github.com/itocompute/itogate/policies"
+)
+
+// BenchmarkDecideCPU is BenchmarkDecide reporting the process CPU time per
+// evaluation (cpu-ns/op, garbage collection on the other core included),
+// which other processes on a shared machine do not inflate. It is the
+// "OPA eval" term of the per-request CPU target in docs/performance.md.
+func BenchmarkDecideCPU(b *testing.B) {
+	for _, name := range []string{"llama3-8b", "llama2-70b-v100-fsdp"} {
+		b.Run(name, func(b *testing.B) {
+			e, err := policy.New(context.Background(), policy.Options{Bundle: policies.Bundle(), Deadline: time.Minute})
+			if err != nil {
+				b.Fatal(err)
+			}
+			in := input(b, name)
+			b.ReportAllocs()
+			cpu0 := processCPU(b)
+			for b.Loop() {
+				if _, err := e.Decide(context.Background(), in); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+func processCPU(b *testing.B) int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}

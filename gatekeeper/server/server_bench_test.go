@@ -1,0 +1,200 @@
+//go:build unix
+
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/itocompute/itogate/fixtures"
+	"github.com/itocompute/itogate/gatekeeper/admission"
+	"github.com/itocompute/itogate/gatekeeper/decisionlog"
+	"github.com/itocompute/itogate/gatekeeper/ledger/bolt"
+	"github.com/itocompute/itogate/gatekeeper/manifest"
+	"github.com/itocompute/itogate/gatekeeper/policy"
+	"github.com/itocompute/itogate/gatekeeper/scenario"
+	"github.com/itocompute/itogate/gatekeeper/server"
+	"github.com/itocompute/itogate/gatekeeper/trust"
+	"github.com/itocompute/itogate/policies"
+)
+
+// benchServer is newHarness for benchmarks: the real router over a real
+// bbolt ledger (fsync on), the embedded bundle and the development trust,
+// with logs and the decision log discarded. Deposits go through an
+// httptest.Server; the timed admissions call ServeHTTP directly so a CPU
+// profile holds the server's work and not an HTTP client's.
+type benchServer struct {
+	h      http.Handler
+	runner *scenario.Runner
+	caller string
+}
+
+func newBenchServer(b *testing.B) *benchServer {
+	b.Helper()
+	ts, err := trust.Dev()
+	if err != nil {
+		b.Fatal(err)
+	}
+	// serve's development default deadline is 250ms; the benchmark must not
+	// turn a slow evaluation on a loaded machine into a 503.
+	engine, err := policy.New(context.Background(), policy.Options{Bundle: policies.Bundle(), Deadline: 10 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	store, err := bolt.Open(filepath.Join(b.TempDir(), "ledger.db"), bolt.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { store.Close() })
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	dl := decisionlog.New(io.Discard, decisionlog.Options{})
+	b.Cleanup(dl.Close)
+	metrics := server.NewMetrics()
+	svc, err := admission.New(admission.Options{
+		Entitlement: ts.Entitlement, Confirmation: ts.Confirmation, Manifests: ts.Manifests,
+		Ledger: store, Policy: func() admission.Decider { return engine }, Logger: log, DecisionLog: dl,
+		OnLedgerError: metrics.LedgerError,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h, err := server.New(server.Options{
+		Admission: svc, Callers: ts.Callers, Depositors: ts.Depositors,
+		Ready:        func(ctx context.Context) error { return store.Ping(ctx) },
+		MaxBodyBytes: 2 << 20, RequestTimeout: 60 * time.Second, Metrics: metrics, Logger: log,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	b.Cleanup(srv.Close)
+	r, err := scenario.New(srv.URL, fixtures.Manifests())
+	if err != nil {
+		b.Fatal(err)
+	}
+	caller, err := scenario.CallerToken()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &benchServer{h: h, runner: r, caller: caller}
+}
+
+// deposit deposits n confirmations for m (16 at a time) and returns their refs.
+func (s *benchServer) deposit(b *testing.B, m scenario.Manifest, n int) chan string {
+	b.Helper()
+	budget, _ := m.Doc["budget"].(map[string]any)
+	cost, _ := budget["ceiling_usd"].(string)
+	digest := manifest.Digest(m.Raw)
+	refs := make(chan string, n)
+	var wg sync.WaitGroup
+	var left atomic.Int64
+	left.Store(int64(n))
+	var failed atomic.Value
+	for range min(16, n) {
+		wg.Go(func() {
+			for left.Add(-1) >= 0 {
+				ref, err := s.runner.Confirm(context.Background(), "train.create", digest, cost, "")
+				if err != nil {
+					failed.CompareAndSwap(nil, err)
+					return
+				}
+				refs <- ref
+			}
+		})
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	close(refs)
+	return refs
+}
+
+// benchAdmit posts train.create admissions for the fixture name from 8×GOMAXPROCS
+// goroutines (16 on two cores, as the load test's closed loop) and checks
+// every status. allow: one fresh confirmation per request (durable bbolt
+// commit); deny: the V100 FSDP manifest, denied by the parallelism gate after
+// every verification, with one shared confirmation (nothing is written).
+func benchAdmit(b *testing.B, name string, want int) {
+	s := newBenchServer(b)
+	m, err := s.runner.LoadManifest(name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ent, err := s.runner.EntitlementFor(m, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := 1
+	if want == http.StatusOK {
+		n = b.N
+	}
+	refs := s.deposit(b, m, n)
+	shared := ""
+	if want != http.StatusOK {
+		shared = <-refs
+	}
+	mb64 := base64.StdEncoding.EncodeToString(m.Raw)
+	var seq atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(8)
+	cpu0 := processCPU(b)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			ref := shared
+			if ref == "" {
+				ref = <-refs
+			}
+			body, _ := json.Marshal(map[string]any{
+				"action": "train.create", "booking_id": scenario.Booking,
+				"idempotency_key": fmt.Sprintf("bench-%d", seq.Add(1)),
+				"manifest":        mb64, "manifest_signature": m.Signature,
+				"entitlement_token": ent, "confirmation_ref": ref,
+			})
+			req := httptest.NewRequest(http.MethodPost, "/v1/admissions", bytes.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+s.caller)
+			rec := httptest.NewRecorder()
+			s.h.ServeHTTP(rec, req)
+			if rec.Code != want {
+				b.Errorf("HTTP %d, want %d: %.300s", rec.Code, want, rec.Body.String())
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+}
+
+// processCPU is this process's user+system CPU time in nanoseconds: per-op
+// CPU that other processes on a shared machine do not inflate (ns/op does).
+func processCPU(b *testing.B) int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// BenchmarkAdmitAllow is a whole admitted train.create through the real
+// router: decode, four verifications, schema, policy, durable commit.
+// Profile it with -benchtime=Nx (N confirmations are deposited first).
+func BenchmarkAdmitAllow(b *testing.B) { benchAdmit(b, "llama3-8b", http.StatusOK) }
+
+// BenchmarkAdmitDeny is a whole parallelism-denied train.create: the same
+// pipeline without the commit, with a deny that computes a fix.
+func BenchmarkAdmitDeny(b *testing.B) { benchAdmit(b, "llama2-70b-v100-fsdp", http.StatusForbidden) }

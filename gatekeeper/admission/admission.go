@@ -413,7 +413,12 @@ func (s *Service) admit(ctx context.Context, caller Caller, req Request, tr *tra
 			Violations: []Finding{{Code: CodeIdempotencyConflict, Gate: "idempotency",
 				Message: "the idempotency key is bound to another request"}}}
 	case err != nil:
-		return s.ledgerFault("commit", err)
+		// A fault during the commit leaves its outcome unknown to us (the
+		// transaction may have committed): say so, and point at status.
+		o := s.ledgerFault("commit", err)
+		o.Message = "the ledger failed during the commit; denied — the outcome is unknown: " +
+			"query GET /v1/admissions/{idempotency_key} before retrying"
+		return o
 	case wasReplay:
 		return replayed(stored)
 	}

@@ -256,7 +256,7 @@ func TestLedgerFailsMidLoad(t *testing.T) {
 	opts := pgOptions(t)
 	app := "itogate_e2e_" + strings.TrimPrefix(opts.Schema, pgtest.SchemaPrefix)
 	proxy, dsn := pgtest.NewProxy(t, opts.DSN)
-	dsn += map[bool]string{true: "&", false: "?"}[strings.Contains(dsn, "?")] + "application_name=" + app
+	dsn = pgtest.WithParam(dsn, "application_name", app)
 	p := startServe(t, t.TempDir(), "--ledger-dsn", dsn, "--ledger-schema", opts.Schema)
 	ledger503 := map[int]bool{http.StatusOK: true, http.StatusServiceUnavailable: false}
 

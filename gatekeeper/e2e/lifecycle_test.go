@@ -115,13 +115,14 @@ func TestLifecycle(t *testing.T) {
 		})
 
 		t.Run("release", func(t *testing.T) {
-			ref := a.confirmation(t, "booking.release", map[string]any{"run_id": ""})
+			// A release confirmation names no run (no run_id claim).
+			ref := a.confirmation(t, "booking.release", nil)
 			r := a.mustAdmit(t, lifecycle("booking.release", "release-1", ref, ""), http.StatusOK, "")
 			if r.Data.State != "release_admitted" || r.Data.RunID != "" {
 				t.Fatalf("release: %s", r)
 			}
 			// A release names no run.
-			other := a.confirmation(t, "booking.release", map[string]any{"run_id": ""})
+			other := a.confirmation(t, "booking.release", nil)
 			a.mustAdmit(t, lifecycle("booking.release", "release-2", other, runID), http.StatusBadRequest, "REQUEST_INVALID")
 			wantAvailable(t, store, other)
 		})

@@ -191,7 +191,7 @@ func TestConnectionKilledMidTransaction(t *testing.T) {
 	t.Parallel()
 	opts := testOptions(t)
 	app := "itogate_kill_" + opts.Schema[len(pgtest.SchemaPrefix):]
-	opts.DSN += "&application_name=" + app
+	opts.DSN = pgtest.WithParam(opts.DSN, "application_name", app)
 	s := open(t, opts)
 	defer s.Close()
 	ctx := t.Context()

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net/url"
 	"os"
 	"testing"
 	"time"
@@ -59,4 +60,16 @@ func Exec(ctx context.Context, dsn, sql string, args ...any) error {
 	defer conn.Close(context.WithoutCancel(ctx))
 	_, err = conn.Exec(ctx, sql, args...)
 	return err
+}
+
+// WithParam returns dsn with the connection parameter name=value added, in
+// URL (postgres://…) or keyword/value form.
+func WithParam(dsn, name, value string) string {
+	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		q := u.Query()
+		q.Set(name, value)
+		u.RawQuery = q.Encode()
+		return u.String()
+	}
+	return dsn + " " + name + "=" + value
 }

@@ -32,13 +32,16 @@ deny contains v if {
 
 # METADATA
 # title: Booking not completed
-# description: The booking must be in state "completed" (not expired, revoked, released or incomplete).
+# description: >-
+#   The booking must be in state "completed" (not expired, revoked, released or
+#   incomplete). train.cancel and train.cleanup may also act on an expired,
+#   released or revoked booking: a run must always be stoppable and cleanable.
 # custom:
 #   code: ENTITLEMENT_BOOKING_NOT_COMPLETED
 #   gate: entitlement
 #   fix: Complete the booking first; an expired, revoked, released or incomplete booking cannot host runs.
 deny contains v if {
-	not _ent.booking_state == "completed"
+	not _is_state_ok
 	state := lib.value_at(input, ["entitlement", "booking_state"], null)
 	v := lib.violation(rego.metadata.rule(), sprintf("booking %v is in state %v, not \"completed\"", [
 		lib.show(lib.value_at(input, ["entitlement", "booking_id"], null)),
@@ -54,6 +57,7 @@ deny contains v if {
 #   gate: entitlement
 #   fix: Book capacity that is eligible for training, or ask the desk to enable training on this booking.
 deny contains v if {
+	not lib.is_teardown
 	not _ent.training_eligible == true
 	v := lib.violation(rego.metadata.rule(), "the booking is not eligible for training (training_eligible is not true)")
 }
@@ -138,7 +142,9 @@ _is_same_account if {
 
 # METADATA
 # title: Outside the booking term
-# description: Now must lie within the booking term, term.start <= now < term.end.
+# description: >-
+#   Now must lie within the booking term, term.start <= now < term.end;
+#   train.cancel and train.cleanup only need term.start <= now.
 # custom:
 #   code: ENTITLEMENT_OUTSIDE_TERM
 #   gate: entitlement
@@ -157,6 +163,21 @@ _is_within_term if {
 	is_number(_ent.term.end)
 	_ent.term.start <= input.now
 	input.now < _ent.term.end
+}
+
+# Teardown may come after the term ended, never before it started.
+_is_within_term if {
+	lib.is_teardown
+	is_number(_ent.term.start)
+	is_number(_ent.term.end)
+	_ent.term.start <= input.now
+}
+
+_is_state_ok if _ent.booking_state == "completed"
+
+_is_state_ok if {
+	lib.is_teardown
+	_ent.booking_state in {"expired", "released", "revoked"}
 }
 
 # METADATA

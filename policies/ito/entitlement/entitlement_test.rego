@@ -92,8 +92,8 @@ _cases := {
 		"patch": array.concat(_cancel, [_set("/entitlement/gpu/nodes", 1), _set("/entitlement/region", "eu-west-1")]),
 		"want": set(),
 	},
-	"cancel still needs a completed booking": {
-		"patch": array.concat(_cancel, [_set("/entitlement/booking_state", "revoked")]),
+	"cancel still needs a booking that completed once": {
+		"patch": array.concat(_cancel, [_set("/entitlement/booking_state", "incomplete")]),
 		"want": {"ENTITLEMENT_BOOKING_NOT_COMPLETED"},
 	},
 	"no entitlement at all": {

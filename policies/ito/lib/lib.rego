@@ -17,6 +17,13 @@ actions := {"train.create", "train.cancel", "train.cleanup", "booking.release"}
 is_train_create if input.request.action == "train.create"
 
 # METADATA
+# title: Is a teardown request
+# description: >-
+#   True for train.cancel and train.cleanup: they stop or clean up a run
+#   already admitted, so they stay possible after the booking ended.
+is_teardown if input.request.action in {"train.cancel", "train.cleanup"}
+
+# METADATA
 # title: Violation from rule metadata
 # description: >-
 #   Builds {code, gate, message[, fix]} from the calling rule's METADATA

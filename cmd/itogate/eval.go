@@ -76,31 +76,13 @@ func (o *evalOptions) run(ctx context.Context, w io.Writer) error {
 			return err
 		}
 	}
-	budget, _ := doc["budget"].(map[string]any)
-	conf := map[string]any{
-		"ref": "cfr_" + fmt.Sprintf("%032x", 0), "iss": "offline", "aud": "itogate", "sub": ent["sub"],
-		"iat": now.Unix(), "exp": now.Unix() + 600, "jti": "offline", "act": "train.create",
-		"booking_id": ent["booking_id"], "manifest_digest": digest, "cost_usd": budget["ceiling_usd"], "run_id": "",
-	}
+	var conf map[string]any
 	if o.confirmationFile != "" {
 		if conf, err = readClaims(o.confirmationFile); err != nil {
 			return err
 		}
 	}
-	verified := map[string]any{"verified": true, "key_id": "offline"}
-	input := map[string]any{
-		"now": now.Unix(),
-		"request": map[string]any{"action": "train.create", "booking_id": ent["booking_id"], "idempotency_key": "offline",
-			"request_digest": digest, "run_id": "", "releases_booking": false},
-		"caller":          map[string]any{"sub": "offline", "account": ent["sub"], "key_id": "offline"},
-		"manifest_digest": digest,
-		"manifest":        doc,
-		"verification": map[string]any{"caller": verified, "manifest_signature": verified,
-			"entitlement": verified, "confirmation": verified},
-		"entitlement":  ent,
-		"confirmation": conf,
-		"ledger":       map[string]any{"confirmation_consumed": false, "idempotency": map[string]any{"seen": false, "same_request": false}},
-	}
+	input := scenario.OfflineInput(raw, doc, ent, conf, now)
 	bundle := policies.Bundle()
 	if o.bundleDir != "" {
 		bundle = os.DirFS(o.bundleDir)

@@ -23,24 +23,7 @@ func input(b testing.TB, name string) map[string]any {
 	if err != nil {
 		b.Fatal(err)
 	}
-	now := time.Unix(1764403200, 0)
-	ent := scenario.EntitlementClaims(doc, now)
-	budget := doc["budget"].(map[string]any)
-	v := map[string]any{"verified": true, "key_id": "k"}
-	digest := manifest.Digest(raw)
-	return map[string]any{
-		"now": now.Unix(),
-		"request": map[string]any{"action": "train.create", "booking_id": ent["booking_id"], "idempotency_key": "k1",
-			"request_digest": digest, "run_id": "", "releases_booking": false},
-		"caller":          map[string]any{"sub": "s", "account": ent["sub"], "key_id": "k"},
-		"manifest_digest": digest, "manifest": doc,
-		"verification": map[string]any{"caller": v, "manifest_signature": v, "entitlement": v, "confirmation": v},
-		"entitlement":  ent,
-		"confirmation": map[string]any{"ref": "cfr_00000000000000000000000000000000", "iss": "i", "aud": "itogate",
-			"sub": ent["sub"], "iat": now.Unix(), "exp": now.Unix() + 600, "jti": "j", "act": "train.create",
-			"booking_id": ent["booking_id"], "manifest_digest": digest, "cost_usd": budget["ceiling_usd"], "run_id": ""},
-		"ledger": map[string]any{"confirmation_consumed": false, "idempotency": map[string]any{"seen": false, "same_request": false}},
-	}
+	return scenario.OfflineInput(raw, doc, nil, nil, time.Unix(1764403200, 0))
 }
 
 // BenchmarkDecide measures one evaluation of the embedded bundle per fixture:

@@ -180,6 +180,43 @@ func EntitlementClaims(doc map[string]any, now time.Time) map[string]any {
 	}
 }
 
+// OfflineInput is the policy input (docs/policy-input.md) of a train.create
+// of manifest raw (doc is its decoded form) as the server builds it once
+// every check passed: all verification facts true, nothing in the ledger.
+// ent and conf replace the default claims when non-nil: EntitlementClaims,
+// and a confirmation binding the manifest digest with cost_usd = the budget
+// ceiling. `itogate eval`, the policy benchmarks and the load generator use
+// it, so they evaluate the document the server would.
+func OfflineInput(raw []byte, doc, ent, conf map[string]any, now time.Time) map[string]any {
+	digest := manifest.Digest(raw)
+	if ent == nil {
+		ent = EntitlementClaims(doc, now)
+	}
+	if conf == nil {
+		budget, _ := doc["budget"].(map[string]any)
+		conf = map[string]any{
+			"ref": "cfr_" + strings.Repeat("0", 32), "iss": trust.DevConfirmationIssuer, "aud": trust.DevAudience,
+			"sub": ent["sub"], "iat": now.Unix(), "exp": now.Unix() + 600, "jti": "offline", "act": "train.create",
+			"booking_id": ent["booking_id"], "manifest_digest": digest, "cost_usd": budget["ceiling_usd"], "run_id": "",
+		}
+	}
+	verified := map[string]any{"verified": true, "key_id": "offline"}
+	return map[string]any{
+		"now": now.Unix(),
+		"request": map[string]any{"action": "train.create", "booking_id": ent["booking_id"], "idempotency_key": "offline",
+			"request_digest": digest, "run_id": "", "releases_booking": false},
+		"caller":          map[string]any{"sub": "offline", "account": ent["sub"], "key_id": "offline"},
+		"manifest_digest": digest,
+		"manifest":        doc,
+		"verification": map[string]any{"caller": verified, "manifest_signature": verified,
+			"entitlement": verified, "confirmation": verified},
+		"entitlement":  ent,
+		"confirmation": conf,
+		"ledger": map[string]any{"confirmation_consumed": false,
+			"idempotency": map[string]any{"seen": false, "same_request": false}},
+	}
+}
+
 // EntitlementFor mints an entitlement token with EntitlementClaims; tweak
 // may change claims before signing.
 func (r *Runner) EntitlementFor(m Manifest, tweak func(map[string]any)) (string, error) {

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -163,19 +162,11 @@ func (o *tokenOptions) run(ctx context.Context, w io.Writer, kind string) error 
 	if err != nil {
 		return err
 	}
-	resp, err := c.Deposit(ctx, string(tok))
+	ref, err := c.DepositRef(ctx, string(tok))
 	if err != nil {
 		return err
 	}
-	var env struct {
-		Data struct {
-			Ref string `json:"confirmation_ref"`
-		} `json:"data"`
-	}
-	if json.Unmarshal(resp.Body, &env) != nil || env.Data.Ref == "" {
-		return fmt.Errorf("deposit failed: HTTP %d: %s", resp.Status, strings.TrimSpace(string(resp.Body)))
-	}
-	fmt.Fprintln(w, env.Data.Ref)
+	fmt.Fprintln(w, ref)
 	return nil
 }
 

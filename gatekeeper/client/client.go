@@ -155,6 +155,25 @@ func (c *Client) Deposit(ctx context.Context, token string) (Response, error) {
 	return c.do(ctx, http.MethodPost, "/v1/confirmations", payload)
 }
 
+// DepositRef deposits token and returns its confirmation_ref. Anything but
+// 201 with a ref is an error carrying the status and the envelope (which
+// never holds token bytes).
+func (c *Client) DepositRef(ctx context.Context, token string) (string, error) {
+	resp, err := c.Deposit(ctx, token)
+	if err != nil {
+		return "", err
+	}
+	var env struct {
+		Data struct {
+			Ref string `json:"confirmation_ref"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(resp.Body, &env); err != nil || resp.Status != http.StatusCreated || env.Data.Ref == "" {
+		return "", fmt.Errorf("client: deposit: HTTP %d: %s", resp.Status, bytes.TrimSpace(resp.Body))
+	}
+	return env.Data.Ref, nil
+}
+
 func (c *Client) do(ctx context.Context, method, path string, payload []byte) (Response, error) {
 	var body io.Reader
 	if payload != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -96,5 +97,31 @@ func TestNewRefusesCredentialsInURL(t *testing.T) {
 		if _, err := New(Options{BaseURL: u}); err == nil {
 			t.Errorf("%q accepted", u)
 		}
+	}
+}
+
+func TestDepositRef(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/confirmations" || r.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("request %s %q", r.URL.Path, r.Header.Get("Content-Type"))
+		}
+		if r.Header.Get("Authorization") == "Bearer good" {
+			w.WriteHeader(201)
+			_, _ = w.Write([]byte(`{"ok":true,"data":{"confirmation_ref":"cfr_0123456789abcdef0123456789abcdef"}}`))
+			return
+		}
+		w.WriteHeader(401)
+		_, _ = w.Write([]byte(`{"ok":false,"error":{"code":"DEPOSITOR_UNAUTHENTICATED"}}`))
+	}))
+	defer srv.Close()
+	good, _ := New(Options{BaseURL: srv.URL, Bearer: "good", Attempts: 1})
+	if ref, err := good.DepositRef(context.Background(), "tok"); err != nil || ref != "cfr_0123456789abcdef0123456789abcdef" {
+		t.Fatalf("DepositRef = %q, %v", ref, err)
+	}
+	bad, _ := New(Options{BaseURL: srv.URL, Bearer: "bad", Attempts: 1})
+	if ref, err := bad.DepositRef(context.Background(), "tok"); err == nil || ref != "" ||
+		!strings.Contains(err.Error(), "HTTP 401") || !strings.Contains(err.Error(), "DEPOSITOR_UNAUTHENTICATED") {
+		t.Fatalf("DepositRef = %q, %v", ref, err)
 	}
 }

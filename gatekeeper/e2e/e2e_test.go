@@ -258,19 +258,7 @@ func (a *actor) tryConfirmation(ctx context.Context, act string, override map[st
 	if err != nil {
 		return "", err
 	}
-	resp, err := a.desk.Deposit(ctx, tok)
-	if err != nil {
-		return "", err
-	}
-	var env struct {
-		Data struct {
-			Ref string `json:"confirmation_ref"`
-		} `json:"data"`
-	}
-	if err := json.Unmarshal(resp.Body, &env); err != nil || resp.Status != http.StatusCreated {
-		return "", fmt.Errorf("deposit: HTTP %d: %s", resp.Status, bytes.TrimSpace(resp.Body))
-	}
-	return env.Data.Ref, nil
+	return a.desk.DepositRef(ctx, tok)
 }
 
 // create is a train.create request for the actor's manifest.

@@ -5,14 +5,12 @@
 package scenario
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io/fs"
-	"net/http"
 	"sort"
 	"strings"
 	"time"
@@ -240,19 +238,7 @@ func (r *Runner) Confirm(ctx context.Context, act, manifestDigest, cost, runID s
 	if err != nil {
 		return "", err
 	}
-	resp, err := r.depositor.Deposit(ctx, tok)
-	if err != nil {
-		return "", err
-	}
-	var env struct {
-		Data struct {
-			Ref string `json:"confirmation_ref"`
-		} `json:"data"`
-	}
-	if err := json.Unmarshal(resp.Body, &env); err != nil || resp.Status != http.StatusCreated {
-		return "", fmt.Errorf("deposit: HTTP %d: %s", resp.Status, bytes.TrimSpace(resp.Body))
-	}
-	return env.Data.Ref, nil
+	return r.depositor.DepositRef(ctx, tok)
 }
 
 // Answer is a parsed envelope.

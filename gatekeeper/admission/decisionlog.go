@@ -47,9 +47,10 @@ func (s *Service) logDecision(ctx context.Context, caller Caller, req Request, t
 		if d, ok := tr.decider.(interface{ Digest() string }); ok {
 			ev.BundleDigest = d.Digest()
 		}
-		masker, _ = tr.decider.(decisionlog.Masker)
 	}
 	if tr.decision != nil {
+		// The mask was evaluated with the decision, on the same input.
+		masker = tr.decision
 		ev.Input = tr.input
 		ev.PolicyResult = "deny"
 		if tr.decision.Allow {

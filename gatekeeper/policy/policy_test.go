@@ -136,3 +136,78 @@ func TestIncompleteBundleIsRefused(t *testing.T) {
 		t.Fatalf("New without the data gate = %v", err)
 	}
 }
+
+// TestDecisionCarriesTheLogMask: the decision-log mask is evaluated in the
+// same pass as the decision; a missing mask masks nothing, a malformed one
+// is reported without touching the decision.
+func TestDecisionCarriesTheLogMask(t *testing.T) {
+	t.Parallel()
+	const allow = `decision := {"allow": true, "violations": []}`
+	cases := []struct {
+		name    string
+		mask    string // package ito.system.log; "" for none
+		want    []string
+		wantErr bool
+	}{
+		{"no mask rule", "", nil, false},
+		{"set, sorted", "mask contains \"/b\"\nmask contains \"/a\" if input.a", []string{"/a", "/b"}, false},
+		{"empty set", "mask contains \"/x\" if input.never", []string{}, false},
+		{"undefined complete rule", "mask := {\"/x\"} if input.never", nil, false},
+		{"not a set", `mask := "/manifest"`, nil, true},
+		{"set of numbers", `mask := {1, 2}`, nil, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			fsys := bundleOf(allow)
+			if tc.mask != "" {
+				fsys["ito/system/log/log.rego"] = &fstest.MapFile{Data: []byte("package ito.system.log\n\n" + tc.mask + "\n")}
+			}
+			e, err := New(context.Background(), Options{Bundle: fsys, SkipRequiredRules: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := e.Decide(context.Background(), map[string]any{"a": true})
+			if err != nil || !d.Allow {
+				t.Fatalf("Decide = %+v, %v: the mask must never change the decision", d, err)
+			}
+			if (d.LogMaskErr != nil) != tc.wantErr {
+				t.Fatalf("LogMaskErr = %v, want error %v", d.LogMaskErr, tc.wantErr)
+			}
+			if strings.Join(d.LogMask, ",") != strings.Join(tc.want, ",") {
+				t.Fatalf("LogMask = %q, want %q", d.LogMask, tc.want)
+			}
+			paths, err := d.Mask(context.Background(), nil)
+			if strings.Join(paths, ",") != strings.Join(tc.want, ",") || (err != nil) != tc.wantErr {
+				t.Fatalf("Mask() = %q, %v", paths, err)
+			}
+		})
+	}
+}
+
+// TestEmbeddedBundleMasks: the embedded bundle always masks the confirmation
+// reference and masks the manifest when it holds a credential.
+func TestEmbeddedBundleMasks(t *testing.T) {
+	t.Parallel()
+	e, err := New(context.Background(), Options{Bundle: policies.Bundle()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		uri  string
+		want string
+	}{
+		{"s3://ito-datasets/plain/", "/confirmation/ref"},
+		{"https://user:hunter2@example.com/data/", "/confirmation/ref,/manifest"},
+	} {
+		in := map[string]any{"request": map[string]any{"action": "train.create"},
+			"manifest": map[string]any{"data": []any{map[string]any{"uri": tc.uri}}}}
+		d, err := e.Decide(context.Background(), in)
+		if err != nil || d.Allow {
+			t.Fatalf("Decide(%s) = %+v, %v; want a deny", tc.uri, d, err)
+		}
+		if got := strings.Join(d.LogMask, ","); got != tc.want || d.LogMaskErr != nil {
+			t.Fatalf("LogMask for %s = %q (%v), want %q", tc.uri, got, d.LogMaskErr, tc.want)
+		}
+	}
+}

@@ -504,6 +504,25 @@ func TestCredentialNeverEchoed(t *testing.T) {
 			}
 		}
 	}
+	// Each deny is logged, with the manifest masked by the policy's mask
+	// (evaluated with the decision), not dropped by the Go guard.
+	events, err := decisionlog.Read(strings.NewReader(h.dlog.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logged := 0
+	for _, ev := range events {
+		if !strings.HasPrefix(ev.IdempotencyKey, "k-cred-") {
+			continue
+		}
+		logged++
+		if _, kept := ev.Input["manifest"]; kept || strings.Join(ev.Masked, ",") != "/confirmation/ref,/manifest" {
+			t.Errorf("%s: masked %v, manifest kept %v", ev.IdempotencyKey, ev.Masked, kept)
+		}
+	}
+	if logged != 6 { // three manifests, each sent twice (Create, then Raw)
+		t.Fatalf("%d credential denies in the decision log, want 6", logged)
+	}
 }
 
 func contains(list []string, s string) bool {

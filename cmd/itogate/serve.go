@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -36,11 +37,12 @@ type serveOptions struct {
 	requestTimeout time.Duration
 	// Development mode only: a signed bundle (file or bundle server URL)
 	// instead of the embedded one, verified with the development bundle key.
-	bundleFile   string
-	shadowFile   string
-	bundleURL    string
-	bundlePoll   time.Duration
-	bundleMaxAge time.Duration
+	bundleFile     string
+	shadowFile     string
+	maxEvaluations int
+	bundleURL      string
+	bundlePoll     time.Duration
+	bundleMaxAge   time.Duration
 }
 
 func newServeCmd(logger func() *slog.Logger) *cobra.Command {
@@ -72,6 +74,8 @@ refuses the development keys.`,
 	cmd.Flags().StringVar(&o.ledgerSchema, "ledger-schema", "", "development mode: PostgreSQL schema of the ledger (default itogate)")
 	cmd.Flags().DurationVar(&o.policyDeadline, "policy-deadline", 0, "development mode: bound on one policy evaluation (default 250ms)")
 	cmd.Flags().DurationVar(&o.requestTimeout, "request-timeout", 0, "development mode: bound on one request (default 5s)")
+	cmd.Flags().IntVar(&o.maxEvaluations, "max-concurrent-evaluations", 0,
+		"development mode: policy evaluations running at once (default 0: one per CPU; -1: no bound)")
 	cmd.Flags().StringVar(&o.shadowFile, "shadow-bundle-file", "",
 		"development mode: a signed candidate bundle evaluated beside the enforced one, never enforced")
 	cmd.Flags().StringVar(&o.bundleFile, "bundle-file", "",
@@ -103,6 +107,7 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 		if o.requestTimeout > 0 {
 			cfg.Limits.RequestTimeout = config.Duration(o.requestTimeout)
 		}
+		cfg.Limits.MaxConcurrentEvaluations = o.maxEvaluations
 		if o.bundleFile != "" || o.bundleURL != "" {
 			if o.bundlePoll == 0 {
 				o.bundlePoll = 5 * time.Second
@@ -115,9 +120,9 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 		}
 		ts, err = trust.Dev()
 	} else {
-		if o.ledgerDSN != "" || o.ledgerSchema != "" || o.policyDeadline != 0 || o.requestTimeout != 0 ||
+		if o.ledgerDSN != "" || o.ledgerSchema != "" || o.policyDeadline != 0 || o.requestTimeout != 0 || o.maxEvaluations != 0 ||
 			o.bundleFile != "" || o.bundleURL != "" || o.bundlePoll != 0 || o.bundleMaxAge != 0 || o.shadowFile != "" {
-			return errors.New("--ledger-dsn, --ledger-schema, --policy-deadline, --request-timeout and --bundle-* are for development mode; set them in --config")
+			return errors.New("--ledger-dsn, --ledger-schema, --policy-deadline, --request-timeout, --max-concurrent-evaluations and --bundle-* are for development mode; set them in --config")
 		}
 		cfg, err = config.Load(o.configFile)
 		if err != nil {
@@ -156,6 +161,7 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 		Entitlement: ts.Entitlement, Confirmation: ts.Confirmation, Manifests: ts.Manifests,
 		Ledger: store, Policy: bundles.Active, Logger: log, DecisionLog: dlog,
 		OnLedgerError: metrics.LedgerError,
+		Evaluations:   evaluations(cfg.Limits),
 		Shadow:        shadow,
 		OnShadow: func(r admission.ShadowResult) {
 			metrics.Shadow(r.Kind)
@@ -169,6 +175,7 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	metrics.Evaluations(svc.InFlight)
 	handler, err := server.New(server.Options{
 		Admission: svc, Callers: ts.Callers, Depositors: ts.Depositors,
 		Ready: func(ctx context.Context) error {
@@ -300,4 +307,10 @@ func startShadow(ctx context.Context, cfg config.Config, log *slog.Logger) (func
 	go mgr.Run(ctx)
 	log.Info("policy.shadow: evaluating a candidate bundle beside the enforced one (never enforced)")
 	return mgr.Active, nil
+}
+
+// evaluations turns the limits into the admission's evaluation bound.
+func evaluations(l config.Limits) admission.Evaluations {
+	slots, queue, wait := l.Evaluations(runtime.GOMAXPROCS(0))
+	return admission.Evaluations{Slots: slots, Queue: queue, Wait: wait}
 }

@@ -104,12 +104,15 @@ type Options struct {
 	// OnLedgerError, when set, is called with the operation whenever the
 	// ledger fails (for the itogate_ledger_errors_total metric).
 	OnLedgerError func(op string)
+	// Evaluations bounds concurrent policy evaluations (zero: no bound).
+	Evaluations Evaluations
 }
 
 // Service answers admissions, status lookups and confirmation deposits.
 type Service struct {
 	opts      Options
 	shadowSem chan struct{}
+	limit     *limiter
 }
 
 // New returns a Service.
@@ -124,7 +127,7 @@ func New(opts Options) (*Service, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Service{opts: opts, shadowSem: make(chan struct{}, shadowSlots)}, nil
+	return &Service{opts: opts, shadowSem: make(chan struct{}, shadowSlots), limit: newLimiter(opts.Evaluations)}, nil
 }
 
 var (
@@ -335,8 +338,15 @@ func (s *Service) admit(ctx context.Context, caller Caller, req Request, tr *tra
 		return fail(http.StatusServiceUnavailable, policy.CodeNotReady, "no verified policy bundle is active")
 	}
 	decisionID := tr.decisionID
+	if !s.limit.acquire(ctx) {
+		o := fail(http.StatusServiceUnavailable, CodeOverloaded,
+			"every policy evaluation slot is busy; nothing was evaluated or consumed: retry with the same idempotency key")
+		o.RetryAfter = time.Second
+		return o
+	}
 	tr.input, tr.decider = input, decider
 	dec, err := decider.Decide(ctx, input)
+	s.limit.release()
 	if err != nil {
 		code := policy.CodeEvaluationFailed
 		var pe *policy.Error

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/itocompute/itogate/gatekeeper/policy"
 )
@@ -47,6 +48,9 @@ type Outcome struct {
 	Violations []Finding
 	// Extra is route-specific success data (the deposit's ref).
 	Extra map[string]any
+	// RetryAfter, when positive, is sent as the Retry-After header (whole
+	// seconds): the deny is transient (CodeOverloaded).
+	RetryAfter time.Duration
 	// Cause is the verification error behind a deny, for metrics; it is
 	// never rendered.
 	Cause error

@@ -286,6 +286,29 @@ type Limits struct {
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// RequestTimeout bounds a whole request (default 5s).
 	RequestTimeout Duration `yaml:"request_timeout"`
+	// MaxConcurrentEvaluations bounds policy evaluations running at once
+	// (default 0: one per CPU, GOMAXPROCS; -1: no bound). Evaluation is
+	// CPU-bound, so more at once only stretches each past its deadline.
+	MaxConcurrentEvaluations int `yaml:"max_concurrent_evaluations"`
+	// MaxQueuedEvaluations bounds admissions waiting for a slot (default 8 ×
+	// the slots); beyond it they are answered 503 ADMISSION_OVERLOADED at once.
+	MaxQueuedEvaluations int `yaml:"max_queued_evaluations"`
+	// MaxQueueWait bounds the wait for a slot (default 1s).
+	MaxQueueWait Duration `yaml:"max_queue_wait"`
+}
+
+// Evaluations is the admission.Evaluations bound these limits give on a
+// machine with procs CPUs (GOMAXPROCS).
+func (l Limits) Evaluations(procs int) (slots, queue int, wait time.Duration) {
+	switch {
+	case l.MaxConcurrentEvaluations < 0:
+		return 0, 0, 0
+	case l.MaxConcurrentEvaluations == 0:
+		slots = max(procs, 1)
+	default:
+		slots = l.MaxConcurrentEvaluations
+	}
+	return slots, l.MaxQueuedEvaluations, time.Duration(l.MaxQueueWait)
 }
 
 // Duration is a time.Duration written as "30s" in YAML.
@@ -449,6 +472,10 @@ func (c Config) Validate() error {
 	}
 	if c.Limits.RequestTimeout <= 0 {
 		errs = append(errs, errors.New("limits.request_timeout must be positive"))
+	}
+	if c.Limits.MaxConcurrentEvaluations < -1 || c.Limits.MaxQueuedEvaluations < 0 || c.Limits.MaxQueueWait < 0 {
+		errs = append(errs, errors.New("limits.max_concurrent_evaluations must be -1 (no bound), 0 (one per CPU) or positive; "+
+			"limits.max_queued_evaluations and limits.max_queue_wait must not be negative"))
 	}
 	return errors.Join(errs...)
 }

@@ -26,16 +26,38 @@ func TestLoadGood(t *testing.T) {
 	if c.Limits.MaxBodyBytes != 2<<20 {
 		t.Fatal("default body limit")
 	}
+	if slots, queue, wait := c.Limits.Evaluations(6); slots != 6 || queue != 0 || wait != 0 {
+		t.Fatalf("default evaluation bound %d/%d/%s, want one slot per CPU and the admission defaults", slots, queue, wait)
+	}
+}
+
+func TestEvaluationLimits(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		l            Limits
+		slots, queue int
+		wait         time.Duration
+	}{
+		{Limits{}, 2, 0, 0},
+		{Limits{MaxConcurrentEvaluations: -1, MaxQueuedEvaluations: 5}, 0, 0, 0},
+		{Limits{MaxConcurrentEvaluations: 3, MaxQueuedEvaluations: 5, MaxQueueWait: Duration(time.Second)}, 3, 5, time.Second},
+	} {
+		slots, queue, wait := tc.l.Evaluations(2)
+		if slots != tc.slots || queue != tc.queue || wait != tc.wait {
+			t.Errorf("%+v on 2 CPUs: %d/%d/%s, want %d/%d/%s", tc.l, slots, queue, wait, tc.slots, tc.queue, tc.wait)
+		}
+	}
 }
 
 // Each bad file is refused with the reason named.
 func TestLoadBad(t *testing.T) {
 	t.Parallel()
 	cases := map[string]string{
-		"unknown-key.bad.yml":     "field verify not found",
-		"negative-leeway.bad.yml": "leeway must not be negative",
-		"same-type.bad.yml":       "different token types",
-		"no-signers.bad.yml":      "manifest_signers: at least one key",
+		"unknown-key.bad.yml":          "field verify not found",
+		"negative-leeway.bad.yml":      "leeway must not be negative",
+		"same-type.bad.yml":            "different token types",
+		"no-signers.bad.yml":           "manifest_signers: at least one key",
+		"negative-evaluations.bad.yml": "limits.max_concurrent_evaluations must be -1 (no bound), 0 (one per CPU) or positive",
 	}
 	for file, want := range cases {
 		t.Run(file, func(t *testing.T) {

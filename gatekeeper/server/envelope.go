@@ -2,7 +2,9 @@ package server
 
 import (
 	"encoding/json"
+	"math"
 	"net/http"
+	"strconv"
 
 	"github.com/itocompute/itogate/gatekeeper/admission"
 )
@@ -58,6 +60,9 @@ func envelopeOf(o admission.Outcome) Envelope {
 }
 
 func writeOutcome(w http.ResponseWriter, o admission.Outcome) {
+	if o.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(o.RetryAfter.Seconds()))))
+	}
 	writeJSON(w, o.Status, envelopeOf(o))
 }
 

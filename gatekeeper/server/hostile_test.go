@@ -74,6 +74,8 @@ type hostileOptions struct {
 	requestTimeout time.Duration
 	// policy replaces the embedded bundle (nil: embedded).
 	policy func() admission.Decider
+	// evaluations bounds concurrent evaluations (zero: no bound).
+	evaluations admission.Evaluations
 }
 
 // hostile is a harness plus the state of the hostile tables.
@@ -123,11 +125,12 @@ func newHostile(t testing.TB, o hostileOptions) *hostile {
 	svc, err := admission.New(admission.Options{
 		Entitlement: ts.Entitlement, Confirmation: ts.Confirmation, Manifests: ts.Manifests,
 		Ledger: store, Policy: decider, Now: now, Logger: log, DecisionLog: dl,
-		OnLedgerError: metrics.LedgerError,
+		OnLedgerError: metrics.LedgerError, Evaluations: o.evaluations,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	metrics.Evaluations(svc.InFlight)
 	if o.maxBody == 0 {
 		o.maxBody = 2 << 20 // limits.max_body_bytes default
 	}
@@ -207,6 +210,7 @@ func (h *hostile) allSecrets() []string {
 // reply is one HTTP answer.
 type reply struct {
 	status int
+	header http.Header
 	env    map[string]any
 	raw    string
 }
@@ -284,7 +288,7 @@ func (h *hostile) send(t testing.TB, req *http.Request) reply {
 	if resp.StatusCode >= 300 && errCode(env) == "" {
 		t.Fatalf("status %d without a code: %s", resp.StatusCode, raw)
 	}
-	return reply{status: resp.StatusCode, env: env, raw: string(raw)}
+	return reply{status: resp.StatusCode, header: resp.Header, env: env, raw: string(raw)}
 }
 
 // want is an expected answer; code "" with status 200/201 is a success.

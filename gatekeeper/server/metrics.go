@@ -92,6 +92,29 @@ func (m *Metrics) Handler() http.Handler {
 // Shadow counts one shadow comparison.
 func (m *Metrics) Shadow(kind string) { m.shadow.WithLabelValues(kind).Inc() }
 
+// Evaluations exports, at scrape time, the policy evaluations running and
+// the requests waiting for an evaluation slot (admission.Evaluations), as
+// itogate_policy_evaluations_in_flight{state="running"|"waiting"}.
+func (m *Metrics) Evaluations(inFlight func() (running, waiting int)) {
+	desc := prometheus.NewDesc("itogate_policy_evaluations_in_flight",
+		"Policy evaluations running, and admissions waiting for an evaluation slot (limits.max_concurrent_evaluations).",
+		[]string{"state"}, nil)
+	m.reg.MustRegister(gaugeFunc{desc: desc, collect: func(ch chan<- prometheus.Metric) {
+		running, waiting := inFlight()
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, float64(running), "running")
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, float64(waiting), "waiting")
+	}})
+}
+
+// gaugeFunc is a collector reading its values when scraped.
+type gaugeFunc struct {
+	desc    *prometheus.Desc
+	collect func(chan<- prometheus.Metric)
+}
+
+func (g gaugeFunc) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
+func (g gaugeFunc) Collect(ch chan<- prometheus.Metric) { g.collect(ch) }
+
 // LedgerError counts one ledger failure.
 func (m *Metrics) LedgerError(op string) { m.ledgerErrs.WithLabelValues(op).Inc() }
 

@@ -1,0 +1,127 @@
+package server_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/itocompute/itogate/gatekeeper/admission"
+	"github.com/itocompute/itogate/gatekeeper/policy"
+)
+
+// heldDecider holds every evaluation until release is closed, then decides
+// with the embedded bundle.
+type heldDecider struct {
+	inner   admission.Decider
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (d *heldDecider) Decide(ctx context.Context, in map[string]any) (policy.Decision, error) {
+	d.entered <- struct{}{}
+	<-d.release
+	return d.inner.Decide(ctx, in)
+}
+
+func (d *heldDecider) Revision() string { return d.inner.Revision() }
+
+// waitForMetric polls /metrics until it holds line.
+func (h *hostile) waitForMetric(t *testing.T, line string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := h.client.Get(h.srv.URL + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), line) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics never showed %q", line)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestOverloadShedsBeforeAnything: with every evaluation slot busy and the
+// wait queue full, an admission is answered 503 ADMISSION_OVERLOADED with
+// Retry-After at once, nothing consumed or written; the queued admission
+// and the running one complete normally once the slot frees.
+func TestOverloadShedsBeforeAnything(t *testing.T) {
+	held := &heldDecider{entered: make(chan struct{}, 4), release: make(chan struct{})}
+	h := newHostile(t, hostileOptions{
+		policy:      func() admission.Decider { return held },
+		evaluations: admission.Evaluations{Slots: 1, Queue: 1, Wait: time.Minute},
+	})
+	held.inner = h.engine
+	running, queued, shed := h.fixture(t), h.fixture(t), h.fixture(t)
+
+	var wg sync.WaitGroup
+	replies := make([]reply, 2)
+	for i, f := range []fixture{running, queued} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			replies[i] = h.admit(t, h.body(t, f, nil))
+		}()
+		if i == 0 {
+			<-held.entered // the first admission holds the only slot
+		}
+	}
+	h.waitForMetric(t, `itogate_policy_evaluations_in_flight{state="waiting"} 1`)
+	h.waitForMetric(t, `itogate_policy_evaluations_in_flight{state="running"} 1`)
+
+	r := h.admit(t, h.body(t, shed, nil))
+	if r.status != http.StatusServiceUnavailable || r.code() != admission.CodeOverloaded {
+		t.Fatalf("with the slot and the queue full: %d %s, want 503 %s", r.status, r.raw, admission.CodeOverloaded)
+	}
+	if got := r.header.Get("Retry-After"); got != "1" {
+		t.Fatalf("Retry-After %q, want 1", got)
+	}
+	h.untouched(t, shed.ref, shed.key)
+
+	close(held.release)
+	wg.Wait()
+	for i, r := range replies {
+		if r.status != http.StatusOK || r.data()["decision"] != "allow" {
+			t.Fatalf("admission %d after the slot freed: %d %s", i, r.status, r.raw)
+		}
+	}
+	// The shed request was untouched: the same request now succeeds.
+	h.allowed(t, shed)
+	h.waitForMetric(t, `itogate_admission_decisions_total{code="ADMISSION_OVERLOADED",decision="deny"} 1`)
+	h.finish(t)
+}
+
+// TestOverloadWaitIsBounded: a queued admission gives up after the queue
+// wait, answered like a full queue, and nothing is consumed.
+func TestOverloadWaitIsBounded(t *testing.T) {
+	held := &heldDecider{entered: make(chan struct{}, 4), release: make(chan struct{})}
+	h := newHostile(t, hostileOptions{
+		policy:      func() admission.Decider { return held },
+		evaluations: admission.Evaluations{Slots: 1, Queue: 8, Wait: 50 * time.Millisecond},
+	})
+	held.inner = h.engine
+	running, waiting := h.fixture(t), h.fixture(t)
+	done := make(chan reply, 1)
+	go func() { done <- h.admit(t, h.body(t, running, nil)) }()
+	<-held.entered
+
+	r := h.admit(t, h.body(t, waiting, nil))
+	if r.status != http.StatusServiceUnavailable || r.code() != admission.CodeOverloaded {
+		t.Fatalf("after the queue wait: %d %s, want 503 %s", r.status, r.raw, admission.CodeOverloaded)
+	}
+	h.untouched(t, waiting.ref, waiting.key)
+	close(held.release)
+	if r := <-done; r.status != http.StatusOK {
+		t.Fatalf("the running admission: %d %s", r.status, r.raw)
+	}
+	h.finish(t)
+}

@@ -13,8 +13,10 @@ const CodeOverloaded = "ADMISSION_OVERLOADED"
 
 // Defaults for Options.Evaluations.
 const (
-	// DefaultQueueFactor: requests allowed to wait per evaluation slot.
-	DefaultQueueFactor = 8
+	// DefaultQueueFactor: requests allowed to wait per evaluation slot. The
+	// wait bound, not this count, keeps latency in check; the count only
+	// caps what a flood can park in memory.
+	DefaultQueueFactor = 64
 	// DefaultQueueWait bounds how long a request waits for a slot.
 	DefaultQueueWait = time.Second
 )

@@ -290,7 +290,7 @@ type Limits struct {
 	// (default 0: one per CPU, GOMAXPROCS; -1: no bound). Evaluation is
 	// CPU-bound, so more at once only stretches each past its deadline.
 	MaxConcurrentEvaluations int `yaml:"max_concurrent_evaluations"`
-	// MaxQueuedEvaluations bounds admissions waiting for a slot (default 8 ×
+	// MaxQueuedEvaluations bounds admissions waiting for a slot (default 64 ×
 	// the slots); beyond it they are answered 503 ADMISSION_OVERLOADED at once.
 	MaxQueuedEvaluations int `yaml:"max_queued_evaluations"`
 	// MaxQueueWait bounds the wait for a slot (default 1s).

@@ -90,8 +90,8 @@ grep -E '^Benchmark' "$OUT/handler.txt" | tee -a "$SUM"
 say '```'
 say
 
-ROW_HEAD='| run | shape | requests | ok | wrong status | errors | ok req/s | p50 ms | p90 ms | p99 ms | max ms | note |'
-ROW_SEP='|---|---|---|---|---|---|---|---|---|---|---|---|'
+ROW_HEAD='| run | shape | requests | ok | shed 503 | wrong status | errors | ok req/s | p50 ms | p90 ms | p99 ms | max ms | ok p50 ms | ok p99 ms | note |'
+ROW_SEP='|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|'
 
 step() { # label, loadgen args...
   local label=$1; shift

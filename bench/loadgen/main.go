@@ -335,10 +335,12 @@ func policyInput(raw []byte, doc map[string]any, now time.Time) map[string]any {
 
 type result struct {
 	sent, ok, bad, errs int
+	shed                int // 503 ADMISSION_OVERLOADED: refused at once, nothing evaluated
 	dropped             int
 	first               string
 	elapsed             time.Duration
-	lat                 []time.Duration
+	lat                 []time.Duration // every request
+	okLat               []time.Duration // requests answered with the expected status
 	poolEmpty           bool
 }
 
@@ -359,6 +361,8 @@ func record(res *result, mu *sync.Mutex, s sample, want int) {
 		if res.first == "" {
 			res.first = s.err.Error()
 		}
+	case s.status == http.StatusServiceUnavailable && bytes.Contains(s.body, []byte(`"ADMISSION_OVERLOADED"`)):
+		res.shed++
 	case s.status != want:
 		res.bad++
 		if res.first == "" {
@@ -366,6 +370,7 @@ func record(res *result, mu *sync.Mutex, s sample, want int) {
 		}
 	default:
 		res.ok++
+		res.okLat = append(res.okLat, s.lat)
 	}
 	res.lat = append(res.lat, s.lat)
 }
@@ -455,6 +460,7 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(
 
 func (r result) print(o options) {
 	slices.Sort(r.lat)
+	slices.Sort(r.okLat)
 	shape := fmt.Sprintf("closed %d workers", o.workers)
 	if o.mode == "open" {
 		shape = fmt.Sprintf("open %d/s", o.rate)
@@ -477,8 +483,9 @@ func (r result) print(o options) {
 	if len(r.lat) > 0 {
 		maxLat = r.lat[len(r.lat)-1]
 	}
-	// | label | shape | requests | ok | wrong status | errors | req/s | p50 | p90 | p99 | max | note |
-	fmt.Printf("| %s | %s | %d | %d | %d | %d | %.0f | %s | %s | %s | %s | %s |\n",
-		label, shape, r.sent, r.ok, r.bad, r.errs, float64(r.ok)/r.elapsed.Seconds(),
-		ms(pct(r.lat, .50)), ms(pct(r.lat, .90)), ms(pct(r.lat, .99)), ms(maxLat), note)
+	// | label | shape | requests | ok | shed | wrong status | errors | ok req/s | p50 | p90 | p99 | max | ok p50 | ok p99 | note |
+	fmt.Printf("| %s | %s | %d | %d | %d | %d | %d | %.0f | %s | %s | %s | %s | %s | %s | %s |\n",
+		label, shape, r.sent, r.ok, r.shed, r.bad, r.errs, float64(r.ok)/r.elapsed.Seconds(),
+		ms(pct(r.lat, .50)), ms(pct(r.lat, .90)), ms(pct(r.lat, .99)), ms(maxLat),
+		ms(pct(r.okLat, .50)), ms(pct(r.okLat, .99)), note)
 }

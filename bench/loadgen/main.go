@@ -53,7 +53,7 @@ func main() {
 	flag.IntVar(&o.rate, "rate", 200, "open loop: requests per second")
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "timed phase length (at most 60s)")
 	flag.IntVar(&o.max, "max", 100000, "hard cap on requests in the timed phase")
-	flag.IntVar(&o.pool, "pool", 0, "itogate allow: confirmations deposited before the timed phase (default: enough for the phase)")
+	flag.IntVar(&o.pool, "pool", 0, "itogate: manifests signed and confirmations deposited before the timed phase (default: enough for the phase; the deny path cycles through them)")
 	flag.StringVar(&o.label, "label", "", "row label")
 	freePort := flag.Bool("free-port", false, "print a free loopback TCP port and exit")
 	flag.Parse()
@@ -213,21 +213,25 @@ func itogateRequests(ctx context.Context, o options) (func(int) (*http.Request, 
 	}
 	budget, _ := m.Doc["budget"].(map[string]any)
 	cost, _ := budget["ceiling_usd"].(string)
-	digest := manifest.Digest(m.Raw)
 
-	n := 1
-	if o.path == "allow" {
-		n = o.pool
-		if n <= 0 {
-			if o.mode == "open" {
-				n = o.rate*int(o.duration/time.Second) + 50
-			} else {
-				n = 300 * int(o.duration/time.Second) // above what 2 cores commit (~100/s measured)
-			}
+	// Every request carries its own manifest (the fixture with a numbered
+	// name, signed) and its own confirmation bound to that manifest, as in
+	// real traffic: nothing can be served from a cache keyed by either.
+	// A deny consumes nothing, so the deny path cycles through its pool.
+	n := o.pool
+	if n <= 0 {
+		if o.mode == "open" {
+			n = o.rate*int(o.duration/time.Second) + 50
+		} else {
+			n = 400 * int(o.duration/time.Second) // above what 2 cores evaluate
 		}
-		n = min(n+1, o.max+1, 50000) // +1 for the sample request
 	}
-	refs := make(chan string, n)
+	n = min(n+1, o.max+1, 50000) // +1 for the sample request
+	type prepared struct {
+		m   scenario.Manifest
+		ref string
+	}
+	refs := make(chan prepared, n)
 	start := time.Now()
 	var wg sync.WaitGroup
 	var firstErr atomic.Value
@@ -236,15 +240,21 @@ func itogateRequests(ctx context.Context, o options) (func(int) (*http.Request, 
 		jobs <- struct{}{}
 	}
 	close(jobs)
+	var seq atomic.Int64
 	for range min(16, n) {
 		wg.Go(func() {
 			for range jobs {
-				ref, err := r.Confirm(ctx, "train.create", digest, cost, "")
+				v, err := r.SignManifest(variant(m.Raw, int(seq.Add(1))))
 				if err != nil {
 					firstErr.CompareAndSwap(nil, err)
 					return
 				}
-				refs <- ref
+				ref, err := r.Confirm(ctx, "train.create", manifest.Digest(v.Raw), cost, "")
+				if err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+				refs <- prepared{v, ref}
 			}
 		})
 	}
@@ -253,31 +263,34 @@ func itogateRequests(ctx context.Context, o options) (func(int) (*http.Request, 
 		return nil, 0, fmt.Errorf("deposit: %w", err)
 	}
 	close(refs)
-	fmt.Fprintf(os.Stderr, "loadgen: deposited %d confirmation(s) in %v\n", n, time.Since(start).Round(time.Millisecond))
-	var shared string
+	fmt.Fprintf(os.Stderr, "loadgen: signed %d manifests and deposited a confirmation for each in %v\n",
+		n, time.Since(start).Round(time.Millisecond))
+	var pool []prepared
 	if o.path == "deny" {
-		shared = <-refs
+		for p := range refs {
+			pool = append(pool, p)
+		}
 	}
-
-	mb64 := base64.StdEncoding.EncodeToString(m.Raw)
 	runTag := fmt.Sprintf("%x", time.Now().UnixNano())
 	want := http.StatusForbidden
 	if o.path == "allow" {
 		want = http.StatusOK
 	}
 	next := func(i int) (*http.Request, error) {
-		ref := shared
-		if ref == "" {
+		var p prepared
+		if pool != nil {
+			p = pool[(i+1)%len(pool)]
+		} else {
 			var ok bool
-			if ref, ok = <-refs; !ok {
+			if p, ok = <-refs; !ok {
 				return nil, errPoolEmpty
 			}
 		}
 		body, err := json.Marshal(map[string]any{
 			"action": "train.create", "booking_id": scenario.Booking,
 			"idempotency_key": fmt.Sprintf("lg-%s-%s-%d", o.path, runTag, i),
-			"manifest":        mb64, "manifest_signature": m.Signature,
-			"entitlement_token": ent, "confirmation_ref": ref,
+			"manifest":        base64.StdEncoding.EncodeToString(p.m.Raw), "manifest_signature": p.m.Signature,
+			"entitlement_token": ent, "confirmation_ref": p.ref,
 		})
 		if err != nil {
 			return nil, err
@@ -300,15 +313,22 @@ func opaRequests(o options) (func(int) (*http.Request, error), int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	doc, err := manifest.Parse(raw)
-	if err != nil {
-		return nil, 0, err
+	// The same distinct manifests as the itogate load (numbered names), each
+	// request with its own input.
+	const distinct = 1024
+	bodies := make([][]byte, distinct)
+	for i := range bodies {
+		v := variant(raw, i+1)
+		doc, err := manifest.Parse(v)
+		if err != nil {
+			return nil, 0, err
+		}
+		if bodies[i], err = json.Marshal(map[string]any{"input": policyInput(v, doc, time.Now())}); err != nil {
+			return nil, 0, err
+		}
 	}
-	body, err := json.Marshal(map[string]any{"input": policyInput(raw, doc, time.Now())})
-	if err != nil {
-		return nil, 0, err
-	}
-	next := func(int) (*http.Request, error) {
+	next := func(i int) (*http.Request, error) {
+		body := bodies[(i+distinct)%distinct]
 		req, err := http.NewRequest(http.MethodPost, o.base+"/v1/data/ito/admission/decision", bytes.NewReader(body))
 		if err != nil {
 			return nil, err
@@ -326,6 +346,22 @@ func fs(name string) ([]byte, error) {
 	}
 	defer f.Close()
 	return io.ReadAll(f)
+}
+
+// variant is the fixture with "-r<i>" appended to its top-level name: a
+// distinct manifest (and digest) per request, identical to the policy
+// otherwise. The name is the first "name" member of every fixture.
+func variant(raw []byte, i int) []byte {
+	const key = `"name": "`
+	at := bytes.Index(raw, []byte(key))
+	if at < 0 {
+		panic("fixture without a top-level name")
+	}
+	end := at + len(key) + bytes.IndexByte(raw[at+len(key):], '"')
+	out := make([]byte, 0, len(raw)+16)
+	out = append(out, raw[:end]...)
+	out = append(out, fmt.Sprintf("-r%06d", i)...)
+	return append(out, raw[end:]...)
 }
 
 // policyInput is the document itogate builds for the same request.

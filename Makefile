@@ -6,7 +6,7 @@ OPA   := $(GO) tool opa
 BIN   := bin/itogate
 COVERAGE_THRESHOLD ?= 90
 
-.PHONY: run build test test-go test-policy fmt-check demo clean codes bundle fuzz bench
+.PHONY: run build test test-go test-policy fmt-check demo clean codes bundle fuzz bench soak
 
 LISTEN   ?= 127.0.0.1:8443
 DATA_DIR ?= ./data
@@ -60,6 +60,11 @@ fuzz:
 ##   BENCH_DURATION=10s BENCH_RATE=200 BENCH_HIGH_RATE=1000 BENCH_WORKERS=16 BENCH_BENCHTIME=1s BENCH_PROFILE_N=1500
 bench:
 	bench/run.sh
+
+## soak: resident memory of itogate serve over many allowed admissions → bench/out/soak-<UTC time>/summary.md
+##   SOAK_ADMISSIONS=100000 (1000000 for the issue's figure) SOAK_CHUNK=20000 SOAK_WORKERS=16
+soak:
+	bench/soak.sh
 
 clean:
 	rm -rf bin data

@@ -176,6 +176,7 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 		return err
 	}
 	metrics.Evaluations(svc.InFlight)
+	metrics.VerificationCaches(ts.Callers, ts.Depositors, ts.Entitlement, ts.Confirmation)
 	handler, err := server.New(server.Options{
 		Admission: svc, Callers: ts.Callers, Depositors: ts.Depositors,
 		Ready: func(ctx context.Context) error {

@@ -131,6 +131,7 @@ func newHostile(t testing.TB, o hostileOptions) *hostile {
 		t.Fatal(err)
 	}
 	metrics.Evaluations(svc.InFlight)
+	metrics.VerificationCaches(ts.Callers, ts.Depositors, ts.Entitlement, ts.Confirmation)
 	if o.maxBody == 0 {
 		o.maxBody = 2 << 20 // limits.max_body_bytes default
 	}

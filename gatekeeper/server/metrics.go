@@ -106,13 +106,42 @@ func (m *Metrics) Evaluations(inFlight func() (running, waiting int)) {
 	}})
 }
 
+// VerificationCaches exports, at scrape time, each token verifier's cache
+// (verify.TokenVerifier.CacheStats) by purpose:
+// itogate_verification_cache_lookups_total{purpose,result="hit"|"miss"} and
+// itogate_verification_cache_entries{purpose}. Verifiers without a cache
+// (confirmation) export nothing.
+func (m *Metrics) VerificationCaches(verifiers ...*verify.TokenVerifier) {
+	lookups := prometheus.NewDesc("itogate_verification_cache_lookups_total",
+		"Token verifications answered from the verification cache (hit: signature skipped, times re-checked) or fully verified (miss), by purpose.",
+		[]string{"purpose", "result"}, nil)
+	entries := prometheus.NewDesc("itogate_verification_cache_entries",
+		"Successful verifications held in the verification cache, by purpose (bounded by verify.DefaultCacheEntries).",
+		[]string{"purpose"}, nil)
+	m.reg.MustRegister(gaugeFunc{desc: lookups, collect: func(ch chan<- prometheus.Metric) {
+		for _, v := range verifiers {
+			if st, p := v.CacheStats(), string(v.Purpose()); v.Caching() {
+				ch <- prometheus.MustNewConstMetric(lookups, prometheus.CounterValue, float64(st.Hits), p, "hit")
+				ch <- prometheus.MustNewConstMetric(lookups, prometheus.CounterValue, float64(st.Misses), p, "miss")
+				ch <- prometheus.MustNewConstMetric(entries, prometheus.GaugeValue, float64(st.Entries), p)
+			}
+		}
+	}, also: []*prometheus.Desc{entries}})
+}
+
 // gaugeFunc is a collector reading its values when scraped.
 type gaugeFunc struct {
 	desc    *prometheus.Desc
 	collect func(chan<- prometheus.Metric)
+	also    []*prometheus.Desc // further metrics collect sends
 }
 
-func (g gaugeFunc) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
+func (g gaugeFunc) Describe(ch chan<- *prometheus.Desc) {
+	ch <- g.desc
+	for _, d := range g.also {
+		ch <- d
+	}
+}
 func (g gaugeFunc) Collect(ch chan<- prometheus.Metric) { g.collect(ch) }
 
 // LedgerError counts one ledger failure.

@@ -125,3 +125,37 @@ func TestOverloadWaitIsBounded(t *testing.T) {
 	}
 	h.finish(t)
 }
+
+// TestVerificationCacheMetrics: repeated caller, depositor and entitlement
+// tokens are answered from the verification cache (counted per purpose);
+// confirmations, single-use, have no cache at all.
+func TestVerificationCacheMetrics(t *testing.T) {
+	h := newHostile(t, hostileOptions{})
+	first, second := h.fixture(t), h.fixture(t)
+	second.ent = first.ent
+	h.allowed(t, first)
+	h.allowed(t, second)
+	resp, err := h.client.Get(h.srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`itogate_verification_cache_lookups_total{purpose="caller",result="hit"} 1`,
+		`itogate_verification_cache_lookups_total{purpose="caller",result="miss"} 1`,
+		`itogate_verification_cache_lookups_total{purpose="depositor",result="hit"} 1`,
+		`itogate_verification_cache_lookups_total{purpose="depositor",result="miss"} 1`,
+		`itogate_verification_cache_lookups_total{purpose="entitlement",result="hit"} 1`,
+		`itogate_verification_cache_lookups_total{purpose="entitlement",result="miss"} 1`,
+		`itogate_verification_cache_entries{purpose="entitlement"} 1`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if strings.Contains(string(body), `itogate_verification_cache_lookups_total{purpose="confirmation"`) {
+		t.Error("confirmations must have no verification cache")
+	}
+	h.finish(t)
+}

@@ -162,6 +162,9 @@ func options(p verify.Purpose, t config.TokenTrust, set jwk.Set) verify.TokenOpt
 		Keys:       set,
 		Leeway:     t.EffectiveLeeway(),
 		RequireJTI: p == verify.PurposeEntitlement || p == verify.PurposeConfirmation,
+		// Caller, depositor and entitlement tokens repeat until they expire;
+		// confirmations are single-use and never cached.
+		CacheEntries: verify.CacheEntriesFor(p),
 	}
 }
 

@@ -6,7 +6,9 @@
 // Trust is configuration only. The algorithm of a token comes from its
 // configured key, never from the token; alg "none", HMAC, embedded or
 // remote keys (jwk, jku, x5u, x5c), crit, JSON-serialized JWS and JWE are
-// refused; nothing is ever fetched. Time is always passed in.
+// refused; nothing is ever fetched. Time is always passed in. A
+// TokenVerifier may remember successful verifications by the SHA-256 of the
+// token bytes (TokenOptions.CacheEntries), re-checking time on each use.
 //
 // Every verification failure is an *Error carrying the Purpose and a Kind,
 // so the server maps (purpose, kind) to a stable deny code in one place.

@@ -2,6 +2,7 @@ package verify
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -62,10 +63,41 @@ type TokenOptions struct {
 	MaxBytes int
 	// RequireJTI makes a missing or empty jti claim a KindClaims failure.
 	RequireJTI bool
+	// CacheEntries is the number of successful verifications the verifier
+	// remembers, keyed by the SHA-256 of the exact token bytes (see
+	// TokenVerifier): 0 disables the cache, negative is an error.
+	// CacheEntriesFor(Purpose) is the recommended value. Confirmation tokens
+	// are single-use, so PurposeConfirmation refuses a cache.
+	CacheEntries int
 }
 
 // TokenVerifier verifies compact JWS tokens of one purpose. It is safe for
 // concurrent use and never performs I/O.
+//
+// # Cache
+//
+// With TokenOptions.CacheEntries = N > 0 the verifier remembers up to N
+// successful verifications: a map from the SHA-256 of the exact token bytes
+// (never the token) to the verified Claims and exp + leeway. A later Verify
+// of the same bytes skips parsing and the signature and runs only the checks
+// that depend on now (exp, nbf, iat, with leeway), so it returns what a full
+// verification at that now would, the same *Error included. This is safe
+// because the cache holds only successes, each after a full verification
+// with this verifier's purpose, issuer, audience, typ and keys, which are
+// fixed for the verifier's life (a purpose never sees another's cache); any
+// other byte string, one changed byte included, is a different key and is
+// fully verified. Failures are never stored. Hits return a deep copy.
+//
+// Bound: N entries of at most 12 KiB each, i.e. N × 12 KiB (12 MiB for
+// DefaultCacheEntries). An entry's bytes (the entry, its index slot and the
+// decoded claims) are a conservative estimate, at or above the live heap
+// (a development entitlement token: 2.3 KiB of heap, estimated 3.9 KiB).
+// Tokens over 4 KiB, and claims estimated over 12 KiB, are verified every
+// time and never stored. When full, the least recently used entry is
+// dropped; an entry is also dropped once expired at the now of a later call
+// (on lookup, and by a sweep that examines two entries per call). Each call
+// holds one mutex for O(1) work (hash and deep copy run outside it);
+// CacheStats reports hits, misses, evictions and size.
 type TokenVerifier struct {
 	purpose    Purpose
 	issuer     string
@@ -75,6 +107,7 @@ type TokenVerifier struct {
 	leeway     time.Duration
 	maxBytes   int
 	requireJTI bool
+	cache      *tokenCache // nil: every Verify is a full verification
 }
 
 // Claims are the verified claims of a token.
@@ -117,6 +150,12 @@ func NewTokenVerifier(opts TokenOptions) (*TokenVerifier, error) {
 	if opts.MaxBytes < 0 {
 		return nil, fmt.Errorf("%s: negative max bytes", prefix)
 	}
+	if opts.CacheEntries < 0 {
+		return nil, fmt.Errorf("%s: negative cache entries", prefix)
+	}
+	if opts.CacheEntries > 0 && opts.Purpose == PurposeConfirmation {
+		return nil, fmt.Errorf("%s: confirmation tokens are single-use and are never cached (cache entries must be 0)", prefix)
+	}
 	keys, err := indexKeys(opts.Keys)
 	if err != nil {
 		return nil, fmt.Errorf("%s: keys: %w", prefix, err)
@@ -137,6 +176,9 @@ func NewTokenVerifier(opts TokenOptions) (*TokenVerifier, error) {
 	if v.maxBytes == 0 {
 		v.maxBytes = DefaultMaxTokenBytes
 	}
+	if opts.CacheEntries > 0 {
+		v.cache = newTokenCache(opts.CacheEntries)
+	}
 	return v, nil
 }
 
@@ -152,7 +194,36 @@ func (v *TokenVerifier) Purpose() Purpose { return v.purpose }
 // signed and expired therefore fails with KindSignature.
 //
 // Every failure is an *Error with the verifier's purpose.
+//
+// With a cache (TokenOptions.CacheEntries), a token whose exact bytes
+// verified before skips everything but the checks that depend on now (exp,
+// nbf, iat), which run as above: the result, claims or *Error, is the same
+// as without the cache. The returned Claims are the caller's own (a deep
+// copy on every call): changing them changes nothing in the verifier.
 func (v *TokenVerifier) Verify(raw []byte, now time.Time) (*Claims, error) {
+	if v.cache == nil || len(raw) > cacheMaxTokenBytes || len(raw) > v.maxBytes {
+		if v.cache != nil {
+			v.cache.miss()
+		}
+		return v.verify(raw, now)
+	}
+	key := sha256.Sum256(raw)
+	if cached, ok := v.cache.get(&key, now); ok {
+		if err := v.checkTimes(cached, now); err != nil {
+			return nil, err
+		}
+		return cached.clone(), nil
+	}
+	c, err := v.verify(raw, now)
+	if err != nil {
+		return nil, err
+	}
+	v.cache.put(&key, c.clone(), c.Expiry.Add(v.leeway), now)
+	return c, nil
+}
+
+// verify is the full verification of Verify, without the cache.
+func (v *TokenVerifier) verify(raw []byte, now time.Time) (*Claims, error) {
 	if len(raw) > v.maxBytes {
 		return nil, v.fail(KindTooLarge, "token exceeds the size limit")
 	}
@@ -312,16 +383,26 @@ func (v *TokenVerifier) checkClaims(kid string, payload []byte, now time.Time) (
 	if !found {
 		return nil, v.fail(KindAudience, "aud does not contain the configured audience")
 	}
-	if !now.Before(c.Expiry.Add(v.leeway)) {
-		return nil, v.fail(KindExpired, "token expired")
-	}
-	if !c.NotBefore.IsZero() && now.Before(c.NotBefore.Add(-v.leeway)) {
-		return nil, v.fail(KindNotYetValid, "token not valid yet (nbf)")
-	}
-	if c.IssuedAt.After(now.Add(v.leeway)) {
-		return nil, v.fail(KindIssuedInFuture, "token issued in the future (iat)")
+	if err := v.checkTimes(c, now); err != nil {
+		return nil, err
 	}
 	return c, nil
+}
+
+// checkTimes is every check of Verify that depends on now, in Verify's
+// order: exp, nbf, iat, each with leeway. A cached verification runs exactly
+// this against each later now (cache.go).
+func (v *TokenVerifier) checkTimes(c *Claims, now time.Time) *Error {
+	if !now.Before(c.Expiry.Add(v.leeway)) {
+		return v.fail(KindExpired, "token expired")
+	}
+	if !c.NotBefore.IsZero() && now.Before(c.NotBefore.Add(-v.leeway)) {
+		return v.fail(KindNotYetValid, "token not valid yet (nbf)")
+	}
+	if c.IssuedAt.After(now.Add(v.leeway)) {
+		return v.fail(KindIssuedInFuture, "token issued in the future (iat)")
+	}
+	return nil
 }
 
 func optionalString(m map[string]any, name string) (string, error) {

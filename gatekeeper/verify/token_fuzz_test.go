@@ -15,6 +15,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/itocompute/itogate/fixtures/keys"
 	"github.com/itocompute/itogate/fixtures/signatures"
@@ -64,10 +65,34 @@ func FuzzSignedTokenVerify(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	cached, err := verify.NewTokenVerifier(verify.TokenOptions{
+		Purpose: verify.PurposeEntitlement, Issuer: testIssuer, Audience: testAudience, Type: testTyp, Keys: set,
+		RequireJTI: true, CacheEntries: 64,
+	})
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, hdr, payload []byte) {
 		input := base64.RawURLEncoding.EncodeToString(hdr) + "." + base64.RawURLEncoding.EncodeToString(payload)
 		raw := []byte(input + "." + base64.RawURLEncoding.EncodeToString(signES256(priv, []byte(input))))
 		c, err := v.Verify(raw, now)
+		// The cache changes no result: at now, then (a hit, when now
+		// succeeded) one nanosecond either side of each time edge.
+		cc, cerr := cached.Verify(raw, now)
+		sameResult(t, cc, cerr, c, err)
+		if err == nil {
+			lee := verify.DefaultLeeway
+			for _, edge := range []time.Time{c.Expiry.Add(lee), c.NotBefore.Add(-lee), c.IssuedAt.Add(-lee)} {
+				for _, at := range []time.Time{edge.Add(-time.Nanosecond), edge} {
+					if _, err := cached.Verify(raw, now); err != nil { // keep it cached
+						t.Fatalf("cached verification at now: %v", err)
+					}
+					cc, cerr := cached.Verify(raw, at)
+					pc, perr := v.Verify(raw, at)
+					sameResult(t, cc, cerr, pc, perr)
+				}
+			}
+		}
 		if err != nil {
 			k, ok := verify.KindOf(err)
 			if !ok {

@@ -432,6 +432,10 @@ func TestNewTokenVerifierErrors(t *testing.T) {
 	}{
 		{"negative leeway", func(o *verify.TokenOptions) { o.Leeway = -time.Second }},
 		{"negative max bytes", func(o *verify.TokenOptions) { o.MaxBytes = -1 }},
+		{"negative cache entries", func(o *verify.TokenOptions) { o.CacheEntries = -1 }},
+		{"cache for single-use confirmations", func(o *verify.TokenOptions) {
+			o.Purpose, o.Type, o.CacheEntries = verify.PurposeConfirmation, "ito-confirmation+jwt", 1
+		}},
 		{"unknown purpose", func(o *verify.TokenOptions) { o.Purpose = "bundle" }},
 		{"manifest purpose", func(o *verify.TokenOptions) { o.Purpose = verify.PurposeManifest }},
 		{"no issuer", func(o *verify.TokenOptions) { o.Issuer = "" }},

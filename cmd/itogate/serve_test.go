@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -70,5 +71,17 @@ func TestServeDevelopmentRefusesNonLoopback(t *testing.T) {
 	err := runServe(context.Background(), &serveOptions{listen: "0.0.0.0:0", dataDir: t.TempDir()}, slog.New(slog.DiscardHandler))
 	if err == nil || !strings.Contains(err.Error(), "loopback only") {
 		t.Fatalf("runServe = %v", err)
+	}
+}
+
+func TestTuneGC(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	debug.SetGCPercent(100)
+	if got := tuneGC(func(string) string { return "" }); got != defaultGCPercent || debug.SetGCPercent(100) != defaultGCPercent {
+		t.Fatalf("without GOGC: %d, want %d in force", got, defaultGCPercent)
+	}
+	debug.SetGCPercent(50) // as the runtime would have applied GOGC=50
+	if got := tuneGC(func(k string) string { return map[string]string{"GOGC": "50"}[k] }); got != 50 || debug.SetGCPercent(50) != 50 {
+		t.Fatalf("with GOGC=50: %d, want the operator's 50 left in force", got)
 	}
 }

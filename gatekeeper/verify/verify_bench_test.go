@@ -212,28 +212,41 @@ func BenchmarkManifestVerify(b *testing.B) {
 	}
 }
 
-// BenchmarkFloor is the verification work no admission can skip: caller,
+// BenchmarkFloor is the verification work of one admission: caller,
 // entitlement and confirmation tokens and the manifest signature (ECDSA),
-// one of each per op. docs/performance.md calls this the floor.
+// one of each per op. docs/performance.md calls this the floor. "cold"
+// verifies everything in full; "cached" is real traffic, where the caller
+// and entitlement tokens repeat and hit the verification cache (times
+// re-checked) while the confirmation and the manifest are new every time.
 func BenchmarkFloor(b *testing.B) {
 	f := newBenchFixture(b)
-	b.ReportAllocs()
-	cpu0 := processCPU(b)
-	for b.Loop() {
-		if _, err := f.fullCaller.Verify(f.caller, f.now); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := f.fullEntitlement.Verify(f.entitlement, f.now); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := f.fullConfirmation.Verify(f.confirm, f.now); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := f.set.Manifests.Verify(f.manifest, f.ecdsaSig); err != nil {
-			b.Fatal(err)
-		}
+	for _, tc := range []struct {
+		name                string
+		caller, entitlement *verify.TokenVerifier
+	}{
+		{"cold", f.fullCaller, f.fullEntitlement},
+		{"cached", f.cachedCaller, f.cachedEntitlement},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			cpu0 := processCPU(b)
+			for b.Loop() {
+				if _, err := tc.caller.Verify(f.caller, f.now); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := tc.entitlement.Verify(f.entitlement, f.now); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := f.fullConfirmation.Verify(f.confirm, f.now); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := f.set.Manifests.Verify(f.manifest, f.ecdsaSig); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		})
 	}
-	b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
 }
 
 // processCPU is this process's user+system CPU time in nanoseconds.

@@ -144,6 +144,7 @@ warn contains v if {
 #     Remove the credential from the manifest and rotate it; reference data
 #     through storage the cluster is authorized for.
 deny contains v if {
+	_may_hold_credential
 	some path, kinds in _credentials_by_path
 	v := lib.violation(
 		rego.metadata.rule(),
@@ -153,6 +154,37 @@ deny contains v if {
 	)
 }
 
+# Every string the credential scan below looks at: the manifest's string values
+# and its object keys, as sets (a string repeated in the manifest is looked at
+# once). A walk without paths is cheap; the scan with paths only runs when one
+# of these strings could match (_may_hold_credential).
+_manifest_values := {x |
+	walk(_m, [_, x])
+	is_string(x)
+}
+
+_manifest_keys := {k |
+	walk(_m, [_, x])
+	is_object(x)
+	some k, _ in x
+	is_string(k)
+}
+
+# One regex over all the strings joined by newlines instead of one per string:
+# in multi-line mode (?m) ^ and $ also match at each string's start and end,
+# and \b sees the newline as a non-word character as it sees a string's edge,
+# so a pattern that matches one of the strings matches the joined text too
+# (the converse need not hold: then the full scan decides). This holds for
+# patterns without \A, \z and (?-m), which test_patterns_are_line_safe checks
+# for the bundle's patterns.
+_may_hold_credential if regex.match(_lines_prefilter, concat("\n", _manifest_values | _manifest_keys))
+
+_may_hold_credential if regex.match(_lines_secret_key_pattern, concat("\n", _manifest_keys))
+
+_lines_prefilter := concat("", ["(?m:", lib.credential_prefilter, ")"])
+
+_lines_secret_key_pattern := concat("", ["(?m:", _cfg.credentials.secret_key_pattern, ")"])
+
 _credentials_by_path[path] := kinds if {
 	some path in {f.path | some f in _credential_findings}
 	kinds := {k | some f in _credential_findings; f.path == path; k := f.kind}
@@ -160,12 +192,14 @@ _credentials_by_path[path] := kinds if {
 
 # a string value that matches a credential pattern
 _credential_findings contains {"path": _pointer(path), "kind": kind} if {
+	_may_hold_credential
 	walk(_m, [path, value])
 	some kind in lib.credential_kinds(value)
 }
 
 # an object key that itself matches a credential pattern (its segment is withheld in the path)
 _credential_findings contains {"path": _pointer(path), "kind": kind} if {
+	_may_hold_credential
 	walk(_m, [path, _])
 	count(path) > 0
 	some kind in lib.credential_kinds(path[count(path) - 1])
@@ -173,6 +207,7 @@ _credential_findings contains {"path": _pointer(path), "kind": kind} if {
 
 # a secret-named field (password, token, api_key, ...) with a non-empty value
 _credential_findings contains {"path": _pointer(path), "kind": "secret-named field"} if {
+	_may_hold_credential
 	walk(_m, [path, value])
 	count(path) > 0
 	key := path[count(path) - 1]

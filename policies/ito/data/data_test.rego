@@ -135,3 +135,25 @@ test_several_kinds_at_one_path if {
 		"manifest /source holds what looks like a credential (URL userinfo, aws access key id); it is not shown",
 	]
 }
+
+# The credential prefilter runs once over the manifest's strings joined by
+# newlines (_may_hold_credential), in multi-line mode. That finds every string a
+# pattern matches on its own only when ^, $ and \b mean the same at a newline as
+# at a string's edge: no \A or \z, and no pattern that turns multi-line mode off.
+test_patterns_are_line_safe[pattern] if {
+	some pattern in array.concat(
+		[p.all[0] | some p in data.ito.config.data.credentials.value_patterns],
+		[data.ito.config.data.credentials.secret_key_pattern],
+	)
+	not regex.match(`\\[Az]|\(\?[a-zA-Z]*-[a-zA-Z]*m`, pattern)
+}
+
+# a manifest without anything credential-shaped is not scanned path by path
+test_clean_manifest_skips_the_scan if {
+	not datagate._may_hold_credential with input as _base
+}
+
+test_credential_cases_are_scanned[name] if {
+	some name, tc in _credential_cases
+	datagate._may_hold_credential with input as json.patch(_base, [_set(tc.path, tc.value)])
+}

@@ -56,21 +56,25 @@ _fix_of(custom) := {} if not is_string(object.get(custom, "fix", null))
 #   at most 12 integer digits. Undefined when malformed.
 scaled(s, places) := n if {
 	is_string(s)
-	places >= 1
-	places <= 6
-	regex.match(sprintf(`^(0|[1-9][0-9]{0,11})(\.[0-9]{1,%d})?$`, [places]), s)
-	parts := split(s, ".")
-	unit := to_number(concat("", ["1", substring("000000", 0, places)]))
-	n := (to_number(parts[0]) * unit) + _fraction(parts, places, unit)
+	[[_, whole, fraction]] := regex.find_all_string_submatch_n(_decimal_patterns[places], s, 1)
+	unit := _units[places]
+
+	# "1" + the fraction padded to `places` digits, minus 10^places: keeps leading zeros ("05" -> 50000)
+	n := (to_number(whole) * unit) + (to_number(concat("", ["1", substring(concat("", [fraction, "000000"]), 0, places)])) - unit)
 }
 
-_fraction(parts, _, _) := 0 if count(parts) == 1
-
-# "1" + the fraction padded to `places` digits, minus 10^places: keeps leading zeros ("05" -> 50000)
-_fraction(parts, places, unit) := to_number(concat("", ["1", padded])) - unit if {
-	count(parts) == 2
-	padded := substring(concat("", [parts[1], "000000"]), 0, places)
+# Per number of places (1..6): the whole part and the fraction digits (empty
+# when there is no fraction). Constants, so no pattern is built per call.
+_decimal_patterns := {
+	1: `^(0|[1-9][0-9]{0,11})(?:\.([0-9]{1,1}))?$`,
+	2: `^(0|[1-9][0-9]{0,11})(?:\.([0-9]{1,2}))?$`,
+	3: `^(0|[1-9][0-9]{0,11})(?:\.([0-9]{1,3}))?$`,
+	4: `^(0|[1-9][0-9]{0,11})(?:\.([0-9]{1,4}))?$`,
+	5: `^(0|[1-9][0-9]{0,11})(?:\.([0-9]{1,5}))?$`,
+	6: `^(0|[1-9][0-9]{0,11})(?:\.([0-9]{1,6}))?$`,
 }
+
+_units := {1: 10, 2: 100, 3: 1000, 4: 10000, 5: 100000, 6: 1000000}
 
 # METADATA
 # title: USD string to micro-USD
@@ -88,7 +92,7 @@ centi(x) := scaled(sprintf("%v", [x]), 2) if is_number(x)
 # METADATA
 # title: Ceiling division
 # description: ceil(a / b) for integers a >= 0, b > 0, computed exactly.
-ceil_div(a, b) := (((a + b) - 1) - (((a + b) - 1) % b)) / b
+ceil_div(a, b) := (n - (n % b)) / b if n := (a + b) - 1
 
 # METADATA
 # title: Micro-USD rounded up to the cent
@@ -98,14 +102,12 @@ ceil_cent(micro) := ceil_div(micro, 10000) * 10000
 # METADATA
 # title: Micro-USD to USD string, rounded up to the cent
 # description: 1234567 micro-USD -> "1.24". Rounds up, never down.
-usd(micro) := sprintf("%d.%02d", [(cents - (cents % 100)) / 100, cents % 100]) if {
-	cents := ceil_div(micro, 10000)
-}
+usd(micro) := centi_string(ceil_div(micro, 10000))
 
 # METADATA
 # title: Centi-units to decimal string
 # description: 650 -> "6.50".
-centi_string(c) := sprintf("%d.%02d", [(c - (c % 100)) / 100, c % 100])
+centi_string(c) := sprintf("%d.%02d", [(c - r) / 100, r]) if r := c % 100
 
 # METADATA
 # title: Round to 2 decimals
@@ -117,7 +119,7 @@ round2(x) := round(x * 100) / 100
 # description: object.get over a path that also tolerates non-object intermediate values.
 value_at(doc, path, default_value) := object.get(doc, path, default_value) if is_object(doc)
 
-value_at(doc, _, default_value) := default_value if not is_object(doc)
+else := default_value
 
 # METADATA
 # title: Is a SHA-256 digest
@@ -167,16 +169,22 @@ is_credential_like(s) if count(credential_kinds(s)) > 0
 # description: The set of credential pattern kinds a string matches (names only, never the match).
 credential_kinds(s) := {p.kind |
 	is_string(s)
-	regex.match(_credential_prefilter, s)
+	regex.match(credential_prefilter, s)
 	some p in data.ito.config.data.credentials.value_patterns
 	every re in p.all {
 		regex.match(re, s)
 	}
 }
 
-# One alternation of every pattern's first regex: a string that matches none
-# of them cannot match any pattern, so most strings cost one regex, not one
-# per pattern (the scan visits every key and value of the manifest).
-_credential_prefilter := concat("|", [sprintf("(?:%s)", [p.all[0]]) |
-	some p in data.ito.config.data.credentials.value_patterns
+# METADATA
+# title: Credential prefilter
+# description: >-
+#   One alternation of every credential pattern's first regex: a string that
+#   matches none of them cannot match any pattern, so most strings cost one
+#   regex, not one per pattern (the data gate also runs it once over all of
+#   the manifest's strings before it scans them one by one).
+credential_prefilter := concat("", [
+	"(?:",
+	concat(")|(?:", [p.all[0] | some p in data.ito.config.data.credentials.value_patterns]),
+	")",
 ])

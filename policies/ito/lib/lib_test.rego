@@ -129,3 +129,29 @@ test_is_count[name] if {
 _is_count(x) if lib.is_count(x)
 
 else := false
+
+# the constant patterns of scaled are the ones its documentation describes, for 1..6 places
+test_decimal_patterns[places] if {
+	some places in numbers.range(1, 6)
+	lib._decimal_patterns[places] == sprintf(`^(0|[1-9][0-9]{0,11})(?:\.([0-9]{1,%d}))?$`, [places])
+	lib._units[places] == to_number(concat("", ["1", substring("000000", 0, places)]))
+}
+
+test_scaled_places[name] if {
+	some name, tc in {
+		"one place": {"s": "2.5", "places": 1, "want": 25},
+		"three places": {"s": "0.023", "places": 3, "want": 23},
+		"padded": {"s": "7.1", "places": 4, "want": 71000},
+		"whole": {"s": "12", "places": 5, "want": 1200000},
+	}
+	lib.scaled(tc.s, tc.places) == tc.want
+}
+
+test_scaled_malformed[name] if {
+	some name, tc in {
+		"too many places": {"s": "2.55", "places": 1},
+		"no places": {"s": "2", "places": 0},
+		"seven places": {"s": "2", "places": 7},
+	}
+	not lib.scaled(tc.s, tc.places)
+}

@@ -124,3 +124,36 @@ test_revision_message_withholds_secrets if {
 		"model.revision (withheld) is not a 40-hex commit or sha256:<64 hex>",
 	]
 }
+
+# The fast check (_are_fields_ok) must fail whenever one field is ill-typed, and
+# the deny must then name that field: each field of _fields, made invalid on its
+# own (a model.moe field inside an otherwise empty model.moe).
+test_each_invalid_field_is_named[name] if {
+	some field in manifest._fields
+	name := concat("/", field.path)
+	inp := json.patch(_base, [_set_field(field.path, _invalid_value[field.kind])])
+	not manifest._are_fields_ok with input as inp
+	messages := {v.message | some v in manifest.deny with input as inp}
+	sprintf("manifest field /%s is %s", [name, manifest._expectation[field.kind]]) in messages
+}
+
+_invalid_value := {
+	"count": 0, "optional_count": 1.5, "string": "", "zero_stage": 4, "positive_number": 0,
+	"precision": "fp64", "checkpointing": "sometimes", "datasets": [], "array": {}, "optional_object": "x",
+}
+
+_set_field(path, value) := _set(concat("/", array.concat([""], array.concat(["manifest"], path))), value) if count(path) < 3
+
+else := _set(concat("/", ["", "manifest", path[0], path[1]]), {path[2]: value})
+
+test_fast_field_check_passes_valid_manifests[name] if {
+	some name, inp in {"base": _base, "moe": json.patch(_base, [_set("/manifest/model/moe", {"experts": 8, "top_k": 2})])}
+	manifest._are_fields_ok with input as inp
+}
+
+# 8.0 is a whole number but not written as one: the fast check leaves it to the field-by-field check, which accepts it
+test_count_written_as_a_decimal_passes if {
+	inp := json.patch(_base, [_set("/manifest/hardware/nodes", 8.0)])
+	not manifest._are_fields_ok with input as inp
+	count({v | some v in manifest.deny with input as inp; v.code == "MANIFEST_FIELD_INVALID"}) == 0
+}

@@ -45,14 +45,19 @@ _gpus := data.ito.tables.gpus
 
 _fabrics := data.ito.tables.fabrics
 
-_gpu := _gpus[_hw.gpu_type]
+_gpu := data.ito.tables.gpus[_hw.gpu_type]
 
-_fabric := _fabrics[_hw.fabric]
+_fabric := data.ito.tables.fabrics[_hw.fabric]
 
 # Every number the layout arithmetic uses passes one of these guards: an
 # ill-typed field leaves the rules that need it undefined (the manifest gate's
 # MANIFEST_FIELD_INVALID denies) instead of raising a builtin error.
-_count(x) := x if lib.is_count(x)
+# (lib.is_count's test, inlined: a guard runs for every field on every request)
+_count(x) := x if {
+	is_number(x)
+	x >= 1
+	x == floor(x)
+}
 
 _optional_count(obj, key) := _count(object.get(obj, key, 1))
 
@@ -138,16 +143,21 @@ _layout := {
 
 # ---------------------------------------------------------------------------
 # Layout arithmetic (functions of a layout; scalar helpers are memoized by OPA
-# per argument tuple, which keeps the fix search cheap)
+# per argument tuple, which keeps the fix search cheap). Each function of a
+# layout hands its fields to a scalar helper (_x_at) that holds the formula:
+# the fix search calls the helpers directly, since a layout object built in a
+# loop costs an allocation per field, again for every memoization key and
+# every field read.
 
 _world(l) := l.nodes * _gpn
 
 _model_parallel(l) := (l.tp * l.pp) * l.cp
 
-# (inlined arithmetic: these run for every search candidate, and each call costs)
-_dp(l) := world / group if {
-	world := l.nodes * _gpn
-	group := (l.tp * l.pp) * l.cp
+_dp(l) := _dp_at(l.nodes, l.tp, l.pp, l.cp)
+
+_dp_at(nodes, tp, pp, cp) := world / group if {
+	world := nodes * _gpn
+	group := (tp * pp) * cp
 	world % group == 0
 }
 
@@ -162,20 +172,24 @@ _microbatches_at(unit) := _gbs / unit if {
 
 _tokens_per_gpu(l) := (_gbs * _seq) / _world(l)
 
-_bubble(l) := (l.pp - 1) / ((l.v * _microbatches(l)) + (l.pp - 1))
+_bubble(l) := _bubble_at(l.pp, l.v, _microbatches(l))
+
+_bubble_at(pp, v, m) := (pp - 1) / ((v * m) + (pp - 1))
 
 _effective_stage(zero, pp) := 1 if {
 	pp > 1
 	zero == 3
 } else := zero
 
-_stage_bytes(0, _) := 16
+# (stages are matched in the bodies, not the heads, so that OPA's rule index
+# picks the one body of the stage instead of evaluating all four)
+_stage_bytes(stage, _) := 16 if stage == 0
 
-_stage_bytes(1, n) := 4 + (12 / n)
+_stage_bytes(stage, n) := 4 + (12 / n) if stage == 1
 
-_stage_bytes(2, n) := 2 + (14 / n)
+_stage_bytes(stage, n) := 2 + (14 / n) if stage == 2
 
-_stage_bytes(3, n) := 16 / n
+_stage_bytes(stage, n) := 16 / n if stage == 3
 
 _bytes_at(zero, pp, n) := b if {
 	b := _bytes_override
@@ -200,7 +214,8 @@ _activations_gb(l) := _activations_gb_at(l.tp, l.pp, l.cp, l.mbs, _microbatches(
 
 _activations_gb_at(tp, pp, cp, mbs, m, ckpt) := _activation_bytes(tp, pp, cp, mbs, min([pp, m]), ckpt) / 1e9
 
-_activation_bytes(tp, pp, cp, mbs, in_flight, "full") := bytes if {
+_activation_bytes(tp, pp, cp, mbs, in_flight, ckpt) := bytes if {
+	ckpt == "full"
 	kept := (ceil(_layers / pp) * _checkpoint_activation(tp, cp, mbs)) * in_flight
 	bytes := (kept + _layer_activation(tp, cp, mbs)) + _logits(tp, mbs)
 }
@@ -216,7 +231,9 @@ _checkpoint_activation(tp, cp, mbs) := (((2 * (_seq / cp)) * mbs) * _hidden) / t
 
 _logits(tp, mbs) := (((4 * _seq) * mbs) * _vocab) / tp
 
-_memory_gb(l) := (_states_gb(l) + _activations_gb(l)) + _cfg.memory_overhead_gb
+_memory_gb(l) := _memory_gb_of(_states_gb(l), _activations_gb(l))
+
+_memory_gb_of(states, activations) := (states + activations) + _cfg.memory_overhead_gb
 
 # communication vs compute
 _comm_seconds(l) := _comm_seconds_at(_dp(l), l.tp, l.pp, l.cp, l.ep, l.zero_stage)
@@ -254,55 +271,82 @@ else := 6
 
 _effective_flops := (_cfg.model_flops_utilization * _gpu.peak_tflops_16bit) * 1e12
 
-_comm_ratio(l) := _comm_seconds(l) / _compute_seconds(l)
+_comm_ratio(l) := _comm_ratio_at(_dp(l), l.tp, l.pp, l.cp, l.ep, l.zero_stage, l.checkpointing, _world(l))
+
+_comm_ratio_at(dp, tp, pp, cp, ep, zero, ckpt, world) := _comm_seconds_at(dp, tp, pp, cp, ep, zero) / _compute_seconds_at(
+	ckpt,
+	world,
+)
 
 # ---------------------------------------------------------------------------
 # Hard rules as functions of a layout: each predicate is true when layout l
 # violates the rule (its deny below names the code). Only the fields a rule
-# reads need to be in l, so the fix search applies each rule as soon as its
-# fields are chosen.
+# reads need to be in l. A rule the fix search applies as soon as its fields
+# are chosen has its test in a scalar helper (_x_at) that the search calls
+# with the chosen values.
 
-_tp_exceeds_domain(l) if l.tp > _domain
+_tp_exceeds_domain(l) if _tp_exceeds_domain_at(l.tp)
 
-_heads_indivisible(l) if _heads % l.tp != 0
+_tp_exceeds_domain_at(tp) if tp > _domain
+
+_heads_indivisible(l) if _heads_indivisible_at(l.tp)
+
+_heads_indivisible_at(tp) if _heads % tp != 0
 
 _kv_incompatible(l) if not _is_kv_compatible(l.tp)
 
-_cp_seq_indivisible(l) if {
-	l.cp > 1
-	_seq % (2 * l.cp) != 0
+_cp_seq_indivisible(l) if _cp_seq_indivisible_at(l.cp)
+
+_cp_seq_indivisible_at(cp) if {
+	cp > 1
+	_seq % (2 * cp) != 0
 }
 
 _world_mismatch(l) if (l.nodes * _gpn) % ((l.tp * l.pp) * l.cp) != 0
 
-_pp_exceeds_layers(l) if l.pp * l.v > _layers + _cfg.extra_pipeline_stages
+_pp_exceeds_layers(l) if _pp_exceeds_layers_at(l.pp, l.v)
 
-_gbs_indivisible(l) if {
-	l.mbs * _dp(l) > 0
-	not _microbatches(l)
+_pp_exceeds_layers_at(pp, v) if pp * v > _layers + _cfg.extra_pipeline_stages
+
+_gbs_indivisible(l) if _gbs_indivisible_at(l.mbs * _dp(l))
+
+# unit = mbs·dp
+_gbs_indivisible_at(unit) if {
+	unit > 0
+	not _microbatches_at(unit)
 }
 
-_too_few_microbatches(l) if {
-	l.pp > 1
-	_microbatches(l) < l.pp
+_too_few_microbatches(l) if _too_few_microbatches_at(l.pp, _microbatches(l))
+
+_too_few_microbatches_at(pp, m) if {
+	pp > 1
+	m < pp
 }
 
-_ep_invalid(l) if {
-	l.ep > 1
+_ep_invalid(l) if _ep_without_experts(l.ep)
+
+_ep_invalid(l) if _ep_indivisible_at(l.ep, _dp(l), l.cp, l.tp)
+
+_ep_without_experts(ep) if {
+	ep > 1
 	not _has_moe
 }
 
-_ep_invalid(l) if {
-	l.ep > 1
-	((_dp(l) * l.cp) * l.tp) % l.ep != 0
+_ep_indivisible_at(ep, dp, cp, tp) if {
+	ep > 1
+	((dp * cp) * tp) % ep != 0
 }
 
-_experts_indivisible(l) if _experts % l.ep != 0
+_experts_indivisible(l) if _experts_indivisible_at(l.ep)
 
-_zero23_with_pp(l) if {
+_experts_indivisible_at(ep) if _experts % ep != 0
+
+_zero23_with_pp(l) if _zero23_with_pp_at(l.pp, l.zero_stage)
+
+_zero23_with_pp_at(pp, zero) if {
 	_engine == "deepspeed"
-	l.zero_stage >= 2
-	l.pp > 1
+	zero >= 2
+	pp > 1
 }
 
 _fp8_unsupported(l) if {
@@ -322,16 +366,24 @@ _bf16_unsupported(l) if {
 
 _tokens_too_few(l) if _tokens_per_gpu(l) < _cfg.tokens_per_gpu_deny_below
 
-_bubble_too_large(l) if _bubble(l) > _cfg.bubble_deny_above
+_bubble_too_large(l) if _bubble_too_large_at(_bubble(l))
 
-_states_exceed(l) if _states_gb(l) > _states_budget_gb
+_bubble_too_large_at(bubble) if bubble > _cfg.bubble_deny_above
 
-_memory_far_exceeds(l) if {
-	l.checkpointing == "none"
-	_memory_gb(l) > _cfg.memory_deny_fraction_without_checkpointing * _gpu.memory_gb
+_states_exceed(l) if _states_exceed_at(_states_gb(l))
+
+_states_exceed_at(states_gb) if states_gb > _states_budget_gb
+
+_memory_far_exceeds(l) if _memory_far_exceeds_at(l.checkpointing, _memory_gb(l))
+
+_memory_far_exceeds_at(ckpt, memory_gb) if {
+	ckpt == "none"
+	memory_gb > _cfg.memory_deny_fraction_without_checkpointing * _gpu.memory_gb
 }
 
-_comm_bound(l) if _comm_ratio(l) > _cfg.dp_comm_deny_above
+_comm_bound(l) if _comm_bound_at(_comm_ratio(l))
+
+_comm_bound_at(ratio) if ratio > _cfg.dp_comm_deny_above
 
 # Any hard rule fails, cheapest first: OPA stops at the first body that
 # succeeds. Every hard deny below has its predicate here (a test checks it).
@@ -524,9 +576,9 @@ else := 1
 
 _tp_values := {t |
 	some t in ({_layout.tp} | {d | some d in numbers.range(1, _domain); _domain % d == 0})
-	not _tp_exceeds_domain({"tp": t})
-	not _heads_indivisible({"tp": t})
-	not _kv_incompatible({"tp": t})
+	not _tp_exceeds_domain_at(t)
+	not _heads_indivisible_at(t)
+	_is_kv_compatible(t)
 }
 
 _cp_values := {c |
@@ -535,97 +587,131 @@ _cp_values := {c |
 		_seq >= _cfg.context_parallel_min_sequence
 		_seq / d >= _search.min_tokens_per_context_rank
 	})
-	not _cp_seq_indivisible({"cp": c})
+	not _cp_seq_indivisible_at(c)
 }
 
 _pp_values(nodes) := {p |
-	some p in ({_layout.pp} | {d | some d in _search.pipeline_degrees})
+	some p in array.concat([_layout.pp], _search.pipeline_degrees)
 	(nodes * _gpn) % p == 0
-	not _pp_exceeds_layers({"pp": p, "v": 1})
+	not _pp_exceeds_layers_at(p, 1)
 }
 
 _v_values(1) := {1}
 
 _v_values(pp) := {v |
 	some v in ({1, _layout.v} | {d | some d in _search.virtual_stages; _layers % (pp * d) == 0})
-	not _pp_exceeds_layers({"pp": pp, "v": v})
+	not _pp_exceeds_layers_at(pp, v)
 } if pp > 1
 
-_mbs_values := {1, _layout.mbs}
+# (built by comprehension, not as a set literal: OPA v1.22.3 keeps both copies
+# of a literal's element that equals a variable element, and a function given
+# the set, such as _options, then sees that value twice)
+_mbs_values := {m | some m in [1, _layout.mbs]}
 
 _ep_values := {1} if not _has_moe
 
 _ep_values := {e |
 	some e in ({_layout.ep} | {d | some d in numbers.range(1, min([_experts, _search.max_expert]))})
-	not _experts_indivisible({"ep": e})
+	not _experts_indivisible_at(e)
 } if _has_moe
 
 _zero_values := {0, 1, 2, 3}
 
-# never suggest turning checkpointing off
-_checkpointing_values := {_layout.checkpointing, "selective", "full"}
+# never suggest turning checkpointing off (a comprehension: see _mbs_values)
+_checkpointing_values := {c | some c in [_layout.checkpointing, "selective", "full"]}
 
 _recompute_rank(ckpt) := 1 if ckpt == "full"
 
 else := 0
 
+# Each knob's candidate values as [value, 1 if it differs from the
+# manifest's, else 0], listed once: the levels below add these up instead of
+# comparing every value again.
+_tp_options := _options(_tp_values, _layout.tp)
+
+_cp_options := _options(_cp_values, _layout.cp)
+
+_pp_options(nodes) := _options(_pp_values(nodes), _layout.pp)
+
+_v_options(pp) := _options(_v_values(pp), _layout.v)
+
+_mbs_options := _options(_mbs_values, _layout.mbs)
+
+_ep_options := _options(_ep_values, _layout.ep)
+
+_zero_options := _options(_zero_values, _layout.zero_stage)
+
+_checkpointing_options := _options(_checkpointing_values, _layout.checkpointing)
+
+# (the same test as _changed, written as two filters: no function call per value)
+_options(values, current) := array.concat(
+	[[x, 0] | some x in values; x == current],
+	[[x, 1] | some x in values; x != current],
+)
+
 # layouts at exactly distance d from the manifest's, each ranked by _rank
 # (min = best). The (tp, cp, pp) triples that fit the world are listed once
-# (memoized) with their number of changed knobs; below them each rule runs
-# right after the knobs it reads, the integer pipeline rules (global batch,
-# microbatches, bubble) first and the costly states and communication
-# formulas last, on objects without v and mbs so that OPA's memoization
-# shares them between prefixes and levels. The tp, cp, pp, v and ep values
-# already satisfy their own rules, the precision is a supported one and
-# _can_fit has checked tokens per GPU; _best_at re-checks every rule on the
-# layout it picks.
+# (memoized) with their number of changed knobs and dp; below them each rule
+# runs right after the knobs it reads, the integer pipeline rules (global
+# batch, microbatches, bubble) first and the costly states and communication
+# formulas last, through the scalar helpers (_x_at) that OPA memoizes across
+# prefixes and levels. The tp, cp, pp, v and ep values already satisfy their
+# own rules, the precision is a supported one and _can_fit has checked tokens
+# per GPU; _best_at re-checks every rule on the layout it picks.
 _level(nodes, d) := {c |
-	some [tp, cp, pp, n3] in _triples(nodes)
+	some [tp, cp, pp, n3, dp] in _triples(nodes)
 	n3 <= d
-	some mbs in _mbs_values
-	n4 := n3 + _changed(mbs, _layout.mbs)
+	some [mbs, changed_mbs] in _mbs_options
+	n4 := n3 + changed_mbs
 	n4 <= d
-	not _gbs_indivisible({"nodes": nodes, "tp": tp, "pp": pp, "cp": cp, "mbs": mbs})
-	not _too_few_microbatches({"nodes": nodes, "tp": tp, "pp": pp, "cp": cp, "mbs": mbs})
-	some v in _v_values(pp)
-	n5 := n4 + _changed(v, _layout.v)
+	unit := mbs * dp
+	not _gbs_indivisible_at(unit)
+	m := _microbatches_at(unit)
+	not _too_few_microbatches_at(pp, m)
+	some [v, changed_v] in _v_options(pp)
+	n5 := n4 + changed_v
 	n5 <= d
-	not _bubble_too_large({"nodes": nodes, "tp": tp, "pp": pp, "cp": cp, "mbs": mbs, "v": v})
-	some ep in _ep_values
-	n6 := n5 + _changed(ep, _layout.ep)
+	bubble := _bubble_at(pp, v, m)
+	not _bubble_too_large_at(bubble)
+	some [ep, changed_ep] in _ep_options
+	n6 := n5 + changed_ep
 	n6 <= d
-	not _ep_invalid({"nodes": nodes, "tp": tp, "pp": pp, "cp": cp, "ep": ep})
-	some zero in _zero_values
-	n7 := n6 + _changed(zero, _layout.zero_stage)
+	not _ep_without_experts(ep)
+	not _ep_indivisible_at(ep, dp, cp, tp)
+	some [zero, changed_zero] in _zero_options
+	n7 := n6 + changed_zero
 	n7 <= d
-	not _zero23_with_pp({"pp": pp, "zero_stage": zero})
-	not _states_exceed({"nodes": nodes, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "zero_stage": zero})
-	some ckpt in _checkpointing_values
-	n7 + _changed(ckpt, _layout.checkpointing) == d
-	not _comm_bound({"nodes": nodes, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "zero_stage": zero, "checkpointing": ckpt})
-	l := {
+	not _zero23_with_pp_at(pp, zero)
+	states := _states_gb_at(tp, pp, ep, zero, dp * cp)
+	not _states_exceed_at(states)
+	some [ckpt, changed_ckpt] in _checkpointing_options
+	n7 + changed_ckpt == d
+	comm := _comm_ratio_at(dp, tp, pp, cp, ep, zero, ckpt, nodes * _gpn)
+	not _comm_bound_at(comm)
+	memory := _memory_gb_of(states, _activations_gb_at(tp, pp, cp, mbs, m, ckpt))
+	not _memory_far_exceeds_at(ckpt, memory)
+	c := _rank_at(bubble, memory, comm, ckpt, {
 		"nodes": nodes, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "v": v, "mbs": mbs,
 		"zero_stage": zero, "checkpointing": ckpt, "precision": _fix_precision,
-	}
-	not _memory_far_exceeds(l)
-	c := _rank(l)
+	})
 }
 
 # (tp, cp, pp) triples that fit the world, with their number of changed knobs
-_triples(nodes) := [[tp, cp, pp, n] |
-	some tp in _tp_values
-	some cp in _cp_values
-	some pp in _pp_values(nodes)
-	not _world_mismatch({"nodes": nodes, "tp": tp, "pp": pp, "cp": cp})
-	n := (_changed(tp, _layout.tp) + _changed(cp, _layout.cp)) + _changed(pp, _layout.pp)
+# and dp: _dp_at is defined exactly when tp·pp·cp divides W, which is the
+# world rule (_world_mismatch).
+_triples(nodes) := [[tp, cp, pp, n, dp] |
+	some [tp, changed_tp] in _tp_options
+	some [cp, changed_cp] in _cp_options
+	some [pp, changed_pp] in _pp_options(nodes)
+	dp := _dp_at(nodes, tp, pp, cp)
+	n := (changed_tp + changed_cp) + changed_pp
 ]
 
 # [warnings, bubble, recompute rank, memory GB, comm ratio, l]; undefined
 # unless every ranking number is computable (fail closed)
-_rank(l) := [warned, bubble, _recompute_rank(l.checkpointing), memory, comm, l] if {
-	bubble := _bubble(l)
-	memory := _memory_gb(l)
-	comm := _comm_ratio(l)
+_rank(l) := _rank_at(_bubble(l), _memory_gb(l), _comm_ratio(l), l.checkpointing, l)
+
+_rank_at(bubble, memory, comm, ckpt, l) := [warned, bubble, _recompute_rank(ckpt), memory, comm, l] if {
 	warned := count({w |
 		some w, over in {
 			"bubble": bubble > _cfg.bubble_warn_above,

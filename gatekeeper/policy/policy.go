@@ -179,6 +179,9 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		rego.Query(evalQuery),
 		rego.ParsedBundle("itogate", b),
 		rego.StrictBuiltinErrors(true),
+		// Bundle data (tables, credential patterns) is read as AST values
+		// instead of being converted from Go values on every evaluation.
+		rego.StoreReadAST(true),
 		rego.UnsafeBuiltins(impureBuiltins()),
 	).PrepareForEval(ctx)
 	if err != nil {

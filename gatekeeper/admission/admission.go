@@ -238,6 +238,13 @@ func (s *Service) admit(ctx context.Context, caller Caller, req Request, tr *tra
 	}
 	keySeen := err == nil
 
+	// Overloaded: every evaluation slot busy and the wait queue full. Shed
+	// now, before any verification, so refusing costs next to nothing and
+	// the CPU stays with the admissions already admitted to the queue.
+	if s.limit.saturated() {
+		return overloaded()
+	}
+
 	// Step 4–5: signature over the exact bytes, then the schema.
 	verified := map[string]any{
 		"caller": map[string]any{"verified": true, "key_id": caller.KeyID},
@@ -339,10 +346,7 @@ func (s *Service) admit(ctx context.Context, caller Caller, req Request, tr *tra
 	}
 	decisionID := tr.decisionID
 	if !s.limit.acquire(ctx) {
-		o := fail(http.StatusServiceUnavailable, CodeOverloaded,
-			"every policy evaluation slot is busy; nothing was evaluated or consumed: retry with the same idempotency key")
-		o.RetryAfter = time.Second
-		return o
+		return overloaded()
 	}
 	tr.input, tr.decider = input, decider
 	dec, err := decider.Decide(ctx, input)

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"net/http"
 	"sync/atomic"
 	"time"
 )
@@ -89,6 +90,20 @@ func (l *limiter) acquire(ctx context.Context) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// saturated reports whether acquire would shed at once: every slot busy and
+// the queue full. Admit checks it before verifying anything.
+func (l *limiter) saturated() bool {
+	return l != nil && len(l.slots) == cap(l.slots) && l.waiting.Load() >= l.queue
+}
+
+// overloaded is the answer to a shed admission.
+func overloaded() Outcome {
+	o := fail(http.StatusServiceUnavailable, CodeOverloaded,
+		"every policy evaluation slot is busy; nothing was verified, evaluated or consumed: retry with the same idempotency key")
+	o.RetryAfter = time.Second
+	return o
 }
 
 // release frees a slot taken by acquire.

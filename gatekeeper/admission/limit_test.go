@@ -23,6 +23,9 @@ func TestLimiter(t *testing.T) {
 	if !l.acquire(context.Background()) || !l.acquire(context.Background()) {
 		t.Fatal("free slots must be taken at once")
 	}
+	if l.saturated() {
+		t.Fatal("slots busy but the queue empty: not saturated")
+	}
 
 	// A waiter whose request ends is shed and leaves the queue.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -55,6 +58,9 @@ func TestLimiter(t *testing.T) {
 	go func() { got <- full.acquire(context.Background()) }()
 	for full.waiting.Load() != 1 {
 		time.Sleep(time.Millisecond)
+	}
+	if !full.saturated() {
+		t.Fatal("slot busy and queue full: saturated must be true")
 	}
 	if full.acquire(context.Background()) {
 		t.Fatal("a request beyond the queue must be shed")

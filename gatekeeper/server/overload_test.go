@@ -86,6 +86,9 @@ func TestOverloadShedsBeforeAnything(t *testing.T) {
 		t.Fatalf("Retry-After %q, want 1", got)
 	}
 	h.untouched(t, shed.ref, shed.key)
+	// Shed before any verification: only the two admitted requests' distinct
+	// entitlement tokens were ever verified.
+	h.waitForMetric(t, `itogate_verification_cache_lookups_total{purpose="entitlement",result="miss"} 2`)
 
 	close(held.release)
 	wg.Wait()

@@ -223,7 +223,7 @@ func itogateRequests(ctx context.Context, o options) (func(int) (*http.Request, 
 		if o.mode == "open" {
 			n = o.rate*int(o.duration/time.Second) + 50
 		} else {
-			n = 400 * int(o.duration/time.Second) // above what 2 cores evaluate
+			n = 800 * int(o.duration/time.Second) // above what 2 cores evaluate (~400 allows/s measured)
 		}
 	}
 	n = min(n+1, o.max+1, 50000) // +1 for the sample request

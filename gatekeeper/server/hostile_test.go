@@ -412,19 +412,14 @@ func (h *hostile) logCount(s string) int { return strings.Count(h.logs.String(),
 // registered secret: responses, server log, decision log, metrics.
 func (h *hostile) finish(t *testing.T) {
 	t.Helper()
-	resp, err := h.client.Get(h.srv.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	metrics, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	metrics := h.metricsText(t)
 	h.dl.Close()
 	secrets := h.allSecrets()
 	h.mu.Lock()
 	bodies := strings.Join(h.bodies, "\n")
 	h.mu.Unlock()
 	for name, out := range map[string]string{
-		"responses": bodies, "server log": h.logs.String(), "decision log": h.dlog.String(), "metrics": string(metrics),
+		"responses": bodies, "server log": h.logs.String(), "decision log": h.dlog.String(), "metrics": metrics,
 	} {
 		t.Run("no secret in "+name, func(t *testing.T) { assertNoSecrets(t, out, secrets...) })
 	}

@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -33,16 +32,7 @@ func (d *heldDecider) Revision() string { return d.inner.Revision() }
 func (h *hostile) waitForMetric(t *testing.T, line string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := h.client.Get(h.srv.URL + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if strings.Contains(string(body), line) {
-			return
-		}
+	for !strings.Contains(h.metricsText(t), line) {
 		if time.Now().After(deadline) {
 			t.Fatalf("/metrics never showed %q", line)
 		}
@@ -138,12 +128,7 @@ func TestVerificationCacheMetrics(t *testing.T) {
 	second.ent = first.ent
 	h.allowed(t, first)
 	h.allowed(t, second)
-	resp, err := h.client.Get(h.srv.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	body := h.metricsText(t)
 	for _, want := range []string{
 		`itogate_verification_cache_lookups_total{purpose="caller",result="hit"} 1`,
 		`itogate_verification_cache_lookups_total{purpose="caller",result="miss"} 1`,
@@ -153,11 +138,11 @@ func TestVerificationCacheMetrics(t *testing.T) {
 		`itogate_verification_cache_lookups_total{purpose="entitlement",result="miss"} 1`,
 		`itogate_verification_cache_entries{purpose="entitlement"} 1`,
 	} {
-		if !strings.Contains(string(body), want) {
+		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
-	if strings.Contains(string(body), `itogate_verification_cache_lookups_total{purpose="confirmation"`) {
+	if strings.Contains(body, `itogate_verification_cache_lookups_total{purpose="confirmation"`) {
 		t.Error("confirmations must have no verification cache")
 	}
 	h.finish(t)

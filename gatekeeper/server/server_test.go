@@ -60,6 +60,22 @@ type harness struct {
 	active func() admission.Decider
 }
 
+// metricsText scrapes /metrics.
+func (h *harness) metricsText(t testing.TB) string {
+	t.Helper()
+	c := &http.Client{Timeout: 60 * time.Second}
+	resp, err := c.Get(h.srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
+}
+
 // newHarness builds the real router over a real bbolt ledger, the embedded
 // bundle and the development trust — the same wiring as `itogate serve`.
 func newHarness(t *testing.T, mutate func(*admission.Options)) *harness {
@@ -157,19 +173,14 @@ func TestDemoCases(t *testing.T) {
 		t.Errorf("only %d logged allows", allows)
 	}
 
-	resp, err := http.Get(h.srv.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	body := h.metricsText(t)
 	for _, want := range []string{
 		`itogate_admission_decisions_total{code="CONFIRMATION_REPLAYED",decision="deny"} 1`,
 		`itogate_admission_decisions_total{code="IDEMPOTENCY_KEY_CONFLICT",decision="deny"} 1`,
 		`itogate_verification_failures_total{kind="signature",purpose="manifest"} 1`,
 		`itogate_http_requests_total{code="401",method="GET",route="/v1/admissions/{idempotency_key}"} 1`,
 	} {
-		if !strings.Contains(string(body), want) {
+		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %s", want)
 		}
 	}
@@ -383,13 +394,7 @@ func TestStoreFaultsDeny(t *testing.T) {
 		if err != nil || resp.StatusCode != 503 {
 			t.Fatalf("readyz with a closed ledger: %v %v", resp.StatusCode, err)
 		}
-		resp, err = http.Get(h.srv.URL + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if !strings.Contains(string(body), `itogate_ledger_errors_total{op="admission lookup"} 1`) {
+		if body := h.metricsText(t); !strings.Contains(body, `itogate_ledger_errors_total{op="admission lookup"} 1`) {
 			t.Fatalf("ledger error not counted:\n%s", body)
 		}
 	})

@@ -40,19 +40,24 @@ const throughputClients = 16
 // half.
 //
 // Measured 2026-11-29 on the 2-core CI machine type (AMD EPYC, ext4, local
-// PostgreSQL 15), shared with other jobs (load average 3–6), 3000
-// admissions per run:
+// PostgreSQL 15), 2000 admissions per run. Before the performance work
+// (load average 3–6 from other jobs, 3000 admissions):
 //
 //	backend   allows/s (best, worst)   p50 ms   p99 ms   cpu-ms/allow
 //	bbolt     150, 87                  95–146   330–680  7.9–8.7
 //	postgres  221, 89                  60–164   150–500  6.5–8.8
 //
+// After it (one decision+mask evaluation, the cheaper policy, the token
+// verification cache; quiet machine, Go's default GOGC here):
+//
+//	bbolt     285                      52       130      6.7
+//	postgres  378                      41       89       4.7
+//
 // cpu-ms/allow is this process's CPU (server and clients; PostgreSQL's own
-// is not included) and is the stable figure: ~8 ms per allow, two thirds of
-// it OPA evaluating the policy, caps two dedicated cores at ~250 allows/s
-// whatever the ledger. The ledger is far from the limit: bbolt commits
-// ~5,500/s with group commit (BenchmarkCommit p=16), PostgreSQL spends one
-// statement per allow. The spread between runs is the other jobs.
+// is not included) and is the stable figure; three quarters of the server's
+// part is OPA evaluating the policy (docs/performance.md). The ledger is far
+// from the limit: bbolt commits ~9,500/s with group commit (BenchmarkCommit
+// p=16), PostgreSQL spends one statement per allow.
 func BenchmarkAdmissions(b *testing.B) {
 	for _, be := range backends {
 		b.Run(be.name, func(b *testing.B) { benchAdmissions(b, be) })

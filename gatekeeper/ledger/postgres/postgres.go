@@ -269,19 +269,16 @@ func (s *Store) DepositConfirmation(ctx context.Context, c ledger.Confirmation) 
 
 // Confirmation implements ledger.Store.
 func (s *Store) Confirmation(ctx context.Context, ref string) (ledger.Confirmation, error) {
-	conn, err := s.acquire(ctx, "confirmation")
-	if err != nil {
-		return ledger.Confirmation{}, err
-	}
-	defer conn.Release()
-	qctx, cancel := s.bound(ctx, 1)
-	defer cancel()
-	c, err := scanConfirmation(conn.QueryRow(qctx, s.q.confirmation, ref))
+	var c ledger.Confirmation
+	err := s.read(ctx, "confirmation", func(qctx context.Context, conn *pgxpool.Conn) (err error) {
+		c, err = scanConfirmation(conn.QueryRow(qctx, s.q.confirmation, ref))
+		return err
+	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return ledger.Confirmation{}, fmt.Errorf("ledger: confirmation: %w", ledger.ErrNotFound)
 	case err != nil:
-		return ledger.Confirmation{}, s.fault(ctx, "confirmation", err)
+		return ledger.Confirmation{}, err
 	}
 	return c, nil
 }
@@ -297,21 +294,64 @@ func (s *Store) Run(ctx context.Context, runID string) (ledger.Admission, error)
 }
 
 func (s *Store) readAdmission(ctx context.Context, op, query string, args ...any) (ledger.Admission, error) {
-	conn, err := s.acquire(ctx, op)
-	if err != nil {
-		return ledger.Admission{}, err
-	}
-	defer conn.Release()
-	qctx, cancel := s.bound(ctx, 1)
-	defer cancel()
-	a, err := scanAdmission(conn.QueryRow(qctx, query, args...))
+	var a ledger.Admission
+	err := s.read(ctx, op, func(qctx context.Context, conn *pgxpool.Conn) (err error) {
+		a, err = scanAdmission(conn.QueryRow(qctx, query, args...))
+		return err
+	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return ledger.Admission{}, fmt.Errorf("ledger: %s: %w", op, ledger.ErrNotFound)
 	case err != nil:
-		return ledger.Admission{}, s.fault(ctx, op, err)
+		return ledger.Admission{}, err
 	}
 	return a, nil
+}
+
+// read runs one read-only statement; pgx.ErrNoRows comes back as is, any
+// other failure as s.fault. A read that failed because its connection was
+// dead (see deadConnection) runs once more after the pool is reset: reads
+// change nothing, and after a failover or terminated backends the pool
+// still holds connections that only a query reveals as dead, each of which
+// would otherwise fail one request.
+func (s *Store) read(ctx context.Context, op string, query func(context.Context, *pgxpool.Conn) error) error {
+	var err error
+	for attempt := 0; attempt < 2; attempt++ {
+		var conn *pgxpool.Conn
+		if conn, err = s.acquire(ctx, op); err != nil {
+			return err
+		}
+		qctx, cancel := s.bound(ctx, 1)
+		err = query(qctx, conn)
+		cancel()
+		conn.Release()
+		if err == nil || errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if attempt > 0 || !deadConnection(ctx, err) {
+			break
+		}
+		// Its siblings were most likely cut by the same event: close the
+		// idle ones now, the busy ones when released.
+		s.pool.Reset()
+	}
+	return s.fault(ctx, op, err)
+}
+
+// deadConnection reports whether err is the connection failing under a
+// statement — the server ended the session (SQLSTATE class 57P: operator
+// intervention, e.g. pg_terminate_backend, shutdown) or a connection
+// exception (class 08), or the socket failed without an answer — rather
+// than the database answering a query error or a deadline passing.
+func deadConnection(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return strings.HasPrefix(pgErr.Code, "57P") || strings.HasPrefix(pgErr.Code, "08")
+	}
+	return true
 }
 
 // Commit implements ledger.Store.

@@ -548,3 +548,62 @@ func TestNetworkCut(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestReadsSurviveTerminatedBackends: after every backend of the pool is
+// terminated (a failover, an operator's pg_terminate_backend), the pool still
+// holds those connections; the next reads must answer, not fail one request
+// per dead connection. Writes are not retried (their outcome may be unknown).
+func TestReadsSurviveTerminatedBackends(t *testing.T) {
+	t.Parallel()
+	opts := testOptions(t)
+	app := "itogate_term_" + opts.Schema[len(pgtest.SchemaPrefix):]
+	base := opts.DSN
+	opts.DSN = pgtest.WithParam(opts.DSN, "application_name", app)
+	s := open(t, opts)
+	defer s.Close()
+	ctx := t.Context()
+	c := confirmation("acct_term")
+	if err := s.DepositConfirmation(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	// Fill the pool with idle connections.
+	var wg sync.WaitGroup
+	for range opts.MaxConns {
+		wg.Go(func() {
+			conn, err := s.pool.Acquire(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+			conn.Release()
+		})
+	}
+	wg.Wait()
+	idle := s.pool.Stat().IdleConns()
+	if idle < 2 {
+		t.Fatalf("%d idle connections; the test needs several", idle)
+	}
+	killer, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer killer.Close(ctx)
+	var killed int
+	if err := killer.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE application_name = $1`, app).Scan(&killed); err != nil {
+		t.Fatal(err)
+	}
+	if killed != int(idle) {
+		t.Fatalf("terminated %d backends, the pool held %d idle connections", killed, idle)
+	}
+	for i := range 3 {
+		got, err := s.Confirmation(ctx, c.Ref)
+		if err != nil || got.JTI != c.JTI {
+			t.Fatalf("read %d after the backends were terminated: %+v, %v", i, got, err)
+		}
+		if _, err := s.Admission(ctx, "acct_term", "no-such-key"); !errors.Is(err, ledger.ErrNotFound) {
+			t.Fatalf("admission read %d: %v, want ErrNotFound", i, err)
+		}
+	}
+}

@@ -76,7 +76,8 @@ refuses the development keys.`,
 	cmd.Flags().DurationVar(&o.policyDeadline, "policy-deadline", 0, "development mode: bound on one policy evaluation (default 250ms)")
 	cmd.Flags().DurationVar(&o.requestTimeout, "request-timeout", 0, "development mode: bound on one request (default 5s)")
 	cmd.Flags().IntVar(&o.maxEvaluations, "max-concurrent-evaluations", 0,
-		"development mode: policy evaluations running at once (default 0: one per CPU; -1: no bound)")
+		"development mode: policy evaluations running at once (0: one per CPU; -1: no bound); up to 64 per slot "+
+			"wait at most 1s, then 503 ADMISSION_OVERLOADED (queue and wait are set in --config: limits.*)")
 	cmd.Flags().StringVar(&o.shadowFile, "shadow-bundle-file", "",
 		"development mode: a signed candidate bundle evaluated beside the enforced one, never enforced")
 	cmd.Flags().StringVar(&o.bundleFile, "bundle-file", "",
@@ -107,6 +108,9 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 		}
 		if o.requestTimeout > 0 {
 			cfg.Limits.RequestTimeout = config.Duration(o.requestTimeout)
+		}
+		if o.maxEvaluations < -1 {
+			return errors.New("--max-concurrent-evaluations must be -1 (no bound), 0 (one per CPU) or positive")
 		}
 		cfg.Limits.MaxConcurrentEvaluations = o.maxEvaluations
 		if o.bundleFile != "" || o.bundleURL != "" {
@@ -158,11 +162,12 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	evals := evaluations(cfg.Limits)
 	svc, err := admission.New(admission.Options{
 		Entitlement: ts.Entitlement, Confirmation: ts.Confirmation, Manifests: ts.Manifests,
 		Ledger: store, Policy: bundles.Active, Logger: log, DecisionLog: dlog,
 		OnLedgerError: metrics.LedgerError,
-		Evaluations:   evaluations(cfg.Limits),
+		Evaluations:   evals,
 		Shadow:        shadow,
 		OnShadow: func(r admission.ShadowResult) {
 			metrics.Shadow(r.Kind)
@@ -207,7 +212,8 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 	info, _ := bundles.Info()
 	log.Info("itogate listening", "addr", ln.Addr().String(), "ledger", ledgerDesc,
 		"bundle_revision", info.Revision, "bundle_digest", info.Digest, "development", cfg.Dev,
-		"gc_percent", tuneGC(os.Getenv))
+		"gc_percent", tuneGC(os.Getenv), "evaluation_slots", evals.Slots, "evaluation_queue", evals.Queue,
+		"evaluation_queue_wait", evals.Wait.String())
 
 	srv := &http.Server{
 		Handler:           handler,
@@ -312,9 +318,16 @@ func startShadow(ctx context.Context, cfg config.Config, log *slog.Logger) (func
 	return mgr.Active, nil
 }
 
-// evaluations turns the limits into the admission's evaluation bound.
+// evaluations turns the limits into the admission's evaluation bound, with
+// admission's defaults filled in (for the start-up log).
 func evaluations(l config.Limits) admission.Evaluations {
 	slots, queue, wait := l.Evaluations(runtime.GOMAXPROCS(0))
+	if slots > 0 && queue <= 0 {
+		queue = admission.DefaultQueueFactor * slots
+	}
+	if slots > 0 && wait <= 0 {
+		wait = admission.DefaultQueueWait
+	}
 	return admission.Evaluations{Slots: slots, Queue: queue, Wait: wait}
 }
 

@@ -85,3 +85,11 @@ func TestTuneGC(t *testing.T) {
 		t.Fatalf("with GOGC=50: %d, want the operator's 50 left in force", got)
 	}
 }
+
+func TestServeDevelopmentRefusesBadEvaluationBound(t *testing.T) {
+	err := runServe(context.Background(), &serveOptions{listen: "127.0.0.1:0", dataDir: t.TempDir(), maxEvaluations: -5},
+		slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), "--max-concurrent-evaluations must be -1") {
+		t.Fatalf("runServe with --max-concurrent-evaluations -5 = %v", err)
+	}
+}

@@ -242,7 +242,7 @@ func (s *Service) admit(ctx context.Context, caller Caller, req Request, tr *tra
 	// now, before any verification, so refusing costs next to nothing and
 	// the CPU stays with the admissions already admitted to the queue.
 	if s.limit.saturated() {
-		return overloaded()
+		return overloaded(true)
 	}
 
 	// Step 4–5: signature over the exact bytes, then the schema.
@@ -346,11 +346,13 @@ func (s *Service) admit(ctx context.Context, caller Caller, req Request, tr *tra
 	}
 	decisionID := tr.decisionID
 	if !s.limit.acquire(ctx) {
-		return overloaded()
+		return overloaded(false)
 	}
 	tr.input, tr.decider = input, decider
-	dec, err := decider.Decide(ctx, input)
-	s.limit.release()
+	dec, err := func() (policy.Decision, error) {
+		defer s.limit.release() // also when Decide panics (the server recovers)
+		return decider.Decide(ctx, input)
+	}()
 	if err != nil {
 		code := policy.CodeEvaluationFailed
 		var pe *policy.Error

@@ -98,10 +98,15 @@ func (l *limiter) saturated() bool {
 	return l != nil && len(l.slots) == cap(l.slots) && l.waiting.Load() >= l.queue
 }
 
-// overloaded is the answer to a shed admission.
-func overloaded() Outcome {
-	o := fail(http.StatusServiceUnavailable, CodeOverloaded,
-		"every policy evaluation slot is busy; nothing was verified, evaluated or consumed: retry with the same idempotency key")
+// overloaded is the answer to a shed admission; early is true when it was
+// shed before any verification (the queue was full), false when it waited
+// for a slot in vain.
+func overloaded(early bool) Outcome {
+	msg := "no policy evaluation slot became free in time; nothing was evaluated or consumed: retry with the same idempotency key"
+	if early {
+		msg = "every policy evaluation slot is busy and the queue is full; nothing was verified, evaluated or consumed: retry with the same idempotency key"
+	}
+	o := fail(http.StatusServiceUnavailable, CodeOverloaded, msg)
 	o.RetryAfter = time.Second
 	return o
 }

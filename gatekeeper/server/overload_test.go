@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -146,4 +147,38 @@ func TestVerificationCacheMetrics(t *testing.T) {
 		t.Error("confirmations must have no verification cache")
 	}
 	h.finish(t)
+}
+
+// panicOnce panics in its first evaluation, then decides with the bundle.
+type panicOnce struct {
+	inner admission.Decider
+	done  atomic.Bool
+}
+
+func (d *panicOnce) Decide(ctx context.Context, in map[string]any) (policy.Decision, error) {
+	if d.done.CompareAndSwap(false, true) {
+		panic("evaluation bug")
+	}
+	return d.inner.Decide(ctx, in)
+}
+
+func (d *panicOnce) Revision() string { return d.inner.Revision() }
+
+// TestPanicFreesTheSlot: an evaluation that panics (answered 500 by the
+// recoverer) gives its slot back; with one slot, the next admission is
+// evaluated instead of being shed for ever.
+func TestPanicFreesTheSlot(t *testing.T) {
+	d := &panicOnce{}
+	h := newHostile(t, hostileOptions{
+		policy:      func() admission.Decider { return d },
+		evaluations: admission.Evaluations{Slots: 1, Queue: 1, Wait: 5 * time.Second},
+	})
+	d.inner = h.engine
+	first, second := h.fixture(t), h.fixture(t)
+	if r := h.admit(t, h.body(t, first, nil)); r.status != http.StatusInternalServerError || r.code() != admission.CodeInternal {
+		t.Fatalf("the panicking evaluation: %d %s, want 500 %s", r.status, r.raw, admission.CodeInternal)
+	}
+	h.untouched(t, first.ref, first.key)
+	h.allowed(t, second)
+	h.waitForMetric(t, `itogate_policy_evaluations_in_flight{state="running"} 0`)
 }

@@ -252,7 +252,7 @@ func cloneValue(v any) any {
 }
 
 // Memory estimates used by entryCost, in bytes, chosen to be at or above
-// what the Go runtime allocates (size classes included): TestCacheEntryCost
+// what the Go runtime allocates (size classes included): TestTokenCacheEntryCost
 // compares them with the live heap.
 const (
 	// entryOverhead: the cacheEntry, its index slot, the Claims struct and

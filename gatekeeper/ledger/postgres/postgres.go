@@ -28,11 +28,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -315,15 +318,16 @@ func (s *Store) readAdmission(ctx context.Context, op, query string, args ...any
 // still holds connections that only a query reveals as dead, each of which
 // would otherwise fail one request.
 func (s *Store) read(ctx context.Context, op string, query func(context.Context, *pgxpool.Conn) error) error {
+	// One statement's time bounds both attempts.
+	qctx, cancel := s.bound(ctx, 1)
+	defer cancel()
 	var err error
 	for attempt := 0; attempt < 2; attempt++ {
 		var conn *pgxpool.Conn
 		if conn, err = s.acquire(ctx, op); err != nil {
 			return err
 		}
-		qctx, cancel := s.bound(ctx, 1)
 		err = query(qctx, conn)
-		cancel()
 		conn.Release()
 		if err == nil || errors.Is(err, pgx.ErrNoRows) {
 			return err
@@ -340,9 +344,10 @@ func (s *Store) read(ctx context.Context, op string, query func(context.Context,
 
 // deadConnection reports whether err is the connection failing under a
 // statement — the server ended the session (SQLSTATE class 57P: operator
-// intervention, e.g. pg_terminate_backend, shutdown) or a connection
-// exception (class 08), or the socket failed without an answer — rather
-// than the database answering a query error or a deadline passing.
+// intervention, e.g. pg_terminate_backend, shutdown), a connection
+// exception (class 08), or the socket failing (EOF, reset, a network error)
+// — rather than the database answering a query error, a scan failing or a
+// deadline passing.
 func deadConnection(ctx context.Context, err error) bool {
 	if ctx.Err() != nil || pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return false
@@ -351,7 +356,9 @@ func deadConnection(ctx context.Context, err error) bool {
 	if errors.As(err, &pgErr) {
 		return strings.HasPrefix(pgErr.Code, "57P") || strings.HasPrefix(pgErr.Code, "08")
 	}
-	return true
+	var netErr net.Error
+	return pgconn.SafeToRetry(err) || errors.As(err, &netErr) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
 }
 
 // Commit implements ledger.Store.

@@ -312,8 +312,16 @@ func TestHotSwapUnderLoad(t *testing.T) {
 		tampered := bundletest.Rewrite(t, bundleFor(i), func(f map[string][]byte) {
 			f["/ito/admission/admission.rego"] = []byte("package ito.admission\n\ndecision := {\"allow\": true, \"violations\": []}\n")
 		})
+		served := srv.ok.Load()
 		srv.publish(tampered)
-		time.Sleep(10 * time.Millisecond)
+		// Wait until the poller has downloaded it (a fixed sleep was too
+		// short on a loaded machine, and then no tampered bundle was seen).
+		for deadline := time.Now().Add(30 * time.Second); srv.ok.Load() == served; {
+			if time.Now().After(deadline) {
+				t.Fatalf("the tampered r%d was never downloaded", i)
+			}
+			time.Sleep(time.Millisecond)
+		}
 		start := time.Now()
 		srv.publish(bundleFor(i))
 		waitFor(i)

@@ -23,6 +23,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/client"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
+	"github.com/itocompute/itogate/internal/syncbuf"
 	"github.com/itocompute/itogate/policies"
 )
 
@@ -106,17 +107,8 @@ func startServe(t *testing.T, o *serveOptions, wantReady bool) (url string, logs
 	return "", nil
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+// syncBuffer collects output written concurrently.
+type syncBuffer = syncbuf.Buffer
 
 func get(t testing.TB, url string) (int, string) {
 	t.Helper()

@@ -42,6 +42,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/server"
 	"github.com/itocompute/itogate/gatekeeper/token"
 	"github.com/itocompute/itogate/gatekeeper/trust"
+	"github.com/itocompute/itogate/internal/syncbuf"
 	"github.com/itocompute/itogate/policies"
 )
 
@@ -370,23 +371,8 @@ func itogateBinary(t *testing.T) string {
 	return binary.path
 }
 
-// syncBuffer collects a subprocess's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer collects output written concurrently.
+type syncBuffer = syncbuf.Buffer
 
 // proc is one `itogate serve` subprocess.
 type proc struct {

@@ -53,6 +53,11 @@ var embedded struct {
 	err    error
 }
 
+// embeddedEngine is the embedded bundle, compiled once per test binary (an
+// Engine is safe for concurrent use). Its deadline is generous: these tests
+// assert semantics under the race detector on two shared cores, and the
+// benchmarks must not turn a slow evaluation into a 503; policy_test covers
+// the deadline itself.
 func embeddedEngine(t testing.TB) *policy.Engine {
 	t.Helper()
 	embedded.once.Do(func() {
@@ -63,6 +68,18 @@ func embeddedEngine(t testing.TB) *policy.Engine {
 		t.Fatal(embedded.err)
 	}
 	return embedded.engine
+}
+
+// tempLedger is a fresh bbolt ledger in the test's temporary directory,
+// closed when the test ends.
+func tempLedger(t testing.TB) *bolt.Store {
+	t.Helper()
+	store, err := bolt.Open(filepath.Join(t.TempDir(), "ledger.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	return store
 }
 
 type hostileOptions struct {
@@ -102,12 +119,7 @@ func newHostile(t testing.TB, o hostileOptions) *hostile {
 	if err != nil {
 		t.Fatal(err)
 	}
-	engine := embeddedEngine(t)
-	store, err := bolt.Open(filepath.Join(t.TempDir(), "ledger.db"), bolt.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
+	engine, store := embeddedEngine(t), tempLedger(t)
 	logs, dlogBuf := &syncBuffer{}, &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	dl := decisionlog.New(dlogBuf, decisionlog.Options{})

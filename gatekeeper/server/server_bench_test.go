@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -22,13 +21,10 @@ import (
 	"github.com/itocompute/itogate/fixtures"
 	"github.com/itocompute/itogate/gatekeeper/admission"
 	"github.com/itocompute/itogate/gatekeeper/decisionlog"
-	"github.com/itocompute/itogate/gatekeeper/ledger/bolt"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
-	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
 	"github.com/itocompute/itogate/gatekeeper/server"
 	"github.com/itocompute/itogate/gatekeeper/trust"
-	"github.com/itocompute/itogate/policies"
 )
 
 // benchServer is newHarness for benchmarks: the real router over a real
@@ -48,17 +44,7 @@ func newBenchServer(b *testing.B) *benchServer {
 	if err != nil {
 		b.Fatal(err)
 	}
-	// serve's development default deadline is 250ms; the benchmark must not
-	// turn a slow evaluation on a loaded machine into a 503.
-	engine, err := policy.New(context.Background(), policy.Options{Bundle: policies.Bundle(), Deadline: 10 * time.Second})
-	if err != nil {
-		b.Fatal(err)
-	}
-	store, err := bolt.Open(filepath.Join(b.TempDir(), "ledger.db"), bolt.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { store.Close() })
+	engine, store := embeddedEngine(b), tempLedger(b)
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	dl := decisionlog.New(io.Discard, decisionlog.Options{})
 	b.Cleanup(dl.Close)

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -22,32 +21,16 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/client"
 	"github.com/itocompute/itogate/gatekeeper/decisionlog"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
-	"github.com/itocompute/itogate/gatekeeper/ledger/bolt"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
 	"github.com/itocompute/itogate/gatekeeper/server"
 	"github.com/itocompute/itogate/gatekeeper/trust"
-	"github.com/itocompute/itogate/policies"
+	"github.com/itocompute/itogate/internal/syncbuf"
 )
 
-// syncBuffer collects log output from concurrent handlers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer collects output written concurrently.
+type syncBuffer = syncbuf.Buffer
 
 type harness struct {
 	dlog   *syncBuffer
@@ -84,18 +67,7 @@ func newHarness(t *testing.T, mutate func(*admission.Options)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A generous deadline: these tests assert ledger semantics under the race
-	// detector on two cores, not evaluation latency (policy_test covers the
-	// deadline itself).
-	engine, err := policy.New(context.Background(), policy.Options{Bundle: policies.Bundle(), Deadline: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := bolt.Open(filepath.Join(t.TempDir(), "ledger.db"), bolt.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
+	engine, store := embeddedEngine(t), tempLedger(t)
 	logs, dlogBuf := &syncBuffer{}, &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
 	dl := decisionlog.New(dlogBuf, decisionlog.Options{})

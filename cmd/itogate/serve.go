@@ -322,13 +322,7 @@ func startShadow(ctx context.Context, cfg config.Config, log *slog.Logger) (func
 // admission's defaults filled in (for the start-up log).
 func evaluations(l config.Limits) admission.Evaluations {
 	slots, queue, wait := l.Evaluations(runtime.GOMAXPROCS(0))
-	if slots > 0 && queue <= 0 {
-		queue = admission.DefaultQueueFactor * slots
-	}
-	if slots > 0 && wait <= 0 {
-		wait = admission.DefaultQueueWait
-	}
-	return admission.Evaluations{Slots: slots, Queue: queue, Wait: wait}
+	return admission.Evaluations{Slots: slots, Queue: queue, Wait: wait}.Effective()
 }
 
 // defaultGCPercent is serve's garbage-collector target when GOGC is not set.

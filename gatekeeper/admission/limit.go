@@ -50,15 +50,25 @@ type limiter struct {
 	wait    time.Duration
 }
 
-func newLimiter(e Evaluations) *limiter {
+// Effective is e with the defaults filled in: what the Service enforces.
+// Without slots there is no bound, and Queue and Wait are zero.
+func (e Evaluations) Effective() Evaluations {
 	if e.Slots <= 0 {
-		return nil
+		return Evaluations{}
 	}
 	if e.Queue <= 0 {
 		e.Queue = DefaultQueueFactor * e.Slots
 	}
 	if e.Wait <= 0 {
 		e.Wait = DefaultQueueWait
+	}
+	return e
+}
+
+func newLimiter(e Evaluations) *limiter {
+	e = e.Effective()
+	if e.Slots == 0 {
+		return nil
 	}
 	return &limiter{slots: make(chan struct{}, e.Slots), queue: int64(e.Queue), wait: e.Wait}
 }

@@ -7,6 +7,12 @@ import (
 )
 
 func TestLimiter(t *testing.T) {
+	if got := (Evaluations{Slots: 3, Wait: time.Minute}).Effective(); got != (Evaluations{Slots: 3, Queue: 3 * DefaultQueueFactor, Wait: time.Minute}) {
+		t.Fatalf("Effective = %+v", got)
+	}
+	if got := (Evaluations{Slots: -1, Queue: 9}).Effective(); got != (Evaluations{}) {
+		t.Fatalf("Effective without slots = %+v, want no bound", got)
+	}
 	if newLimiter(Evaluations{}) != nil || newLimiter(Evaluations{Slots: -1}) != nil {
 		t.Fatal("no slots must mean no limiter")
 	}

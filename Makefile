@@ -6,7 +6,7 @@ OPA   := $(GO) tool opa
 BIN   := bin/itogate
 COVERAGE_THRESHOLD ?= 90
 
-.PHONY: run build test test-go test-policy fmt-check demo clean codes bundle fuzz bench soak
+.PHONY: run build test test-go test-vet test-go-only test-policy fmt-check demo clean codes bundle fuzz bench soak
 
 LISTEN   ?= 127.0.0.1:8443
 DATA_DIR ?= ./data
@@ -18,19 +18,49 @@ run:
 build:
 	$(GO) build -o $(BIN) ./cmd/itogate
 
-## test: everything CI runs — Go tests, then the policy trio (fmt, check, test+coverage)
-test: test-go test-policy
+## test: everything CI runs — gofmt, go vet, the Go tests and the policy trio (fmt, check, test+coverage).
+##   Every part runs even when an earlier one fails; the summary names each failed part.
+TEST_PARTS := fmt-check test-vet test-go-only test-policy
 
+test:
+	@failed=""; \
+	for part in $(TEST_PARTS); do \
+	  $(MAKE) --no-print-directory $$part || failed="$$failed $$part"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed" >&2; exit 1; fi; \
+	echo "make test: every part passed ($(TEST_PARTS))"
+
+## test-go: go vet and the Go tests (-race), both run, failing if either failed
 test-go:
+	@failed=""; \
+	for part in test-vet test-go-only; do \
+	  $(MAKE) --no-print-directory $$part || failed="$$failed $$part"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make test-go: FAILED:$$failed" >&2; exit 1; fi
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './bin/*')); \
+	if [ -n "$$out" ]; then echo "gofmt: not formatted:" >&2; echo "$$out" >&2; exit 1; fi; \
+	echo "gofmt: ok"
+
+test-vet:
 	$(GO) vet ./...
+
+test-go-only:
 	$(GO) test -race -count=1 ./...
 
+## test-policy: the policy trio; every check runs, failing at the end if any failed
 test-policy:
-	$(OPA) fmt --list --fail policies
-	$(OPA) check --strict policies
-	$(OPA) check --strict --schema policies/schemas/input.json policies
-	$(OPA) test policies --ignore schemas --fail-on-empty --timeout 120s --coverage --threshold $(COVERAGE_THRESHOLD) > /dev/null
-	@echo "policy: fmt, check --strict, test (coverage >= $(COVERAGE_THRESHOLD)%) ok"
+	@failed=""; \
+	run() { echo "$$*"; "$$@" || failed="$$failed [$$*]"; }; \
+	run $(OPA) fmt --list --fail policies; \
+	run $(OPA) check --strict policies; \
+	run $(OPA) check --strict --schema policies/schemas/input.json policies; \
+	echo "$(OPA) test policies --ignore schemas --fail-on-empty --timeout 300s --coverage --threshold $(COVERAGE_THRESHOLD) > /dev/null"; \
+	$(OPA) test policies --ignore schemas --fail-on-empty --timeout 300s --coverage --threshold $(COVERAGE_THRESHOLD) > /dev/null \
+	  || failed="$$failed [opa test]"; \
+	if [ -n "$$failed" ]; then echo "policy: FAILED:$$failed" >&2; exit 1; fi; \
+	echo "policy: fmt, check --strict, test (coverage >= $(COVERAGE_THRESHOLD)%) ok"
 
 ## demo: start a real server, drive the admission cases through HTTP, print a table
 demo: build

@@ -20,13 +20,14 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/tester"
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/itocompute/itogate/internal/patience"
 )
 
 var update = flag.Bool("update", false, "rewrite the generated Rego test data under ito/testdata from fixtures/")
@@ -55,8 +56,8 @@ func TestRego(t *testing.T) {
 	ch, err := tester.NewRunner().
 		SetStore(store).
 		CapturePrintOutput(true).
-		RaiseBuiltinErrors(true). // the server evaluates with rego.StrictBuiltinErrors
-		SetTimeout(time.Minute).
+		RaiseBuiltinErrors(true).      // the server evaluates with rego.StrictBuiltinErrors
+		SetTimeout(patience.Deadline). // per Rego test; -race on a loaded machine is slow
 		Run(context.Background(), modules)
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/client"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
+	"github.com/itocompute/itogate/internal/patience"
 	"github.com/itocompute/itogate/internal/syncbuf"
 	"github.com/itocompute/itogate/policies"
 )
@@ -53,6 +54,8 @@ type bundleHost struct {
 	mu   sync.Mutex
 	body []byte
 	hits atomic.Int64
+	// served holds the digest of every body sent in full (not 304s).
+	served map[string]bool
 }
 
 func (h *bundleHost) publish(b []byte) { h.mu.Lock(); h.body = b; h.mu.Unlock() }
@@ -68,7 +71,21 @@ func (h *bundleHost) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("ETag", etag)
-	_, _ = w.Write(body)
+	if _, err := w.Write(body); err == nil {
+		h.mu.Lock()
+		if h.served == nil {
+			h.served = map[string]bool{}
+		}
+		h.served[bundle.Digest(body)] = true
+		h.mu.Unlock()
+	}
+}
+
+// downloaded reports whether b was sent in full at least once.
+func (h *bundleHost) downloaded(b []byte) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.served[bundle.Digest(b)]
 }
 
 // startServe runs serve in development mode with o and waits for /readyz
@@ -77,9 +94,9 @@ func startServe(t *testing.T, o *serveOptions, wantReady bool) (url string, logs
 	t.Helper()
 	o.listen = freeAddr(t)
 	o.dataDir = t.TempDir()
-	// The race detector slows the real policy down tenfold; the tests are
-	// about bundles, not the evaluation deadline.
-	o.policyDeadline = 30 * time.Second
+	// The race detector slows the real policy down tenfold and CI machines
+	// are shared; the tests are about bundles, not the evaluation deadline.
+	o.policyDeadline = patience.Deadline
 	logs = &syncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -91,20 +108,17 @@ func startServe(t *testing.T, o *serveOptions, wantReady bool) (url string, logs
 		}
 	})
 	url = "http://" + o.listen
-	// Generous: under -race on a loaded machine verifying and compiling
-	// the real policy takes seconds.
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); {
+	// Under -race on a loaded machine verifying and compiling the real
+	// policy takes seconds.
+	patience.Until(t, "serve ready", func() bool {
 		resp, err := http.Get(url + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 || !wantReady {
-				return url, logs
-			}
+		if err != nil {
+			return false
 		}
-		time.Sleep(25 * time.Millisecond)
-	}
-	t.Fatalf("not ready: %s", logs.String())
-	return "", nil
+		resp.Body.Close()
+		return resp.StatusCode == 200 || !wantReady
+	})
+	return url, logs
 }
 
 // syncBuffer collects output written concurrently.
@@ -244,23 +258,20 @@ func TestServeSignedBundleHotSwap(t *testing.T) {
 		at := base.Add(time.Duration(i) * time.Minute)
 		isFrozen := i%2 == 0
 		next, tampered := builds[i][0], builds[i][1]
+		// Wait until the poller has downloaded the tampered copy (a fixed
+		// sleep is too short on a loaded machine, and then no tampered bundle
+		// is ever refused).
 		host.publish(tampered)
-		time.Sleep(100 * time.Millisecond)
+		patience.Until(t, fmt.Sprintf("tampered r%d downloaded", i), func() bool { return host.downloaded(tampered) })
 		mu.Lock()
 		revFrozen[bundletest.Revision(at, fmt.Sprintf("r%d", i))] = isFrozen
 		mu.Unlock()
 		host.publish(next)
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		patience.Until(t, fmt.Sprintf("an admission answered by r%d", i), func() bool {
 			mu.Lock()
-			n := seen[bundletest.Revision(at, fmt.Sprintf("r%d", i))]
-			mu.Unlock()
-			if n > 0 || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		time.Sleep(150 * time.Millisecond)
+			defer mu.Unlock()
+			return seen[bundletest.Revision(at, fmt.Sprintf("r%d", i))] > 0
+		})
 	}
 	stop.Store(true)
 	wg.Wait()
@@ -288,14 +299,16 @@ func TestServeStaleAndMissingBundle(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "bundle.tar.gz")
 	const maxAge = time.Hour
-	// Fresh for 10 more seconds: long enough to activate (startServe waits
-	// for /readyz 200, which a stale bundle never gives), short enough to
-	// wait out. Fresh admissions are covered by the hot-swap test.
-	builtAt := time.Now().UTC().Truncate(time.Second).Add(-maxAge + 10*time.Second)
+	// Fresh when the server starts; then the server's bundle clock moves
+	// past the max age (no waiting, whatever the machine's speed). Fresh
+	// admissions are covered by the hot-swap test.
+	builtAt := time.Now().UTC().Truncate(time.Second).Add(-maxAge / 2)
 	if err := os.WriteFile(path, signedPolicies(t, builtAt, "soon-stale", false), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	url, _ := startServe(t, &serveOptions{bundleFile: path, bundleMaxAge: maxAge}, true)
+	var ahead atomic.Int64 // how far the bundle clock runs ahead, in ns
+	clock := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
+	url, _ := startServe(t, &serveOptions{bundleFile: path, bundleMaxAge: maxAge, bundleClock: clock}, true)
 	r, err := scenario.New(url, fixtures.Manifests())
 	if err != nil {
 		t.Fatal(err)
@@ -304,16 +317,9 @@ func TestServeStaleAndMissingBundle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		status, body := get(t, url+"/readyz")
-		if status == 503 && strings.Contains(body, "stale") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("readyz never went stale: %d %s", status, body)
-		}
-		time.Sleep(100 * time.Millisecond)
+	ahead.Store(int64(maxAge))
+	if status, body := get(t, url+"/readyz"); status != 503 || !strings.Contains(body, "stale") {
+		t.Fatalf("readyz with the bundle past its max age: %d %s", status, body)
 	}
 	status, code, rev, err := admitLlama(context.Background(), r, m, "stale-1")
 	if err != nil || status != 503 || code != "POLICY_BUNDLE_STALE" || !strings.HasSuffix(rev, "-soon-stale") {
@@ -399,18 +405,15 @@ func TestServeConfigBundleKeys(t *testing.T) {
 		done <- runServe(ctx, &serveOptions{configFile: cfgFile}, slog.New(slog.NewJSONHandler(logs, nil)))
 	}()
 	defer func() { cancel(); <-done }()
-	var status int
-	var body string
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); {
-		if resp, err := http.Get("http://" + addr + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
+	patience.Until(t, "production serve ready", func() bool {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
 		}
-		time.Sleep(25 * time.Millisecond)
-	}
-	status, body = get(t, "http://"+addr+"/metrics")
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	status, body := get(t, "http://"+addr+"/metrics")
 	if status != 200 || !strings.Contains(body, `revision="`+bundletest.Revision(at, "prod")+`"`) {
 		t.Fatalf("production bundle not active:\n%s\n%s", grepLines(body, "bundle"), logs.String())
 	}
@@ -494,14 +497,11 @@ func TestServeShadowBundle(t *testing.T) {
 		t.Fatalf("enforced answer %d %v %v", a.Status, a.Codes(), err)
 	}
 	want := `itogate_shadow_decisions_total{kind="allow_to_deny"} 1`
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if _, body := get(t, url+"/metrics"); strings.Contains(body, want) {
-			if !strings.Contains(logs.String(), "shadow bundle disagrees") {
-				t.Fatalf("disagreement not logged: %s", logs.String())
-			}
-			return
-		}
+	patience.Until(t, "shadow disagreement counted", func() bool {
+		_, body := get(t, url+"/metrics")
+		return strings.Contains(body, want)
+	})
+	if !strings.Contains(logs.String(), "shadow bundle disagrees") {
+		t.Fatalf("disagreement not logged: %s", logs.String())
 	}
-	_, body := get(t, url+"/metrics")
-	t.Fatalf("no %s in\n%s\n%s", want, grepLines(body, "shadow"), logs.String())
 }

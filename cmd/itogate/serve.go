@@ -44,6 +44,9 @@ type serveOptions struct {
 	bundleURL      string
 	bundlePoll     time.Duration
 	bundleMaxAge   time.Duration
+	// bundleClock replaces time.Now for the bundle's age and staleness
+	// (tests only, not a flag: a test ages a bundle without waiting).
+	bundleClock func() time.Time
 }
 
 func newServeCmd(logger func() *slog.Logger) *cobra.Command {
@@ -140,7 +143,7 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 	}
 
 	metrics := server.NewMetrics()
-	bundles, err := startBundles(ctx, cfg, metrics, log)
+	bundles, err := startBundles(ctx, cfg, metrics, log, o.bundleClock)
 	if err != nil {
 		return err
 	}
@@ -259,12 +262,12 @@ func openDecisionLog(dest string, m *server.Metrics) (*decisionlog.Logger, func(
 // §6). The embedded bundle must load; a file or bundle server that fails at
 // start leaves the service not ready (503 POLICY_NOT_READY, /readyz fails)
 // while polling continues.
-func startBundles(ctx context.Context, cfg config.Config, m *server.Metrics, log *slog.Logger) (*bundle.Manager, error) {
+func startBundles(ctx context.Context, cfg config.Config, m *server.Metrics, log *slog.Logger, now func() time.Time) (*bundle.Manager, error) {
 	opts, err := bundle.FromConfig(cfg.Policy, policies.Bundle(), cfg.Dev)
 	if err != nil {
 		return nil, err
 	}
-	opts.Logger, opts.Observer = log, m
+	opts.Logger, opts.Observer, opts.Now = log, m, now
 	mgr, err := bundle.NewManager(opts)
 	if err != nil {
 		return nil, err

@@ -32,6 +32,7 @@ import (
 	"github.com/itocompute/itogate/fixtures/keys"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/safefile"
+	"github.com/itocompute/itogate/internal/patience"
 )
 
 // cliResult is one CLI run: the process exit status main would give and
@@ -48,7 +49,7 @@ func runCLI(t *testing.T, args ...string) cliResult {
 	var out, errb bytes.Buffer
 	root := newRootCmd(&out, &errb)
 	root.SetArgs(args)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience.Deadline)
 	defer cancel()
 	err := root.ExecuteContext(ctx)
 	res := cliResult{}
@@ -216,7 +217,7 @@ func TestCLIHostileManifestPaths(t *testing.T) {
 			var res cliResult
 			select {
 			case res = <-done:
-			case <-time.After(20 * time.Second):
+			case <-time.After(patience.Wait):
 				t.Fatal("itogate train hung on the path")
 			}
 			if res.exit != exitFailed || !strings.Contains(res.stderr, tc.code) {
@@ -319,7 +320,7 @@ func TestCLIManifestSwapRace(t *testing.T) {
 	pub := keys.Dev().ManifestECDSA.Public.(*ecdsa.PublicKey)
 	keyFile := filepath.Join("..", "..", "fixtures", "keys", "dev-manifest-ecdsa.key.pem")
 	var sent, signed, refused int
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(patience.Wait)
 	for i := 0; time.Now().Before(deadline) && (i < 60 || sent == 0 || signed == 0 || refused == 0); i++ {
 		key := "k-race-" + hex.EncodeToString([]byte{byte(i >> 8), byte(i)})
 		res := sink.train(t, dir, path, key)

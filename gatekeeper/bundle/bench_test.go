@@ -7,6 +7,7 @@ import (
 
 	"github.com/itocompute/itogate/gatekeeper/bundle"
 	"github.com/itocompute/itogate/gatekeeper/bundle/bundletest"
+	"github.com/itocompute/itogate/internal/patience"
 	"github.com/itocompute/itogate/policies"
 )
 
@@ -33,14 +34,14 @@ func TestRealPoliciesBundle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := bundle.NewManager(bundle.Options{Now: func() time.Time { return built }, Deadline: 30 * time.Second})
+	m, err := bundle.NewManager(bundle.Options{Now: func() time.Time { return built }, Deadline: patience.Deadline})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Activate(context.Background(), b); err != nil {
 		t.Fatal(err)
 	}
-	emb, err := bundle.NewManager(bundle.Options{Source: bundle.NewEmbedded(policies.Bundle()), Deadline: 30 * time.Second})
+	emb, err := bundle.NewManager(bundle.Options{Source: bundle.NewEmbedded(policies.Bundle()), Deadline: patience.Deadline})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func BenchmarkActivate(b *testing.B) {
 	b.Run("verify+compile+swap", func(b *testing.B) {
 		i := 0
 		for b.Loop() {
-			m, _ := bundle.NewManager(bundle.Options{Now: func() time.Time { return built.Add(time.Hour) }})
+			m, _ := bundle.NewManager(bundle.Options{Deadline: patience.Deadline, Now: func() time.Time { return built.Add(time.Hour) }})
 			bb, err := v.Verify(raws[i%len(raws)], "bench")
 			if err != nil {
 				b.Fatal(err)
@@ -106,12 +107,12 @@ func BenchmarkDecide(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	signedM, _ := bundle.NewManager(bundle.Options{MaxAge: 24 * time.Hour,
+	signedM, _ := bundle.NewManager(bundle.Options{Deadline: patience.Deadline, MaxAge: 24 * time.Hour,
 		Now: func() time.Time { return built.Add(time.Hour) }})
 	if err := signedM.Activate(context.Background(), bb); err != nil {
 		b.Fatal(err)
 	}
-	embM, _ := bundle.NewManager(bundle.Options{Source: bundle.NewEmbedded(policies.Bundle())})
+	embM, _ := bundle.NewManager(bundle.Options{Deadline: patience.Deadline, Source: bundle.NewEmbedded(policies.Bundle())})
 	if err := embM.Load(context.Background()); err != nil {
 		b.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/bundle"
 	"github.com/itocompute/itogate/gatekeeper/bundle/bundletest"
 	"github.com/itocompute/itogate/gatekeeper/policy"
+	"github.com/itocompute/itogate/internal/patience"
 	"github.com/itocompute/itogate/policies"
 )
 
@@ -77,7 +78,7 @@ func newManager(t testing.TB, c *clock, maxAge time.Duration, o *observer) *bund
 		Now:    c.Now,
 		// Generous: -race on a loaded machine is slow; deadlines are tested
 		// in gatekeeper/policy.
-		Deadline: 30 * time.Second,
+		Deadline: patience.Deadline,
 	}
 	if o != nil {
 		opts.Observer = o
@@ -251,7 +252,7 @@ func TestManagerKeepsLastGoodBundle(t *testing.T) {
 // The embedded bundle activates without signature, revision order or age.
 func TestManagerEmbedded(t *testing.T) {
 	t.Parallel()
-	m, err := bundle.NewManager(bundle.Options{Source: bundle.NewEmbedded(policies.Bundle())})
+	m, err := bundle.NewManager(bundle.Options{Deadline: patience.Deadline, Source: bundle.NewEmbedded(policies.Bundle())})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +268,7 @@ func TestManagerEmbedded(t *testing.T) {
 		t.Fatal(err)
 	}
 	// With a max age, an undated bundle is refused.
-	m2, _ := bundle.NewManager(bundle.Options{Source: bundle.NewEmbedded(policies.Bundle()), MaxAge: time.Hour})
+	m2, _ := bundle.NewManager(bundle.Options{Deadline: patience.Deadline, Source: bundle.NewEmbedded(policies.Bundle()), MaxAge: time.Hour})
 	if err := m2.Load(context.Background()); reasonOf(err) != bundle.ReasonManifest {
 		t.Fatalf("embedded with max age: %v", err)
 	}
@@ -280,7 +281,7 @@ func TestManagerLoadFailureKeepsActive(t *testing.T) {
 	o := &observer{}
 	var calls atomic.Int32
 	good := signed(t, built, "good")
-	m, err := bundle.NewManager(bundle.Options{Observer: o, Now: (&clock{now: built}).Now,
+	m, err := bundle.NewManager(bundle.Options{Deadline: patience.Deadline, Observer: o, Now: (&clock{now: built}).Now,
 		Source: sourceFunc(func(context.Context) (*bundle.Bundle, error) {
 			if calls.Add(1) == 1 {
 				return good, nil

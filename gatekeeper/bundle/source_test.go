@@ -19,6 +19,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/bundle"
 	"github.com/itocompute/itogate/gatekeeper/bundle/bundletest"
 	"github.com/itocompute/itogate/gatekeeper/policy"
+	"github.com/itocompute/itogate/internal/patience"
 )
 
 // bundleServer serves one archive with the OPA bundle protocol: a strong
@@ -160,7 +161,7 @@ func TestHTTPSourceLimits(t *testing.T) {
 	if _, err := httpSource(t, slow.URL, bundle.VerifierOptions{}, 200*time.Millisecond).Fetch(context.Background()); reasonOf(err) != bundle.ReasonFetch {
 		t.Fatalf("timeout: %v", err)
 	}
-	if d := time.Since(start); d > 5*time.Second {
+	if d := time.Since(start); d > patience.Wait { // unbounded, it waits for the stall to end
 		t.Fatalf("timeout took %s", d)
 	}
 }
@@ -239,7 +240,7 @@ func TestHotSwapUnderLoad(t *testing.T) {
 		Observer:     o,
 		// Under -race and a loaded machine a starved goroutine can exceed
 		// the 250ms default; the test is about swaps, not the deadline.
-		Deadline: 30 * time.Second,
+		Deadline: patience.Deadline,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -296,7 +297,7 @@ func TestHotSwapUnderLoad(t *testing.T) {
 		})
 	}
 	waitFor := func(i int) {
-		deadline := time.Now().Add(30 * time.Second)
+		deadline := time.Now().Add(patience.Wait)
 		for time.Now().Before(deadline) {
 			if info, _ := m.Info(); strings.HasSuffix(info.Revision, fmt.Sprintf("-r%d", i)) {
 				return
@@ -316,7 +317,7 @@ func TestHotSwapUnderLoad(t *testing.T) {
 		srv.publish(tampered)
 		// Wait until the poller has downloaded it (a fixed sleep was too
 		// short on a loaded machine, and then no tampered bundle was seen).
-		for deadline := time.Now().Add(30 * time.Second); srv.ok.Load() == served; {
+		for deadline := time.Now().Add(patience.Wait); srv.ok.Load() == served; {
 			if time.Now().After(deadline) {
 				t.Fatalf("the tampered r%d was never downloaded", i)
 			}
@@ -348,7 +349,7 @@ func TestHotSwapUnderLoad(t *testing.T) {
 func TestStaleDecisionCode(t *testing.T) {
 	t.Parallel()
 	now := built
-	m, err := bundle.NewManager(bundle.Options{
+	m, err := bundle.NewManager(bundle.Options{Deadline: patience.Deadline,
 		Source: httpSource(t, newBundleServer(t, build(t, built, "v1")).URL, bundle.VerifierOptions{}, 0),
 		MaxAge: time.Hour, Now: func() time.Time { return now },
 	})
@@ -374,7 +375,7 @@ func TestRefusedBundleIsRetried(t *testing.T) {
 	c := &clock{now: built}
 	srv := newBundleServer(t, build(t, built.Add(time.Hour), "ahead"))
 	o := &observer{}
-	m, err := bundle.NewManager(bundle.Options{Source: httpSource(t, srv.URL, bundle.VerifierOptions{}, 0), Now: c.Now, Observer: o})
+	m, err := bundle.NewManager(bundle.Options{Deadline: patience.Deadline, Source: httpSource(t, srv.URL, bundle.VerifierOptions{}, 0), Now: c.Now, Observer: o})
 	if err != nil {
 		t.Fatal(err)
 	}

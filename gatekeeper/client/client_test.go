@@ -7,7 +7,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
+
+	"github.com/itocompute/itogate/internal/patience"
 )
 
 // A server that commits and then loses the response: the client must find the
@@ -32,7 +33,7 @@ func TestLostResponseQueriesStatusBeforeRetry(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	c, err := New(Options{BaseURL: srv.URL, Bearer: "tok", Timeout: 2 * time.Second})
+	c, err := New(Options{BaseURL: srv.URL, Bearer: "tok", Timeout: patience.Deadline})
 	if err != nil {
 		t.Fatal(err)
 	}

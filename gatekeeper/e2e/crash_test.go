@@ -18,6 +18,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/ledger/postgres"
 	"github.com/itocompute/itogate/gatekeeper/ledger/postgres/pgtest"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
+	"github.com/itocompute/itogate/internal/patience"
 )
 
 // Load shape of the crash and fault tests.
@@ -94,17 +95,11 @@ func startLoad(t *testing.T, base, prefix string) *load {
 	return l
 }
 
-// waitAllows blocks until n allows were received (or fails t after a
-// minute).
+// waitAllows blocks until n allows were received (or fails t after
+// patience.Wait).
 func (l *load) waitAllows(t *testing.T, n int64) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for l.allows.Load() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d allows within a minute", l.allows.Load())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	patience.Until(t, fmt.Sprintf("%d allows", n), func() bool { return l.allows.Load() >= n })
 }
 
 func (l *load) finish() []attempt {
@@ -334,7 +329,7 @@ func TestLedgerFailsMidLoad(t *testing.T) {
 		a.mustAdmit(t, a.create(ent, ref, "stall-1"), http.StatusServiceUnavailable, "LEDGER_UNAVAILABLE")
 		// The store's own bounds (5s statement timeout + 1s), not the
 		// request's (startServe makes it generous), end the wait.
-		if d := time.Since(start); d > 20*time.Second {
+		if d := time.Since(start); d > patience.Wait { // unbounded, it waits for the stall to end
 			t.Fatalf("admission on a stalled ledger took %v", d)
 		}
 		proxy.Stall(false)
@@ -363,11 +358,5 @@ func TestLedgerFailsMidLoad(t *testing.T) {
 
 func waitReady(t *testing.T, base string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for readyz(base) != http.StatusOK {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready again within 30s", base)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	patience.Until(t, base+" ready again", func() bool { return readyz(base) == http.StatusOK })
 }

@@ -42,6 +42,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/server"
 	"github.com/itocompute/itogate/gatekeeper/token"
 	"github.com/itocompute/itogate/gatekeeper/trust"
+	"github.com/itocompute/itogate/internal/patience"
 	"github.com/itocompute/itogate/internal/syncbuf"
 	"github.com/itocompute/itogate/policies"
 )
@@ -418,7 +419,7 @@ func startServe(t *testing.T, dataDir string, extra ...string) *proc {
 			t.Logf("itogate %s output:\n%s", addr, tail(p.logs.String(), 4000))
 		}
 	})
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(patience.Wait)
 	for {
 		select {
 		case <-p.done:
@@ -429,7 +430,7 @@ func startServe(t *testing.T, dataDir string, extra ...string) *proc {
 			return p
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("itogate not ready after 60s:\n%s", p.logs.String())
+			t.Fatalf("itogate not ready after %v:\n%s", patience.Wait, p.logs.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -452,8 +453,8 @@ func (p *proc) stop() {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
-	case <-time.After(15 * time.Second):
-		p.t.Errorf("itogate did not stop within 15s of SIGTERM; killing")
+	case <-time.After(patience.Wait):
+		p.t.Errorf("itogate did not stop within %v of SIGTERM; killing", patience.Wait)
 		p.kill()
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/itocompute/itogate/gatekeeper/decisionlog"
 	"github.com/itocompute/itogate/gatekeeper/policy"
+	"github.com/itocompute/itogate/internal/patience"
 )
 
 const rules = `package ito.admission
@@ -23,7 +24,7 @@ decision := {"allow": count(violations) == 0, "violations": [v | some v in viola
 
 func engine(t *testing.T, limit int) *policy.Engine {
 	t.Helper()
-	e, err := policy.New(context.Background(), policy.Options{SkipRequiredRules: true, Bundle: fstest.MapFS{
+	e, err := policy.New(context.Background(), policy.Options{Deadline: patience.Deadline, SkipRequiredRules: true, Bundle: fstest.MapFS{
 		"ito/admission/admission.rego": {Data: []byte(rules)},
 		"data.json":                    {Data: []byte(`{"limit": ` + string(rune('0'+limit)) + `}`)},
 	}})

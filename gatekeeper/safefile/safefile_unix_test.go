@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/itocompute/itogate/internal/patience"
 )
 
 const content = `{"schema":"ito.training/v1","model":{"name":"llama3-8b"}}` + "\n"
@@ -186,7 +188,7 @@ func TestReadManifest(t *testing.T) {
 			var r result
 			select {
 			case r = <-done:
-			case <-time.After(10 * time.Second):
+			case <-time.After(patience.Wait):
 				t.Fatal("ReadManifest hung")
 			}
 
@@ -325,7 +327,7 @@ func TestFIFOOpenDoesNotBlock(t *testing.T) {
 		if !errors.Is(err, ErrNotRegular) {
 			t.Fatalf("FIFO = %v, want %s", err, CodeNotRegular)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(patience.Wait):
 		t.Fatal("opening a FIFO blocked")
 	}
 }

@@ -13,15 +13,17 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
+	"github.com/itocompute/itogate/internal/patience"
 )
 
 // handMade builds an engine from one Rego module of package ito.admission
-// (a test bundle: the required-rules check is lifted). A zero deadline is a
-// generous one: only the timeout cases race a deadline.
+// (a test bundle: the required-rules check is lifted). A zero deadline is
+// one no machine can hit: only the timeout cases, whose rule is slow on
+// purpose, race a deadline.
 func handMade(t *testing.T, rego string, deadline time.Duration) (*policy.Engine, error) {
 	t.Helper()
 	if deadline == 0 {
-		deadline = 10 * time.Second
+		deadline = patience.Deadline
 	}
 	return policy.New(context.Background(), policy.Options{
 		Bundle: fstest.MapFS{
@@ -116,9 +118,11 @@ func TestHostilePolicyFailures(t *testing.T) {
 // the same coded POLICY_TIMEOUT deny.
 func TestHostilePolicyRequestDeadline(t *testing.T) {
 	var active swappable
-	h := newHostile(t, hostileOptions{policy: active.decider, requestTimeout: time.Second})
+	// The policy never finishes on its own, so the request deadline always
+	// ends it; the deadline only has to outlast the verification before it.
+	h := newHostile(t, hostileOptions{policy: active.decider, requestTimeout: 5 * time.Second})
 	f := h.fixture(t) // a deposit involves no policy
-	e, err := handMade(t, `decision := {"allow": `+slowRule+`, "violations": []}`, time.Minute)
+	e, err := handMade(t, `decision := {"allow": `+slowRule+`, "violations": []}`, patience.Deadline)
 	if err != nil {
 		t.Fatal(err)
 	}

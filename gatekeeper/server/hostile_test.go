@@ -42,6 +42,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/scenario"
 	"github.com/itocompute/itogate/gatekeeper/server"
 	"github.com/itocompute/itogate/gatekeeper/trust"
+	"github.com/itocompute/itogate/internal/patience"
 	"github.com/itocompute/itogate/policies"
 )
 
@@ -62,7 +63,7 @@ func embeddedEngine(t testing.TB) *policy.Engine {
 	t.Helper()
 	embedded.once.Do(func() {
 		embedded.engine, embedded.err = policy.New(context.Background(),
-			policy.Options{Bundle: policies.Bundle(), Deadline: 10 * time.Second})
+			policy.Options{Bundle: policies.Bundle(), Deadline: patience.Deadline})
 	})
 	if embedded.err != nil {
 		t.Fatal(embedded.err)
@@ -148,7 +149,9 @@ func newHostile(t testing.TB, o hostileOptions) *hostile {
 		o.maxBody = 2 << 20 // limits.max_body_bytes default
 	}
 	if o.requestTimeout == 0 {
-		o.requestTimeout = 5 * time.Second // limits.request_timeout default
+		// Not limits.request_timeout's 5 s default: a loaded CI machine can
+		// take longer than that; only the deadline tests set a short one.
+		o.requestTimeout = patience.Deadline
 	}
 	handler, err := server.New(server.Options{
 		Admission: svc, Callers: ts.Callers, Depositors: ts.Depositors,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/itocompute/itogate/gatekeeper/admission"
 	"github.com/itocompute/itogate/gatekeeper/policy"
+	"github.com/itocompute/itogate/internal/patience"
 )
 
 // heldDecider holds every evaluation until release is closed, then decides
@@ -32,7 +33,7 @@ func (d *heldDecider) Revision() string { return d.inner.Revision() }
 // waitForMetric polls /metrics until it holds line.
 func (h *hostile) waitForMetric(t *testing.T, line string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(patience.Wait)
 	for !strings.Contains(h.metricsText(t), line) {
 		if time.Now().After(deadline) {
 			t.Fatalf("/metrics never showed %q", line)

@@ -26,6 +26,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/scenario"
 	"github.com/itocompute/itogate/gatekeeper/server"
 	"github.com/itocompute/itogate/gatekeeper/trust"
+	"github.com/itocompute/itogate/internal/patience"
 	"github.com/itocompute/itogate/internal/syncbuf"
 )
 
@@ -570,7 +571,7 @@ func TestCallerWithoutAccount(t *testing.T) {
 // is evaluated beside the enforced one; the enforced allow stands and the
 // disagreement is counted.
 func TestShadowBundleNeverEnforced(t *testing.T) {
-	denyAll, err := policy.New(context.Background(), policy.Options{SkipRequiredRules: true, Bundle: fstest.MapFS{
+	denyAll, err := policy.New(context.Background(), policy.Options{Deadline: patience.Deadline, SkipRequiredRules: true, Bundle: fstest.MapFS{
 		"ito/admission/admission.rego": {Data: []byte(`package ito.admission
 
 decision := {"allow": false, "violations": [{"code": "SHADOW_DENY", "gate": "g", "message": "m"}]}
@@ -593,7 +594,7 @@ decision := {"allow": false, "violations": [{"code": "SHADOW_DENY", "gate": "g",
 		if r.Kind != "allow_to_deny" || r.Agree || r.DecisionID != a.Data.DecisionID || len(r.ShadowCodes) != 1 {
 			t.Fatalf("shadow result %+v", r)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(patience.Wait):
 		t.Fatal("no shadow result")
 	}
 }

@@ -134,7 +134,7 @@ kill "$IPID"; wait "$IPID" 2>/dev/null || true
 echo "== opa run --server" >&2
 PORT=$(bin/loadgen -free-port)
 bin/opa run --server --addr "127.0.0.1:$PORT" --log-level error --skip-version-check \
-  --ignore schemas --ignore testdata --ignore '*_test.rego' policies > "$OUT/opa.log" 2>&1 &
+  --ignore testdata --ignore '*_test.rego' policies > "$OUT/opa.log" 2>&1 &
 OPID=$!; PIDS+=("$OPID"); CUR_PID=$OPID
 wait_up "http://127.0.0.1:$PORT/health"
 OURL=http://127.0.0.1:$PORT

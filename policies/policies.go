@@ -1,5 +1,7 @@
 // Package policies embeds itogate's admission policy: the Rego modules and
-// bundle data under ito/, and the JSON Schemas under schemas/.
+// bundle data under ito/. The JSON Schemas are in package schemas (the
+// repository's top-level schemas/), outside the policy tree, so that
+// `opa test policies/` loads no schema as data.
 //
 // Layout (OPA bundle convention: a data.json file's directory is its data path):
 //
@@ -12,8 +14,6 @@
 //	ito/tables/gpus/data.json     data.ito.tables.gpus (GPU table, a source per row)
 //	ito/tables/fabrics/data.json  data.ito.tables.fabrics (fabric table, a source per row)
 //	ito/**/*_test.rego, ito/testdata/   tests and their data (not in Bundle)
-//	schemas/manifest.v1.json      the training manifest schema
-//	schemas/input.json            the policy input schema (docs/policy-input.md)
 //
 // The decision Go reads is data.ito.admission.decision:
 //
@@ -34,7 +34,7 @@ import (
 	"time"
 )
 
-//go:embed ito schemas
+//go:embed ito
 var files embed.FS
 
 // EntrypointQuery is the query Go evaluates against the input document.
@@ -47,30 +47,6 @@ const EntrypointQuery = "data.ito.admission.decision"
 // bundle.NewCustomReader(bundle.NewFSLoaderWithRoot(policies.Bundle(), ".")).
 func Bundle() fs.FS {
 	return bundleFS{files}
-}
-
-// Schemas returns the JSON Schemas: manifest.v1.json and input.json.
-func Schemas() fs.FS {
-	sub, err := fs.Sub(files, "schemas")
-	if err != nil {
-		panic(err) // the embedded tree always has schemas/
-	}
-	return sub
-}
-
-// ManifestSchema returns the training manifest JSON Schema (ito.training/v1).
-func ManifestSchema() []byte { return mustRead("schemas/manifest.v1.json") }
-
-// InputSchema returns the JSON Schema of the policy input document. Its
-// $defs/manifest is an exact copy of ManifestSchema (kept so by a test).
-func InputSchema() []byte { return mustRead("schemas/input.json") }
-
-func mustRead(name string) []byte {
-	b, err := files.ReadFile(name)
-	if err != nil {
-		panic(err) // embedded at build time
-	}
-	return b
 }
 
 // inBundle reports whether a slash-separated path belongs in the production

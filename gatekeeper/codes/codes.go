@@ -48,7 +48,7 @@ func Go() []Entry {
 		e(manifest.CodeTooLarge, "manifest", http.StatusRequestEntityTooLarge, "The manifest is larger than 1 MiB.", "Move bulky parts (data lists) behind references."),
 		e(admission.CodeManifestSignature, "manifest", http.StatusForbidden, "The detached signature does not verify over the exact manifest bytes with any pinned signer key.", "Re-sign the bytes you send (itogate sign or cosign sign-blob --key)."),
 		e(manifest.CodeMalformed, "manifest", http.StatusBadRequest, "The manifest is not strict JSON (duplicate or case-variant keys, invalid UTF-8, deep nesting, trailing data).", "Fix the JSON at the named path."),
-		e(manifest.CodeSchemaInvalid, "manifest", http.StatusBadRequest, "The manifest does not match policies/schemas/manifest.v1.json.", "Fix the fields named in the message."),
+		e(manifest.CodeSchemaInvalid, "manifest", http.StatusBadRequest, "The manifest does not match schemas/manifest.v1.json.", "Fix the fields named in the message."),
 		e(admission.CodeEntitlementInvalid, "entitlement", http.StatusForbidden, "The entitlement token does not verify (key, algorithm, type, issuer, audience, claims).", "Fetch a fresh entitlement from the canonical backend."),
 		e(admission.CodeEntitlementExpired, "entitlement", http.StatusForbidden, "The entitlement token's exp has passed (also checked by policy).", "Fetch a fresh entitlement."),
 		e(admission.CodeConfirmationNotFound, "confirmation", http.StatusForbidden, "No confirmation is deposited under the reference.", "Have the confirmation authority deposit it; use the ref it returns."),

@@ -1,7 +1,7 @@
 // Package manifest decodes and validates training manifests
 // (schema "ito.training/v1", design §3).
 //
-// The JSON Schema in policies/schemas/manifest.v1.json is the source of truth;
+// The JSON Schema in schemas/manifest.v1.json is the source of truth;
 // it is compiled once and every manifest is decoded strictly (see strictjson)
 // before it is validated, so the document the policy sees is exactly the one
 // whose digest was signed.
@@ -22,7 +22,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 
 	"github.com/itocompute/itogate/gatekeeper/strictjson"
-	"github.com/itocompute/itogate/policies"
+	"github.com/itocompute/itogate/schemas"
 )
 
 // MaxBytes is the largest manifest accepted: 1 MiB (design §3).
@@ -60,7 +60,7 @@ var (
 
 func compiled() (*jsonschema.Schema, error) {
 	schemaOnce.Do(func() {
-		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(policies.ManifestSchema()))
+		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schemas.Manifest()))
 		if err != nil {
 			schemaErr = fmt.Errorf("manifest: schema: %w", err)
 			return

@@ -6,8 +6,8 @@ import (
 	"strings"
 )
 
-// withoutTests hides *_test.rego files and non-bundle files (schemas, Go
-// sources) so that an enforced bundle never carries test-only rules.
+// withoutTests hides *_test.rego files, testdata/ directories and Go
+// sources so that an enforced bundle never carries test-only rules.
 type withoutTests struct{ fs.FS }
 
 func (w withoutTests) Open(name string) (fs.File, error) {
@@ -40,7 +40,7 @@ func excluded(name string) bool {
 		return true
 	}
 	for _, part := range strings.Split(name, "/") {
-		if part == "testdata" || part == "schemas" {
+		if part == "testdata" {
 			return true
 		}
 	}

@@ -45,7 +45,7 @@ _has_digest if lib.is_digest(input.manifest_digest)
 # custom:
 #   code: MANIFEST_SCHEMA_UNSUPPORTED
 #   gate: manifest
-#   fix: Write the manifest against schema "ito.training/v1" (policies/schemas/manifest.v1.json).
+#   fix: Write the manifest against schema "ito.training/v1" (schemas/manifest.v1.json).
 deny contains v if {
 	not _m.schema == "ito.training/v1"
 	v := lib.violation(rego.metadata.rule(), sprintf("manifest schema %s is not \"ito.training/v1\"", [
@@ -62,7 +62,7 @@ deny contains v if {
 # custom:
 #   code: MANIFEST_FIELD_INVALID
 #   gate: manifest
-#   fix: Make the manifest valid against policies/schemas/manifest.v1.json.
+#   fix: Make the manifest valid against schemas/manifest.v1.json.
 deny contains v if {
 	not _are_fields_ok
 	some field in _fields

@@ -1,0 +1,348 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/itocompute/itogate/gatekeeper/ledger"
+	"github.com/itocompute/itogate/gatekeeper/manifest"
+	"github.com/itocompute/itogate/gatekeeper/policy"
+	"github.com/itocompute/itogate/gatekeeper/verify"
+)
+
+// admit runs the stages of one admission in order. Each stage either
+// returns its product or ends the admission with an Outcome (done == true);
+// data flows one way, and a stage never runs after one that ended it.
+//
+//	precheck  request shape, digests, exact-retry replay, overload shedding
+//	verify    manifest signature and schema, entitlement, confirmation, run
+//	facts     the policy input document (facts only, now passed in)
+//	decide    the bundle's decision, with a bounded evaluation slot
+//	commit    one ledger transaction: consume, reserve, record
+//
+// refused and committed turn a decision or a ledger answer into the Outcome.
+func (s *Service) admit(ctx context.Context, caller Caller, req Request, tr *trace) Outcome {
+	p := &pending{caller: caller, req: req, tr: tr}
+	if o, done := s.precheck(ctx, p); done {
+		return o
+	}
+	if o, done := s.verify(ctx, p); done {
+		return o
+	}
+	s.facts(p)
+	if o, done := s.decide(ctx, p); done {
+		return o
+	}
+	if !p.decision.Allow {
+		return s.refused(ctx, p)
+	}
+	return s.commit(ctx, p)
+}
+
+// pending is one admission between stages: what each stage established for
+// the next. It lives for one request only.
+type pending struct {
+	caller Caller
+	req    Request
+	tr     *trace
+	now    time.Time
+
+	manifestDigest string
+	requestDigest  string
+	keySeen        bool // the idempotency key is stored for another request
+
+	manifest     map[string]any // parsed manifest document (train.create)
+	verified     map[string]any // input.verification
+	entitlement  *verify.Claims
+	confirmation *verify.Claims
+	consumed     bool // the stored confirmation is already consumed
+
+	input    map[string]any
+	decider  Decider
+	decision policy.Decision
+}
+
+// precheck validates the request's shape, computes its digests and answers
+// an exact retry of an admitted request with the stored allow, whatever
+// happened to its tokens since: nothing new is verified, evaluated or
+// consumed. It sheds load before any verification when the evaluation queue
+// is full.
+func (s *Service) precheck(ctx context.Context, p *pending) (Outcome, bool) {
+	req := p.req
+	p.tr.keyIDs["caller"] = p.caller.KeyID
+	if err := validate(req); err != nil {
+		return fail(http.StatusBadRequest, CodeRequestInvalid, err.Error()), true
+	}
+	p.now = s.opts.Now()
+
+	if req.Action == ActionTrainCreate {
+		if len(req.Manifest) == 0 {
+			return fail(http.StatusBadRequest, CodeManifestRequired, "train.create needs the manifest bytes"), true
+		}
+		if len(req.Manifest) > manifest.MaxBytes {
+			return fail(http.StatusRequestEntityTooLarge, manifest.CodeTooLarge,
+				fmt.Sprintf("manifest larger than %d bytes", manifest.MaxBytes)), true
+		}
+		p.manifestDigest = manifest.Digest(req.Manifest)
+	}
+	p.requestDigest = RequestDigest(p.caller, req, p.manifestDigest)
+	p.tr.requestDigest, p.tr.manifestDigest = p.requestDigest, p.manifestDigest
+
+	prior, err := s.opts.Ledger.Admission(ctx, p.caller.Account, req.IdempotencyKey)
+	switch {
+	case err == nil && prior.RequestDigest == p.requestDigest:
+		return replayed(prior), true
+	case err != nil && !errors.Is(err, ledger.ErrNotFound):
+		return s.ledgerFault("admission lookup", err), true
+	}
+	p.keySeen = err == nil
+
+	// Overloaded: every evaluation slot busy and the wait queue full. Shed
+	// now, before any verification, so refusing costs next to nothing and
+	// the CPU stays with the admissions already admitted to the queue.
+	if s.limit.saturated() {
+		return overloaded(true), true
+	}
+	return Outcome{}, false
+}
+
+// verify establishes the cryptographic and stored facts: the manifest
+// signature over the exact bytes and then its schema, the entitlement, the
+// deposited confirmation (verified again now), and for cancel/cleanup the run
+// it acts on. Each failure is a coded deny.
+func (s *Service) verify(ctx context.Context, p *pending) (Outcome, bool) {
+	req, tr := p.req, p.tr
+	p.verified = map[string]any{
+		"caller": map[string]any{"verified": true, "key_id": p.caller.KeyID},
+	}
+	p.manifest = map[string]any{}
+	if req.Action == ActionTrainCreate {
+		keyID, err := s.opts.Manifests.Verify(req.Manifest, req.ManifestSignature)
+		if err != nil {
+			o := denied(CodeManifestSignature, "the manifest signature does not verify with any pinned signer key")
+			o.Cause = err
+			return o, true
+		}
+		p.verified["manifest_signature"] = map[string]any{"verified": true, "key_id": keyID}
+		tr.keyIDs["manifest"] = keyID
+		p.manifest, err = manifest.Parse(req.Manifest)
+		if err != nil {
+			var me *manifest.Error
+			if errors.As(err, &me) {
+				return fail(http.StatusBadRequest, me.Code, me.Error()), true
+			}
+			return fail(http.StatusInternalServerError, CodeInternal, "manifest schema unavailable"), true
+		}
+	}
+
+	ent, err := s.opts.Entitlement.Verify([]byte(req.EntitlementToken), p.now)
+	if err != nil {
+		return tokenDenied(err, "entitlement"), true
+	}
+	p.entitlement = ent
+	p.verified["entitlement"] = map[string]any{"verified": true, "key_id": ent.KeyID}
+	tr.keyIDs["entitlement"], tr.jtis["entitlement"] = ent.KeyID, ent.JTI
+
+	// The reference resolves to a stored token, verified again now.
+	conf, err := s.opts.Ledger.Confirmation(ctx, req.ConfirmationRef)
+	switch {
+	case errors.Is(err, ledger.ErrNotFound):
+		return denied(CodeConfirmationNotFound, "no confirmation is deposited under this reference"), true
+	case err != nil:
+		return s.ledgerFault("confirmation lookup", err), true
+	}
+	p.consumed = conf.State == ledger.ConfirmationConsumed
+	if len(conf.Token) == 0 {
+		// Swept after expiry: only the tombstone is left.
+		if p.consumed {
+			return denied(CodeConfirmationReplayed, "this confirmation was already used"), true
+		}
+		return denied(CodeConfirmationExpired, "this confirmation expired"), true
+	}
+	cc, err := s.opts.Confirmation.Verify(conf.Token, p.now)
+	if err != nil {
+		return tokenDenied(err, "confirmation"), true
+	}
+	p.confirmation = cc
+	p.verified["confirmation"] = map[string]any{"verified": true, "key_id": cc.KeyID}
+	tr.keyIDs["confirmation"], tr.jtis["confirmation"] = cc.KeyID, cc.JTI
+
+	// Lifecycle actions act on a run this account was admitted for, on the
+	// booking the request names: a confirmation and entitlement for another
+	// booking of the same account never reach a run elsewhere. Another
+	// account's run and a run on another booking answer exactly like an
+	// unknown run id, so the answer reveals nothing about them.
+	if req.Action == ActionTrainCancel || req.Action == ActionTrainCleanup {
+		run, err := s.opts.Ledger.Run(ctx, req.RunID)
+		switch {
+		case errors.Is(err, ledger.ErrNotFound) ||
+			(err == nil && (run.Account != p.caller.Account || run.BookingID != req.BookingID)):
+			return denied(CodeRunNotFound, "no run with this id was admitted for this account on this booking"), true
+		case err != nil:
+			return s.ledgerFault("run lookup", err), true
+		}
+	}
+	return Outcome{}, false
+}
+
+// facts builds the policy input document from what verify established. It
+// holds facts only; `now` comes in here and is never read in Rego.
+func (s *Service) facts(p *pending) {
+	req := p.req
+	confirmation := copyClaims(p.confirmation.Raw)
+	confirmation["ref"] = req.ConfirmationRef
+	p.input = map[string]any{
+		"now": p.now.Unix(),
+		"request": map[string]any{
+			"action":           req.Action,
+			"booking_id":       req.BookingID,
+			"idempotency_key":  req.IdempotencyKey,
+			"request_digest":   p.requestDigest,
+			"run_id":           req.RunID,
+			"releases_booking": req.ReleasesBooking,
+		},
+		"caller":          map[string]any{"sub": p.caller.Subject, "account": p.caller.Account, "key_id": p.caller.KeyID},
+		"manifest_digest": p.manifestDigest,
+		"manifest":        p.manifest,
+		"verification":    p.verified,
+		"entitlement":     p.entitlement.Raw,
+		"confirmation":    confirmation,
+		"ledger": map[string]any{
+			"confirmation_consumed": p.consumed,
+			"idempotency":           map[string]any{"seen": p.keySeen, "same_request": false},
+		},
+	}
+}
+
+// decide evaluates the active bundle on the input within an evaluation slot.
+// No bundle, no slot or no usable decision is a deny; the shadow bundle, if
+// any, sees the same input.
+func (s *Service) decide(ctx context.Context, p *pending) (Outcome, bool) {
+	decider := s.opts.Policy()
+	if decider == nil {
+		return fail(http.StatusServiceUnavailable, policy.CodeNotReady, "no verified policy bundle is active"), true
+	}
+	if !s.limit.acquire(ctx) {
+		return overloaded(false), true
+	}
+	p.decider = decider
+	p.tr.input, p.tr.decider = p.input, decider
+	dec, err := func() (policy.Decision, error) {
+		defer s.limit.release() // also when Decide panics (the server recovers)
+		return decider.Decide(ctx, p.input)
+	}()
+	if err != nil {
+		code := policy.CodeEvaluationFailed
+		var pe *policy.Error
+		if errors.As(err, &pe) {
+			code = pe.Code
+		}
+		s.opts.Logger.Error("policy evaluation failed", "decision_id", p.tr.decisionID, "code", code, "err", err)
+		out := fail(http.StatusServiceUnavailable, code, "the policy produced no usable decision; denied")
+		out.Data = &Data{Decision: "deny", DecisionID: p.tr.decisionID, Action: p.req.Action,
+			BookingID: p.req.BookingID, ManifestDigest: p.manifestDigest, IdempotencyKey: p.req.IdempotencyKey,
+			State: StateDenied, BundleRevision: decider.Revision()}
+		return out, true
+	}
+	p.decision = dec
+	p.tr.decision = &p.decision
+	s.shadow(ctx, p.tr, dec)
+	return Outcome{}, false
+}
+
+// data is the response data every outcome after the policy starts from.
+func (p *pending) data() *Data {
+	return &Data{
+		DecisionID: p.tr.decisionID, Action: p.req.Action, BookingID: p.req.BookingID,
+		ManifestDigest: p.manifestDigest, IdempotencyKey: p.req.IdempotencyKey,
+		BundleRevision: p.decider.Revision(), Warnings: p.decision.Warnings, Estimates: p.decision.Estimates,
+	}
+}
+
+// refused turns a policy deny into its Outcome: 403, or 409 when the key is
+// bound to another request. A deny that is only "confirmation replayed" by
+// this very request's own earlier allow is that allow, replayed.
+func (s *Service) refused(ctx context.Context, p *pending) Outcome {
+	dec := p.decision
+	if onlyReplayed(dec.Violations) {
+		if o, ok := s.sameRequestWon(ctx, p.caller, p.req.IdempotencyKey, p.requestDigest); ok {
+			return o
+		}
+	}
+	data := p.data()
+	data.Decision, data.State = "deny", StateDenied
+	status := http.StatusForbidden
+	for _, v := range dec.Violations {
+		if v.Code == CodeIdempotencyConflict {
+			status = http.StatusConflict
+		}
+	}
+	return Outcome{Status: status, Code: dec.Violations[0].Code,
+		Message: "denied by policy: " + dec.Violations[0].Message, Data: data, Violations: dec.Violations}
+}
+
+// commit records an allowed admission: one transaction consumes the
+// confirmation, reserves the idempotency key and writes the admission (and
+// for train.create a new run). The ledger re-checks under the transaction,
+// so a race lost here is a deny, never a second allow.
+func (s *Service) commit(ctx context.Context, p *pending) Outcome {
+	req := p.req
+	runID := req.RunID
+	if req.Action == ActionTrainCreate {
+		runID = ledger.NewRunID()
+	}
+	rec := ledger.Admission{
+		Account: p.caller.Account, IdempotencyKey: req.IdempotencyKey, RequestDigest: p.requestDigest,
+		DecisionID: p.tr.decisionID, RunID: runID, Action: req.Action, BookingID: req.BookingID,
+		ManifestDigest: p.manifestDigest, ConfirmationRef: req.ConfirmationRef, ConfirmationJTI: p.confirmation.JTI,
+		BundleRevision: p.decider.Revision(), State: states[req.Action], CreatedAt: p.now,
+	}
+	stored, wasReplay, err := s.opts.Ledger.Commit(context.WithoutCancel(ctx), rec)
+	return s.committed(ctx, p, stored, wasReplay, err)
+}
+
+// committed maps the ledger's answer to the commit onto the Outcome.
+func (s *Service) committed(ctx context.Context, p *pending, stored ledger.Admission, wasReplay bool, err error) Outcome {
+	data := p.data()
+	switch {
+	case errors.Is(err, ledger.ErrConfirmationConsumed):
+		if o, ok := s.sameRequestWon(ctx, p.caller, p.req.IdempotencyKey, p.requestDigest); ok {
+			return o
+		}
+		data.Decision, data.State = "deny", StateDenied
+		return Outcome{Status: http.StatusForbidden, Code: CodeConfirmationReplayed,
+			Message: "this confirmation was already used", Data: data,
+			Violations: []Finding{{Code: CodeConfirmationReplayed, Gate: "confirmation",
+				Message: "the confirmation was consumed by another admission"}}}
+	case errors.Is(err, ledger.ErrConfirmationExpired):
+		data.Decision, data.State = "deny", StateDenied
+		return Outcome{Status: http.StatusForbidden, Code: CodeConfirmationExpired,
+			Message: "this confirmation expired", Data: data}
+	case errors.Is(err, ledger.ErrConfirmationMismatch), errors.Is(err, ledger.ErrNotFound):
+		// The stored record changed between lookup and commit, or disagrees
+		// with the verified token: never allow on a disagreement.
+		data.Decision, data.State = "deny", StateDenied
+		return Outcome{Status: http.StatusForbidden, Code: CodeConfirmationInvalid,
+			Message: "the stored confirmation does not match this admission", Data: data}
+	case errors.Is(err, ledger.ErrKeyConflict):
+		data.Decision, data.State = "deny", StateDenied
+		return Outcome{Status: http.StatusConflict, Code: CodeIdempotencyConflict,
+			Message: "this idempotency key was used for a different request", Data: data,
+			Violations: []Finding{{Code: CodeIdempotencyConflict, Gate: "idempotency",
+				Message: "the idempotency key is bound to another request"}}}
+	case err != nil:
+		// A fault during the commit leaves its outcome unknown to us (the
+		// transaction may have committed): say so, and point at status.
+		o := s.ledgerFault("commit", err)
+		o.Message = "the ledger failed during the commit; denied — the outcome is unknown: " +
+			"query GET /v1/admissions/{idempotency_key} before retrying"
+		return o
+	case wasReplay:
+		return replayed(stored)
+	}
+	data.Decision, data.State, data.RunID = "allow", string(stored.State), stored.RunID
+	return Outcome{Status: http.StatusOK, Data: data}
+}

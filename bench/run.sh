@@ -107,6 +107,17 @@ step() { # label, loadgen args...
   echo "$row" >&2
 }
 
+shapes() { # target, url, deny label, allow label: the same seven load shapes for every target
+  local t=$1 url=$2 deny=$3 allow=$4
+  step "$deny"  -target "$t" -url "$url" -path deny  -mode closed -workers "$WORKERS" -duration "$DUR"
+  step "$allow" -target "$t" -url "$url" -path allow -mode closed -workers "$WORKERS" -duration "$DUR"
+  step "$deny"  -target "$t" -url "$url" -path deny  -mode open -rate "$RATE" -duration "$DUR"
+  step "$allow" -target "$t" -url "$url" -path allow -mode open -rate "$RATE" -duration "$DUR"
+  step "$deny"  -target "$t" -url "$url" -path deny  -mode open -rate "$LOW" -duration "$DUR"
+  step "$allow" -target "$t" -url "$url" -path allow -mode open -rate "$LOW" -duration "$DUR"
+  step "$deny"  -target "$t" -url "$url" -path deny  -mode open -rate "$HIGH" -duration "$DUR"
+}
+
 wait_up() { # url
   for _ in $(seq 1 100); do curl -fsS -o /dev/null "$1" 2>/dev/null && return 0; sleep 0.1; done
   echo "bench: $1 did not come up" >&2; return 1
@@ -120,13 +131,7 @@ IPID=$!; PIDS+=("$IPID"); CUR_PID=$IPID
 wait_up "http://127.0.0.1:$PORT/readyz"
 IURL=http://127.0.0.1:$PORT
 : > "$OUT/rows.md"
-step "itogate deny"  -target itogate -url "$IURL" -path deny  -mode closed -workers "$WORKERS" -duration "$DUR"
-step "itogate allow" -target itogate -url "$IURL" -path allow -mode closed -workers "$WORKERS" -duration "$DUR"
-step "itogate deny"  -target itogate -url "$IURL" -path deny  -mode open -rate "$RATE" -duration "$DUR"
-step "itogate allow" -target itogate -url "$IURL" -path allow -mode open -rate "$RATE" -duration "$DUR"
-step "itogate deny"  -target itogate -url "$IURL" -path deny  -mode open -rate "$LOW" -duration "$DUR"
-step "itogate allow" -target itogate -url "$IURL" -path allow -mode open -rate "$LOW" -duration "$DUR"
-step "itogate deny"  -target itogate -url "$IURL" -path deny  -mode open -rate "$HIGH" -duration "$DUR"
+shapes itogate "$IURL" "itogate deny" "itogate allow"
 ADMITTED=$(grep -c '"decision":"allow"' "$OUT/serve.log" 2>/dev/null || true)
 echo "itogate after the load: $(rss "$IPID")" > "$OUT/rss.txt"
 kill "$IPID"; wait "$IPID" 2>/dev/null || true
@@ -138,13 +143,7 @@ bin/opa run --server --addr "127.0.0.1:$PORT" --log-level error --skip-version-c
 OPID=$!; PIDS+=("$OPID"); CUR_PID=$OPID
 wait_up "http://127.0.0.1:$PORT/health"
 OURL=http://127.0.0.1:$PORT
-step "opa deny input"  -target opa -url "$OURL" -path deny  -mode closed -workers "$WORKERS" -duration "$DUR"
-step "opa allow input" -target opa -url "$OURL" -path allow -mode closed -workers "$WORKERS" -duration "$DUR"
-step "opa deny input"  -target opa -url "$OURL" -path deny  -mode open -rate "$RATE" -duration "$DUR"
-step "opa allow input" -target opa -url "$OURL" -path allow -mode open -rate "$RATE" -duration "$DUR"
-step "opa deny input"  -target opa -url "$OURL" -path deny  -mode open -rate "$LOW" -duration "$DUR"
-step "opa allow input" -target opa -url "$OURL" -path allow -mode open -rate "$LOW" -duration "$DUR"
-step "opa deny input"  -target opa -url "$OURL" -path deny  -mode open -rate "$HIGH" -duration "$DUR"
+shapes opa "$OURL" "opa deny input" "opa allow input"
 echo "opa after the load: $(rss "$OPID")" >> "$OUT/rss.txt"
 kill "$OPID"; wait "$OPID" 2>/dev/null || true
 

@@ -249,9 +249,8 @@ func verifyAfterFault(t *testing.T, base string, attempts []attempt, ok map[int]
 // is in the ledger, and service resumes when the database is back.
 func TestLedgerFailsMidLoad(t *testing.T) {
 	opts := pgOptions(t)
-	app := "itogate_e2e_" + strings.TrimPrefix(opts.Schema, pgtest.SchemaPrefix)
 	proxy, dsn := pgtest.NewProxy(t, opts.DSN)
-	dsn = pgtest.WithParam(dsn, "application_name", app)
+	dsn, app := pgtest.WithApp(dsn, "itogate_e2e", opts.Schema)
 	p := startServe(t, t.TempDir(), "--ledger-dsn", dsn, "--ledger-schema", opts.Schema)
 	ledger503 := map[int]bool{http.StatusOK: true, http.StatusServiceUnavailable: false}
 

@@ -620,34 +620,12 @@ func testConcurrentOneConfirmation(t *testing.T, f *fixture) {
 	const n = 200
 	c := f.deposit("acct_42", "train.create")
 	attempts := make([]ledger.Admission, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
 	for i := range n {
 		attempts[i] = admission(c, fmt.Sprintf("key-%03d", i), fmt.Sprintf("req-%03d", i))
-		wg.Go(func() {
-			<-start
-			_, _, errs[i] = f.s.Commit(f.ctx, attempts[i])
-		})
 	}
-	close(start)
-	wg.Wait()
-
-	winner := -1
-	for i, err := range errs {
-		switch {
-		case err == nil:
-			if winner >= 0 {
-				t.Fatalf("both %s and %s consumed the confirmation", attempts[winner].IdempotencyKey, attempts[i].IdempotencyKey)
-			}
-			winner = i
-		case !errors.Is(err, ledger.ErrConfirmationConsumed):
-			t.Fatalf("Commit %d: %v, want nil or ErrConfirmationConsumed", i, err)
-		}
-	}
-	if winner < 0 {
-		t.Fatal("no Commit succeeded")
-	}
+	errs := make([]error, n)
+	race(n, func(i int) { _, _, errs[i] = f.s.Commit(f.ctx, attempts[i]) })
+	winner := soleWinner(t, "Commit", errs, ledger.ErrConfirmationConsumed)
 	f.wantState(c.Ref, ledger.ConfirmationConsumed, attempts[winner].IdempotencyKey)
 	for i, a := range attempts {
 		if i == winner {
@@ -661,46 +639,25 @@ func testConcurrentOneConfirmation(t *testing.T, f *fixture) {
 func testConcurrentSameKey(t *testing.T, f *fixture) {
 	const n = 50
 	c := f.deposit("acct_42", "train.create")
-	type result struct {
-		stored   ledger.Admission
-		replayed bool
-		err      error
-	}
-	results := make([]result, n)
 	attempts := make([]ledger.Admission, n)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
 	for i := range n {
 		// Each retry carries its own freshly minted decision and run id.
 		attempts[i] = admission(c, "key-1", "req-1")
-		wg.Go(func() {
-			<-start
-			r := &results[i]
-			r.stored, r.replayed, r.err = f.s.Commit(f.ctx, attempts[i])
-		})
 	}
-	close(start)
-	wg.Wait()
-
-	fresh := -1
-	for i, r := range results {
-		if r.err != nil {
-			t.Fatalf("Commit %d: %v", i, r.err)
+	stored := make([]ledger.Admission, n)
+	errs := make([]error, n)
+	race(n, func(i int) {
+		var replayed bool
+		stored[i], replayed, errs[i] = f.s.Commit(f.ctx, attempts[i])
+		if errs[i] == nil && replayed {
+			errs[i] = errReplayed
 		}
-		if !r.replayed {
-			if fresh >= 0 {
-				t.Fatalf("Commits %d and %d both reported a fresh commit", fresh, i)
-			}
-			fresh = i
-		}
-	}
-	if fresh < 0 {
-		t.Fatal("every Commit reported a replay")
-	}
+	})
+	fresh := soleWinner(t, "Commit", errs, errReplayed)
 	want := attempts[fresh]
-	for i, r := range results {
-		if !equal(r.stored, want) {
-			t.Fatalf("Commit %d stored =\n %+v\nwant the winner's\n %+v", i, r.stored, want)
+	for i := range n {
+		if !equal(stored[i], want) {
+			t.Fatalf("Commit %d stored =\n %+v\nwant the winner's\n %+v", i, stored[i], want)
 		}
 		if i != fresh {
 			f.wantNoRun(attempts[i].RunID)

@@ -26,6 +26,32 @@ func race(n int, fn func(i int)) {
 	wg.Wait()
 }
 
+// errReplayed marks a Commit that returned an earlier admission, so that
+// soleWinner can tell the one fresh commit among replays.
+var errReplayed = errors.New("replayed an earlier admission")
+
+// soleWinner checks the outcome of a race: exactly one call succeeded (nil
+// error) and every other one failed with lost. It returns the winner's index.
+func soleWinner(t *testing.T, what string, errs []error, lost error) int {
+	t.Helper()
+	winner := -1
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			if winner >= 0 {
+				t.Fatalf("%s %d and %d both won", what, winner, i)
+			}
+			winner = i
+		case !errors.Is(err, lost):
+			t.Fatalf("%s %d: %v, want nil or %v", what, i, err, lost)
+		}
+	}
+	if winner < 0 {
+		t.Fatalf("no %s won: every one got %v", what, lost)
+	}
+	return winner
+}
+
 // testConcurrentSameKeyOtherConfirmations: retries of one request race, each
 // naming a different available confirmation (a client that fetched a new
 // confirmation for its retry). One confirmation is consumed; every caller
@@ -39,25 +65,15 @@ func testConcurrentSameKeyOtherConfirmations(t *testing.T, f *fixture) {
 		attempts[i] = admission(confs[i], "key-1", "req-1")
 	}
 	stored := make([]ledger.Admission, n)
-	replayed := make([]bool, n)
 	errs := make([]error, n)
-	race(n, func(i int) { stored[i], replayed[i], errs[i] = f.s.Commit(f.ctx, attempts[i]) })
-
-	winner := -1
-	for i := range n {
-		if errs[i] != nil {
-			t.Fatalf("Commit %d: %v", i, errs[i])
+	race(n, func(i int) {
+		var replayed bool
+		stored[i], replayed, errs[i] = f.s.Commit(f.ctx, attempts[i])
+		if errs[i] == nil && replayed {
+			errs[i] = errReplayed
 		}
-		if !replayed[i] {
-			if winner >= 0 {
-				t.Fatalf("Commits %d and %d both committed fresh", winner, i)
-			}
-			winner = i
-		}
-	}
-	if winner < 0 {
-		t.Fatal("every Commit reported a replay")
-	}
+	})
+	winner := soleWinner(t, "Commit", errs, errReplayed)
 	for i := range n {
 		if !equal(stored[i], attempts[winner]) {
 			t.Fatalf("Commit %d returned\n %+v\nwant the winner's\n %+v", i, stored[i], attempts[winner])
@@ -85,22 +101,7 @@ func testConcurrentKeyConflicts(t *testing.T, f *fixture) {
 	}
 	errs := make([]error, n)
 	race(n, func(i int) { _, _, errs[i] = f.s.Commit(f.ctx, attempts[i]) })
-
-	winner := -1
-	for i, err := range errs {
-		switch {
-		case err == nil:
-			if winner >= 0 {
-				t.Fatalf("Commits %d and %d both took the key", winner, i)
-			}
-			winner = i
-		case !errors.Is(err, ledger.ErrKeyConflict):
-			t.Fatalf("Commit %d: %v, want nil or ErrKeyConflict", i, err)
-		}
-	}
-	if winner < 0 {
-		t.Fatal("no Commit took the key")
-	}
+	winner := soleWinner(t, "Commit", errs, ledger.ErrKeyConflict)
 	for i := range n {
 		if i == winner {
 			f.wantState(confs[i].Ref, ledger.ConfirmationConsumed, "key-1")
@@ -123,21 +124,7 @@ func testConcurrentDepositsOneJTI(t *testing.T, f *fixture) {
 	}
 	errs := make([]error, n)
 	race(n, func(i int) { errs[i] = f.s.DepositConfirmation(f.ctx, confs[i]) })
-	winner := -1
-	for i, err := range errs {
-		switch {
-		case err == nil:
-			if winner >= 0 {
-				t.Fatalf("deposits %d and %d both stored jti-shared", winner, i)
-			}
-			winner = i
-		case !errors.Is(err, ledger.ErrConfirmationDuplicate):
-			t.Fatalf("deposit %d: %v, want nil or ErrConfirmationDuplicate", i, err)
-		}
-	}
-	if winner < 0 {
-		t.Fatal("no deposit stored")
-	}
+	winner := soleWinner(t, "deposit", errs, ledger.ErrConfirmationDuplicate)
 	for i, c := range confs {
 		_, err := f.s.Confirmation(f.ctx, c.Ref)
 		if (i == winner) != (err == nil) {

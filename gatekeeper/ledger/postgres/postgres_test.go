@@ -194,8 +194,8 @@ func TestReopenKeepsRecords(t *testing.T) {
 func TestConnectionKilledMidTransaction(t *testing.T) {
 	t.Parallel()
 	opts := testOptions(t)
-	app := "itogate_kill_" + opts.Schema[len(pgtest.SchemaPrefix):]
-	opts.DSN = pgtest.WithParam(opts.DSN, "application_name", app)
+	var app string
+	opts.DSN, app = pgtest.WithApp(opts.DSN, "itogate_kill", opts.Schema)
 	s := open(t, opts)
 	defer s.Close()
 	ctx := t.Context()
@@ -565,9 +565,9 @@ func TestNetworkCut(t *testing.T) {
 func TestReadsSurviveTerminatedBackends(t *testing.T) {
 	t.Parallel()
 	opts := testOptions(t)
-	app := "itogate_term_" + opts.Schema[len(pgtest.SchemaPrefix):]
 	base := opts.DSN
-	opts.DSN = pgtest.WithParam(opts.DSN, "application_name", app)
+	var app string
+	opts.DSN, app = pgtest.WithApp(opts.DSN, "itogate_term", opts.Schema)
 	s := open(t, opts)
 	defer s.Close()
 	ctx := t.Context()

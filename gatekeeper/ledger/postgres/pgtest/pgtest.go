@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"net/url"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,6 +61,15 @@ func Exec(ctx context.Context, dsn, sql string, args ...any) error {
 	defer conn.Close(context.WithoutCancel(ctx))
 	_, err = conn.Exec(ctx, sql, args...)
 	return err
+}
+
+// WithApp tags dsn's connections with an application_name unique to the
+// test's schema ("<prefix>_<schema suffix>"), so the test can find and
+// terminate exactly its own backends in pg_stat_activity. It returns the
+// tagged DSN and the name.
+func WithApp(dsn, prefix, schema string) (tagged, app string) {
+	app = prefix + "_" + strings.TrimPrefix(schema, SchemaPrefix)
+	return WithParam(dsn, "application_name", app), app
 }
 
 // WithParam returns dsn with the connection parameter name=value added, in

@@ -170,6 +170,7 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 		Entitlement: ts.Entitlement, Confirmation: ts.Confirmation, Manifests: ts.Manifests,
 		Ledger: store, Policy: bundles.Active, Logger: log, DecisionLog: dlog,
 		OnLedgerError: metrics.LedgerError,
+		OnRunGPUs:     metrics.RunGPUs,
 		Evaluations:   evals,
 		Shadow:        shadow,
 		OnShadow: func(r admission.ShadowResult) {

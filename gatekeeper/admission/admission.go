@@ -20,6 +20,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/itocompute/itogate/gatekeeper/booking"
 	"github.com/itocompute/itogate/gatekeeper/decisionlog"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 	"github.com/itocompute/itogate/gatekeeper/policy"
@@ -103,6 +104,11 @@ type Options struct {
 	// OnLedgerError, when set, is called with the operation whenever the
 	// ledger fails (for the itogate_ledger_errors_total metric).
 	OnLedgerError func(op string)
+	// OnRunGPUs, when set, is called after a committed allow that takes or
+	// gives back booked GPUs: ("admitted", run GPUs, GPUs the booking holds
+	// with it, booked GPUs) or ("released", GPUs, 0, 0). For aggregate
+	// metrics; never per booking.
+	OnRunGPUs func(event string, gpus, held, booked int)
 	// Evaluations bounds concurrent policy evaluations (zero: no bound).
 	Evaluations Evaluations
 }
@@ -240,10 +246,26 @@ func (s *Service) Deposit(ctx context.Context, token string) Outcome {
 	if _, ok := states[act]; !ok {
 		return fail(http.StatusBadRequest, CodeConfirmationInvalid, "confirmation act is not a known action")
 	}
+	if o, done := s.revoked(ctx, ledger.RevokeConfirmation, cc.JTI); done {
+		o.Status = http.StatusBadRequest
+		return o
+	}
+	// The bindings the ledger re-checks at commit. A claim missing or
+	// malformed here is stored empty and matches no admission: the policy
+	// explains it at use, the ledger refuses it whatever the policy says.
+	bookingID, _ := cc.Raw["booking_id"].(string)
+	digest, _ := cc.Raw["manifest_digest"].(string)
+	runID, _ := cc.Raw["run_id"].(string)
+	costStr, _ := cc.Raw["cost_usd"].(string)
+	cost, err := booking.MicroUSD(costStr)
+	if err != nil {
+		cost = 0
+	}
 	ref := ledger.NewConfirmationRef()
 	err = s.opts.Ledger.DepositConfirmation(ctx, ledger.Confirmation{
 		Ref: ref, JTI: cc.JTI, Account: cc.Subject, Action: act, Token: []byte(token),
 		ExpiresAt: cc.Expiry, DepositedAt: now, State: ledger.ConfirmationAvailable,
+		BookingID: boundText(bookingID), ManifestDigest: boundText(digest), RunID: boundText(runID), CostMicroUSD: cost,
 	})
 	switch {
 	case errors.Is(err, ledger.ErrConfirmationDuplicate):
@@ -281,6 +303,7 @@ func replayed(a ledger.Admission) Outcome {
 			Decision: "allow", DecisionID: a.DecisionID, Action: a.Action, BookingID: a.BookingID,
 			RunID: a.RunID, ManifestDigest: a.ManifestDigest, IdempotencyKey: a.IdempotencyKey,
 			State: string(a.State), BundleRevision: a.BundleRevision,
+			GPUs: a.GPUs, LiveUntil: unixOrZero(a.LiveUntil),
 		},
 	}
 }

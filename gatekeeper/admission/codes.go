@@ -30,6 +30,19 @@ const (
 	CodeAdmissionNotFound     = "ADMISSION_NOT_FOUND"
 	CodeLedgerUnavailable     = "LEDGER_UNAVAILABLE"
 	CodeInternal              = "INTERNAL_ERROR"
+
+	// The booking as one object, decided by Go and the ledger whatever the
+	// bundle said (the policy emits the same codes to explain them).
+	CodeBookingCapacityExceeded       = "BOOKING_CAPACITY_EXCEEDED"
+	CodeBookingReleased               = "BOOKING_RELEASED"
+	CodeBookingFactsInvalid           = "BOOKING_FACTS_INVALID"
+	CodeRunPastTerm                   = "BUDGET_RUN_PAST_TERM"
+	CodeConfirmationCostBelowEstimate = "CONFIRMATION_COST_BELOW_ESTIMATE"
+
+	// Revocations (see docs/security.md).
+	CodeConfirmationRevoked = "CONFIRMATION_REVOKED"
+	CodeEntitlementRevoked  = "ENTITLEMENT_REVOKED"
+	CodeCallerRevoked       = "CALLER_REVOKED"
 )
 
 // tokenCode maps a token verification failure to its stable code. An expired

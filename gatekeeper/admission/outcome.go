@@ -21,17 +21,22 @@ const StateDenied State = "denied"
 
 // Data is the admission part of a response envelope.
 type Data struct {
-	Decision       string         `json:"decision"` // "allow" or "deny"
-	DecisionID     string         `json:"decision_id"`
-	Action         string         `json:"action"`
-	BookingID      string         `json:"booking_id"`
-	RunID          string         `json:"run_id,omitempty"`
-	ManifestDigest string         `json:"manifest_digest,omitempty"`
-	IdempotencyKey string         `json:"idempotency_key"`
-	State          State          `json:"state"`
-	BundleRevision string         `json:"bundle_revision,omitempty"`
-	Warnings       []Finding      `json:"warnings,omitempty"`
-	Estimates      map[string]any `json:"estimates,omitempty"`
+	Decision       string `json:"decision"` // "allow" or "deny"
+	DecisionID     string `json:"decision_id"`
+	Action         string `json:"action"`
+	BookingID      string `json:"booking_id"`
+	RunID          string `json:"run_id,omitempty"`
+	ManifestDigest string `json:"manifest_digest,omitempty"`
+	IdempotencyKey string `json:"idempotency_key"`
+	State          State  `json:"state"`
+	BundleRevision string `json:"bundle_revision,omitempty"`
+	// GPUs is, for train.create, the GPUs the run holds of its booking (its
+	// world size) and LiveUntil (unix seconds) when it stops holding them at
+	// the latest (declared wall-clock end + grace); absent otherwise.
+	GPUs      int            `json:"gpus,omitempty"`
+	LiveUntil int64          `json:"live_until,omitempty"`
+	Warnings  []Finding      `json:"warnings,omitempty"`
+	Estimates map[string]any `json:"estimates,omitempty"`
 }
 
 // Finding is a violation or warning as the API reports it.

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
+	"github.com/itocompute/itogate/gatekeeper/booking"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/policy"
@@ -59,6 +61,14 @@ type pending struct {
 	entitlement  *verify.Claims
 	confirmation *verify.Claims
 	consumed     bool // the stored confirmation is already consumed
+
+	// run is what a train.create takes from its booking, computed in Go
+	// from the verified manifest and entitlement; runErr says why it could
+	// not be (the policy explains such a manifest first; commit refuses).
+	run    booking.Run
+	runErr error
+	usage  ledger.BookingUsage // the booking's live runs at now (train.create)
+	target ledger.RunRecord    // the run a cancel or cleanup acts on
 
 	input    map[string]any
 	decider  Decider
@@ -145,6 +155,20 @@ func (s *Service) verify(ctx context.Context, p *pending) (Outcome, bool) {
 	p.entitlement = ent
 	p.verified["entitlement"] = map[string]any{"verified": true, "key_id": ent.KeyID}
 	tr.keyIDs["entitlement"], tr.jtis["entitlement"] = ent.KeyID, ent.JTI
+	if req.Action == ActionTrainCreate {
+		if o, done := s.revoked(ctx, ledger.RevokeBooking, req.BookingID); done {
+			return o, true
+		}
+		if o, done := s.revoked(ctx, ledger.RevokeEntitlement, ent.JTI); done {
+			return o, true
+		}
+		p.run, p.runErr = booking.ForCreate(p.manifest, ent.Raw, p.now)
+		u, err := s.opts.Ledger.BookingUsage(ctx, req.BookingID, p.now)
+		if err != nil {
+			return s.ledgerFault("booking usage", err), true
+		}
+		p.usage = u
+	}
 
 	// The reference resolves to a stored token, verified again now.
 	conf, err := s.opts.Ledger.Confirmation(ctx, req.ConfirmationRef)
@@ -169,6 +193,9 @@ func (s *Service) verify(ctx context.Context, p *pending) (Outcome, bool) {
 	p.confirmation = cc
 	p.verified["confirmation"] = map[string]any{"verified": true, "key_id": cc.KeyID}
 	tr.keyIDs["confirmation"], tr.jtis["confirmation"] = cc.KeyID, cc.JTI
+	if o, done := s.revoked(ctx, ledger.RevokeConfirmation, cc.JTI); done {
+		return o, true
+	}
 
 	// Lifecycle actions act on a run this account was admitted for, on the
 	// booking the request names: a confirmation and entitlement for another
@@ -182,6 +209,13 @@ func (s *Service) verify(ctx context.Context, p *pending) (Outcome, bool) {
 			(err == nil && (run.Account != p.caller.Account || run.BookingID != req.BookingID)):
 			return denied(CodeRunNotFound, "no run with this id was admitted for this account on this booking"), true
 		case err != nil:
+			return s.ledgerFault("run lookup", err), true
+		}
+		rec, err := s.opts.Ledger.RunRecord(ctx, req.RunID)
+		switch {
+		case err == nil:
+			p.target = rec
+		case !errors.Is(err, ledger.ErrNotFound):
 			return s.ledgerFault("run lookup", err), true
 		}
 	}
@@ -215,6 +249,21 @@ func (s *Service) facts(p *pending) {
 			"idempotency":           map[string]any{"seen": p.keySeen, "same_request": false},
 		},
 	}
+	if req.Action == ActionTrainCreate {
+		p.input["ledger"].(map[string]any)["booking"] = usageInput(p.caller.Account, p.usage)
+	}
+}
+
+// usageInput is input.ledger.booking: what the booking has given out at
+// now. Runs of other accounts are counted in held_gpus, never listed.
+func usageInput(account string, u ledger.BookingUsage) map[string]any {
+	runs := []any{}
+	for _, r := range u.Runs {
+		if r.Account == account {
+			runs = append(runs, map[string]any{"run_id": r.RunID, "gpus": r.GPUs, "live_until": r.LiveUntil.Unix()})
+		}
+	}
+	return map[string]any{"held_gpus": u.HeldGPUs, "live_runs": runs, "released": !u.Released.IsZero()}
 }
 
 // decide evaluates the active bundle on the input within an evaluation slot.
@@ -299,6 +348,22 @@ func (s *Service) commit(ctx context.Context, p *pending) Outcome {
 		DecisionID: p.tr.decisionID, RunID: runID, Action: req.Action, BookingID: req.BookingID,
 		ManifestDigest: p.manifestDigest, ConfirmationRef: req.ConfirmationRef, ConfirmationJTI: p.confirmation.JTI,
 		BundleRevision: p.decider.Revision(), State: states[req.Action], CreatedAt: p.now,
+		EntitlementJTI: p.entitlement.JTI, CallerKeyID: p.caller.KeyID,
+	}
+	if req.Action == ActionTrainCreate {
+		// Whatever the bundle decided: the run's facts must be computable
+		// and it must end within the term (the policy says so first).
+		if p.runErr != nil {
+			return p.refusedAtCommit(http.StatusForbidden, CodeBookingFactsInvalid,
+				"the run's GPUs, hours or price could not be computed from the manifest and entitlement", "booking")
+		}
+		if p.run.End.After(p.run.TermEnd) {
+			return p.refusedAtCommit(http.StatusForbidden, CodeRunPastTerm,
+				"the run's declared wall-clock end is after the booking term", "budget")
+		}
+		rec.GPUs, rec.BookedGPUs = p.run.GPUs, p.run.BookedGPUs
+		rec.LiveUntil = p.run.End.Add(booking.Grace(p.decision.Estimates))
+		rec.CostMicroUSD = booking.EstimateMicroUSD(p.run.ComputeMicroUSD, p.decision.Estimates)
 	}
 	stored, wasReplay, err := s.opts.Ledger.Commit(context.WithoutCancel(ctx), rec)
 	return s.committed(ctx, p, stored, wasReplay, err)
@@ -321,6 +386,23 @@ func (s *Service) committed(ctx context.Context, p *pending, stored ledger.Admis
 		data.Decision, data.State = "deny", StateDenied
 		return Outcome{Status: http.StatusForbidden, Code: CodeConfirmationExpired,
 			Message: "this confirmation expired", Data: data}
+	case errors.Is(err, ledger.ErrCapacityExceeded):
+		var ce *ledger.CapacityError
+		errors.As(err, &ce)
+		return p.refusedAtCommit(http.StatusForbidden, CodeBookingCapacityExceeded, capacityMessage(ce), "booking")
+	case errors.Is(err, ledger.ErrBookingReleased):
+		return p.refusedAtCommit(http.StatusForbidden, CodeBookingReleased,
+			"the booking was released; no run is admitted on it", "booking")
+	case errors.Is(err, ledger.ErrRevoked):
+		var re *ledger.RevocationError
+		errors.As(err, &re)
+		o := revokedOutcome(re.Revocation)
+		data.Decision, data.State = "deny", StateDenied
+		o.Data = data
+		return o
+	case errors.Is(err, ledger.ErrCostExceeded):
+		return p.refusedAtCommit(http.StatusForbidden, CodeConfirmationCostBelowEstimate,
+			"the confirmed cost is below the run's estimated cost", "confirmation")
 	case errors.Is(err, ledger.ErrConfirmationMismatch), errors.Is(err, ledger.ErrNotFound):
 		// The stored record changed between lookup and commit, or disagrees
 		// with the verified token: never allow on a disagreement.
@@ -344,5 +426,58 @@ func (s *Service) committed(ctx context.Context, p *pending, stored ledger.Admis
 		return replayed(stored)
 	}
 	data.Decision, data.State, data.RunID = "allow", string(stored.State), stored.RunID
+	data.GPUs, data.LiveUntil = stored.GPUs, unixOrZero(stored.LiveUntil)
+	s.countGPUs(p, stored)
 	return Outcome{Status: http.StatusOK, Data: data}
+}
+
+// countGPUs reports a fresh allow's effect on booked capacity to
+// OnRunGPUs. The released figure is what the verify stage saw live.
+func (s *Service) countGPUs(p *pending, a ledger.Admission) {
+	if s.opts.OnRunGPUs == nil {
+		return
+	}
+	switch a.Action {
+	case ActionTrainCreate:
+		s.opts.OnRunGPUs("admitted", a.GPUs, p.usage.HeldGPUs+a.GPUs, a.BookedGPUs)
+	case ActionTrainCancel, ActionTrainCleanup:
+		if p.target.Live(p.now) {
+			s.opts.OnRunGPUs("released", p.target.GPUs, 0, 0)
+		}
+	}
+}
+
+// refusedAtCommit is a deny decided after the policy allowed: by Go's own
+// checks before the commit or by the ledger in it. Nothing was written.
+func (p *pending) refusedAtCommit(status int, code, msg, gate string) Outcome {
+	data := p.data()
+	data.Decision, data.State = "deny", StateDenied
+	return Outcome{Status: status, Code: code, Message: msg, Data: data,
+		Violations: []Finding{{Code: code, Gate: gate, Message: msg}}}
+}
+
+// capacityMessage names the account's own live runs that hold the
+// booking's GPUs (run id, GPUs, live until), so the caller knows what to
+// cancel. Other accounts' runs are only counted.
+func capacityMessage(ce *ledger.CapacityError) string {
+	if ce == nil {
+		return "the booking has no GPUs left for this run"
+	}
+	runs := make([]string, 0, len(ce.Runs))
+	for _, r := range ce.Runs {
+		runs = append(runs, fmt.Sprintf("%s (%d GPUs, live until %s)", r.RunID, r.GPUs, r.LiveUntil.UTC().Format(time.RFC3339)))
+	}
+	named := "none of this account's"
+	if len(runs) > 0 {
+		named = strings.Join(runs, ", ")
+	}
+	return fmt.Sprintf("the booking's %d GPUs cannot hold %d more: %d are held by live runs: %s",
+		ce.BookedGPUs, ce.WantGPUs, ce.HeldGPUs, named)
+}
+
+func unixOrZero(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.Unix()
 }

@@ -39,10 +39,25 @@ var (
 	// before anything consumed it; only its tombstone is left.
 	ErrConfirmationExpired = errors.New("confirmation expired and swept")
 	// ErrConfirmationMismatch: the confirmation exists but its account,
-	// action or jti differ from the admission's. Policy already requires them
-	// to match; the ledger refuses too, so a policy bug can never let one
-	// account consume another's confirmation. Nothing was written.
+	// action, jti, booking, manifest digest (train.create) or run id
+	// (cancel/cleanup) differ from the admission's (see CheckBindings).
+	// Policy already requires them to match; the ledger refuses too, so a
+	// faulty bundle can never spend a confirmation on something it was not
+	// issued for. Nothing was written.
 	ErrConfirmationMismatch = errors.New("confirmation does not match the admission")
+	// ErrCostExceeded: the admission's estimated cost is above the
+	// confirmation's bound cost. Nothing was written.
+	ErrCostExceeded = errors.New("estimated cost above the confirmed cost")
+	// ErrCapacityExceeded: a train.create would hold more GPUs than its
+	// booking has (see CheckCapacity and CapacityError). Nothing was written.
+	ErrCapacityExceeded = errors.New("booking capacity exceeded")
+	// ErrBookingReleased: a train.create on a booking a booking.release
+	// admission released. Nothing was written.
+	ErrBookingReleased = errors.New("booking released")
+	// ErrRevoked: the confirmation, entitlement, booking or caller key the
+	// admission rests on was revoked (see RevocationError). Nothing was
+	// written.
+	ErrRevoked = errors.New("revoked")
 	// ErrConfirmationDuplicate: a confirmation with that reference or that jti
 	// was deposited before (it may since have been consumed or swept).
 	ErrConfirmationDuplicate = errors.New("confirmation already deposited")
@@ -85,20 +100,30 @@ type Store interface {
 	// ErrNotFound.
 	Admission(ctx context.Context, account, key string) (Admission, error)
 
-	// Commit writes an allowed admission in one transaction (design §1 step
-	// 11), checking in this order:
+	// Commit writes an allowed admission in one transaction, checking in
+	// this order:
 	//
 	//   - (a.Account, a.IdempotencyKey) already holds an admission: with the
 	//     same RequestDigest it returns that stored admission and
 	//     replayed=true, writing and consuming nothing; with another digest it
 	//     returns ErrKeyConflict.
-	//   - the confirmation a.ConfirmationRef must exist (else ErrNotFound),
-	//     have a.Account, a.Action and a.ConfirmationJTI (else
-	//     ErrConfirmationMismatch), and be available (else
-	//     ErrConfirmationConsumed or ErrConfirmationExpired); it is marked
-	//     consumed by a.IdempotencyKey at a.CreatedAt.
-	//   - the admission is written and, for State AdmissionAdmitted, its RunID
-	//     is indexed for Run.
+	//   - the confirmation a.ConfirmationRef must exist (else ErrNotFound)
+	//     and pass CheckBindings (else ErrConfirmationMismatch or
+	//     ErrCostExceeded);
+	//   - none of a's confirmation jti, entitlement jti, booking or caller
+	//     key may be revoked (else a *RevocationError, ErrRevoked);
+	//   - the confirmation must be available (else ErrConfirmationConsumed
+	//     or ErrConfirmationExpired); it is marked consumed by
+	//     a.IdempotencyKey at a.CreatedAt;
+	//   - train.create must pass CheckCapacity against the booking's runs
+	//     (else a *CapacityError, ErrCapacityExceeded, or
+	//     ErrBookingReleased);
+	//   - the admission is written; train.create writes its RunRecord,
+	//     train.cancel/cleanup end the run a.RunID (if it was live),
+	//     booking.release marks the booking released and ends its runs.
+	//
+	// Commits on one booking are serialized, so the capacity rule holds
+	// across processes sharing a store.
 	//
 	// On any other error nothing is written, except that after
 	// ErrUnavailable the outcome is unknown (see there). a must pass
@@ -110,12 +135,30 @@ type Store interface {
 	// cancel or cleanup targets a run of the caller's own account.
 	Run(ctx context.Context, runID string) (Admission, error)
 
+	// RunRecord returns the run record of runID, or ErrNotFound. Use its
+	// Live method for "is this run live now".
+	RunRecord(ctx context.Context, runID string) (RunRecord, error)
+
+	// BookingUsage returns the booking's live runs at now and whether it was
+	// released (the policy's input.ledger.booking, metrics, the webhook).
+	BookingUsage(ctx context.Context, bookingID string, now time.Time) (BookingUsage, error)
+
+	// Revoke stores r. It is idempotent: revoking a (Kind, Subject) that is
+	// already revoked returns the stored revocation and created=false,
+	// changing nothing. r must pass Revocation.Validate, else ErrInvalid.
+	Revoke(ctx context.Context, r Revocation) (stored Revocation, created bool, err error)
+
+	// Revoked returns the revocation of (kind, subject), or ErrNotFound.
+	// The webhook asks Revoked(ctx, RevokeBooking, bookingID).
+	Revoked(ctx context.Context, kind RevocationKind, subject string) (Revocation, error)
+
 	// Sweep drops the token of every confirmation whose ExpiresAt is before
 	// now-leeway, keeping a tombstone of its reference, jti, account, action
 	// and state: a consumed confirmation stays consumed, an available one
 	// becomes ConfirmationExpired, and neither its reference nor its jti can
-	// be deposited again. Admissions are never swept (they back idempotent
-	// replays). It returns how many tokens it removed; on error some may have
+	// be deposited again. It also drops revocations whose ExpiresAt is
+	// before now-leeway (the token they name can no longer verify).
+	// Admissions are never swept (they back idempotent replays). It returns how many tokens it removed; on error some may have
 	// been removed already, which is safe to repeat.
 	Sweep(ctx context.Context, now time.Time, leeway time.Duration) (swept int, err error)
 
@@ -165,6 +208,15 @@ type Confirmation struct {
 	ConsumedBy string
 	// ConsumedAt is the consuming admission's CreatedAt; zero until consumed.
 	ConsumedAt time.Time
+
+	// What the token binds it to, recorded at deposit from its verified
+	// claims and re-checked by Commit (CheckBindings) whatever the policy
+	// said: booking_id; manifest_digest (train.create); run_id
+	// (train.cancel, train.cleanup); cost_usd in micro-USD.
+	BookingID      string
+	ManifestDigest string
+	RunID          string
+	CostMicroUSD   int64
 }
 
 // AdmissionState is what an allowed admission permits the caller to do
@@ -215,6 +267,22 @@ type Admission struct {
 	ConfirmationJTI string
 	BundleRevision  string
 	State           AdmissionState
-	// CreatedAt is the decision time; it also stamps ConsumedAt.
+	// CreatedAt is the decision time; it also stamps ConsumedAt and is the
+	// "now" of the capacity check.
 	CreatedAt time.Time
+
+	// EntitlementJTI and CallerKeyID name the entitlement token and the
+	// caller key the admission rests on, for the revocation check at
+	// commit.
+	EntitlementJTI string
+	CallerKeyID    string
+	// CostMicroUSD is the run's estimated cost (train.create; 0 otherwise)
+	// that the confirmation's cost must cover.
+	CostMicroUSD int64
+	// For train.create: the GPUs the run holds (its world size), the
+	// booking's GPUs, and when the run stops holding them (declared end +
+	// grace). Zero for other actions.
+	GPUs       int
+	BookedGPUs int
+	LiveUntil  time.Time
 }

@@ -43,6 +43,17 @@ func (c Confirmation) Validate() error {
 		return bad("State", "must be empty or available on deposit")
 	case c.ConsumedBy != "" || !c.ConsumedAt.IsZero():
 		return bad("ConsumedBy", "must be empty on deposit")
+	case c.CostMicroUSD < 0:
+		return bad("CostMicroUSD", "is negative")
+	}
+	// Bindings are text, not required here: a confirmation without them
+	// matches no admission (CheckBindings), so it fails closed at commit.
+	for _, f := range []struct{ name, v string }{
+		{"BookingID", c.BookingID}, {"ManifestDigest", c.ManifestDigest}, {"RunID", c.RunID},
+	} {
+		if p := textProblem(f.v); p != "" {
+			return bad(f.name, p)
+		}
 	}
 	return nil
 }
@@ -96,6 +107,26 @@ func (a Admission) Validate() error {
 	}
 	if a.CreatedAt.IsZero() {
 		return bad("CreatedAt", "is zero")
+	}
+	for _, f := range []struct{ name, v string }{{"EntitlementJTI", a.EntitlementJTI}, {"CallerKeyID", a.CallerKeyID}} {
+		if p := textProblem(f.v); p != "" {
+			return bad(f.name, p)
+		}
+	}
+	if a.CostMicroUSD < 0 {
+		return bad("CostMicroUSD", "is negative")
+	}
+	if a.State == AdmissionAdmitted {
+		switch {
+		case a.GPUs <= 0:
+			return bad("GPUs", "must be positive for train.create")
+		case a.BookedGPUs <= 0:
+			return bad("BookedGPUs", "must be positive for train.create")
+		case !a.LiveUntil.After(a.CreatedAt):
+			return bad("LiveUntil", "must be after CreatedAt for train.create")
+		}
+	} else if a.GPUs != 0 || a.BookedGPUs != 0 || !a.LiveUntil.IsZero() {
+		return bad("GPUs", "and BookedGPUs, LiveUntil are only for train.create")
 	}
 	return nil
 }

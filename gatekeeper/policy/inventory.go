@@ -17,6 +17,7 @@ var RequiredRules = []string{
 	"data.ito.confirmation.deny",
 	"data.ito.idempotency.deny",
 	"data.ito.budget.deny",
+	"data.ito.booking.deny",
 	"data.ito.data.deny",
 	"data.ito.parallelism.deny",
 	"data.ito.manifest.deny",

@@ -160,17 +160,37 @@ func (r *Runner) Raw(ctx context.Context, req client.AdmissionRequest) (int, str
 	return resp.Status, string(resp.Body)
 }
 
-// EntitlementClaims are the claims of an entitlement matching the manifest
-// doc's hardware, priced at 2.49 USD per GPU-hour, over a 30-day term that
-// started an hour before now, issued at now for five minutes.
+// BookingScale is how many of the manifest's nodes the demo booking books:
+// every demo run shares one booking (Booking), so the booking is large
+// enough that the demo's runs never fill it. Capacity cases book exactly
+// what they race for (see TestBookingCapacity*).
+const BookingScale = 1000
+
+// EntitlementClaims are the claims of an entitlement for the manifest doc's
+// gpu type and gpus per node with BookingScale times its nodes, priced at
+// 2.49 USD per GPU-hour, over a 30-day term that started an hour before
+// now, issued at now for five minutes.
 func EntitlementClaims(doc map[string]any, now time.Time) map[string]any {
 	hw, _ := doc["hardware"].(map[string]any)
 	n := now.Unix()
+	nodes := hw["nodes"]
+	switch v := nodes.(type) {
+	case float64:
+		nodes = v * BookingScale
+	case json.Number:
+		if i, err := v.Int64(); err == nil {
+			nodes = i * BookingScale
+		}
+	case int64:
+		nodes = v * BookingScale
+	case int:
+		nodes = v * BookingScale
+	}
 	return map[string]any{
 		"iss": trust.DevEntitlementIssuer, "aud": trust.DevAudience, "sub": Account,
 		"iat": n, "exp": n + 300, "jti": randomID("jti_"),
 		"booking_id": Booking, "booking_state": "completed", "training_eligible": true,
-		"gpu":                    map[string]any{"type": hw["gpu_type"], "nodes": hw["nodes"], "gpus_per_node": hw["gpus_per_node"]},
+		"gpu":                    map[string]any{"type": hw["gpu_type"], "nodes": nodes, "gpus_per_node": hw["gpus_per_node"]},
 		"region":                 hw["region"],
 		"fabric":                 map[string]any{"type": hw["fabric"], "gbps_per_gpu": 200},
 		"term":                   map[string]any{"start": n - 3600, "end": n + 30*24*3600},
@@ -227,12 +247,21 @@ func (r *Runner) EntitlementFor(m Manifest, tweak func(map[string]any)) (string,
 
 // Confirm mints a confirmation for act, deposits it and returns its ref.
 func (r *Runner) Confirm(ctx context.Context, act, manifestDigest, cost, runID string) (string, error) {
+	return r.ConfirmWith(ctx, act, manifestDigest, cost, runID, nil)
+}
+
+// ConfirmWith is Confirm with tweak applied to the claims before signing
+// (e.g. another booking_id).
+func (r *Runner) ConfirmWith(ctx context.Context, act, manifestDigest, cost, runID string, tweak func(map[string]any)) (string, error) {
 	claims := map[string]any{
 		"iss": trust.DevConfirmationIssuer, "aud": trust.DevAudience, "sub": Account,
 		"act": act, "booking_id": Booking, "manifest_digest": manifestDigest, "cost_usd": cost,
 	}
 	if runID != "" {
 		claims["run_id"] = runID
+	}
+	if tweak != nil {
+		tweak(claims)
 	}
 	tok, err := r.mint(r.keys.Confirmation, config.TypeConfirmation, claims, 10*time.Minute)
 	if err != nil {

@@ -27,6 +27,10 @@ type Metrics struct {
 	logDropped *prometheus.CounterVec
 	ledgerErrs *prometheus.CounterVec
 	shadow     *prometheus.CounterVec
+	// the booking as one object, aggregated over every booking (a booking
+	// id is never a label: bookings are unbounded)
+	runGPUs     *prometheus.CounterVec
+	bookingFill prometheus.Histogram
 	// bundle activations and the active bundle's age (gatekeeper/bundle)
 	bundleActivations *prometheus.CounterVec
 	bundleBuiltAt     atomic.Int64 // unix nanoseconds of the signed built_at; 0: unknown
@@ -69,7 +73,18 @@ func NewMetrics() *Metrics {
 		Name: "itogate_shadow_decisions_total",
 		Help: "Candidate-bundle (shadow) evaluations by outcome: agree, allow_to_deny, deny_to_allow, codes, error, skipped.",
 	}, []string{"kind"})
-	m.reg.MustRegister(m.logDropped, m.ledgerErrs, m.shadow)
+	m.runGPUs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "itogate_run_gpus_total",
+		Help: "GPUs of booked capacity by event: admitted (train.create allows, the run's world size) and " +
+			"released (live runs ended by train.cancel or train.cleanup allows). Summed over all bookings.",
+	}, []string{"event"})
+	m.bookingFill = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "itogate_booking_held_ratio",
+		Help: "At each train.create allow, the GPUs its booking then holds (live runs plus the new one) over the GPUs it " +
+			"booked. Aggregated over all bookings; 1 is a full booking.",
+		Buckets: []float64{.125, .25, .5, .75, .875, 1},
+	})
+	m.reg.MustRegister(m.logDropped, m.ledgerErrs, m.shadow, m.runGPUs, m.bookingFill)
 	m.bundleActivations = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "itogate_bundle_activations_total",
 		Help: "Policy bundle activation attempts by result (success, failure) and reason (\"\" on success; fetch, too_large, " +
@@ -143,6 +158,15 @@ func (g gaugeFunc) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 func (g gaugeFunc) Collect(ch chan<- prometheus.Metric) { g.collect(ch) }
+
+// RunGPUs records booked capacity taken or given back: event "admitted"
+// with the booking's GPUs held after it (held) and booked, or "released".
+func (m *Metrics) RunGPUs(event string, gpus, held, booked int) {
+	m.runGPUs.WithLabelValues(event).Add(float64(gpus))
+	if event == "admitted" && booked > 0 {
+		m.bookingFill.Observe(float64(held) / float64(booked))
+	}
+}
 
 // LedgerError counts one ledger failure.
 func (m *Metrics) LedgerError(op string) { m.ledgerErrs.WithLabelValues(op).Inc() }

@@ -9,6 +9,14 @@
 //	expiries       exp (8-byte BE s)+ref → empty; unswept tokens by expiry, for Sweep
 //	admissions     account NUL key       → admission record
 //	runs           run_id                → account NUL key of the train.create admission
+//	runrecs        run_id                → run record (GPUs held, live until, ended)
+//	bookingruns    booking NUL run_id    → empty; a booking's runs, for the capacity check
+//	bookings       booking               → booking record (released)
+//	revocations    kind NUL subject      → revocation record, until its expiry
+//
+// The last four buckets were added to schema 1 without a version change: an
+// older file gains them empty on open. Its confirmations carry no bindings
+// and so match no admission (they fail closed and expire within minutes).
 //
 // A bbolt file takes an exclusive lock, so one process serves it; several
 // replicas need the PostgreSQL store.
@@ -58,10 +66,15 @@ var (
 	bucketExpiries      = []byte("expiries")
 	bucketAdmissions    = []byte("admissions")
 	bucketRuns          = []byte("runs")
+	bucketRunRecs       = []byte("runrecs")
+	bucketBookingRuns   = []byte("bookingruns")
+	bucketBookings      = []byte("bookings")
+	bucketRevocations   = []byte("revocations")
 	keySchema           = []byte("schema")
 
 	allBuckets = [][]byte{
 		bucketMeta, bucketConfirmations, bucketJTIs, bucketExpiries, bucketAdmissions, bucketRuns,
+		bucketRunRecs, bucketBookingRuns, bucketBookings, bucketRevocations,
 	}
 )
 
@@ -289,8 +302,11 @@ func (s *Store) Commit(ctx context.Context, a ledger.Admission) (ledger.Admissio
 		if err != nil {
 			return err
 		}
-		if c.Account != a.Account || c.Action != a.Action || c.JTI != a.ConfirmationJTI {
-			return abort(fmt.Errorf("ledger: commit: %w", ledger.ErrConfirmationMismatch))
+		if err := ledger.CheckBindings(c.confirmation(), a); err != nil {
+			return abort(err)
+		}
+		if err := checkRevocations(tx, a); err != nil {
+			return err
 		}
 		switch c.State {
 		case ledger.ConfirmationAvailable:
@@ -300,6 +316,9 @@ func (s *Store) Commit(ctx context.Context, a ledger.Admission) (ledger.Admissio
 			return abort(fmt.Errorf("ledger: commit: %w", ledger.ErrConfirmationExpired))
 		default:
 			return fmt.Errorf("confirmation record in unknown state %q", c.State)
+		}
+		if err := writeRunLife(tx, a); err != nil {
+			return err
 		}
 		c.State = ledger.ConfirmationConsumed
 		c.ConsumedBy = a.IdempotencyKey
@@ -352,6 +371,9 @@ func (s *Store) groupCommit(fn func(*bbolt.Tx) error) error {
 func (s *Store) Sweep(ctx context.Context, now time.Time, leeway time.Duration) (int, error) {
 	if leeway < 0 {
 		return 0, fmt.Errorf("ledger: sweep: negative leeway %v: %w", leeway, ledger.ErrInvalid)
+	}
+	if err := s.sweepRevocations(ctx, now.Add(-leeway)); err != nil {
+		return 0, err
 	}
 	cutoff := expiryPrefix(now.Add(-leeway))
 	total := 0
@@ -487,7 +509,9 @@ func expiryKey(t time.Time, ref string) []byte {
 //   - each consumed confirmation has that admission (nothing half-written);
 //   - the run index and the jti index point at existing records and cover
 //     every train.create admission and every confirmation;
-//   - the expiry index lists exactly the confirmations that keep a token.
+//   - the expiry index lists exactly the confirmations that keep a token;
+//   - every run has its record and booking index entry, and no booking ever
+//     held more GPUs than it booked (ledger.CheckHeld).
 func (s *Store) Check(ctx context.Context) (ledger.CheckReport, error) {
 	var (
 		rep      ledger.CheckReport
@@ -629,7 +653,7 @@ func (s *Store) Check(ctx context.Context) (ledger.CheckReport, error) {
 		if runs != rep.Runs {
 			bad("run index has %d entries for %d train.create admissions", runs, rep.Runs)
 		}
-		return nil
+		return checkRunLife(tx, bad)
 	})
 	if err != nil {
 		return rep, err

@@ -158,6 +158,7 @@ func TestCorruptRecord(t *testing.T) {
 		RequestDigest:   "sha256:" + fmt.Sprintf("%064x", 1),
 		RunID:           ledger.NewRunID(),
 		ConfirmationRef: ref, ConfirmationJTI: "j", State: ledger.AdmissionAdmitted, CreatedAt: time.Now(),
+		GPUs: 1, BookedGPUs: 1, LiveUntil: time.Now().Add(time.Hour),
 	}
 	if _, _, err := s.Commit(t.Context(), a); !errors.Is(err, ledger.ErrUnavailable) {
 		t.Fatalf("Commit(corrupt confirmation) = %v, want ErrUnavailable", err)
@@ -185,6 +186,7 @@ func TestBatchRerunResetsOutputs(t *testing.T) {
 		Account: "acct_42", IdempotencyKey: "key-1", RequestDigest: "sha256:" + fmt.Sprintf("%064x", 7),
 		RunID: ledger.NewRunID(), Action: "train.create", ConfirmationRef: refs[0], ConfirmationJTI: refs[0],
 		State: ledger.AdmissionAdmitted, CreatedAt: time.Now().UTC(),
+		GPUs: 1, BookedGPUs: 1 << 20, LiveUntil: time.Now().Add(time.Hour).UTC(),
 	}
 	ghost := a
 	ghost.RunID = ledger.NewRunID()
@@ -349,6 +351,7 @@ func benchStore(b *testing.B, opts Options, apply func(*Store)) (*Store, func() 
 			Account: "acct_42", IdempotencyKey: refs[i], RequestDigest: digest,
 			RunID: ledger.NewRunID(), Action: "train.create", ConfirmationRef: refs[i],
 			ConfirmationJTI: refs[i], State: ledger.AdmissionAdmitted, CreatedAt: created,
+			GPUs: 1, BookedGPUs: 1 << 30, LiveUntil: created.Add(time.Hour),
 		}
 		_, replayed, err := s.Commit(ctx, a)
 		if err == nil && replayed {

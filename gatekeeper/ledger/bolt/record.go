@@ -22,6 +22,12 @@ type confirmationRecord struct {
 	State       ledger.ConfirmationState `json:"state"`
 	ConsumedBy  string                   `json:"consumed_by,omitempty"`
 	ConsumedAt  time.Time                `json:"consumed_at,omitzero"`
+	// Bindings (schema 1 files written before they existed lack them, and
+	// such a confirmation matches no admission: it fails closed).
+	BookingID      string `json:"booking_id,omitempty"`
+	ManifestDigest string `json:"manifest_digest,omitempty"`
+	RunID          string `json:"run_id,omitempty"`
+	CostMicroUSD   int64  `json:"cost_micro_usd,omitempty"`
 }
 
 type admissionRecord struct {
@@ -38,6 +44,52 @@ type admissionRecord struct {
 	BundleRevision  string                `json:"bundle_revision,omitempty"`
 	State           ledger.AdmissionState `json:"state"`
 	CreatedAt       time.Time             `json:"created_at"`
+	EntitlementJTI  string                `json:"entitlement_jti,omitempty"`
+	CallerKeyID     string                `json:"caller_key_id,omitempty"`
+	CostMicroUSD    int64                 `json:"cost_micro_usd,omitempty"`
+	GPUs            int                   `json:"gpus,omitempty"`
+	BookedGPUs      int                   `json:"booked_gpus,omitempty"`
+	LiveUntil       time.Time             `json:"live_until,omitzero"`
+}
+
+type runRecord struct {
+	RunID          string    `json:"run_id"`
+	Account        string    `json:"account"`
+	BookingID      string    `json:"booking_id"`
+	ManifestDigest string    `json:"manifest_digest"`
+	GPUs           int       `json:"gpus"`
+	BookedGPUs     int       `json:"booked_gpus"`
+	AdmittedAt     time.Time `json:"admitted_at"`
+	LiveUntil      time.Time `json:"live_until"`
+	EndedAt        time.Time `json:"ended_at,omitzero"`
+	EndedBy        string    `json:"ended_by,omitempty"`
+}
+
+type bookingRecord struct {
+	ReleasedAt time.Time `json:"released_at,omitzero"`
+	ReleasedBy string    `json:"released_by,omitempty"` // idempotency key of the release
+}
+
+type revocationRecord struct {
+	Kind      ledger.RevocationKind `json:"kind"`
+	Subject   string                `json:"subject"`
+	Reason    string                `json:"reason,omitempty"`
+	RevokedBy string                `json:"revoked_by"`
+	RevokedAt time.Time             `json:"revoked_at"`
+	ExpiresAt time.Time             `json:"expires_at"`
+}
+
+func (r runRecord) run() ledger.RunRecord {
+	return ledger.RunRecord{
+		RunID: r.RunID, Account: r.Account, BookingID: r.BookingID, ManifestDigest: r.ManifestDigest,
+		GPUs: r.GPUs, BookedGPUs: r.BookedGPUs, AdmittedAt: r.AdmittedAt.UTC(), LiveUntil: r.LiveUntil.UTC(),
+		EndedAt: utcOrZero(r.EndedAt), EndedBy: r.EndedBy,
+	}
+}
+
+func (r revocationRecord) revocation() ledger.Revocation {
+	return ledger.Revocation{Kind: r.Kind, Subject: r.Subject, Reason: r.Reason, RevokedBy: r.RevokedBy,
+		RevokedAt: r.RevokedAt.UTC(), ExpiresAt: r.ExpiresAt.UTC()}
 }
 
 func confirmationToRecord(c ledger.Confirmation) confirmationRecord {
@@ -52,6 +104,11 @@ func confirmationToRecord(c ledger.Confirmation) confirmationRecord {
 		State:       c.State,
 		ConsumedBy:  c.ConsumedBy,
 		ConsumedAt:  utcOrZero(c.ConsumedAt),
+
+		BookingID:      c.BookingID,
+		ManifestDigest: c.ManifestDigest,
+		RunID:          c.RunID,
+		CostMicroUSD:   c.CostMicroUSD,
 	}
 }
 
@@ -67,6 +124,11 @@ func (r confirmationRecord) confirmation() ledger.Confirmation {
 		State:       r.State,
 		ConsumedBy:  r.ConsumedBy,
 		ConsumedAt:  utcOrZero(r.ConsumedAt),
+
+		BookingID:      r.BookingID,
+		ManifestDigest: r.ManifestDigest,
+		RunID:          r.RunID,
+		CostMicroUSD:   r.CostMicroUSD,
 	}
 }
 
@@ -85,6 +147,12 @@ func admissionToRecord(a ledger.Admission) admissionRecord {
 		BundleRevision:  a.BundleRevision,
 		State:           a.State,
 		CreatedAt:       a.CreatedAt.UTC(),
+		EntitlementJTI:  a.EntitlementJTI,
+		CallerKeyID:     a.CallerKeyID,
+		CostMicroUSD:    a.CostMicroUSD,
+		GPUs:            a.GPUs,
+		BookedGPUs:      a.BookedGPUs,
+		LiveUntil:       utcOrZero(a.LiveUntil),
 	}
 }
 
@@ -103,6 +171,12 @@ func (r admissionRecord) admission() ledger.Admission {
 		BundleRevision:  r.BundleRevision,
 		State:           r.State,
 		CreatedAt:       r.CreatedAt.UTC(),
+		EntitlementJTI:  r.EntitlementJTI,
+		CallerKeyID:     r.CallerKeyID,
+		CostMicroUSD:    r.CostMicroUSD,
+		GPUs:            r.GPUs,
+		BookedGPUs:      r.BookedGPUs,
+		LiveUntil:       utcOrZero(r.LiveUntil),
 	}
 }
 

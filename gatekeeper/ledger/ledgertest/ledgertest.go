@@ -87,6 +87,12 @@ var cases = []struct {
 	{"RunIDReused", testRunIDReused},
 	{"CommitTimePrecision", testCommitTimePrecision},
 	{"LongAndUnicodeIDs", testLongAndUnicodeIDs},
+	{"RunRecordLife", testRunRecordLife},
+	{"Capacity", testCapacity},
+	{"CapacityRaces", testCapacityRaces},
+	{"BookingRelease", testBookingRelease},
+	{"Bindings", testBindings},
+	{"Revocations", testRevocations},
 	{"ClosedStore", testClosedStore},
 	{"CancelledContext", testCancelledContext},
 }
@@ -106,7 +112,7 @@ type fixture struct {
 // confirmation returns a valid, not yet deposited confirmation for account.
 func (f *fixture) confirmation(account, action string) ledger.Confirmation {
 	n := f.seq.Add(1)
-	return ledger.Confirmation{
+	c := ledger.Confirmation{
 		Ref:         ledger.NewConfirmationRef(),
 		JTI:         fmt.Sprintf("jti-%d-%s", n, ledger.NewConfirmationRef()[4:12]),
 		Account:     account,
@@ -115,6 +121,26 @@ func (f *fixture) confirmation(account, action string) ledger.Confirmation {
 		ExpiresAt:   base.Add(ttl),
 		DepositedAt: base.Add(-time.Minute).Add(1234 * time.Microsecond),
 	}
+	c.BookingID, c.CostMicroUSD = "bk_01", 5_000_000_000
+	switch action {
+	case "train.create":
+		c.ManifestDigest = digest("manifest")
+	case "train.cancel", "train.cleanup":
+		c.RunID = ledger.NewRunID()
+	}
+	return c
+}
+
+// depositFor deposits a cancel or cleanup confirmation bound to runID.
+func (f *fixture) depositFor(account, action, runID string) ledger.Confirmation {
+	f.t.Helper()
+	c := f.confirmation(account, action)
+	c.RunID = runID
+	if err := f.s.DepositConfirmation(f.ctx, c); err != nil {
+		f.t.Fatalf("DepositConfirmation: %v", err)
+	}
+	c.State = ledger.ConfirmationAvailable
+	return c
 }
 
 // deposit deposits a fresh confirmation and returns it as stored.
@@ -138,19 +164,26 @@ func admission(c ledger.Confirmation, key, request string) ledger.Admission {
 		DecisionID:      "dec_" + ledger.NewConfirmationRef()[4:],
 		RunID:           ledger.NewRunID(),
 		Action:          c.Action,
-		BookingID:       "bk_01",
+		BookingID:       c.BookingID,
 		ManifestDigest:  digest("manifest"),
 		ConfirmationRef: c.Ref,
 		ConfirmationJTI: c.JTI,
 		BundleRevision:  "rev-7",
 		State:           ledger.AdmissionAdmitted,
 		CreatedAt:       base.Add(2*time.Second + 5678*time.Microsecond),
+		EntitlementJTI:  "ent-jti-1",
+		CallerKeyID:     "caller-key-1",
 	}
 	switch c.Action {
+	case "train.create":
+		// One GPU of a booking far larger than any case fills; the
+		// capacity cases use their own bookings.
+		a.GPUs, a.BookedGPUs, a.LiveUntil = 1, 1<<20, a.CreatedAt.Add(6*time.Hour)
+		a.CostMicroUSD = 1_000_000_000
 	case "train.cancel":
-		a.State = ledger.AdmissionCancelAdmitted
+		a.State, a.RunID = ledger.AdmissionCancelAdmitted, c.RunID
 	case "train.cleanup":
-		a.State = ledger.AdmissionCleanupAdmitted
+		a.State, a.RunID = ledger.AdmissionCleanupAdmitted, c.RunID
 	case "booking.release":
 		a.State, a.RunID = ledger.AdmissionReleaseAdmitted, ""
 	}
@@ -249,6 +282,9 @@ func normalize[T ledger.Confirmation | ledger.Admission](v T) T {
 		}
 	case *ledger.Admission:
 		x.CreatedAt = x.CreatedAt.UTC()
+		if !x.LiveUntil.IsZero() {
+			x.LiveUntil = x.LiveUntil.UTC()
+		}
 	}
 	return v
 }
@@ -351,8 +387,7 @@ func testCommitNonCreateKeepsRunIndex(t *testing.T, f *fixture) {
 	create := f.commit(admission(f.deposit("acct_42", "train.create"), "create", "req-create"))
 
 	for _, action := range []string{"train.cancel", "train.cleanup"} {
-		a := admission(f.deposit("acct_42", action), action, "req-"+action)
-		a.RunID = create.RunID
+		a := admission(f.depositFor("acct_42", action, create.RunID), action, "req-"+action)
 		f.commit(a)
 		f.wantAdmission("acct_42", action, a)
 	}
@@ -447,6 +482,7 @@ func testConfirmationMismatch(t *testing.T, f *fixture) {
 		"other account": func(a *ledger.Admission) { a.Account = "acct_43" },
 		"other action": func(a *ledger.Admission) {
 			a.Action, a.State = "train.cancel", ledger.AdmissionCancelAdmitted
+			a.GPUs, a.BookedGPUs, a.LiveUntil = 0, 0, time.Time{}
 		},
 		"other jti": func(a *ledger.Admission) { a.ConfirmationJTI = "jti-other" },
 	} {

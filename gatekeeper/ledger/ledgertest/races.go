@@ -249,13 +249,13 @@ func testLongAndUnicodeIDs(t *testing.T, f *fixture) {
 	key := "ключ-" + strings.Repeat("k", ledger.MaxIDLen-len("ключ-"))
 	c := f.confirmation(account, "train.create")
 	c.JTI = strings.Repeat("漢", ledger.MaxIDLen/3)
+	c.BookingID = "bk-ünï"
 	if err := f.s.DepositConfirmation(f.ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	c.State = ledger.ConfirmationAvailable
 	f.wantConfirmation(c.Ref, c)
 	a := admission(c, key, "req-1")
-	a.BookingID = "bk-ünï"
 	stored := f.commit(a)
 	f.wantAdmission(account, key, stored)
 	if run, err := f.s.Run(f.ctx, a.RunID); err != nil || !equal(run, a) {

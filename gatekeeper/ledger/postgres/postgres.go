@@ -210,32 +210,54 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 // queries are the statements, qualified with the schema once at Open
 // rather than relying on search_path.
 type queries struct {
-	deposit, confirmation, admission, run, lookup, commit, sweep, version string
+	deposit, confirmation, admission, run, sweep, version string
+	// The run's life and revocations (life.go).
+	lockBooking, confirmationForUpdate, revocations, bookingRuns, released, insertRun, runRecord,
+	endRun, releaseBooking, endBookingRuns, consume, insertAdmission, revoke, revoked, sweepRevocations string
 }
 
 const (
-	confirmationCols = `ref, jti, account, action, token, expires_at, deposited_at, state, consumed_by, consumed_at`
-	admissionCols    = `account, idempotency_key, request_digest, decision_id, run_id, action, booking_id,
-		manifest_digest, confirmation_ref, confirmation_jti, bundle_revision, state, created_at`
+	confirmationCols = `ref, jti, account, action, token, expires_at, deposited_at, state, consumed_by, consumed_at,
+		booking_id, manifest_digest, run_id, cost_micro_usd`
+	admissionCols = `account, idempotency_key, request_digest, decision_id, run_id, action, booking_id,
+		manifest_digest, confirmation_ref, confirmation_jti, bundle_revision, state, created_at,
+		entitlement_jti, caller_key_id, cost_micro_usd, gpus, booked_gpus, live_until`
+	runCols        = `run_id, account, booking_id, manifest_digest, gpus, booked_gpus, admitted_at, live_until, ended_at, ended_by`
+	revocationCols = `kind, subject, reason, revoked_by, revoked_at, expires_at`
 )
 
 func newQueries(schema string) queries {
-	r := strings.NewReplacer("{s}", schema, "{ccols}", confirmationCols, "{acols}", admissionCols)
+	r := strings.NewReplacer("{s}", schema, "{ccols}", confirmationCols, "{acols}", admissionCols,
+		"{rcols}", runCols, "{vcols}", revocationCols)
 	return queries{
-		deposit: r.Replace(`INSERT INTO {s}.confirmations (ref, jti, account, action, token, expires_at, deposited_at, state)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, 'available')`),
-		confirmation: r.Replace(`SELECT {ccols} FROM {s}.confirmations WHERE ref = $1`),
-		admission:    r.Replace(`SELECT {acols} FROM {s}.admissions WHERE account = $1 AND idempotency_key = $2`),
-		run:          r.Replace(`SELECT {acols} FROM {s}.admissions WHERE run_id = $1 AND state = 'admitted'`),
-		lookup:       r.Replace(`SELECT account, action, jti, state FROM {s}.confirmations WHERE ref = $1`),
-		// See Commit. $1..$13 are the admission's columns in {acols} order.
-		commit: r.Replace(`WITH consumed AS (
-				UPDATE {s}.confirmations SET state = 'consumed', consumed_by = $2, consumed_at = $13
-				WHERE ref = $9 AND state = 'available' AND account = $1 AND action = $6 AND jti = $10
-					AND NOT EXISTS (SELECT 1 FROM {s}.admissions WHERE account = $1 AND idempotency_key = $2)
-				RETURNING ref)
-			INSERT INTO {s}.admissions ({acols})
-			SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13 FROM consumed`),
+		deposit: r.Replace(`INSERT INTO {s}.confirmations (ref, jti, account, action, token, expires_at, deposited_at, state,
+				booking_id, manifest_digest, run_id, cost_micro_usd)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, 'available', $8, $9, $10, $11)`),
+		lockBooking:           `SELECT pg_advisory_xact_lock($1)`,
+		confirmationForUpdate: r.Replace(`SELECT {ccols} FROM {s}.confirmations WHERE ref = $1 FOR UPDATE`),
+		revocations:           r.Replace(`SELECT {vcols} FROM {s}.revocations WHERE kind = ANY($1) AND subject = ANY($2)`),
+		bookingRuns: r.Replace(`SELECT {rcols} FROM {s}.runs
+			WHERE booking_id = $1 AND ended_at IS NULL AND live_until > $2 ORDER BY admitted_at, run_id`),
+		released:  r.Replace(`SELECT released_at FROM {s}.bookings WHERE booking_id = $1`),
+		insertRun: r.Replace(`INSERT INTO {s}.runs ({rcols}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL)`),
+		runRecord: r.Replace(`SELECT {rcols} FROM {s}.runs WHERE run_id = $1`),
+		endRun: r.Replace(`UPDATE {s}.runs SET ended_at = $2, ended_by = $3
+			WHERE run_id = $1 AND ended_at IS NULL AND admitted_at <= $2 AND live_until > $2`),
+		releaseBooking: r.Replace(`INSERT INTO {s}.bookings (booking_id, released_at, released_by) VALUES ($1, $2, $3)
+			ON CONFLICT (booking_id) DO NOTHING`),
+		endBookingRuns: r.Replace(`UPDATE {s}.runs SET ended_at = $2, ended_by = $3
+			WHERE booking_id = $1 AND ended_at IS NULL AND admitted_at <= $2 AND live_until > $2`),
+		consume: r.Replace(`UPDATE {s}.confirmations SET state = 'consumed', consumed_by = $2, consumed_at = $3
+			WHERE ref = $1 AND state = 'available'`),
+		insertAdmission: r.Replace(`INSERT INTO {s}.admissions ({acols})
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`),
+		revoke: r.Replace(`INSERT INTO {s}.revocations ({vcols}) VALUES ($1, $2, $3, $4, $5, $6)
+			ON CONFLICT (kind, subject) DO NOTHING`),
+		revoked:          r.Replace(`SELECT {vcols} FROM {s}.revocations WHERE kind = $1 AND subject = $2`),
+		sweepRevocations: r.Replace(`DELETE FROM {s}.revocations WHERE expires_at < $1`),
+		confirmation:     r.Replace(`SELECT {ccols} FROM {s}.confirmations WHERE ref = $1`),
+		admission:        r.Replace(`SELECT {acols} FROM {s}.admissions WHERE account = $1 AND idempotency_key = $2`),
+		run:              r.Replace(`SELECT {acols} FROM {s}.admissions WHERE run_id = $1 AND state = 'admitted'`),
 		sweep: r.Replace(`WITH due AS (
 				SELECT ref FROM {s}.confirmations
 				WHERE token IS NOT NULL AND expires_at < $1
@@ -260,7 +282,8 @@ func (s *Store) DepositConfirmation(ctx context.Context, c ledger.Confirmation) 
 	defer conn.Release()
 	qctx, cancel := s.bound(ctx, 1)
 	defer cancel()
-	_, err = conn.Exec(qctx, s.q.deposit, c.Ref, c.JTI, c.Account, c.Action, c.Token, c.ExpiresAt.UTC(), c.DepositedAt.UTC())
+	_, err = conn.Exec(qctx, s.q.deposit, c.Ref, c.JTI, c.Account, c.Action, c.Token, c.ExpiresAt.UTC(), c.DepositedAt.UTC(),
+		c.BookingID, c.ManifestDigest, c.RunID, c.CostMicroUSD)
 	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == codeUniqueViolation {
 		return fmt.Errorf("ledger: deposit: %s: %w", pgErr.ConstraintName, ledger.ErrConfirmationDuplicate)
 	}
@@ -363,33 +386,29 @@ func deadConnection(ctx context.Context, err error) bool {
 
 // Commit implements ledger.Store.
 //
-// The write is ONE statement, run as its own transaction: an UPDATE that
-// consumes the confirmation only if it is available, matches the admission
-// and the key is unused, feeding an INSERT of the admission. PostgreSQL
-// applies a statement entirely or not at all, so the consumption and the
-// admission commit together or neither does. The UPDATE takes the
-// confirmation's row lock; racing commits wait on it and, once granted,
-// re-check the row (READ COMMITTED), find it consumed and match nothing.
-// The lock is held only inside the server for the statement's few
-// microseconds — never across a round trip to this process — so two
-// hundred commits racing for one confirmation drain in milliseconds.
+// The write is one READ COMMITTED transaction (commitOnce, life.go):
 //
-// The INSERT has no ON CONFLICT clause on purpose: DO NOTHING would let the
-// statement commit the consumption without the admission. A concurrent
-// admission under the same key makes it fail with a unique violation, which
-// rolls the whole statement back.
+//  1. a transaction-scoped advisory lock on the booking, so every commit on
+//     one booking — from any replica — runs one after another, and each
+//     statement after the lock sees what the one before it committed: the
+//     capacity sum can never be read stale;
+//  2. the key: a stored admission is a replay or ErrKeyConflict;
+//  3. the confirmation, locked FOR UPDATE: ErrNotFound, the bindings
+//     (ledger.CheckBindings), revocations, its state;
+//  4. for train.create the booking's live runs (ledger.CheckCapacity) and
+//     the new run; for cancel/cleanup the run ended; for booking.release
+//     the booking released and its runs ended;
+//  5. consume, insert the admission, COMMIT.
 //
-// When the statement wrote nothing, two lock-free reads (one round trip)
-// say why, in the documented order: the key (replay or ErrKeyConflict),
-// then the confirmation (ErrNotFound, ErrConfirmationMismatch,
-// ErrConfirmationConsumed, ErrConfirmationExpired). Confirmation states only
-// move forward and admissions are never deleted, so reads taken after the
-// statement classify it correctly.
+// Any refusal rolls the transaction back, so nothing is written. A unique
+// violation on the admission key (another replica's commit under the same
+// key on another booking) or a serialization failure runs the transaction
+// again, which then reads what the other committed.
 //
-// A ctx that ends before the statement is sent returns ctx.Err() with
-// nothing written; one that ends (or a connection that breaks) while it
-// runs leaves the outcome unknown, and the error wraps
-// ledger.ErrUnavailable.
+// A ctx that ends before the transaction starts returns ctx.Err() with
+// nothing written; a fault before COMMIT writes nothing but is reported as
+// ledger.ErrUnavailable; one while COMMIT runs leaves the outcome unknown,
+// and the error wraps ledger.ErrUnavailable.
 func (s *Store) Commit(ctx context.Context, a ledger.Admission) (ledger.Admission, bool, error) {
 	if err := a.Validate(); err != nil {
 		return ledger.Admission{}, false, err
@@ -430,78 +449,6 @@ func (e *retryable) Unwrap() error { return e.err }
 // forward, so this cannot last; the next attempt decides.
 var errUnexplained = errors.New("commit matched nothing but nothing explains why")
 
-func (s *Store) commitOnce(ctx context.Context, a ledger.Admission) (stored ledger.Admission, replayed bool, err error) {
-	conn, err := s.acquire(ctx, "commit")
-	if err != nil {
-		return ledger.Admission{}, false, err
-	}
-	defer conn.Release()
-	qctx, cancel := s.bound(ctx, 1)
-	defer cancel()
-
-	tag, err := conn.Exec(qctx, s.q.commit, a.Account, a.IdempotencyKey, a.RequestDigest, a.DecisionID, a.RunID,
-		a.Action, a.BookingID, a.ManifestDigest, a.ConfirmationRef, a.ConfirmationJTI, a.BundleRevision,
-		string(a.State), a.CreatedAt)
-	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
-		// The server refused the statement: nothing was written.
-		switch {
-		case retryCode(pgErr.Code):
-			return ledger.Admission{}, false, &retryable{err: err}
-		case pgErr.Code == codeUniqueViolation && pgErr.ConstraintName == "admissions_created_run_idx":
-			return ledger.Admission{}, false, fmt.Errorf("ledger: commit: run id already admitted: %w", ledger.ErrInvalid)
-		case pgErr.Code == codeUniqueViolation:
-			// The key (or, were the UPDATE ever wrong, the confirmation)
-			// was taken by a transaction that committed meanwhile: the
-			// reads below name the outcome.
-		default:
-			return ledger.Admission{}, false, s.fault(ctx, "commit", err)
-		}
-	} else if err != nil {
-		if ctx.Err() == nil && pgconn.SafeToRetry(err) {
-			return ledger.Admission{}, false, &retryable{err: err}
-		}
-		// Sent, and then the connection, the client-side bound or ctx
-		// gave out: it may or may not have committed.
-		if cerr := ctx.Err(); cerr != nil {
-			err = fmt.Errorf("%w (%w)", err, cerr)
-		}
-		return ledger.Admission{}, false, fmt.Errorf("ledger: postgres: commit: outcome unknown: %w: %w", ledger.ErrUnavailable, err)
-	} else if tag.RowsAffected() == 1 {
-		return a, false, nil
-	}
-
-	// Nothing written: find out why, key first.
-	b := &pgx.Batch{}
-	b.Queue(s.q.admission, a.Account, a.IdempotencyKey)
-	b.Queue(s.q.lookup, a.ConfirmationRef)
-	br := conn.SendBatch(qctx, b)
-	prev, perr := scanAdmission(br.QueryRow())
-	var conf struct{ account, action, jti, state string }
-	cerr := br.QueryRow().Scan(&conf.account, &conf.action, &conf.jti, &conf.state)
-	if err := br.Close(); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return ledger.Admission{}, false, s.fault(ctx, "commit", err)
-	}
-	switch {
-	case perr == nil && prev.RequestDigest == a.RequestDigest:
-		return prev, true, nil
-	case perr == nil:
-		return ledger.Admission{}, false, fmt.Errorf("ledger: commit: %w", ledger.ErrKeyConflict)
-	case !errors.Is(perr, pgx.ErrNoRows):
-		return ledger.Admission{}, false, s.fault(ctx, "commit", perr)
-	case errors.Is(cerr, pgx.ErrNoRows):
-		return ledger.Admission{}, false, fmt.Errorf("ledger: commit: confirmation: %w", ledger.ErrNotFound)
-	case cerr != nil:
-		return ledger.Admission{}, false, s.fault(ctx, "commit", cerr)
-	case conf.account != a.Account || conf.action != a.Action || conf.jti != a.ConfirmationJTI:
-		return ledger.Admission{}, false, fmt.Errorf("ledger: commit: %w", ledger.ErrConfirmationMismatch)
-	case conf.state == string(ledger.ConfirmationConsumed):
-		return ledger.Admission{}, false, fmt.Errorf("ledger: commit: %w", ledger.ErrConfirmationConsumed)
-	case conf.state == string(ledger.ConfirmationExpired):
-		return ledger.Admission{}, false, fmt.Errorf("ledger: commit: %w", ledger.ErrConfirmationExpired)
-	}
-	return ledger.Admission{}, false, &retryable{err: errUnexplained}
-}
-
 // SQLSTATEs the store acts on.
 const (
 	codeUniqueViolation      = "23505"
@@ -522,6 +469,9 @@ func (s *Store) Sweep(ctx context.Context, now time.Time, leeway time.Duration) 
 		return 0, fmt.Errorf("ledger: sweep: negative leeway %v: %w", leeway, ledger.ErrInvalid)
 	}
 	cutoff := now.Add(-leeway).UTC()
+	if err := s.sweepRevocations(ctx, cutoff); err != nil {
+		return 0, err
+	}
 	total := 0
 	for {
 		n, err := s.sweepChunk(ctx, cutoff)
@@ -530,6 +480,20 @@ func (s *Store) Sweep(ctx context.Context, now time.Time, leeway time.Duration) 
 			return total, err
 		}
 	}
+}
+
+func (s *Store) sweepRevocations(ctx context.Context, cutoff time.Time) error {
+	conn, err := s.acquire(ctx, "sweep")
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	qctx, cancel := s.bound(ctx, 1)
+	defer cancel()
+	if _, err := conn.Exec(qctx, s.q.sweepRevocations, cutoff); err != nil {
+		return s.fault(ctx, "sweep", err)
+	}
+	return nil
 }
 
 func (s *Store) sweepChunk(ctx context.Context, cutoff time.Time) (int, error) {
@@ -626,7 +590,7 @@ func scanConfirmation(row pgx.Row) (ledger.Confirmation, error) {
 		consumedAt *time.Time
 	)
 	err := row.Scan(&c.Ref, &c.JTI, &c.Account, &c.Action, &c.Token, &c.ExpiresAt, &c.DepositedAt,
-		&state, &consumedBy, &consumedAt)
+		&state, &consumedBy, &consumedAt, &c.BookingID, &c.ManifestDigest, &c.RunID, &c.CostMicroUSD)
 	if err != nil {
 		return ledger.Confirmation{}, err
 	}
@@ -646,16 +610,21 @@ func scanConfirmation(row pgx.Row) (ledger.Confirmation, error) {
 
 func scanAdmission(row pgx.Row) (ledger.Admission, error) {
 	var (
-		a     ledger.Admission
-		state string
+		a         ledger.Admission
+		state     string
+		liveUntil *time.Time
 	)
 	err := row.Scan(&a.Account, &a.IdempotencyKey, &a.RequestDigest, &a.DecisionID, &a.RunID, &a.Action,
-		&a.BookingID, &a.ManifestDigest, &a.ConfirmationRef, &a.ConfirmationJTI, &a.BundleRevision, &state, &a.CreatedAt)
+		&a.BookingID, &a.ManifestDigest, &a.ConfirmationRef, &a.ConfirmationJTI, &a.BundleRevision, &state, &a.CreatedAt,
+		&a.EntitlementJTI, &a.CallerKeyID, &a.CostMicroUSD, &a.GPUs, &a.BookedGPUs, &liveUntil)
 	if err != nil {
 		return ledger.Admission{}, err
 	}
 	a.State = ledger.AdmissionState(state)
 	a.CreatedAt = a.CreatedAt.UTC()
+	if liveUntil != nil {
+		a.LiveUntil = liveUntil.UTC()
+	}
 	return a, nil
 }
 
@@ -664,6 +633,9 @@ func scanAdmission(row pgx.Row) (ledger.Admission, error) {
 // values.
 func normalizeAdmission(a ledger.Admission) ledger.Admission {
 	a.CreatedAt = a.CreatedAt.UTC().Truncate(time.Microsecond)
+	if !a.LiveUntil.IsZero() {
+		a.LiveUntil = a.LiveUntil.UTC().Truncate(time.Microsecond)
+	}
 	return a
 }
 
@@ -723,6 +695,11 @@ func (s *Store) Check(ctx context.Context) (ledger.CheckReport, error) {
 	if err != nil {
 		return rep, s.fault(ctx, "check", err)
 	}
+	more, err := s.checkRunLife(ctx, tx, r)
+	if err != nil {
+		return rep, s.fault(ctx, "check", err)
+	}
+	problems = append(problems, more...)
 	if len(problems) > 0 {
 		return rep, fmt.Errorf("ledger: check: %w: %s", ledger.ErrInconsistent, strings.Join(problems, "; "))
 	}

@@ -428,7 +428,7 @@ func confirmation(account string) ledger.Confirmation {
 	return ledger.Confirmation{
 		Ref: ledger.NewConfirmationRef(), JTI: fmt.Sprintf("jti-%d-%s", n, ledger.NewConfirmationRef()[4:12]),
 		Account: account, Action: "train.create", Token: []byte("h.p.s"),
-		ExpiresAt: now.Add(10 * time.Minute), DepositedAt: now,
+		ExpiresAt: now.Add(10 * time.Minute), DepositedAt: now, BookingID: "bk_1",
 	}
 }
 
@@ -438,6 +438,7 @@ func admissionFor(c ledger.Confirmation, key string) ledger.Admission {
 		Account: c.Account, IdempotencyKey: key, RequestDigest: "sha256:" + hex.EncodeToString(sum[:]),
 		DecisionID: "dec_1", RunID: ledger.NewRunID(), Action: c.Action, BookingID: "bk_1",
 		ConfirmationRef: c.Ref, ConfirmationJTI: c.JTI, State: ledger.AdmissionAdmitted, CreatedAt: time.Now(),
+		GPUs: 1, BookedGPUs: 1 << 20, LiveUntil: time.Now().Add(time.Hour),
 	}
 }
 
@@ -614,5 +615,22 @@ func TestReadsSurviveTerminatedBackends(t *testing.T) {
 		if _, err := s.Admission(ctx, "acct_term", "no-such-key"); !errors.Is(err, ledger.ErrNotFound) {
 			t.Fatalf("admission read %d: %v, want ErrNotFound", i, err)
 		}
+	}
+}
+
+// TestCapacityRaceTwoReplicas: two stores (replicas) on one schema, each
+// with its own pool, race 2, 10 and 50 full-booking creates on one booking:
+// exactly one is allowed, and Check finds held GPUs within the booking.
+func TestCapacityRaceTwoReplicas(t *testing.T) {
+	t.Parallel()
+	opts := testOptions(t)
+	a, b := open(t, opts), open(t, opts)
+	defer a.Close()
+	defer b.Close()
+	for _, n := range []int{2, 10, 50} {
+		ledgertest.CapacityRace(t, []ledger.Store{a, b}, fmt.Sprintf("bk_replicas_%d", n), n)
+	}
+	if rep, err := a.Check(t.Context()); err != nil || rep.Runs != 3 {
+		t.Fatalf("Check = %+v, %v; want 3 runs and no problem", rep, err)
 	}
 }

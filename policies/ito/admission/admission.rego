@@ -9,6 +9,7 @@
 #   message; allow is true iff there are no violations.
 package ito.admission
 
+import data.ito.booking
 import data.ito.budget
 import data.ito.confirmation
 import data.ito.data as datagate
@@ -45,7 +46,9 @@ warnings := _sorted(_warnings)
 # METADATA
 # title: Estimates
 # description: The budget and parallelism gates' estimates for train.create; empty otherwise.
-estimates := object.union(parallelism.estimates, budget.estimates) if lib.is_train_create
+estimates := object.union(object.union(parallelism.estimates, budget.estimates), booking.estimates) if {
+	lib.is_train_create
+}
 
 estimates := {} if not lib.is_train_create
 
@@ -74,6 +77,11 @@ _violations contains v if {
 _violations contains v if {
 	lib.is_train_create
 	some v in budget.deny
+}
+
+_violations contains v if {
+	lib.is_train_create
+	some v in booking.deny
 }
 
 _violations contains v if {

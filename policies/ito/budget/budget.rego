@@ -304,14 +304,17 @@ deny contains v if {
 }
 
 # METADATA
-# title: Run may outlast the booking
-# description: The run's wall-clock limit reaches past the booking term end.
+# title: Run outlasts the booking
+# description: >-
+#   The term is a hard limit: a run whose wall-clock limit reaches past the
+#   booking term end is denied (a run needs no hours the booking does not
+#   entitle). Go refuses it again before the commit whatever the bundle says.
+#   Cancel and cleanup stay admissible after the term.
 # custom:
 #   code: BUDGET_RUN_PAST_TERM
 #   gate: budget
-#   level: warn
-#   fix: Lower max_wall_clock_hours or extend the booking.
-warn contains v if {
+#   fix: Lower max_wall_clock_hours so the run ends by the term end, or extend the booking.
+deny contains v if {
 	past_term_seconds > 0
 	v := lib.violation(
 		rego.metadata.rule(),

@@ -30,8 +30,7 @@ _cases := {
 	},
 	"run ends five hours past the term": {
 		"patch": [_set("/entitlement/term/end", 1764406800)],
-		"want": {"BUDGET_INCREMENTAL_EXCEEDED"},
-		"warn": {"BUDGET_RUN_PAST_TERM"},
+		"want": {"BUDGET_INCREMENTAL_EXCEEDED", "BUDGET_RUN_PAST_TERM"},
 	},
 	"run ends exactly at the term end": {"patch": [_set("/entitlement/term/end", 1764424800)], "want": set()},
 	"ceiling with thousands separator": {
@@ -146,6 +145,7 @@ test_past_term_incremental if {
 	budget.incremental_micro_usd == 802320000 with input as inp
 	[v.message | some v in budget.deny with input as inp] == [
 		"the run adds an estimated 802.32 USD beyond the booking (18000 s past the term end, storage 5.52, egress 0.00), above the limit of 100.00 USD",
+		"at its wall-clock limit the run ends 18000 s after the booking term",
 	]
 }
 

@@ -195,8 +195,11 @@ deny contains v if {
 _has_price if lib.micro_usd(_ent.price_per_gpu_hour_usd)
 
 # METADATA
-# title: Booked topology differs from the manifest
-# description: For train.create, the booked gpu type, nodes and gpus per node must equal the manifest's hardware.
+# title: Booked topology does not carry the manifest
+# description: >-
+#   For train.create, the booked gpu type and gpus per node must equal the
+#   manifest's hardware, and the run's nodes must not exceed the booked nodes
+#   (a booking's GPUs are shared by its runs; the booking gate counts them).
 # custom:
 #   code: ENTITLEMENT_TOPOLOGY_MISMATCH
 #   gate: entitlement
@@ -215,8 +218,15 @@ deny contains v if {
 _manifest_field := {"type": "gpu_type", "nodes": "nodes", "gpus_per_node": "gpus_per_node"}
 
 _topology_field_matches(field) if {
+	field != "nodes"
 	booked := _ent.gpu[field]
 	booked == _hw[_manifest_field[field]]
+}
+
+_topology_field_matches("nodes") if {
+	lib.is_count(_ent.gpu.nodes)
+	lib.is_count(_hw.nodes)
+	_hw.nodes <= _ent.gpu.nodes
 }
 
 # METADATA

@@ -72,6 +72,7 @@ _cases := {
 	},
 	"other gpu type": {"patch": [_set("/entitlement/gpu/type", "H100-SXM-80GB")], "want": {"ENTITLEMENT_TOPOLOGY_MISMATCH"}},
 	"fewer nodes": {"patch": [_set("/entitlement/gpu/nodes", 4)], "want": {"ENTITLEMENT_TOPOLOGY_MISMATCH"}},
+	"run on part of the booked nodes": {"patch": [_set("/entitlement/gpu/nodes", 16)], "want": set()},
 	"other gpus per node": {"patch": [_set("/entitlement/gpu/gpus_per_node", 4)], "want": {"ENTITLEMENT_TOPOLOGY_MISMATCH"}},
 	"gpu claim missing": {
 		"patch": [{"op": "remove", "path": "/entitlement/gpu"}],

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/itocompute/itogate/fixtures"
+	"github.com/itocompute/itogate/gatekeeper/bundle/bundletest"
+	"github.com/itocompute/itogate/gatekeeper/client"
+	"github.com/itocompute/itogate/gatekeeper/manifest"
+	"github.com/itocompute/itogate/gatekeeper/scenario"
+)
+
+// TestAllowEverythingBundleCannotSpend: a signed bundle whose decision
+// allows everything, loaded the normal way (a bundle file verified with the
+// bundle key), still cannot make the ledger consume a confirmation for
+// another manifest, booking, action, account or run, nor for less than the
+// run's cost, nor admit a run past the term or beyond its booking's GPUs.
+// Each attempt is denied with its code and consumes nothing: afterwards the
+// very same confirmation admits the request it was issued for.
+func TestAllowEverythingBundleCannotSpend(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "allow-all.tar.gz")
+	at := time.Now().UTC().Truncate(time.Second)
+	dev := bundletest.DevSigner()
+	raw := bundletest.Build(t, bundletest.Spec{Files: bundletest.Decision(),
+		Manifest: bundletest.Manifest(bundletest.Revision(at, "allow-all"), at)}, &dev)
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	url, logs := startServe(t, &serveOptions{bundleFile: path}, true)
+	r, err := scenario.New(url, fixtures.Manifests())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	m, err := r.LoadManifest("llama3-8b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := r.LoadManifest("llama3-70b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest := manifest.Digest(m.Raw)
+	cost, _ := m.Doc["budget"].(map[string]any)["ceiling_usd"].(string)
+	hw := m.Doc["hardware"].(map[string]any)
+	// A booking of exactly the manifest's topology: one full run fills it.
+	exact := func(c map[string]any) {
+		c["gpu"].(map[string]any)["nodes"] = hw["nodes"]
+	}
+	ent, err := r.EntitlementFor(m, exact)
+	if err != nil {
+		t.Fatal(err)
+	}
+	createReq := func(ref, key string) client.AdmissionRequest {
+		return client.AdmissionRequest{Action: "train.create", BookingID: scenario.Booking, IdempotencyKey: key,
+			Manifest: m.Raw, ManifestSignature: m.Signature, EntitlementToken: ent, ConfirmationRef: ref}
+	}
+	// The one confirmation every mismatch tries to spend.
+	ref, err := r.Confirm(ctx, "train.create", digest, cost, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect := func(name string, req client.AdmissionRequest, status int, code string) {
+		t.Helper()
+		a, err := r.Admit(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Status != status || a.Error == nil || a.Error.Code != code {
+			t.Fatalf("%s: %d %+v, want %d %s\n%s", name, a.Status, a.Error, status, code, logs.String())
+		}
+		if s, _ := r.Status(ctx, req.IdempotencyKey); s.Status != 404 {
+			t.Fatalf("%s: status of the key = %d, want 404 (nothing admitted)", name, s.Status)
+		}
+	}
+
+	// Another manifest (signed, valid) with this manifest's confirmation.
+	bad := createReq(ref, "other-manifest")
+	bad.Manifest, bad.ManifestSignature = other.Raw, other.Signature
+	bad.EntitlementToken, _ = r.EntitlementFor(other, nil)
+	expect("another manifest", bad, 403, "CONFIRMATION_INVALID")
+
+	// Another booking: its own entitlement, this booking's confirmation.
+	bad = createReq(ref, "other-booking")
+	bad.BookingID = "bk_other"
+	bad.EntitlementToken, _ = r.EntitlementFor(m, func(c map[string]any) { c["booking_id"] = "bk_other" })
+	expect("another booking", bad, 403, "CONFIRMATION_INVALID")
+
+	// A cost below the estimate (64 GPUs × 6 h × 2.49 = 956.16 USD).
+	cheap, err := r.Confirm(ctx, "train.create", digest, "1.00", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect("a lower cost", createReq(cheap, "cheap"), 403, "CONFIRMATION_COST_BELOW_ESTIMATE")
+
+	// A run that ends after the term.
+	shortTerm, err := r.EntitlementFor(m, func(c map[string]any) {
+		exact(c)
+		c["term"].(map[string]any)["end"] = time.Now().Add(time.Hour).Unix()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := createReq(ref, "past-term")
+	late.EntitlementToken = shortTerm
+	expect("past the term", late, 403, "BUDGET_RUN_PAST_TERM")
+
+	// A confirmation for another action.
+	cancelRef, err := r.Confirm(ctx, "train.cancel", digest, cost, "run_x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect("another action", createReq(cancelRef, "other-action"), 403, "CONFIRMATION_INVALID")
+
+	// The confirmation was never consumed: it admits what it was issued for.
+	a, err := r.Admit(ctx, createReq(ref, "the-run"))
+	if err != nil || a.Status != 200 {
+		t.Fatalf("the confirmation's own request: %+v %v\n%s", a, err, logs.String())
+	}
+	run := a.Data.RunID
+
+	// The booking is full: a second full-booking run is refused, naming the
+	// run that holds it.
+	ref2, err := r.Confirm(ctx, "train.create", digest, cost, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, body := r.Raw(ctx, createReq(ref2, "second"))
+	var env struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	_ = json.Unmarshal([]byte(body), &env)
+	if status != 403 || env.Error.Code != "BOOKING_CAPACITY_EXCEEDED" || !contains(env.Error.Message, run) {
+		t.Fatalf("second full-booking run: %d %s", status, body)
+	}
+
+	// A cancel whose confirmation names another run cannot end this one.
+	otherRun, err := r.Confirm(ctx, "train.cancel", "", "0", "run_01aaaaaaaaaaaaaaaaaaaaaaaa")
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect("a cancel bound to another run", client.AdmissionRequest{Action: "train.cancel", BookingID: scenario.Booking,
+		IdempotencyKey: "cancel-other", EntitlementToken: ent, ConfirmationRef: otherRun, RunID: run}, 403, "CONFIRMATION_INVALID")
+
+	// Cancelling the run frees the booking for the refused one.
+	cancel, err := r.Confirm(ctx, "train.cancel", "", "0", run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, err := r.Admit(ctx, client.AdmissionRequest{Action: "train.cancel", BookingID: scenario.Booking,
+		IdempotencyKey: "cancel", EntitlementToken: ent, ConfirmationRef: cancel, RunID: run}); err != nil || a.Status != 200 {
+		t.Fatalf("cancel: %+v %v", a, err)
+	}
+	if a, err := r.Admit(ctx, createReq(ref2, "second-after-cancel")); err != nil || a.Status != 200 {
+		t.Fatalf("second run after the cancel: %+v %v", a, err)
+	}
+}
+
+func contains(s, sub string) bool { return sub != "" && strings.Contains(s, sub) }

@@ -1,0 +1,300 @@
+package bolt
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	bbolt "go.etcd.io/bbolt"
+
+	"github.com/itocompute/itogate/gatekeeper/ledger"
+)
+
+// The run's life and revocations (see ledger.RunRecord, ledger.Revocation).
+
+func joinKey(a, b string) []byte {
+	k := make([]byte, 0, len(a)+1+len(b))
+	k = append(k, a...)
+	k = append(k, 0)
+	return append(k, b...)
+}
+
+// bookingRuns returns every run record of booking (any liveness) and when
+// the booking was released (zero if not).
+func bookingRuns(tx *bbolt.Tx, booking string) ([]ledger.RunRecord, time.Time, error) {
+	var released time.Time
+	if v := tx.Bucket(bucketBookings).Get([]byte(booking)); v != nil {
+		var b bookingRecord
+		if err := json.Unmarshal(v, &b); err != nil {
+			return nil, released, fmt.Errorf("corrupt booking record: %w", err)
+		}
+		released = utcOrZero(b.ReleasedAt)
+	}
+	prefix := joinKey(booking, "")
+	recs := tx.Bucket(bucketRunRecs)
+	var out []ledger.RunRecord
+	cur := tx.Bucket(bucketBookingRuns).Cursor()
+	for k, _ := cur.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = cur.Next() {
+		r, err := getRun(recs, string(k[len(prefix):]))
+		if err != nil {
+			return nil, released, err
+		}
+		out = append(out, r.run())
+	}
+	return out, released, nil
+}
+
+func getRun(recs *bbolt.Bucket, runID string) (runRecord, error) {
+	v := recs.Get([]byte(runID))
+	if v == nil {
+		return runRecord{}, fmt.Errorf("booking index points at missing run %s", runID)
+	}
+	var r runRecord
+	if err := json.Unmarshal(v, &r); err != nil {
+		return runRecord{}, fmt.Errorf("corrupt run record: %w", err)
+	}
+	return r, nil
+}
+
+func putJSON(b *bbolt.Bucket, k []byte, v any) error {
+	val, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return b.Put(k, val)
+}
+
+// checkRevocations aborts with a *ledger.RevocationError when anything a
+// rests on is revoked.
+func checkRevocations(tx *bbolt.Tx, a ledger.Admission) error {
+	b := tx.Bucket(bucketRevocations)
+	for _, ks := range ledger.RevocationSubjects(a) {
+		if v := b.Get(joinKey(ks[0], ks[1])); v != nil {
+			var r revocationRecord
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("corrupt revocation record: %w", err)
+			}
+			return abort(&ledger.RevocationError{Revocation: r.revocation()})
+		}
+	}
+	return nil
+}
+
+// writeRunLife applies a's effect on the run's life, after checking
+// capacity for train.create: a new run record, a run ended by cancel or
+// cleanup, or a booking released with its live runs ended.
+func writeRunLife(tx *bbolt.Tx, a ledger.Admission) error {
+	recs := tx.Bucket(bucketRunRecs)
+	end := func(r runRecord) error {
+		if !r.run().Live(a.CreatedAt) {
+			return nil // already over: keep how it ended
+		}
+		r.EndedAt, r.EndedBy = a.CreatedAt.UTC(), a.Action
+		return putJSON(recs, []byte(r.RunID), r)
+	}
+	switch a.Action {
+	case "train.create":
+		runs, released, err := bookingRuns(tx, a.BookingID)
+		if err != nil {
+			return err
+		}
+		if err := ledger.CheckCapacity(runs, released, a); err != nil {
+			return abort(err)
+		}
+		r := runRecord{RunID: a.RunID, Account: a.Account, BookingID: a.BookingID, ManifestDigest: a.ManifestDigest,
+			GPUs: a.GPUs, BookedGPUs: a.BookedGPUs, AdmittedAt: a.CreatedAt.UTC(), LiveUntil: a.LiveUntil.UTC()}
+		if err := putJSON(recs, []byte(a.RunID), r); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketBookingRuns).Put(joinKey(a.BookingID, a.RunID), nil)
+	case "train.cancel", "train.cleanup":
+		if recs.Get([]byte(a.RunID)) == nil {
+			return nil // the server checked the run exists; nothing is held
+		}
+		r, err := getRun(recs, a.RunID)
+		if err != nil {
+			return err
+		}
+		if r.BookingID != a.BookingID || r.Account != a.Account {
+			return abort(fmt.Errorf("ledger: commit: run of another booking or account: %w", ledger.ErrConfirmationMismatch))
+		}
+		return end(r)
+	case "booking.release":
+		bookings := tx.Bucket(bucketBookings)
+		if bookings.Get([]byte(a.BookingID)) == nil {
+			err := putJSON(bookings, []byte(a.BookingID), bookingRecord{ReleasedAt: a.CreatedAt.UTC(), ReleasedBy: a.IdempotencyKey})
+			if err != nil {
+				return err
+			}
+		}
+		runs, _, err := bookingRuns(tx, a.BookingID)
+		if err != nil {
+			return err
+		}
+		for _, rr := range runs {
+			r, err := getRun(recs, rr.RunID)
+			if err != nil {
+				return err
+			}
+			if err := end(r); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// RunRecord implements ledger.Store.
+func (s *Store) RunRecord(ctx context.Context, runID string) (ledger.RunRecord, error) {
+	var r ledger.RunRecord
+	err := s.read(ctx, "run record", func(tx *bbolt.Tx) error {
+		if tx.Bucket(bucketRunRecs).Get([]byte(runID)) == nil {
+			return abort(fmt.Errorf("ledger: run record: %w", ledger.ErrNotFound))
+		}
+		rec, err := getRun(tx.Bucket(bucketRunRecs), runID)
+		r = rec.run()
+		return err
+	})
+	if err != nil {
+		return ledger.RunRecord{}, err
+	}
+	return r, nil
+}
+
+// BookingUsage implements ledger.Store.
+func (s *Store) BookingUsage(ctx context.Context, bookingID string, now time.Time) (ledger.BookingUsage, error) {
+	var u ledger.BookingUsage
+	err := s.read(ctx, "booking usage", func(tx *bbolt.Tx) error {
+		runs, released, err := bookingRuns(tx, bookingID)
+		u = ledger.Usage(bookingID, runs, released, now)
+		return err
+	})
+	if err != nil {
+		return ledger.BookingUsage{}, err
+	}
+	return u, nil
+}
+
+// Revoke implements ledger.Store.
+func (s *Store) Revoke(ctx context.Context, r ledger.Revocation) (ledger.Revocation, bool, error) {
+	if err := r.Validate(); err != nil {
+		return ledger.Revocation{}, false, err
+	}
+	rec := revocationRecord{Kind: r.Kind, Subject: r.Subject, Reason: r.Reason, RevokedBy: r.RevokedBy,
+		RevokedAt: r.RevokedAt.UTC(), ExpiresAt: r.ExpiresAt.UTC()}
+	var (
+		stored  ledger.Revocation
+		created bool
+	)
+	err := s.write(ctx, "revoke", s.db.Update, func(tx *bbolt.Tx) error {
+		b := tx.Bucket(bucketRevocations)
+		k := joinKey(string(r.Kind), r.Subject)
+		if v := b.Get(k); v != nil {
+			var prev revocationRecord
+			if err := json.Unmarshal(v, &prev); err != nil {
+				return fmt.Errorf("corrupt revocation record: %w", err)
+			}
+			stored, created = prev.revocation(), false
+			return nil
+		}
+		stored, created = rec.revocation(), true
+		return putJSON(b, k, rec)
+	})
+	if err != nil {
+		return ledger.Revocation{}, false, err
+	}
+	return stored, created, nil
+}
+
+// Revoked implements ledger.Store.
+func (s *Store) Revoked(ctx context.Context, kind ledger.RevocationKind, subject string) (ledger.Revocation, error) {
+	var r ledger.Revocation
+	err := s.read(ctx, "revoked", func(tx *bbolt.Tx) error {
+		v := tx.Bucket(bucketRevocations).Get(joinKey(string(kind), subject))
+		if v == nil {
+			return abort(fmt.Errorf("ledger: revoked: %w", ledger.ErrNotFound))
+		}
+		var rec revocationRecord
+		if err := json.Unmarshal(v, &rec); err != nil {
+			return fmt.Errorf("corrupt revocation record: %w", err)
+		}
+		r = rec.revocation()
+		return nil
+	})
+	if err != nil {
+		return ledger.Revocation{}, err
+	}
+	return r, nil
+}
+
+// sweepRevocations drops revocations that expired before cutoff.
+func (s *Store) sweepRevocations(ctx context.Context, cutoff time.Time) error {
+	return s.write(ctx, "sweep", s.db.Update, func(tx *bbolt.Tx) error {
+		b := tx.Bucket(bucketRevocations)
+		var due [][]byte
+		err := b.ForEach(func(k, v []byte) error {
+			var r revocationRecord
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("corrupt revocation record: %w", err)
+			}
+			if r.ExpiresAt.Before(cutoff) {
+				due = append(due, bytes.Clone(k))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range due {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// checkRunLife is Check's part for runs: each train.create admission has
+// its run record and booking index entry, and on every booking the GPUs of
+// the runs live at each run's admission never exceed what it booked.
+func checkRunLife(tx *bbolt.Tx, bad func(string, ...any)) error {
+	byBooking := map[string][]ledger.RunRecord{}
+	err := tx.Bucket(bucketRunRecs).ForEach(func(k, v []byte) error {
+		var r runRecord
+		if err := json.Unmarshal(v, &r); err != nil {
+			bad("run record %s: %v", k, err)
+			return nil
+		}
+		if r.RunID != string(k) {
+			bad("run record %s names %s", k, r.RunID)
+		}
+		if tx.Bucket(bucketRuns).Get(k) == nil {
+			bad("run record %s has no train.create admission", k)
+		}
+		if tx.Bucket(bucketBookingRuns).Get(joinKey(r.BookingID, r.RunID)) == nil {
+			bad("run %s is not indexed under booking %s", k, r.BookingID)
+		}
+		byBooking[r.BookingID] = append(byBooking[r.BookingID], r.run())
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	err = tx.Bucket(bucketRuns).ForEach(func(k, _ []byte) error {
+		if tx.Bucket(bucketRunRecs).Get(k) == nil {
+			bad("run %s has no run record", k)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for booking, runs := range byBooking {
+		for _, p := range ledger.CheckHeld(runs) {
+			bad("booking %s: %s", booking, p)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,430 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/itocompute/itogate/gatekeeper/ledger"
+)
+
+// bookingLockKey is the advisory lock that serializes commits on one booking
+// in this schema.
+func bookingLockKey(schema, booking string) int64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte("itogate.ledger.booking/" + schema + "/" + booking))
+	return int64(h.Sum64())
+}
+
+func (s *Store) commitOnce(ctx context.Context, a ledger.Admission) (ledger.Admission, bool, error) {
+	conn, err := s.acquire(ctx, "commit")
+	if err != nil {
+		return ledger.Admission{}, false, err
+	}
+	defer conn.Release()
+	// A handful of round trips, each far shorter than a statement's bound.
+	qctx, cancel := s.bound(ctx, 2)
+	defer cancel()
+
+	if stored, replayed, done, err := s.precheck(qctx, conn, a); done || err != nil {
+		if err != nil && !isDomain(err) {
+			return ledger.Admission{}, false, s.fault(ctx, "commit", err)
+		}
+		return stored, replayed, err
+	}
+
+	tx, err := conn.Begin(qctx)
+	if err != nil {
+		if ctx.Err() == nil && pgconn.SafeToRetry(err) {
+			return ledger.Admission{}, false, &retryable{err: err}
+		}
+		return ledger.Admission{}, false, s.fault(ctx, "commit", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+
+	stored, replayed, err := s.commitTx(qctx, tx, a)
+	if err != nil {
+		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
+			switch {
+			case retryCode(pgErr.Code):
+				return ledger.Admission{}, false, &retryable{err: err}
+			case pgErr.Code == codeUniqueViolation &&
+				(pgErr.ConstraintName == "admissions_created_run_idx" || pgErr.ConstraintName == "runs_pkey"):
+				return ledger.Admission{}, false, fmt.Errorf("ledger: commit: run id already admitted: %w", ledger.ErrInvalid)
+			case pgErr.Code == codeUniqueViolation:
+				// The key was taken by a commit on another booking that
+				// committed meanwhile: the next attempt reads it.
+				return ledger.Admission{}, false, &retryable{err: err}
+			}
+			return ledger.Admission{}, false, s.fault(ctx, "commit", err)
+		}
+		if isDomain(err) {
+			return ledger.Admission{}, false, err
+		}
+		return ledger.Admission{}, false, s.fault(ctx, "commit", err)
+	}
+	if replayed {
+		return stored, true, nil
+	}
+	if err := tx.Commit(qctx); err != nil {
+		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && retryCode(pgErr.Code) {
+			return ledger.Admission{}, false, &retryable{err: err}
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			err = fmt.Errorf("%w (%w)", err, cerr)
+		}
+		return ledger.Admission{}, false, fmt.Errorf("ledger: postgres: commit: outcome unknown: %w: %w", ledger.ErrUnavailable, err)
+	}
+	return a, false, nil
+}
+
+// isDomain reports whether err is a ledger outcome (nothing written), not a
+// database fault.
+func isDomain(err error) bool {
+	for _, e := range []error{ledger.ErrNotFound, ledger.ErrKeyConflict, ledger.ErrConfirmationMismatch,
+		ledger.ErrCostExceeded, ledger.ErrRevoked, ledger.ErrConfirmationConsumed, ledger.ErrConfirmationExpired,
+		ledger.ErrCapacityExceeded, ledger.ErrBookingReleased} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// precheck answers, without any lock, what a commit's outcome already is
+// when the key is taken or the confirmation cannot be consumed: admissions
+// are never deleted, bindings never change and confirmation states only move
+// forward, so such an answer is final. done is false when only the locked
+// transaction can decide. Racing commits for one confirmation mostly end
+// here once it is consumed, instead of queueing for the booking's lock.
+func (s *Store) precheck(ctx context.Context, conn *pgxpool.Conn, a ledger.Admission) (stored ledger.Admission, replayed, done bool, err error) {
+	b := &pgx.Batch{}
+	b.Queue(s.q.admission, a.Account, a.IdempotencyKey)
+	b.Queue(s.q.confirmation, a.ConfirmationRef)
+	br := conn.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil && cerr != nil && !errors.Is(cerr, pgx.ErrNoRows) {
+			err = cerr
+		}
+	}()
+	prev, perr := scanAdmission(br.QueryRow())
+	c, cerr := scanConfirmation(br.QueryRow())
+	if perr == nil {
+		if prev.RequestDigest == a.RequestDigest {
+			return prev, true, true, nil
+		}
+		return ledger.Admission{}, false, true, fmt.Errorf("ledger: commit: %w", ledger.ErrKeyConflict)
+	}
+	if perr != nil && !errors.Is(perr, pgx.ErrNoRows) {
+		return ledger.Admission{}, false, false, perr
+	}
+	if errors.Is(cerr, pgx.ErrNoRows) {
+		return ledger.Admission{}, false, true, fmt.Errorf("ledger: commit: confirmation: %w", ledger.ErrNotFound)
+	} else if cerr != nil {
+		return ledger.Admission{}, false, false, cerr
+	}
+	if err := confirmationOutcome(c, a); err != nil && !errors.Is(err, ledger.ErrRevoked) {
+		return ledger.Admission{}, false, true, err
+	}
+	return ledger.Admission{}, false, false, nil
+}
+
+// confirmationOutcome applies the bindings and the state of c to a (not
+// revocations, which need the revocations table).
+func confirmationOutcome(c ledger.Confirmation, a ledger.Admission) error {
+	if err := ledger.CheckBindings(c, a); err != nil {
+		return err
+	}
+	switch c.State {
+	case ledger.ConfirmationAvailable:
+		return nil
+	case ledger.ConfirmationConsumed:
+		return fmt.Errorf("ledger: commit: %w", ledger.ErrConfirmationConsumed)
+	case ledger.ConfirmationExpired:
+		return fmt.Errorf("ledger: commit: %w", ledger.ErrConfirmationExpired)
+	}
+	return fmt.Errorf("confirmation record in unknown state %q", c.State)
+}
+
+// commitTx runs Commit's checks and writes inside tx (see Commit).
+func (s *Store) commitTx(ctx context.Context, tx pgx.Tx, a ledger.Admission) (ledger.Admission, bool, error) {
+	if _, err := tx.Exec(ctx, s.q.lockBooking, bookingLockKey(s.opts.Schema, a.BookingID)); err != nil {
+		return ledger.Admission{}, false, err
+	}
+	prev, err := scanAdmission(tx.QueryRow(ctx, s.q.admission, a.Account, a.IdempotencyKey))
+	switch {
+	case err == nil && prev.RequestDigest == a.RequestDigest:
+		return prev, true, nil
+	case err == nil:
+		return ledger.Admission{}, false, fmt.Errorf("ledger: commit: %w", ledger.ErrKeyConflict)
+	case !errors.Is(err, pgx.ErrNoRows):
+		return ledger.Admission{}, false, err
+	}
+
+	c, err := scanConfirmation(tx.QueryRow(ctx, s.q.confirmationForUpdate, a.ConfirmationRef))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ledger.Admission{}, false, fmt.Errorf("ledger: commit: confirmation: %w", ledger.ErrNotFound)
+	} else if err != nil {
+		return ledger.Admission{}, false, err
+	}
+	if err := ledger.CheckBindings(c, a); err != nil {
+		return ledger.Admission{}, false, err
+	}
+	if err := s.checkRevocations(ctx, tx, a); err != nil {
+		return ledger.Admission{}, false, err
+	}
+	if err := confirmationOutcome(c, a); err != nil {
+		return ledger.Admission{}, false, err
+	}
+
+	at := a.CreatedAt
+	switch a.Action {
+	case "train.create":
+		runs, released, err := s.bookingRuns(ctx, tx, a.BookingID, at)
+		if err != nil {
+			return ledger.Admission{}, false, err
+		}
+		if err := ledger.CheckCapacity(runs, released, a); err != nil {
+			return ledger.Admission{}, false, err
+		}
+		_, err = tx.Exec(ctx, s.q.insertRun, a.RunID, a.Account, a.BookingID, a.ManifestDigest, a.GPUs, a.BookedGPUs,
+			at, a.LiveUntil)
+		if err != nil {
+			return ledger.Admission{}, false, err
+		}
+	case "train.cancel", "train.cleanup":
+		r, err := scanRun(tx.QueryRow(ctx, s.q.runRecord, a.RunID))
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			// The server checked the run exists; nothing is held.
+		case err != nil:
+			return ledger.Admission{}, false, err
+		case r.BookingID != a.BookingID || r.Account != a.Account:
+			return ledger.Admission{}, false, fmt.Errorf("ledger: commit: run of another booking or account: %w", ledger.ErrConfirmationMismatch)
+		default:
+			if _, err := tx.Exec(ctx, s.q.endRun, a.RunID, at, a.Action); err != nil {
+				return ledger.Admission{}, false, err
+			}
+		}
+	case "booking.release":
+		if _, err := tx.Exec(ctx, s.q.releaseBooking, a.BookingID, at, a.IdempotencyKey); err != nil {
+			return ledger.Admission{}, false, err
+		}
+		if _, err := tx.Exec(ctx, s.q.endBookingRuns, a.BookingID, at, a.Action); err != nil {
+			return ledger.Admission{}, false, err
+		}
+	}
+
+	tag, err := tx.Exec(ctx, s.q.consume, a.ConfirmationRef, a.IdempotencyKey, at)
+	if err != nil {
+		return ledger.Admission{}, false, err
+	}
+	if tag.RowsAffected() != 1 {
+		return ledger.Admission{}, false, &retryable{err: errUnexplained}
+	}
+	var liveUntil *time.Time
+	if !a.LiveUntil.IsZero() {
+		liveUntil = &a.LiveUntil
+	}
+	_, err = tx.Exec(ctx, s.q.insertAdmission, a.Account, a.IdempotencyKey, a.RequestDigest, a.DecisionID, a.RunID,
+		a.Action, a.BookingID, a.ManifestDigest, a.ConfirmationRef, a.ConfirmationJTI, a.BundleRevision,
+		string(a.State), at, a.EntitlementJTI, a.CallerKeyID, a.CostMicroUSD, a.GPUs, a.BookedGPUs, liveUntil)
+	if err != nil {
+		return ledger.Admission{}, false, err
+	}
+	return a, false, nil
+}
+
+func (s *Store) checkRevocations(ctx context.Context, tx pgx.Tx, a ledger.Admission) error {
+	pairs := ledger.RevocationSubjects(a)
+	kinds, subjects := make([]string, len(pairs)), make([]string, len(pairs))
+	want := map[[2]string]bool{}
+	for i, p := range pairs {
+		kinds[i], subjects[i] = p[0], p[1]
+		want[p] = true
+	}
+	rows, err := tx.Query(ctx, s.q.revocations, kinds, subjects)
+	if err != nil {
+		return err
+	}
+	revs, err := pgx.CollectRows(rows, scanRevocationRow)
+	if err != nil {
+		return err
+	}
+	for _, r := range revs {
+		if want[[2]string{string(r.Kind), r.Subject}] {
+			return &ledger.RevocationError{Revocation: r}
+		}
+	}
+	return nil
+}
+
+// bookingRuns returns the booking's runs not ended and not past live_until
+// at t, and when it was released (zero if not).
+func (s *Store) bookingRuns(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, booking string, t time.Time) ([]ledger.RunRecord, time.Time, error) {
+	var released time.Time
+	err := q.QueryRow(ctx, s.q.released, booking).Scan(&released)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, time.Time{}, err
+	}
+	rows, err := q.Query(ctx, s.q.bookingRuns, booking, t)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	runs, err := pgx.CollectRows(rows, scanRunRow)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	if !released.IsZero() {
+		released = released.UTC()
+	}
+	return runs, released, nil
+}
+
+func scanRunRow(row pgx.CollectableRow) (ledger.RunRecord, error) { return scanRun(row) }
+
+func scanRun(row pgx.Row) (ledger.RunRecord, error) {
+	var (
+		r       ledger.RunRecord
+		endedAt *time.Time
+		endedBy *string
+	)
+	err := row.Scan(&r.RunID, &r.Account, &r.BookingID, &r.ManifestDigest, &r.GPUs, &r.BookedGPUs,
+		&r.AdmittedAt, &r.LiveUntil, &endedAt, &endedBy)
+	if err != nil {
+		return ledger.RunRecord{}, err
+	}
+	r.AdmittedAt, r.LiveUntil = r.AdmittedAt.UTC(), r.LiveUntil.UTC()
+	if endedAt != nil {
+		r.EndedAt = endedAt.UTC()
+	}
+	if endedBy != nil {
+		r.EndedBy = *endedBy
+	}
+	return r, nil
+}
+
+func scanRevocationRow(row pgx.CollectableRow) (ledger.Revocation, error) { return scanRevocation(row) }
+
+func scanRevocation(row pgx.Row) (ledger.Revocation, error) {
+	var (
+		r    ledger.Revocation
+		kind string
+	)
+	if err := row.Scan(&kind, &r.Subject, &r.Reason, &r.RevokedBy, &r.RevokedAt, &r.ExpiresAt); err != nil {
+		return ledger.Revocation{}, err
+	}
+	r.Kind = ledger.RevocationKind(kind)
+	r.RevokedAt, r.ExpiresAt = r.RevokedAt.UTC(), r.ExpiresAt.UTC()
+	return r, nil
+}
+
+// RunRecord implements ledger.Store.
+func (s *Store) RunRecord(ctx context.Context, runID string) (ledger.RunRecord, error) {
+	var r ledger.RunRecord
+	err := s.read(ctx, "run record", func(qctx context.Context, conn *pgxpool.Conn) (err error) {
+		r, err = scanRun(conn.QueryRow(qctx, s.q.runRecord, runID))
+		return err
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ledger.RunRecord{}, fmt.Errorf("ledger: run record: %w", ledger.ErrNotFound)
+	}
+	return r, err
+}
+
+// BookingUsage implements ledger.Store.
+func (s *Store) BookingUsage(ctx context.Context, bookingID string, now time.Time) (ledger.BookingUsage, error) {
+	var u ledger.BookingUsage
+	err := s.read(ctx, "booking usage", func(qctx context.Context, conn *pgxpool.Conn) error {
+		runs, released, err := s.bookingRuns(qctx, conn, bookingID, now)
+		u = ledger.Usage(bookingID, runs, released, now)
+		return err
+	})
+	return u, err
+}
+
+// Revoke implements ledger.Store.
+func (s *Store) Revoke(ctx context.Context, r ledger.Revocation) (ledger.Revocation, bool, error) {
+	if err := r.Validate(); err != nil {
+		return ledger.Revocation{}, false, err
+	}
+	conn, err := s.acquire(ctx, "revoke")
+	if err != nil {
+		return ledger.Revocation{}, false, err
+	}
+	defer conn.Release()
+	qctx, cancel := s.bound(ctx, 2)
+	defer cancel()
+	tag, err := conn.Exec(qctx, s.q.revoke, string(r.Kind), r.Subject, r.Reason, r.RevokedBy, r.RevokedAt.UTC(), r.ExpiresAt.UTC())
+	if err != nil {
+		return ledger.Revocation{}, false, s.fault(ctx, "revoke", err)
+	}
+	stored, err := scanRevocation(conn.QueryRow(qctx, s.q.revoked, string(r.Kind), r.Subject))
+	if err != nil {
+		return ledger.Revocation{}, false, s.fault(ctx, "revoke", err)
+	}
+	return stored, tag.RowsAffected() == 1, nil
+}
+
+// Revoked implements ledger.Store.
+func (s *Store) Revoked(ctx context.Context, kind ledger.RevocationKind, subject string) (ledger.Revocation, error) {
+	var r ledger.Revocation
+	err := s.read(ctx, "revoked", func(qctx context.Context, conn *pgxpool.Conn) (err error) {
+		r, err = scanRevocation(conn.QueryRow(qctx, s.q.revoked, string(kind), subject))
+		return err
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ledger.Revocation{}, fmt.Errorf("ledger: revoked: %w", ledger.ErrNotFound)
+	}
+	return r, err
+}
+
+// checkRunLife is Check's part for runs, in the same snapshot: every
+// train.create admission has its run, and no booking ever held more GPUs
+// than it booked (ledger.CheckHeld).
+func (s *Store) checkRunLife(ctx context.Context, tx pgx.Tx, r *strings.Replacer) ([]string, error) {
+	var problems []string
+	rows, err := tx.Query(ctx, r.Replace(`
+		SELECT 'run ' || a.run_id || ' has no run record' FROM {s}.admissions a
+		WHERE a.state = 'admitted' AND NOT EXISTS (SELECT 1 FROM {s}.runs r WHERE r.run_id = a.run_id)
+		UNION ALL
+		SELECT 'run record ' || r.run_id || ' has no train.create admission' FROM {s}.runs r
+		WHERE NOT EXISTS (SELECT 1 FROM {s}.admissions a WHERE a.run_id = r.run_id AND a.state = 'admitted')
+		LIMIT 20`))
+	if err != nil {
+		return nil, err
+	}
+	p, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	problems = append(problems, p...)
+	rows, err = tx.Query(ctx, r.Replace(`SELECT `+runCols+` FROM {s}.runs ORDER BY booking_id`))
+	if err != nil {
+		return nil, err
+	}
+	runs, err := pgx.CollectRows(rows, scanRunRow)
+	if err != nil {
+		return nil, err
+	}
+	byBooking := map[string][]ledger.RunRecord{}
+	for _, run := range runs {
+		byBooking[run.BookingID] = append(byBooking[run.BookingID], run)
+	}
+	for booking, rs := range byBooking {
+		for _, p := range ledger.CheckHeld(rs) {
+			problems = append(problems, "booking "+booking+": "+p)
+		}
+	}
+	return problems, nil
+}

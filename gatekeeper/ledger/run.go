@@ -1,0 +1,195 @@
+package ledger
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// A run's life in the ledger. A train.create admission creates a RunRecord;
+// the run holds GPUs of its booking from then until it ends:
+//
+//   - a train.cancel or train.cleanup admission of the run ends it (EndedBy
+//     names the action, EndedAt its decision time);
+//   - a booking.release admission of its booking ends every run on it;
+//   - or its declared wall-clock end plus a grace (LiveUntil) passes.
+//
+// Live is the one notion of "is this run live" that every consumer uses: the
+// capacity check at commit, the Kubernetes webhook (new Pods of a run that is
+// not live are denied) and stage gates.
+
+// RunRecord is a run admitted by train.create, as the ledger keeps it.
+type RunRecord struct {
+	// RunID is "run_" + 26 characters (NewRunID).
+	RunID string
+	// Account and BookingID are the admitting caller's account and the
+	// booking the run draws its GPUs from.
+	Account   string
+	BookingID string
+	// ManifestDigest is "sha256:<hex>" of the admitted manifest bytes.
+	ManifestDigest string
+	// GPUs is the run's world size (hardware.nodes × hardware.gpus_per_node),
+	// held from admission until the run ends.
+	GPUs int
+	// BookedGPUs is the booking's GPUs (entitlement gpu.nodes ×
+	// gpu.gpus_per_node) when the run was admitted.
+	BookedGPUs int
+	// AdmittedAt is the train.create decision time.
+	AdmittedAt time.Time
+	// LiveUntil is AdmittedAt + budget.max_wall_clock_hours + the bundle's
+	// run grace: after it the run holds nothing, whether or not it was
+	// cancelled.
+	LiveUntil time.Time
+	// EndedAt and EndedBy are set by the admission that ended the run
+	// (train.cancel, train.cleanup or booking.release); zero and "" while it
+	// was not ended that way.
+	EndedAt time.Time
+	EndedBy string
+}
+
+// Live reports whether the run holds its GPUs at now: admitted at or before
+// now, not ended by an admission at or before now, and now before LiveUntil.
+func (r RunRecord) Live(now time.Time) bool {
+	if now.Before(r.AdmittedAt) || !now.Before(r.LiveUntil) {
+		return false
+	}
+	return r.EndedAt.IsZero() || now.Before(r.EndedAt)
+}
+
+// BookingUsage is what a booking has given out at one instant.
+type BookingUsage struct {
+	BookingID string
+	// HeldGPUs is the sum of GPUs over Runs.
+	HeldGPUs int
+	// Runs are the booking's live runs, oldest first.
+	Runs []RunRecord
+	// Released is when a booking.release admission released the booking
+	// (zero if it was not).
+	Released time.Time
+}
+
+// Usage returns the booking's usage at now from its runs (any order, any
+// liveness).
+func Usage(bookingID string, runs []RunRecord, released time.Time, now time.Time) BookingUsage {
+	u := BookingUsage{BookingID: bookingID, Released: released}
+	for _, r := range runs {
+		if r.BookingID == bookingID && r.Live(now) {
+			u.Runs = append(u.Runs, r)
+			u.HeldGPUs += r.GPUs
+		}
+	}
+	sort.Slice(u.Runs, func(i, j int) bool {
+		if !u.Runs[i].AdmittedAt.Equal(u.Runs[j].AdmittedAt) {
+			return u.Runs[i].AdmittedAt.Before(u.Runs[j].AdmittedAt)
+		}
+		return u.Runs[i].RunID < u.Runs[j].RunID
+	})
+	return u
+}
+
+// CapacityError is returned by Commit when a train.create would hold more
+// GPUs than its booking has. It wraps ErrCapacityExceeded.
+type CapacityError struct {
+	BookingID  string
+	BookedGPUs int
+	HeldGPUs   int // by the live runs below, before this admission
+	WantGPUs   int
+	// Runs are the booking's live runs of the admitting account (run id,
+	// GPUs, live until): what the caller can cancel to make room. Runs of
+	// other accounts are counted in HeldGPUs but never named.
+	Runs []RunRecord
+}
+
+func (e *CapacityError) Error() string {
+	ids := make([]string, 0, len(e.Runs))
+	for _, r := range e.Runs {
+		ids = append(ids, fmt.Sprintf("%s (%d GPUs)", r.RunID, r.GPUs))
+	}
+	return fmt.Sprintf("ledger: booking capacity: %d GPUs held + %d wanted > %d booked; live runs: %s",
+		e.HeldGPUs, e.WantGPUs, e.BookedGPUs, strings.Join(ids, ", "))
+}
+
+func (e *CapacityError) Unwrap() error { return ErrCapacityExceeded }
+
+// CheckCapacity is the capacity rule every store applies inside Commit's
+// transaction, for a train.create admission a: the booking's runs live at
+// a.CreatedAt plus a.GPUs must not exceed a.BookedGPUs, and the booking must
+// not be released. runs are the booking's runs (any liveness).
+func CheckCapacity(runs []RunRecord, released time.Time, a Admission) error {
+	if a.Action != "train.create" {
+		return nil
+	}
+	if !released.IsZero() && !a.CreatedAt.Before(released) {
+		return fmt.Errorf("ledger: commit: booking released at %s: %w", released.UTC().Format(time.RFC3339), ErrBookingReleased)
+	}
+	u := Usage(a.BookingID, runs, released, a.CreatedAt)
+	if u.HeldGPUs+a.GPUs <= a.BookedGPUs {
+		return nil
+	}
+	e := &CapacityError{BookingID: a.BookingID, BookedGPUs: a.BookedGPUs, HeldGPUs: u.HeldGPUs, WantGPUs: a.GPUs}
+	for _, r := range u.Runs {
+		if r.Account == a.Account {
+			e.Runs = append(e.Runs, r)
+		}
+	}
+	return e
+}
+
+// CheckBindings is the binding rule every store applies inside Commit's
+// transaction, whatever the policy decided: the confirmation c may be
+// consumed by a only if c was issued for a's account, action and booking,
+// for train.create for a's manifest digest, for train.cancel/cleanup for
+// a's run, carries a's jti, and its cost covers a's estimated cost. A
+// mismatch is ErrConfirmationMismatch; a cost below the estimate is
+// ErrCostExceeded.
+func CheckBindings(c Confirmation, a Admission) error {
+	mismatch := func(what string) error {
+		return fmt.Errorf("ledger: commit: confirmation %s differs: %w", what, ErrConfirmationMismatch)
+	}
+	switch {
+	case c.Account != a.Account:
+		return mismatch("account")
+	case c.Action != a.Action:
+		return mismatch("action")
+	case c.JTI != a.ConfirmationJTI:
+		return mismatch("jti")
+	case c.BookingID != a.BookingID:
+		return mismatch("booking")
+	}
+	switch a.Action {
+	case "train.create":
+		if c.ManifestDigest != a.ManifestDigest {
+			return mismatch("manifest digest")
+		}
+	case "train.cancel", "train.cleanup":
+		if c.RunID != a.RunID {
+			return mismatch("run id")
+		}
+	}
+	if a.CostMicroUSD > c.CostMicroUSD {
+		return fmt.Errorf("ledger: commit: estimated cost %d µUSD above the confirmed %d µUSD: %w",
+			a.CostMicroUSD, c.CostMicroUSD, ErrCostExceeded)
+	}
+	return nil
+}
+
+// CheckHeld is the checkers' (fsck) capacity invariant over one booking's
+// runs: at each run's admission, the GPUs of the runs live at that instant
+// (itself included) are at most the GPUs it was admitted against. It
+// returns one line per violation.
+func CheckHeld(runs []RunRecord) []string {
+	var out []string
+	for _, r := range runs {
+		held := 0
+		for _, o := range runs {
+			if o.Live(r.AdmittedAt) {
+				held += o.GPUs
+			}
+		}
+		if held > r.BookedGPUs {
+			out = append(out, fmt.Sprintf("at run %s's admission %d GPUs were held, %d booked", r.RunID, held, r.BookedGPUs))
+		}
+	}
+	return out
+}

@@ -1,0 +1,89 @@
+# METADATA
+# title: Booking gate
+# description: >-
+#   The booking as one economic object. Its GPUs (entitlement gpu.nodes ×
+#   gpu.gpus_per_node) are shared by its live runs: a run holds its world
+#   size (hardware.nodes × hardware.gpus_per_node) from its train.create
+#   admission until a cancel, cleanup or booking release admission, or its
+#   declared wall-clock end plus the run grace (data.ito.config.booking).
+#   Go reads the booking's current usage from the ledger into
+#   input.ledger.booking; the ledger decides the same rule again inside the
+#   commit transaction, so two racing admissions can never both take the
+#   last GPUs.
+package ito.booking
+
+import data.ito.lib
+
+_booking := object.get(input, ["ledger", "booking"], {"held_gpus": 0, "live_runs": [], "released": false})
+
+_world_size := input.manifest.hardware.nodes * input.manifest.hardware.gpus_per_node if {
+	lib.is_count(input.manifest.hardware.nodes)
+	lib.is_count(input.manifest.hardware.gpus_per_node)
+}
+
+_booked := input.entitlement.gpu.nodes * input.entitlement.gpu.gpus_per_node if {
+	lib.is_count(input.entitlement.gpu.nodes)
+	lib.is_count(input.entitlement.gpu.gpus_per_node)
+}
+
+# METADATA
+# title: GPUs held on the booking
+# description: GPUs the booking's live runs hold at input.now (0 when the ledger reported none).
+held_gpus := h if {
+	h := _booking.held_gpus
+	is_number(h)
+}
+
+# METADATA
+# title: Booking capacity exceeded
+# description: >-
+#   For train.create, the GPUs held by the booking's live runs plus this
+#   run's world size must not exceed the booking's GPUs. The message names
+#   the account's own live runs holding them.
+# custom:
+#   code: BOOKING_CAPACITY_EXCEEDED
+#   gate: booking
+#   fix: Cancel or clean up one of the named runs, or wait until one ends, then ask again.
+deny contains v if {
+	lib.is_train_create
+	_world_size <= _booked # a run larger than the booking is ENTITLEMENT_TOPOLOGY_MISMATCH
+	held_gpus + _world_size > _booked
+	v := lib.violation(rego.metadata.rule(), sprintf(
+		"the booking's %d GPUs cannot hold %d more: %d are held by live runs: %s",
+		[_booked, _world_size, held_gpus, _runs_text],
+	))
+}
+
+_runs_text := concat(", ", [sprintf("%s (%d GPUs)", [r.run_id, r.gpus]) | some r in _booking.live_runs]) if {
+	count(_booking.live_runs) > 0
+}
+
+_runs_text := "none of this account's" if count(_booking.live_runs) == 0
+
+# METADATA
+# title: Booking released
+# description: No run is admitted on a booking a booking.release admission released.
+# custom:
+#   code: BOOKING_RELEASED
+#   gate: booking
+#   fix: Book again; a released booking does not come back.
+deny contains v if {
+	lib.is_train_create
+	_booking.released == true
+	v := lib.violation(rego.metadata.rule(), "the booking was released; no run is admitted on it")
+}
+
+# METADATA
+# title: Booking estimates
+# description: >-
+#   held_gpus and booked_gpus for the decision's estimates, and
+#   run_grace_seconds, which Go adds to the run's declared end to know how
+#   long it holds its GPUs at most.
+estimates := {k: v | some k, v in _estimates}
+
+# One rule per key: a missing fact leaves out its key, never the whole object.
+_estimates["booked_gpus"] := _booked
+
+_estimates["held_gpus"] := held_gpus
+
+_estimates["run_grace_seconds"] := data.ito.config.booking.run_grace_seconds

@@ -1,0 +1,61 @@
+package ito.booking_test
+
+import data.ito.booking
+
+_base := data.ito.testdata.base.input
+
+_set(path, value) := {"op": "add", "path": path, "value": value}
+
+_usage(held, runs, released) := _set("/ledger/booking", {"held_gpus": held, "live_runs": runs, "released": released})
+
+_run := {"run_id": "run_01aaaaaaaaaaaaaaaaaaaaaaaa", "gpus": 32, "live_until": 1764500000}
+
+# base: 8 nodes × 8 GPUs booked, the run takes all 64.
+_cases := {
+	"no usage reported": {"patch": [], "want": set()},
+	"empty booking": {"patch": [_usage(0, [], false)], "want": set()},
+	"one GPU held": {"patch": [_usage(1, [], false)], "want": {"BOOKING_CAPACITY_EXCEEDED"}},
+	"own run holds half": {"patch": [_usage(32, [_run], false)], "want": {"BOOKING_CAPACITY_EXCEEDED"}},
+	"half the booking for a run on half": {
+		"patch": [
+			_usage(32, [_run], false),
+			_set("/manifest/hardware/nodes", 4),
+		],
+		"want": set(),
+	},
+	"released": {"patch": [_usage(0, [], true)], "want": {"BOOKING_RELEASED"}},
+	"cancel is not counted": {
+		"patch": [_usage(64, [], true), _set("/request/action", "train.cancel")],
+		"want": set(),
+	},
+}
+
+test_booking_codes[name] if {
+	some name, tc in _cases
+	inp := json.patch(_base, tc.patch)
+	got := {v.code | some v in booking.deny with input as inp}
+	print(name, "got", got)
+	got == tc.want
+}
+
+test_capacity_message_names_own_runs if {
+	inp := json.patch(_base, [_usage(32, [_run], false)])
+	some v in booking.deny with input as inp
+	v.message == "the booking's 64 GPUs cannot hold 64 more: 32 are held by live runs: run_01aaaaaaaaaaaaaaaaaaaaaaaa (32 GPUs)"
+}
+
+test_capacity_message_without_own_runs if {
+	inp := json.patch(_base, [_usage(8, [], false)])
+	some v in booking.deny with input as inp
+	v.message == "the booking's 64 GPUs cannot hold 64 more: 8 are held by live runs: none of this account's"
+}
+
+test_estimates if {
+	e := booking.estimates with input as json.patch(_base, [_usage(8, [], false)])
+	e == {"booked_gpus": 64, "held_gpus": 8, "run_grace_seconds": 3600}
+}
+
+test_estimates_without_facts if {
+	e := booking.estimates with input as {"request": {"action": "train.create"}}
+	e == {"held_gpus": 0, "run_grace_seconds": 3600}
+}

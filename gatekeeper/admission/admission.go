@@ -247,7 +247,9 @@ func (s *Service) Deposit(ctx context.Context, token string) Outcome {
 		return fail(http.StatusBadRequest, CodeConfirmationInvalid, "confirmation act is not a known action")
 	}
 	if o, done := s.revoked(ctx, ledger.RevokeConfirmation, cc.JTI); done {
-		o.Status = http.StatusBadRequest
+		if o.Code == CodeConfirmationRevoked {
+			o.Status = http.StatusBadRequest // like every refused deposit
+		}
 		return o
 	}
 	// The bindings the ledger re-checks at commit. A claim missing or

@@ -11,6 +11,7 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // exitError carries a process exit code through cobra.
@@ -53,5 +54,30 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newReplayCmd(stdout),
 		newBundleCmd(stdout, stderr),
 	)
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	plainBoolFlags(root)
 	return root
 }
+
+// plainBoolFlags makes help show a boolean flag as "--json" rather than
+// "--json[=true|false]" (pflag 1.1 writes the latter for every bool flag,
+// -h/--help included). Parsing is unchanged: a bare --json still means true
+// (NoOptDefVal), --json=false still works.
+func plainBoolFlags(c *cobra.Command) {
+	c.InitDefaultHelpFlag()
+	wrap := func(f *pflag.Flag) {
+		if _, done := f.Value.(plainBool); !done && f.Value.Type() == "bool" {
+			f.Value = plainBool{f.Value}
+		}
+	}
+	c.Flags().VisitAll(wrap)
+	c.PersistentFlags().VisitAll(wrap)
+	for _, sub := range c.Commands() {
+		plainBoolFlags(sub)
+	}
+}
+
+// plainBool hides a bool flag's IsBoolFlag method (only String, Set and Type
+// are promoted from the embedded interface).
+type plainBool struct{ pflag.Value }

@@ -142,6 +142,15 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 		return err
 	}
 
+	// data_dir holds the default ledger file and decision log; create it for
+	// the owner only (it is the same with a PostgreSQL ledger: the decision
+	// log defaults to it).
+	if cfg.DataDir != "" {
+		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+			return fmt.Errorf("data_dir: %w", err)
+		}
+	}
+
 	metrics := server.NewMetrics()
 	bundles, err := startBundles(ctx, cfg, metrics, log, o.bundleClock)
 	if err != nil {
@@ -253,7 +262,7 @@ func openDecisionLog(dest string, m *server.Metrics) (*decisionlog.Logger, func(
 	}
 	f, err := os.OpenFile(dest, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, nil, fmt.Errorf("decision log: %w", err)
+		return nil, nil, fmt.Errorf("decision log: %w (create its directory for the user itogate runs as, or set decision_log: stdout or off)", err)
 	}
 	l := decisionlog.New(f, opts)
 	return l, func() { l.Close(); f.Close() }, nil

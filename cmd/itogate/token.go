@@ -2,12 +2,18 @@ package main
 
 import (
 	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -19,12 +25,15 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/safefile"
 	"github.com/itocompute/itogate/gatekeeper/token"
 	"github.com/itocompute/itogate/gatekeeper/trust"
+	"github.com/itocompute/itogate/policies"
 )
 
-// tokenOptions are the claims a development token can carry. Only the
-// published development keys sign them: these tokens are for development
-// mode and tests, never for a production itogate.
+// tokenOptions are the claims a test token can carry. Without --key the
+// published development keys sign them (development mode only); with --key,
+// --kid, --issuer and --audience an operator's own key signs them, to try a
+// production itogate end to end before real issuers are wired up.
 type tokenOptions struct {
+	keyFile, keyID, issuer, audience, depositorToken          string
 	account, subject, booking, manifestPath, act, cost, runID string
 	state, price, fabricType, region, gpu                     string
 	nodes, gpusPerNode                                        int
@@ -39,19 +48,37 @@ func newTokenCmd(stdout io.Writer) *cobra.Command {
 	o := &tokenOptions{}
 	cmd := &cobra.Command{
 		Use:   "token (caller|depositor|entitlement|confirmation)",
-		Short: "Mint a DEVELOPMENT token signed with the published keys in fixtures/keys",
-		Long: `Mint a development token signed with the published development keys; a server
-started with --config refuses them. Topology, region and fabric of an
-entitlement default to the --manifest's hardware; a confirmation binds the
---manifest's digest. "token confirmation --deposit" deposits it with the
-development server and prints the confirmation_ref instead of the token.`,
+		Short: "Mint a test token: development keys, or your own with --key/--kid",
+		Long: `Mint a caller, depositor, entitlement or confirmation token and print it.
+
+Without --key it is signed with the published development keys of
+fixtures/keys (development mode only: a server started with --config refuses
+them). With --key PEM --kid ID --issuer ISS --audience AUD it is signed with
+your own PKCS#8 private key (as "itogate keygen" writes it; the algorithm
+follows the key: ES256 for ECDSA P-256, EdDSA for Ed25519), for the key set
+that trust.<purpose> of your configuration verifies.
+
+Topology, region and fabric of an entitlement default to the --manifest's
+hardware; a confirmation binds the --manifest's digest. "token confirmation
+--deposit" deposits it and prints the confirmation_ref instead of the token
+(with --key, give the depositor's bearer token in --depositor-token).
+
+Clock: an entitlement is fresh for 300 s after it is minted (the policy's
+data.ito.config.entitlement.max_age_seconds; --ttl does not extend that),
+a confirmation lives 10 minutes. Mint them just before the admission; the
+command says so on stderr.`,
 		Args:      cobra.ExactArgs(1),
 		ValidArgs: []string{"caller", "depositor", "entitlement", "confirmation"},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return o.run(cmd.Context(), stdout, args[0])
+			return o.run(cmd.Context(), stdout, cmd.ErrOrStderr(), args[0])
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&o.keyFile, "key", "", "your own private key PEM (PKCS#8) instead of the development key; needs --kid, --issuer, --audience")
+	f.StringVar(&o.keyID, "kid", "", "key id written into the token header (the key_id of the trust entry)")
+	f.StringVar(&o.issuer, "issuer", "", "iss claim (with --key: the trust entry's issuer)")
+	f.StringVar(&o.audience, "audience", "", "aud claim (with --key: the trust entry's audience)")
+	f.StringVar(&o.depositorToken, "depositor-token", os.Getenv("ITOGATE_DEPOSITOR_TOKEN"), "--deposit with --key: the depositor's bearer token (default $ITOGATE_DEPOSITOR_TOKEN)")
 	f.StringVar(&o.account, "account", "acct_dev", "account (sub of entitlement/confirmation, account claim of caller)")
 	f.StringVar(&o.subject, "subject", "svc-dev-trainer", "caller/depositor subject")
 	f.StringVar(&o.booking, "booking", "bk_dev_01", "booking id")
@@ -75,7 +102,54 @@ development server and prints the confirmation_ref instead of the token.`,
 	return cmd
 }
 
-func (o *tokenOptions) run(ctx context.Context, w io.Writer, kind string) error {
+// signingKey is the key a token is signed with.
+type signingKey struct {
+	priv     crypto.Signer
+	kid, alg string
+}
+
+// ownKey reads --key and checks the flags that must come with it.
+func (o *tokenOptions) ownKey() (*signingKey, error) {
+	if o.keyFile == "" {
+		if o.keyID != "" || o.issuer != "" || o.audience != "" {
+			return nil, errors.New("--kid, --issuer and --audience go with --key (without --key the development key and its issuer and audience are used)")
+		}
+		return nil, nil
+	}
+	if o.keyID == "" || o.issuer == "" || o.audience == "" {
+		return nil, errors.New("--key needs --kid, --issuer and --audience: the key_id, issuer and audience of the trust entry that verifies this token")
+	}
+	raw, err := os.ReadFile(o.keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--key: %w", err)
+	}
+	priv, err := token.ParsePrivateKeyPEM(raw)
+	if err != nil {
+		return nil, fmt.Errorf("--key %s: %w", o.keyFile, err)
+	}
+	var alg string
+	switch k := priv.(type) {
+	case *ecdsa.PrivateKey:
+		if k.Curve != elliptic.P256() {
+			return nil, fmt.Errorf("--key %s: only ECDSA P-256 (ES256) and Ed25519 (EdDSA) keys are supported", o.keyFile)
+		}
+		alg = "ES256"
+	case ed25519.PrivateKey:
+		alg = "EdDSA"
+	default:
+		return nil, fmt.Errorf("--key %s: only ECDSA P-256 (ES256) and Ed25519 (EdDSA) keys are supported", o.keyFile)
+	}
+	return &signingKey{priv: priv, kid: o.keyID, alg: alg}, nil
+}
+
+func (o *tokenOptions) run(ctx context.Context, w, stderr io.Writer, kind string) error {
+	own, err := o.ownKey()
+	if err != nil {
+		return err
+	}
+	if own != nil && o.deposit && o.depositorToken == "" {
+		return errors.New("--deposit with --key needs the depositor's bearer token: --depositor-token or ITOGATE_DEPOSITOR_TOKEN (mint one with: itogate token depositor --key …)")
+	}
 	d := keys.Dev()
 	now := time.Now().Add(-o.iatOffset).Unix()
 	claims := map[string]any{"iat": now, "jti": newJTI()}
@@ -140,9 +214,23 @@ func (o *tokenOptions) run(ctx context.Context, w io.Writer, kind string) error 
 		return fmt.Errorf("unknown token kind %q", kind)
 	}
 	claims["exp"] = now + int64(ttl/time.Second)
-	tok, err := token.Mint(k.Private, k.KeyID, k.Algorithm, typ, claims)
+	sk := signingKey{priv: k.Private, kid: k.KeyID, alg: k.Algorithm}
+	if own != nil {
+		sk = *own
+		claims["iss"], claims["aud"] = o.issuer, o.audience
+	}
+	tok, err := token.Mint(sk.priv, sk.kid, sk.alg, typ, claims)
 	if err != nil {
 		return err
+	}
+	switch kind {
+	case "entitlement":
+		maxAge := entitlementMaxAge()
+		fmt.Fprintf(stderr, "itogate token: entitlement issued at %s; the embedded policy calls it stale %d s later "+
+			"(data.ito.config.entitlement.max_age_seconds): admit before %s or mint a new one\n",
+			time.Unix(now, 0).UTC().Format(time.TimeOnly), maxAge, time.Unix(now+maxAge, 0).UTC().Format(time.TimeOnly+" MST"))
+	case "confirmation":
+		fmt.Fprintf(stderr, "itogate token: confirmation expires at %s\n", time.Unix(now+int64(ttl/time.Second), 0).UTC().Format(time.TimeOnly+" MST"))
 	}
 	if !o.deposit {
 		fmt.Fprintln(w, string(tok))
@@ -151,14 +239,18 @@ func (o *tokenOptions) run(ctx context.Context, w io.Writer, kind string) error 
 	if kind != "confirmation" {
 		return errors.New("--deposit is only for confirmation tokens")
 	}
-	depTok, err := token.Mint(d.Depositor.Private, d.Depositor.KeyID, d.Depositor.Algorithm, "", map[string]any{
-		"iss": trust.DevDepositorIssuer, "aud": trust.DevDepositAudience, "sub": "dev-desk",
-		"iat": time.Now().Unix(), "exp": time.Now().Add(time.Minute).Unix(), "jti": newJTI(),
-	})
-	if err != nil {
-		return err
+	bearer := o.depositorToken
+	if bearer == "" {
+		depTok, err := token.Mint(d.Depositor.Private, d.Depositor.KeyID, d.Depositor.Algorithm, "", map[string]any{
+			"iss": trust.DevDepositorIssuer, "aud": trust.DevDepositAudience, "sub": "dev-desk",
+			"iat": time.Now().Unix(), "exp": time.Now().Add(time.Minute).Unix(), "jti": newJTI(),
+		})
+		if err != nil {
+			return err
+		}
+		bearer = string(depTok)
 	}
-	c, err := client.New(client.Options{BaseURL: o.server, Bearer: string(depTok), Attempts: 1})
+	c, err := client.New(client.Options{BaseURL: o.server, Bearer: bearer, Attempts: 1})
 	if err != nil {
 		return err
 	}
@@ -168,6 +260,24 @@ func (o *tokenOptions) run(ctx context.Context, w io.Writer, kind string) error 
 	}
 	fmt.Fprintln(w, ref)
 	return nil
+}
+
+// entitlementMaxAge is the embedded policy's freshness bound for
+// entitlements, in seconds (300 if the data cannot be read).
+func entitlementMaxAge() int64 {
+	raw, err := fs.ReadFile(policies.Bundle(), "ito/config/data.json")
+	if err != nil {
+		return 300
+	}
+	var cfg struct {
+		Entitlement struct {
+			MaxAgeSeconds int64 `json:"max_age_seconds"`
+		} `json:"entitlement"`
+	}
+	if json.Unmarshal(raw, &cfg) != nil || cfg.Entitlement.MaxAgeSeconds <= 0 {
+		return 300
+	}
+	return cfg.Entitlement.MaxAgeSeconds
 }
 
 func newJTI() string {

@@ -78,7 +78,8 @@ func ParsePrivateKeyPEM(data []byte) (crypto.Signer, error) {
 }
 
 // WriteKeyPair writes priv to dir/<name>.key.pem (PKCS#8, mode 0600) and
-// its public key to dir/<name>.pub.pem (PKIX, mode 0644). It refuses to
+// its public key to dir/<name>.pub.pem (PKIX, mode 0644), creating dir (mode
+// 0700) if it does not exist. It refuses to
 // overwrite either file. name must be a plain file name.
 func WriteKeyPair(dir, name string, priv crypto.Signer) (privPath, pubPath string, err error) {
 	if name == "" || name != filepath.Base(name) || name == "." || name == ".." {
@@ -90,6 +91,11 @@ func WriteKeyPair(dir, name string, priv crypto.Signer) (privPath, pubPath strin
 	}
 	pubPEM, err := MarshalPublicKeyPEM(priv.Public())
 	if err != nil {
+		return "", "", fmt.Errorf("write key pair: %w", err)
+	}
+	// A missing directory is created for the owner only: it will hold a
+	// private key. An existing one is used as it is.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", "", fmt.Errorf("write key pair: %w", err)
 	}
 	privPath = filepath.Join(dir, name+".key.pem")

@@ -200,6 +200,14 @@ func TestKeygen(t *testing.T) {
 			t.Errorf("name %q: want error", bad)
 		}
 	}
+	// A directory that does not exist yet is created, for the owner only.
+	newDir := filepath.Join(dir, "keys", "release")
+	if _, _, err := token.WriteKeyPair(newDir, "ec", ec); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(newDir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("created dir: %v, %v; want mode 0700", fi, err)
+	}
 }
 
 func TestParsePrivateKeyPEM(t *testing.T) {

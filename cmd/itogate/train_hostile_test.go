@@ -2,7 +2,7 @@
 
 package main
 
-// The client's manifest reader (design §9) through the real CLI: `itogate
+// The client's manifest reader (docs/security.md §7) through the real CLI: `itogate
 // train` and `itogate sign` refuse every unsafe manifest path with its
 // coded message and exit status before anything is sent or signed, and a
 // file swapped for a symlink while the client runs yields the opened

@@ -1,4 +1,4 @@
-// Package admission runs one admission end to end (design §1):
+// Package admission runs one admission end to end (docs/architecture.md §1):
 // request → verify → facts → policy → ledger → outcome.
 //
 // It knows nothing about HTTP beyond the status each outcome maps to; the
@@ -27,7 +27,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/verify"
 )
 
-// Actions an admission may ask for (design §4).
+// Actions an admission may ask for (README, API).
 const (
 	ActionTrainCreate    = "train.create"
 	ActionTrainCancel    = "train.cancel"
@@ -283,7 +283,7 @@ func (s *Service) Deposit(ctx context.Context, token string) Outcome {
 
 // sameRequestWon handles two identical requests racing: the loser sees the
 // confirmation consumed, but by its own key and request, so it must get the
-// winner's allow (design §1), not a CONFIRMATION_REPLAYED a caller would
+// winner's allow (docs/architecture.md §1), not a CONFIRMATION_REPLAYED a caller would
 // take as final.
 func (s *Service) sameRequestWon(ctx context.Context, caller Caller, key, digest string) (Outcome, bool) {
 	a, err := s.opts.Ledger.Admission(ctx, caller.Account, key)

@@ -1,5 +1,5 @@
 // Package bundle loads signed OPA policy bundles and keeps the active one
-// (design §6).
+// (docs/architecture.md §4, bundles/README.md).
 //
 // A Source produces verified bundles: the one embedded in the binary
 // (development, unsigned), a file, or a bundle server speaking the OPA bundle

@@ -171,7 +171,7 @@ func Markdown(policyCodes, goCodes []Entry) []byte {
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s |\n", e.Code, e.Gate, e.Level, e.Meaning, e.Fix)
 	}
 	b.WriteString("\n## Codes from the pipeline (Go)\n\n")
-	b.WriteString("Each step of design §1 that fails answers with one of these in `error.code`.\n\n")
+	b.WriteString("Each step of the pipeline (docs/architecture.md §1) that fails answers with one of these in `error.code`.\n\n")
 	b.WriteString("| code | step | HTTP | meaning | typical fix |\n|---|---|---|---|---|\n")
 	for _, e := range goCodes {
 		fmt.Fprintf(&b, "| `%s` | %s | %d | %s | %s |\n", e.Code, e.Gate, e.Status, oneLine(e.Meaning), oneLine(e.Fix))

@@ -129,7 +129,7 @@ func (l Ledger) validate() error {
 	return nil
 }
 
-// Trust holds the key sets of design §2; none may stand in for another.
+// Trust holds the key sets per purpose (docs/architecture.md §2); none may stand in for another.
 type Trust struct {
 	Callers         TokenTrust    `yaml:"callers"`
 	Depositors      TokenTrust    `yaml:"depositors"`

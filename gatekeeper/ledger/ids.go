@@ -22,7 +22,7 @@ const crockford = "0123456789abcdefghjkmnpqrstvwxyz"
 
 // NewConfirmationRef returns a fresh confirmation reference: "cfr_" followed
 // by 32 lowercase hex digits encoding 128 bits from crypto/rand. The
-// reference is opaque and authorizes nothing by itself (design §3).
+// reference is opaque and authorizes nothing by itself (docs/architecture.md §1).
 func NewConfirmationRef() string {
 	var b [16]byte
 	// crypto/rand.Read never returns an error; it crashes the program

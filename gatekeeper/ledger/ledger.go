@@ -1,5 +1,5 @@
 // Package ledger defines itogate's only state: deposited confirmations and
-// the admissions that consumed them (design §7).
+// the admissions that consumed them (docs/architecture.md §3).
 //
 // The Store interface is what the server depends on; implementations live in
 // sub-packages (bolt, the embedded default for one process; postgres, for
@@ -100,8 +100,8 @@ type Store interface {
 	// ErrNotFound.
 	Admission(ctx context.Context, account, key string) (Admission, error)
 
-	// Commit writes an allowed admission in one transaction, checking in
-	// this order:
+	// Commit writes an allowed admission in one transaction (the commit
+	// stage of docs/architecture.md §1), checking in this order:
 	//
 	//   - (a.Account, a.IdempotencyKey) already holds an admission: with the
 	//     same RequestDigest it returns that stored admission and
@@ -184,7 +184,7 @@ const (
 	ConfirmationExpired ConfirmationState = "expired"
 )
 
-// Confirmation is a deposited confirmation token (design §3) and its state.
+// Confirmation is a deposited confirmation token (docs/architecture.md §2, Claims) and its state.
 type Confirmation struct {
 	// Ref is the opaque reference handed back on deposit: "cfr_" + 32
 	// lowercase hex (128 random bits), from NewConfirmationRef.
@@ -220,7 +220,7 @@ type Confirmation struct {
 }
 
 // AdmissionState is what an allowed admission permits the caller to do
-// next. It is the "state" field of the admission response (design §4).
+// next. It is the "state" field of the admission response (README, API).
 type AdmissionState string
 
 const (

@@ -1,5 +1,5 @@
 // Package manifest decodes and validates training manifests
-// (schema "ito.training/v1", design §3).
+// (schema "ito.training/v1", schemas/manifest.v1.json).
 //
 // The JSON Schema in schemas/manifest.v1.json is the source of truth;
 // it is compiled once and every manifest is decoded strictly (see strictjson)
@@ -25,7 +25,7 @@ import (
 	"github.com/itocompute/itogate/schemas"
 )
 
-// MaxBytes is the largest manifest accepted: 1 MiB (design §3).
+// MaxBytes is the largest manifest accepted: 1 MiB.
 const MaxBytes = 1 << 20
 
 // Error codes returned in *Error.

@@ -10,7 +10,7 @@ import (
 	"testing/fstest"
 )
 
-// TestImpureBundleNeverCompiles: design §5 — policies are pure. Every OPA
+// TestImpureBundleNeverCompiles: policies are pure (docs/architecture.md §4). Every OPA
 // built-in marked non-deterministic (network, clock, randomness, runtime
 // environment) makes New fail, in the decision and in the mask policy, so
 // such a bundle is never activated and never reaches the network.

@@ -8,7 +8,7 @@ import (
 )
 
 // RequiredRules are the rules every enforced bundle must define: the
-// entrypoint and each gate's deny set (design §5). Rego makes a reference to
+// entrypoint and each gate's deny set (docs/architecture.md §6). Rego makes a reference to
 // a missing package undefined rather than an error, so a bundle that lost a
 // gate would otherwise compile and quietly stop enforcing it.
 var RequiredRules = []string{

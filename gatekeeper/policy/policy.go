@@ -2,7 +2,7 @@
 //
 // The query data.ito.admission.decision is prepared once per bundle and
 // evaluated per request under a deadline. The result is treated defensively
-// (design §5): anything but a well-formed decision becomes an error with a
+// (docs/architecture.md §4): anything but a well-formed decision becomes an error with a
 // stable code, and the caller denies.
 //
 // An Engine is immutable: one bundle, its revision and digest and, for a
@@ -202,7 +202,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 // impureBuiltins are OPA's non-deterministic built-ins: network (http.send,
 // net.lookup_ip_addr), clock (time.now_ns, io.jwt.decode_verify), randomness
 // (rand.intn, uuid.rfc4122) and the runtime (opa.runtime, whose env holds the
-// process environment). Policies are pure (design §5): a bundle calling one
+// process environment). Policies are pure (docs/architecture.md §4): a bundle calling one
 // fails to compile, so it is never activated, never reaches the network and
 // never copies the environment into a violation message.
 func impureBuiltins() map[string]struct{} {

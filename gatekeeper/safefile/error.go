@@ -1,5 +1,5 @@
 // Package safefile reads a training manifest for the itogate client the
-// careful way (design §9): no symlink anywhere in the path, a regular file
+// careful way (docs/security.md §7): no symlink anywhere in the path, a regular file
 // owned by the caller or root and writable by no one else, at most a bounded
 // number of bytes, all taken from one descriptor so the digest covers exactly
 // the bytes that are sent.

@@ -174,7 +174,7 @@ func checkDir(fd int, where, canon string) error {
 		return &Error{Code: CodeNotFound, Path: canon, Detail: fmt.Sprintf("%q is not a directory", where)}
 	}
 	if mode&0o002 != 0 && mode&unix.S_ISVTX == 0 {
-		return &Error{Code: CodePermissions, Path: canon, Detail: fmt.Sprintf("directory %q is world-writable without the sticky bit", where)}
+		return &Error{Code: CodePermissions, Path: canon, Detail: fmt.Sprintf("directory %q is world-writable without the sticky bit (fix: chmod o-w or chmod +t that directory, or move the file)", where)}
 	}
 	return nil
 }
@@ -245,10 +245,10 @@ func checkFile(st *unix.Stat_t, canon string, limit int64) error {
 	}
 	// The effective uid is the identity the kernel checks our access with.
 	if uid := uint32(os.Geteuid()); st.Uid != uid && st.Uid != 0 {
-		return &Error{Code: CodeOwner, Path: canon, Detail: fmt.Sprintf("owned by uid %d, not by uid %d or root", st.Uid, uid)}
+		return &Error{Code: CodeOwner, Path: canon, Detail: fmt.Sprintf("owned by uid %d, not by uid %d or root (copy it to a file of your own: cp %s ./)", st.Uid, uid, canon)}
 	}
 	if mode&0o022 != 0 {
-		return &Error{Code: CodePermissions, Path: canon, Detail: fmt.Sprintf("mode %04o is group- or world-writable", mode&0o7777)}
+		return &Error{Code: CodePermissions, Path: canon, Detail: fmt.Sprintf("mode %04o is group- or world-writable, so another user could change it after it was checked (fix: chmod go-w %s)", mode&0o7777, canon)}
 	}
 	if st.Size > limit {
 		// Refused before reading: no need to pull limit+1 bytes of a huge

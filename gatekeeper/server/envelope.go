@@ -9,7 +9,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/admission"
 )
 
-// Envelope is every response body (design §4). Exactly one of Data and Error
+// Envelope is every response body (README, API). Exactly one of Data and Error
 // is set.
 type Envelope struct {
 	OK bool `json:"ok"`

@@ -133,7 +133,7 @@ func TestHostilePolicyRequestDeadline(t *testing.T) {
 	h.finish(t)
 }
 
-// TestHostileImpureBundle: design §5 says policies are pure. A bundle that
+// TestHostileImpureBundle: policies are pure (docs/architecture.md §4). A bundle that
 // calls a network, clock, randomness or runtime built-in (http.send could
 // exfiltrate the input, opa.runtime().env would hand the process
 // environment — PGPASSWORD — to a violation message) never becomes an
@@ -165,7 +165,7 @@ func TestHostileImpureBundle(t *testing.T) {
 	}
 }
 
-// TestHostilePermissivePolicy: defense in depth (design §1). A bundle that
+// TestHostilePermissivePolicy: defense in depth (docs/architecture.md §1). A bundle that
 // allows everything still cannot turn an unverified token or signature, an
 // unknown, expired, consumed, foreign or mis-scoped confirmation into an
 // allow: Go established those facts (or the ledger refuses the commit).

@@ -1,4 +1,4 @@
-// Package trust turns the trust section of the configuration (design §2) into
+// Package trust turns the trust section of the configuration (docs/architecture.md §2) into
 // verifiers: one per purpose, each with its own key set, issuer, audience and
 // token type, so that no key can verify another purpose's token.
 //

@@ -1,5 +1,5 @@
 // Package verify establishes the cryptographic facts of an admission
-// (design §2): it verifies JWTs of one purpose each (caller, depositor,
+// (docs/architecture.md §2): it verifies JWTs of one purpose each (caller, depositor,
 // entitlement, confirmation) with jwx, and detached manifest signatures in
 // the format of `cosign sign-blob --key` with sigstore's verifiers.
 //

@@ -6,7 +6,7 @@ import (
 )
 
 // Purpose names what a verifier checks. A key configured for one purpose
-// never verifies another purpose's token (design §2).
+// never verifies another purpose's token (docs/architecture.md §2).
 type Purpose string
 
 // The purposes. Token purposes are accepted by NewTokenVerifier;

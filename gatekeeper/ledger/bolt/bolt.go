@@ -1,5 +1,5 @@
 // Package bolt is the embedded ledger.Store: one bbolt file, every write
-// transaction fsynced before it returns (design §7).
+// transaction fsynced before it returns (docs/architecture.md §3).
 //
 // Layout (schema 1), every record JSON-encoded:
 //
@@ -34,6 +34,7 @@ import (
 	"time"
 
 	bbolt "go.etcd.io/bbolt"
+	bbolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 )
@@ -124,6 +125,11 @@ func Open(path string, opts Options) (*Store, error) {
 		opts.MaxBatchDelay = DefaultMaxBatchDelay
 	}
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: opts.Timeout})
+	if errors.Is(err, bbolterrors.ErrTimeout) {
+		// bbolt locks the file for one process: say who holds it.
+		return nil, unavailable("open", fmt.Errorf("another process%s holds %s (one itogate per bbolt file; stop it, "+
+			"use another data directory, or PostgreSQL for several replicas): %w", lockHolder(path), path, err))
+	}
 	if err != nil {
 		return nil, unavailable("open", err)
 	}

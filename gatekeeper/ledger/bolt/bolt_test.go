@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -411,5 +412,29 @@ func TestCheckFindsHalfWrites(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Check error lacks %q: %v", want, err)
 		}
+	}
+}
+
+// TestSecondOpenNamesTheHolder: a second Open of a locked file fails with
+// ErrUnavailable and says which file and, on Linux, which process holds it
+// (the pid of this test process: bbolt's flock is per open file description,
+// so a second Open in one process waits like another process would).
+func TestSecondOpenNamesTheHolder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_, err = Open(path, Options{Timeout: time.Millisecond})
+	if !errors.Is(err, ledger.ErrUnavailable) {
+		t.Fatalf("second Open: %v, want ErrUnavailable", err)
+	}
+	want := "another process holds " + path
+	if runtime.GOOS == "linux" {
+		want = fmt.Sprintf("another process (pid %d) holds %s", os.Getpid(), path)
+	}
+	if !strings.Contains(err.Error(), want) {
+		t.Fatalf("second Open: %v\nwant it to say %q", err, want)
 	}
 }

@@ -1,5 +1,5 @@
 // Package ledgertest is the conformance suite every ledger.Store
-// implementation must pass (design §7). An implementation's test calls Run
+// implementation must pass (docs/architecture.md §3). An implementation's test calls Run
 // with a function that opens a fresh store:
 //
 //	func TestConformance(t *testing.T) {

@@ -1,5 +1,5 @@
 // Package postgres is the ledger.Store for several itogate replicas sharing
-// one PostgreSQL database (design §7), on pgx v5 and its connection pool.
+// one PostgreSQL database (docs/architecture.md §3), on pgx v5 and its connection pool.
 //
 // Layout (schema version 1, migrations/0001_init.sql), in one PostgreSQL
 // schema (default "itogate"):

@@ -4,7 +4,7 @@
 #   Rejects impossible or wasteful distributed-training layouts before a run
 #   is created, warns about costly ones, and answers every deny with the
 #   nearest layout on the booked hardware that passes every rule. Rules and
-#   formulas are those of /work/shared/reference/parallelism.md (torchtitan,
+#   formulas follow the public implementations and papers (torchtitan,
 #   Megatron-LM, DeepSpeed, TransformerEngine, the ZeRO paper); thresholds,
 #   search bounds and the GPU and fabric tables are bundle data
 #   (data.ito.config.parallelism, data.ito.tables.*).

@@ -1,4 +1,4 @@
--- itogate ledger, schema version 1 (design §7).
+-- itogate ledger, schema version 1 (docs/architecture.md §3).
 --
 -- Runs inside the migration transaction with search_path set to the ledger's
 -- schema, under an advisory lock; see migrate.go. Never edit a released

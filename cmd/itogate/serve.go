@@ -196,8 +196,12 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 	}
 	metrics.Evaluations(svc.InFlight)
 	metrics.VerificationCaches(ts.Callers, ts.Depositors, ts.Entitlement, ts.Confirmation)
+	var revokers admission.TokenVerifier
+	if ts.Revokers != nil { // a nil *TokenVerifier in the interface would not read as "none"
+		revokers = ts.Revokers
+	}
 	handler, err := server.New(server.Options{
-		Admission: svc, Callers: ts.Callers, Depositors: ts.Depositors,
+		Admission: svc, Callers: ts.Callers, Depositors: ts.Depositors, Revokers: revokers,
 		Ready: func(ctx context.Context) error {
 			if err := bundles.Ready(); err != nil {
 				return err

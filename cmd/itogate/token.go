@@ -47,9 +47,9 @@ type tokenOptions struct {
 func newTokenCmd(stdout io.Writer) *cobra.Command {
 	o := &tokenOptions{}
 	cmd := &cobra.Command{
-		Use:   "token (caller|depositor|entitlement|confirmation)",
+		Use:   "token (caller|depositor|revoker|entitlement|confirmation)",
 		Short: "Mint a test token: development keys, or your own with --key/--kid",
-		Long: `Mint a caller, depositor, entitlement or confirmation token and print it.
+		Long: `Mint a caller, depositor, revoker, entitlement or confirmation token and print it.
 
 Without --key it is signed with the published development keys of
 fixtures/keys (development mode only: a server started with --config refuses
@@ -68,7 +68,7 @@ data.ito.config.entitlement.max_age_seconds; --ttl does not extend that),
 a confirmation lives 10 minutes. Mint them just before the admission; the
 command says so on stderr.`,
 		Args:      cobra.ExactArgs(1),
-		ValidArgs: []string{"caller", "depositor", "entitlement", "confirmation"},
+		ValidArgs: []string{"caller", "depositor", "revoker", "entitlement", "confirmation"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.run(cmd.Context(), stdout, cmd.ErrOrStderr(), args[0])
 		},
@@ -80,7 +80,7 @@ command says so on stderr.`,
 	f.StringVar(&o.audience, "audience", "", "aud claim (with --key: the trust entry's audience)")
 	f.StringVar(&o.depositorToken, "depositor-token", os.Getenv("ITOGATE_DEPOSITOR_TOKEN"), "--deposit with --key: the depositor's bearer token (default $ITOGATE_DEPOSITOR_TOKEN)")
 	f.StringVar(&o.account, "account", "acct_dev", "account (sub of entitlement/confirmation, account claim of caller)")
-	f.StringVar(&o.subject, "subject", "svc-dev-trainer", "caller/depositor subject")
+	f.StringVar(&o.subject, "subject", "svc-dev-trainer", "caller/depositor/revoker subject")
 	f.StringVar(&o.booking, "booking", "bk_dev_01", "booking id")
 	f.StringVar(&o.manifestPath, "manifest", "", "manifest whose hardware (entitlement) or digest (confirmation) to bind")
 	f.StringVar(&o.act, "act", "train.create", "confirmation action")
@@ -177,6 +177,9 @@ func (o *tokenOptions) run(ctx context.Context, w, stderr io.Writer, kind string
 	case "depositor":
 		k, ttl = d.Depositor, def(ttl, time.Hour)
 		claims["iss"], claims["aud"], claims["sub"] = trust.DevDepositorIssuer, trust.DevDepositAudience, o.subject
+	case "revoker":
+		k, ttl = d.Revoker, def(ttl, time.Hour)
+		claims["iss"], claims["aud"], claims["sub"] = trust.DevRevokerIssuer, trust.DevRevokeAudience, o.subject
 	case "entitlement":
 		k, typ, ttl = d.Entitlement, config.TypeEntitlement, def(ttl, 5*time.Minute)
 		hw, _ := doc["hardware"].(map[string]any)

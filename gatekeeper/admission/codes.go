@@ -43,6 +43,10 @@ const (
 	CodeConfirmationRevoked = "CONFIRMATION_REVOKED"
 	CodeEntitlementRevoked  = "ENTITLEMENT_REVOKED"
 	CodeCallerRevoked       = "CALLER_REVOKED"
+
+	// The revoker identity (POST /v1/revocations).
+	CodeRevokerUnauthenticated = "REVOKER_UNAUTHENTICATED"
+	CodeRevokerUnauthorized    = "REVOKER_UNAUTHORIZED"
 )
 
 // tokenCode maps a token verification failure to its stable code. An expired
@@ -62,6 +66,8 @@ func tokenCode(err error) string {
 		return CodeCallerUnauthenticated
 	case verify.PurposeDepositor:
 		return CodeDepositorUnauthorized
+	case verify.PurposeRevoker:
+		return CodeRevokerUnauthenticated
 	case verify.PurposeEntitlement:
 		if expired {
 			return CodeEntitlementExpired

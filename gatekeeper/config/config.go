@@ -131,8 +131,13 @@ func (l Ledger) validate() error {
 
 // Trust holds the key sets per purpose (docs/architecture.md §2); none may stand in for another.
 type Trust struct {
-	Callers         TokenTrust    `yaml:"callers"`
-	Depositors      TokenTrust    `yaml:"depositors"`
+	Callers    TokenTrust `yaml:"callers"`
+	Depositors TokenTrust `yaml:"depositors"`
+	// Revokers is the entitlement issuer's revocation identity (POST
+	// /v1/revocations: entitlements, bookings, caller keys). Optional:
+	// without it those revocations are refused (401); confirmations are
+	// revoked by the depositors' identity.
+	Revokers        TokenTrust    `yaml:"revokers"`
 	Entitlement     TokenTrust    `yaml:"entitlement"`
 	Confirmation    TokenTrust    `yaml:"confirmation"`
 	ManifestSigners []ManifestKey `yaml:"manifest_signers"`
@@ -440,6 +445,11 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("trust.%s: %w", name, err))
 		}
 	}
+	if c.Trust.Revokers != (TokenTrust{}) {
+		if err := c.Trust.Revokers.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("trust.revokers: %w", err))
+		}
+	}
 	if c.Trust.Entitlement.Type == "" || c.Trust.Confirmation.Type == "" {
 		errs = append(errs, errors.New("trust.entitlement.type and trust.confirmation.type are required"))
 	}
@@ -530,7 +540,7 @@ func (c *Config) resolvePaths(base string) {
 			abs(&b.VerificationKeys[i].PEMFile)
 		}
 	}
-	for _, t := range []*TokenTrust{&c.Trust.Callers, &c.Trust.Depositors, &c.Trust.Entitlement, &c.Trust.Confirmation} {
+	for _, t := range []*TokenTrust{&c.Trust.Callers, &c.Trust.Depositors, &c.Trust.Revokers, &c.Trust.Entitlement, &c.Trust.Confirmation} {
 		abs(&t.JWKSFile)
 		abs(&t.PEMFile)
 	}

@@ -5,12 +5,15 @@
 package scenario
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
+	"net/http"
 	"sort"
 	"strings"
 	"time"
@@ -392,4 +395,44 @@ func randomID(prefix string) string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return prefix + hex.EncodeToString(b[:])
+}
+
+// RevokerToken mints a development revoker bearer token (the entitlement
+// issuer's revocation identity).
+func (r *Runner) RevokerToken() (string, error) {
+	return r.mint(r.keys.Revoker, "", map[string]any{
+		"iss": trust.DevRevokerIssuer, "aud": trust.DevRevokeAudience, "sub": "dev-backend-revoker",
+	}, time.Hour)
+}
+
+// DepositorToken mints a development depositor bearer token (the
+// confirmation authority's identity).
+func (r *Runner) DepositorToken() (string, error) {
+	return r.mint(r.keys.Depositor, "", map[string]any{
+		"iss": trust.DevDepositorIssuer, "aud": trust.DevDepositAudience, "sub": "dev-desk",
+	}, time.Hour)
+}
+
+// Post sends body as JSON to path with bearer and returns the status and
+// the envelope text.
+func (r *Runner) Post(ctx context.Context, path, bearer string, body map[string]any) (int, string, error) {
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return 0, "", err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.base+path, bytes.NewReader(raw))
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return resp.StatusCode, string(out), err
 }

@@ -6,6 +6,7 @@ package server
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +23,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 
 	"github.com/itocompute/itogate/gatekeeper/admission"
+	"github.com/itocompute/itogate/gatekeeper/ledger"
 	"github.com/itocompute/itogate/gatekeeper/strictjson"
 )
 
@@ -38,8 +40,12 @@ type Options struct {
 	// Callers verifies callers' bearer tokens (POST/GET admissions).
 	Callers admission.TokenVerifier
 	// Depositors verifies the confirmation authority's bearer tokens
-	// (POST /v1/confirmations); a caller token never passes it.
+	// (POST /v1/confirmations and /v1/confirmations/revocations); a caller
+	// token never passes it.
 	Depositors admission.TokenVerifier
+	// Revokers verifies the entitlement issuer's revocation identity (POST
+	// /v1/revocations). Optional: nil refuses every such revocation (401).
+	Revokers admission.TokenVerifier
 	// Ready reports whether a verified bundle is active and the ledger answers.
 	Ready func(ctx context.Context) error
 	// MaxBodyBytes bounds request bodies; RequestTimeout bounds a request.
@@ -76,6 +82,12 @@ func New(opts Options) (http.Handler, error) {
 		r.With(s.limitBody, s.requireJSON, callers).Post("/admissions", s.postAdmission)
 		r.With(callers).Get("/admissions/{idempotency_key}", s.getAdmission)
 		r.With(s.limitBody, s.requireJSON, depositors).Post("/confirmations", s.postConfirmation)
+		r.With(s.limitBody, s.requireJSON, depositors).Post("/confirmations/revocations", s.postConfirmationRevocation)
+		revokers := s.refuse(admission.CodeRevokerUnauthenticated, "no revoker identity is configured (trust.revokers)")
+		if opts.Revokers != nil {
+			revokers = s.authenticate("revoker", opts.Revokers, admission.CodeRevokerUnauthenticated, false)
+		}
+		r.With(s.limitBody, s.requireJSON, revokers).Post("/revocations", s.postRevocation)
 	})
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, "ROUTE_NOT_FOUND", "no such route")
@@ -127,6 +139,18 @@ func (s *srv) authenticate(purpose string, v admission.TokenVerifier, code strin
 				w.Header().Set("WWW-Authenticate", `Bearer realm="itogate", error="invalid_token"`)
 				writeError(w, http.StatusUnauthorized, code, "the bearer token carries no account claim")
 				return
+			}
+			if purpose == "caller" {
+				// A key withdrawn from trust by a revocation answers like
+				// an unknown key, with its own code: the client stops.
+				if out, revoked := s.opts.Admission.CallerRevoked(r.Context(), claims.KeyID); revoked {
+					s.opts.Logger.Warn("bearer token rejected", "purpose", purpose, "reason", out.Code, "key_id", claims.KeyID)
+					if out.Status == http.StatusUnauthorized {
+						w.Header().Set("WWW-Authenticate", `Bearer realm="itogate", error="invalid_token"`)
+					}
+					writeOutcome(w, out)
+					return
+				}
 			}
 			c := admission.Caller{Subject: claims.Subject, Account: account, KeyID: claims.KeyID}
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, c)))
@@ -247,6 +271,56 @@ func (s *srv) postConfirmation(w http.ResponseWriter, r *http.Request) {
 	writeOutcome(w, s.opts.Admission.Deposit(r.Context(), token))
 }
 
+// refuse answers every request with a 401 code (a route whose identity is
+// not configured).
+func (s *srv) refuse(code, msg string) func(http.Handler) http.Handler {
+	return func(http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="itogate"`)
+			writeError(w, http.StatusUnauthorized, code, msg)
+		})
+	}
+}
+
+// postConfirmationRevocation: the confirmation authority revokes a
+// confirmation by ref (deposited) or by jti (deposited or not yet).
+func (s *srv) postConfirmationRevocation(w http.ResponseWriter, r *http.Request) {
+	obj, status, code, msg := readObject(r)
+	if code != "" {
+		writeError(w, status, code, msg)
+		return
+	}
+	var rv admission.Revocation
+	if err := fields(obj, map[string]any{"ref": &rv.Ref, "jti": &rv.Subject, "expires_at": &rv.ExpiresAt,
+		"reason": &rv.Reason}); err != nil {
+		writeError(w, http.StatusBadRequest, admission.CodeRequestInvalid, err.Error())
+		return
+	}
+	who := callerFrom(r.Context())
+	rv.Kind, rv.By, rv.KeyID, rv.Identity = ledger.RevokeConfirmation, who.Subject, who.KeyID, "depositor"
+	writeOutcome(w, s.opts.Admission.Revoke(r.Context(), rv))
+}
+
+// postRevocation: the entitlement issuer's revoker revokes an entitlement
+// (by jti), a booking or a caller key.
+func (s *srv) postRevocation(w http.ResponseWriter, r *http.Request) {
+	obj, status, code, msg := readObject(r)
+	if code != "" {
+		writeError(w, status, code, msg)
+		return
+	}
+	var rv admission.Revocation
+	var kind string
+	if err := fields(obj, map[string]any{"kind": &kind, "subject": &rv.Subject, "expires_at": &rv.ExpiresAt,
+		"reason": &rv.Reason}); err != nil {
+		writeError(w, http.StatusBadRequest, admission.CodeRequestInvalid, err.Error())
+		return
+	}
+	who := callerFrom(r.Context())
+	rv.Kind, rv.By, rv.KeyID, rv.Identity = ledger.RevocationKind(kind), who.Subject, who.KeyID, "revoker"
+	writeOutcome(w, s.opts.Admission.Revoke(r.Context(), rv))
+}
+
 func (s *srv) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
@@ -301,6 +375,13 @@ func fields(obj map[string]any, dst map[string]any) error {
 				return fmt.Errorf("field %q must be a boolean", k)
 			}
 			*p = b
+		case *int64:
+			n, ok := v.(json.Number)
+			i, err := n.Int64()
+			if !ok || err != nil {
+				return fmt.Errorf("field %q must be an integer", k)
+			}
+			*p = i
 		}
 	}
 	return nil

@@ -27,12 +27,16 @@ const (
 	DevConfirmationIssuer = "https://desk.dev.itogate.invalid"
 	DevAudience           = "itogate"
 	DevDepositAudience    = "itogate-deposit"
+	DevRevokerIssuer      = "https://backend.dev.itogate.invalid/revoker"
+	DevRevokeAudience     = "itogate-revoke"
 )
 
 // Set holds one verifier per purpose.
 type Set struct {
-	Callers      *verify.TokenVerifier
-	Depositors   *verify.TokenVerifier
+	Callers    *verify.TokenVerifier
+	Depositors *verify.TokenVerifier
+	// Revokers is nil when trust.revokers is not configured.
+	Revokers     *verify.TokenVerifier
 	Entitlement  *verify.TokenVerifier
 	Confirmation *verify.TokenVerifier
 	Manifests    *verify.ManifestVerifier
@@ -43,6 +47,7 @@ func DevConfig() config.Trust {
 	return config.Trust{
 		Callers:      config.TokenTrust{Issuer: DevCallerIssuer, Audience: DevAudience},
 		Depositors:   config.TokenTrust{Issuer: DevDepositorIssuer, Audience: DevDepositAudience},
+		Revokers:     config.TokenTrust{Issuer: DevRevokerIssuer, Audience: DevRevokeAudience},
 		Entitlement:  config.TokenTrust{Issuer: DevEntitlementIssuer, Audience: DevAudience, Type: config.TypeEntitlement},
 		Confirmation: config.TokenTrust{Issuer: DevConfirmationIssuer, Audience: DevAudience, Type: config.TypeConfirmation},
 	}
@@ -51,7 +56,7 @@ func DevConfig() config.Trust {
 // yamlName is each purpose's key under trust: in the configuration, so
 // errors name what the operator wrote.
 var yamlName = map[verify.Purpose]string{
-	verify.PurposeCaller: "callers", verify.PurposeDepositor: "depositors",
+	verify.PurposeCaller: "callers", verify.PurposeDepositor: "depositors", verify.PurposeRevoker: "revokers",
 	verify.PurposeEntitlement: "entitlement", verify.PurposeConfirmation: "confirmation",
 }
 
@@ -72,6 +77,9 @@ func Dev() (*Set, error) {
 		return nil, err
 	}
 	if s.Depositors, err = build(verify.PurposeDepositor, cfg.Depositors, d.Depositor); err != nil {
+		return nil, err
+	}
+	if s.Revokers, err = build(verify.PurposeRevoker, cfg.Revokers, d.Revoker); err != nil {
 		return nil, err
 	}
 	if s.Entitlement, err = build(verify.PurposeEntitlement, cfg.Entitlement, d.Entitlement); err != nil {
@@ -129,6 +137,11 @@ func FromConfig(t config.Trust) (*Set, error) {
 	}
 	if s.Depositors, err = build(verify.PurposeDepositor, t.Depositors); err != nil {
 		return nil, err
+	}
+	if t.Revokers != (config.TokenTrust{}) {
+		if s.Revokers, err = build(verify.PurposeRevoker, t.Revokers); err != nil {
+			return nil, err
+		}
 	}
 	if s.Entitlement, err = build(verify.PurposeEntitlement, t.Entitlement); err != nil {
 		return nil, err

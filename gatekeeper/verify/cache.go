@@ -29,7 +29,7 @@ const (
 // for confirmation tokens, which are single-use, and anything else.
 func CacheEntriesFor(p Purpose) int {
 	switch p {
-	case PurposeCaller, PurposeDepositor, PurposeEntitlement:
+	case PurposeCaller, PurposeDepositor, PurposeRevoker, PurposeEntitlement:
 		return DefaultCacheEntries
 	}
 	return 0

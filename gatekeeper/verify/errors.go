@@ -17,6 +17,11 @@ const (
 	// PurposeDepositor is the confirmation authority's own bearer JWT when it
 	// deposits a confirmation (POST /v1/confirmations).
 	PurposeDepositor Purpose = "depositor"
+	// PurposeRevoker is the entitlement issuer's revocation identity: the
+	// bearer JWT that may revoke entitlements, bookings and caller keys
+	// (POST /v1/revocations). Its own key set, never a caller's or the
+	// confirmation authority's.
+	PurposeRevoker Purpose = "revoker"
 	// PurposeEntitlement is the entitlement token from the canonical backend.
 	PurposeEntitlement Purpose = "entitlement"
 	// PurposeConfirmation is the confirmation token from the confirmation
@@ -28,7 +33,7 @@ const (
 
 func (p Purpose) isToken() bool {
 	switch p {
-	case PurposeCaller, PurposeDepositor, PurposeEntitlement, PurposeConfirmation:
+	case PurposeCaller, PurposeDepositor, PurposeRevoker, PurposeEntitlement, PurposeConfirmation:
 		return true
 	}
 	return false

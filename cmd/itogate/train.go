@@ -17,34 +17,122 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/safefile"
 )
 
-// Exit codes of train and status: 0 allow/found, 2 denied (403/409), 3 not
-// found, 4 bad input or server error, 1 anything else.
+// Exit codes of train and status (README "Exit codes"):
+//
+//	0 allowed (train) or found (status)
+//	1 an unexpected internal error
+//	2 denied: 403 policy or ledger deny, 409 idempotency conflict
+//	3 not found (status): nothing was admitted under the key
+//	4 bad input: refused locally (nothing sent) or 400/413/415 from the server
+//	5 unavailable: 503, 408, a transport failure or the --timeout with no
+//	  definite answer — ask status with the same key, then retry
+//	6 unauthenticated: 401, the caller token is missing, invalid or expired
+//	7 revoked: CALLER_REVOKED, CONFIRMATION_REVOKED or ENTITLEMENT_REVOKED —
+//	  stop; no retry helps
 const (
-	exitDenied   = 2
-	exitNotFound = 3
-	exitFailed   = 4
+	exitDenied          = 2
+	exitNotFound        = 3
+	exitFailed          = 4 // bad input
+	exitUnavailable     = 5
+	exitUnauthenticated = 6
+	exitRevoked         = 7
 )
 
+// Codes of refusals the client makes itself; with --json they arrive in the
+// same envelope as the server's.
+const (
+	codeClientInput     = "CLIENT_INPUT_INVALID"
+	codeClientTransport = "CLIENT_TRANSPORT_FAILED"
+	codeClientTimeout   = "CLIENT_TIMEOUT"
+	codeClientResponse  = "CLIENT_RESPONSE_INVALID"
+)
+
+// revokedCodes end the client at once (exit 7): the credential will not
+// become valid by trying again.
+var revokedCodes = map[string]bool{
+	"CALLER_REVOKED": true, "CONFIRMATION_REVOKED": true, "ENTITLEMENT_REVOKED": true,
+}
+
 type connOptions struct {
-	server    string
-	tokenFile string
-	timeout   time.Duration
-	jsonOut   bool
+	server         string
+	tokenFile      string
+	timeout        time.Duration
+	connectTimeout time.Duration
+	jsonOut        bool
 }
 
 func (c *connOptions) bind(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&c.server, "server", envOr("ITOGATE_URL", "http://127.0.0.1:8443"), "itogate base URL ($ITOGATE_URL)")
 	cmd.Flags().StringVar(&c.tokenFile, "token-file", "", "file holding the caller bearer token (default $ITOGATE_TOKEN)")
-	cmd.Flags().DurationVar(&c.timeout, "timeout", 15*time.Second, "overall timeout per request")
-	cmd.Flags().BoolVar(&c.jsonOut, "json", false, "print the response envelope unchanged")
+	cmd.Flags().DurationVar(&c.timeout, "timeout", 30*time.Second,
+		"overall deadline of the command, every attempt and status lookup included (exit 5 when it passes)")
+	cmd.Flags().DurationVar(&c.connectTimeout, "connect-timeout", 3*time.Second, "bound on establishing one connection")
+	cmd.Flags().BoolVar(&c.jsonOut, "json", false,
+		"print the response envelope unchanged on stdout; local refusals and transport failures print one too")
+}
+
+func (c *connOptions) validate() error {
+	if c.timeout <= 0 || c.connectTimeout <= 0 {
+		return errors.New("--timeout and --connect-timeout must be positive")
+	}
+	if c.connectTimeout > c.timeout {
+		return errors.New("--connect-timeout must not exceed --timeout")
+	}
+	return nil
 }
 
 func (c *connOptions) client() (*client.Client, error) {
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
 	bearer, err := secret(c.tokenFile, "ITOGATE_TOKEN", "caller token")
 	if err != nil {
 		return nil, err
 	}
-	return client.New(client.Options{BaseURL: c.server, Bearer: bearer, Timeout: c.timeout})
+	return client.New(client.Options{BaseURL: c.server, Bearer: bearer, Timeout: c.timeout, ConnectTimeout: c.connectTimeout})
+}
+
+// withDeadline bounds the whole command by --timeout.
+func (c *connOptions) withDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return context.WithTimeout(ctx, c.timeout)
+}
+
+// localErr reports a refusal the client made itself: with --json an
+// envelope on stdout, else "itogate: CODE: message" on stderr.
+func (c *connOptions) localErr(stdout, stderr io.Writer, code, msg string, exit int) error {
+	if c.jsonOut {
+		env := map[string]any{"ok": false, "live_api_contacted": false, "notice": "",
+			"error": map[string]any{"code": code, "message": msg}}
+		b, _ := json.Marshal(env)
+		fmt.Fprintln(stdout, string(b))
+	} else {
+		fmt.Fprintf(stderr, "itogate: %s: %s\n", code, msg)
+	}
+	return exitError{exit}
+}
+
+// inputErr is localErr for bad input: the code of a typed file error
+// (safefile), else CLIENT_INPUT_INVALID.
+func (c *connOptions) inputErr(stdout, stderr io.Writer, err error) error {
+	code := codeClientInput
+	var fe *safefile.Error
+	if errors.As(err, &fe) && fe.Code != "" {
+		code = fe.Code
+	}
+	return c.localErr(stdout, stderr, code, err.Error(), exitFailed)
+}
+
+// transportErr is localErr for a request with no definite answer.
+func (c *connOptions) transportErr(ctx context.Context, stdout, stderr io.Writer, err error) error {
+	code := codeClientTransport
+	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+		code = codeClientTimeout
+	}
+	return c.localErr(stdout, stderr, code, err.Error()+
+		"; the outcome is unknown: ask itogate status with the same idempotency key before retrying", exitUnavailable)
 }
 
 type trainOptions struct {
@@ -73,7 +161,10 @@ bytes read are hashed and sent. After an ambiguous transport failure the client
 asks for the status of its idempotency key before retrying, so a lost response
 never creates a second run.
 
-Exit status: 0 allowed, 2 denied, 4 bad input or server unavailable, 1 other.`,
+Exit status: 0 allowed, 2 denied, 4 bad input, 5 unavailable or no definite
+answer (ask status first), 6 unauthenticated, 7 revoked credential (stop), 1
+other. With --json every outcome, local refusals included, is one envelope
+on stdout.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), stdout, stderr) },
 	}
@@ -95,6 +186,12 @@ Exit status: 0 allowed, 2 denied, 4 bad input or server unavailable, 1 other.`,
 }
 
 func (o *trainOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
+	usageErr := func(_ io.Writer, msg string) error {
+		return o.conn.localErr(stdout, stderr, codeClientInput, msg, exitFailed)
+	}
+	if err := o.conn.validate(); err != nil {
+		return usageErr(stderr, err.Error())
+	}
 	req := client.AdmissionRequest{
 		Action: o.action, BookingID: o.booking, IdempotencyKey: o.idempotencyKey,
 		ConfirmationRef: o.confirmationRef, RunID: o.runID, ReleasesBooking: o.releaseBooking,
@@ -105,7 +202,7 @@ func (o *trainOptions) run(ctx context.Context, stdout, stderr io.Writer) error 
 		}
 		data, digest, err := safefile.ReadManifest(o.manifestPath, manifest.MaxBytes)
 		if err != nil {
-			return usageErr(stderr, err.Error())
+			return o.conn.inputErr(stdout, stderr, err)
 		}
 		sigPath := o.signaturePath
 		if sigPath == "" {
@@ -127,15 +224,16 @@ func (o *trainOptions) run(ctx context.Context, stdout, stderr io.Writer) error 
 	if err != nil {
 		return usageErr(stderr, err.Error())
 	}
+	ctx, cancel := o.conn.withDeadline(ctx)
+	defer cancel()
 	resp, err := c.Admit(ctx, req)
 	if err != nil {
-		fmt.Fprintln(stderr, "itogate:", err)
-		return exitError{exitFailed}
+		return o.conn.transportErr(ctx, stdout, stderr, err)
 	}
 	if resp.Recovered {
 		fmt.Fprintln(stderr, "note: the first answer was lost; this is the stored admission for the idempotency key")
 	}
-	return render(stdout, resp, o.conn.jsonOut)
+	return render(stdout, stderr, resp, o.conn.jsonOut)
 }
 
 type statusOptions struct {
@@ -152,19 +250,21 @@ func newStatusCmd(stdout, stderr io.Writer) *cobra.Command {
 before retrying after an ambiguous failure: a stored allow is the answer.
 
 Exit status: 0 found, 3 not found (nothing was admitted under the key),
-4 bad input or server unavailable.`,
+4 bad input, 5 unavailable, 6 unauthenticated, 7 revoked credential, 1 other.
+With --json every outcome is one envelope on stdout.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := o.conn.client()
 			if err != nil {
-				return usageErr(stderr, err.Error())
+				return o.conn.localErr(stdout, stderr, codeClientInput, err.Error(), exitFailed)
 			}
-			resp, err := c.Status(cmd.Context(), o.key)
+			ctx, cancel := o.conn.withDeadline(cmd.Context())
+			defer cancel()
+			resp, err := c.Status(ctx, o.key)
 			if err != nil {
-				fmt.Fprintln(stderr, "itogate:", err)
-				return exitError{exitFailed}
+				return o.conn.transportErr(ctx, stdout, stderr, err)
 			}
-			return render(stdout, resp, o.conn.jsonOut)
+			return render(stdout, stderr, resp, o.conn.jsonOut)
 		},
 	}
 	o.conn.bind(cmd)
@@ -173,10 +273,23 @@ Exit status: 0 found, 3 not found (nothing was admitted under the key),
 	return cmd
 }
 
-// render prints the envelope (unchanged with --json) and maps the status to
-// the exit code.
-func render(w io.Writer, resp client.Response, raw bool) error {
+// render prints the envelope (unchanged with --json) and maps the status and
+// code to the exit code.
+func render(w, stderr io.Writer, resp client.Response, raw bool) error {
+	var probe struct {
+		Error *struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	isEnvelope := json.Unmarshal(resp.Body, &probe) == nil
 	if raw {
+		if !isEnvelope {
+			env, _ := json.Marshal(map[string]any{"ok": false, "live_api_contacted": false, "notice": "",
+				"error": map[string]any{"code": codeClientResponse,
+					"message": fmt.Sprintf("HTTP %d: the response is not an itogate envelope", resp.Status)}})
+			fmt.Fprintln(w, string(env))
+			return exitError{exitUnavailable}
+		}
 		_, _ = w.Write(resp.Body)
 	} else {
 		var env struct {
@@ -193,8 +306,8 @@ func render(w io.Writer, resp client.Response, raw bool) error {
 			} `json:"error"`
 		}
 		if err := json.Unmarshal(resp.Body, &env); err != nil {
-			fmt.Fprintf(w, "HTTP %d: response is not an itogate envelope\n", resp.Status)
-			return exitError{exitFailed}
+			fmt.Fprintf(stderr, "itogate: %s: HTTP %d: the response is not an itogate envelope\n", codeClientResponse, resp.Status)
+			return exitError{exitUnavailable}
 		}
 		switch {
 		case env.OK && env.Data != nil:
@@ -218,21 +331,32 @@ func render(w io.Writer, resp client.Response, raw bool) error {
 			fmt.Fprintf(w, "  note: %s\n", env.Notice)
 		}
 	}
-	switch {
-	case resp.Status == 200:
-		return nil
-	case resp.Status == 403 || resp.Status == 409:
-		return exitError{exitDenied}
-	case resp.Status == 404:
-		return exitError{exitNotFound}
-	default:
-		return exitError{exitFailed}
+	code := ""
+	if probe.Error != nil {
+		code = probe.Error.Code
 	}
+	return exitError{exitFor(resp.Status, code)}
 }
 
-func usageErr(w io.Writer, msg string) error {
-	fmt.Fprintln(w, "itogate:", msg)
-	return exitError{exitFailed}
+// exitFor maps an answer to the documented exit code (see the constants).
+func exitFor(status int, code string) int {
+	switch {
+	case revokedCodes[code]:
+		return exitRevoked
+	case status >= 200 && status < 300:
+		return 0
+	case status == 403 || status == 409:
+		return exitDenied
+	case status == 404:
+		return exitNotFound
+	case status == 401:
+		return exitUnauthenticated
+	case status == 400 || status == 413 || status == 415:
+		return exitFailed
+	case status == 408 || status == 429 || status >= 500:
+		return exitUnavailable
+	}
+	return 1
 }
 
 // secret reads a token from a file, else from an environment variable; never

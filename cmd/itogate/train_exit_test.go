@@ -1,0 +1,202 @@
+package main
+
+import (
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+// stub is an itogate stand-in answering every request with one status and
+// envelope, counting requests by method.
+type stub struct {
+	srv         *httptest.Server
+	posts, gets atomic.Int64
+}
+
+func newStub(t *testing.T, status int, code string) *stub {
+	t.Helper()
+	s := &stub{}
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			s.posts.Add(1)
+		} else {
+			s.gets.Add(1)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		if status == 200 {
+			_, _ = w.Write([]byte(`{"ok":true,"live_api_contacted":false,"notice":"stored admission","data":{"decision":"allow","action":"train.cancel","run_id":"run_x","state":"cancel_admitted","decision_id":"dec_1","gpus":0}}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{"ok":false,"live_api_contacted":false,"notice":"","error":{"code":"` + code + `","message":"m"}}`))
+	}))
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+// clientFiles writes a caller token and an entitlement token file.
+func exitClientFiles(t *testing.T) (tokenFile, entFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	tokenFile, entFile = filepath.Join(dir, "caller.jwt"), filepath.Join(dir, "ent.jwt")
+	for _, f := range []string{tokenFile, entFile} {
+		if err := os.WriteFile(f, []byte("a.b.c\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return tokenFile, entFile
+}
+
+func cancelArgs(url, tokenFile, entFile string, extra ...string) []string {
+	return append([]string{"train", "--server", url, "--token-file", tokenFile, "--entitlement-file", entFile,
+		"--action", "train.cancel", "--run-id", "run_x", "--booking", "bk_1",
+		"--confirmation-ref", "cfr_" + strings.Repeat("0", 32), "--idempotency-key", "k1"}, extra...)
+}
+
+func wantEnvelope(t *testing.T, stdout, code string) {
+	t.Helper()
+	var env struct {
+		OK    bool `json:"ok"`
+		Error *struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &env); err != nil || env.OK || env.Error == nil || env.Error.Code != code {
+		t.Fatalf("stdout %q is not the envelope of %s", stdout, code)
+	}
+}
+
+// TestTrainExitCodes: every kind of answer has its documented exit code;
+// with --json stdout is the envelope.
+func TestTrainExitCodes(t *testing.T) {
+	tok, ent := exitClientFiles(t)
+	for _, tc := range []struct {
+		status int
+		code   string
+		exit   int
+	}{
+		{200, "", 0},
+		{403, "CONFIRMATION_REPLAYED", exitDenied},
+		{409, "IDEMPOTENCY_KEY_CONFLICT", exitDenied},
+		{400, "REQUEST_INVALID", exitFailed},
+		{413, "REQUEST_TOO_LARGE", exitFailed},
+		{401, "CALLER_UNAUTHENTICATED", exitUnauthenticated},
+		{503, "LEDGER_UNAVAILABLE", exitUnavailable},
+		{408, "REQUEST_TIMEOUT", exitUnavailable},
+		{401, "CALLER_REVOKED", exitRevoked},
+		{403, "CONFIRMATION_REVOKED", exitRevoked},
+		{403, "ENTITLEMENT_REVOKED", exitRevoked},
+	} {
+		t.Run(tc.code, func(t *testing.T) {
+			s := newStub(t, tc.status, tc.code)
+			res := runCLI(t, cancelArgs(s.srv.URL, tok, ent, "--json")...)
+			if res.exit != tc.exit {
+				t.Fatalf("exit %d, want %d (stderr %q)", res.exit, tc.exit, res.stderr)
+			}
+			if tc.status != 200 {
+				wantEnvelope(t, res.stdout, tc.code)
+			}
+			// A definite answer is never retried, nor followed by a
+			// status lookup: one POST, no GET.
+			if s.posts.Load() != 1 || s.gets.Load() != 0 {
+				t.Fatalf("%d POSTs and %d GETs, want exactly one POST", s.posts.Load(), s.gets.Load())
+			}
+		})
+	}
+}
+
+// TestStatusExitCodes: status answers 0 found, 3 not found, 7 revoked.
+func TestStatusExitCodes(t *testing.T) {
+	tok, _ := exitClientFiles(t)
+	for _, tc := range []struct {
+		status int
+		code   string
+		exit   int
+	}{
+		{200, "", 0},
+		{404, "ADMISSION_NOT_FOUND", exitNotFound},
+		{401, "CALLER_REVOKED", exitRevoked},
+		{401, "CALLER_UNAUTHENTICATED", exitUnauthenticated},
+	} {
+		s := newStub(t, tc.status, tc.code)
+		res := runCLI(t, "status", "--server", s.srv.URL, "--token-file", tok, "--idempotency-key", "k1", "--json")
+		if res.exit != tc.exit || s.gets.Load() != 1 {
+			t.Fatalf("%s: exit %d after %d GETs, want %d after one", tc.code, res.exit, s.gets.Load(), tc.exit)
+		}
+	}
+}
+
+// TestClientLocalFailuresJSON: a refusal before anything is sent and a
+// server that cannot be reached both print one envelope on stdout with
+// --json, with their own codes and exit codes, and nothing on stdout
+// without it.
+func TestClientLocalFailuresJSON(t *testing.T) {
+	tok, ent := exitClientFiles(t)
+	s := newStub(t, 200, "")
+
+	res := runCLI(t, append(cancelArgs(s.srv.URL, tok, ent, "--json"), "--connect-timeout", "0s")...)
+	if res.exit != exitFailed || s.posts.Load() != 0 {
+		t.Fatalf("bad flag: exit %d, %d posts", res.exit, s.posts.Load())
+	}
+	wantEnvelope(t, res.stdout, codeClientInput)
+
+	res = runCLI(t, "train", "--server", s.srv.URL, "--token-file", tok, "--entitlement-file", ent,
+		"--booking", "bk_1", "--confirmation-ref", "cfr_"+strings.Repeat("0", 32), "--idempotency-key", "k1",
+		"--manifest", filepath.Join(t.TempDir(), "missing.json"), "--json")
+	if res.exit != exitFailed || s.posts.Load() != 0 {
+		t.Fatalf("missing manifest: exit %d, %d posts", res.exit, s.posts.Load())
+	}
+	var env map[string]any
+	if err := json.Unmarshal([]byte(res.stdout), &env); err != nil || env["ok"] != false {
+		t.Fatalf("missing manifest: stdout %q is not an envelope", res.stdout)
+	}
+
+	// Nothing listens: a transport failure, exit 5, the envelope on stdout.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + l.Addr().String()
+	l.Close()
+	res = runCLI(t, cancelArgs(dead, tok, ent, "--json", "--timeout", "5s")...)
+	if res.exit != exitUnavailable {
+		t.Fatalf("dead server: exit %d (%q %q)", res.exit, res.stdout, res.stderr)
+	}
+	var e struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(res.stdout), &e); err != nil ||
+		(e.Error.Code != codeClientTransport && e.Error.Code != codeClientTimeout) || !strings.Contains(e.Error.Message, "status") {
+		t.Fatalf("dead server: stdout %q", res.stdout)
+	}
+	res = runCLI(t, cancelArgs(dead, tok, ent, "--timeout", "5s")...)
+	if res.exit != exitUnavailable || res.stdout != "" || !strings.Contains(res.stderr, "CLIENT_") {
+		t.Fatalf("dead server without --json: exit %d stdout %q stderr %q", res.exit, res.stdout, res.stderr)
+	}
+}
+
+// TestClientOverallTimeout: a server that never answers is bounded by
+// --timeout: exit 5 CLIENT_TIMEOUT (no wall-clock assertion).
+func TestClientOverallTimeout(t *testing.T) {
+	tok, ent := exitClientFiles(t)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	res := runCLI(t, cancelArgs(srv.URL, tok, ent, "--json", "--timeout", "300ms", "--connect-timeout", "100ms")...)
+	if res.exit != exitUnavailable {
+		t.Fatalf("exit %d (%q)", res.exit, res.stdout)
+	}
+	wantEnvelope(t, res.stdout, codeClientTimeout)
+}

@@ -438,3 +438,32 @@ func TestSecondOpenNamesTheHolder(t *testing.T) {
 		t.Fatalf("second Open: %v\nwant it to say %q", err, want)
 	}
 }
+
+// TestCheckFindsOverbookedBooking: Check reports a booking whose live runs
+// held more GPUs than it booked (a state Commit never writes).
+func TestCheckFindsOverbookedBooking(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	at := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	err := s.db.Update(func(tx *bbolt.Tx) error {
+		for i, id := range []string{ledger.NewRunID(), ledger.NewRunID()} {
+			r := runRecord{RunID: id, Account: "acct_42", BookingID: "bk_over", GPUs: 8, BookedGPUs: 8,
+				AdmittedAt: at.Add(time.Duration(i) * time.Minute), LiveUntil: at.Add(time.Hour)}
+			if err := putJSON(tx.Bucket(bucketRunRecs), []byte(id), r); err != nil {
+				return err
+			}
+			if err := tx.Bucket(bucketBookingRuns).Put(joinKey("bk_over", id), nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Check(t.Context())
+	if !errors.Is(err, ledger.ErrInconsistent) || !strings.Contains(err.Error(), "booking bk_over: at run") ||
+		!strings.Contains(err.Error(), "16 GPUs were held, 8 booked") {
+		t.Fatalf("Check = %v, want the overbooked booking reported", err)
+	}
+}

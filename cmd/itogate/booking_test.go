@@ -164,3 +164,21 @@ func TestAllowEverythingBundleCannotSpend(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return sub != "" && strings.Contains(s, sub) }
+
+// TestEvalExplainsCapacity: itogate eval takes the booking's usage as input
+// and explains a capacity deny offline.
+func TestEvalExplainsCapacity(t *testing.T) {
+	m := filepath.Join("..", "..", "fixtures", "manifests", "llama3-8b.json")
+	if res := runCLI(t, "eval", "--manifest", m); res.exit != 0 {
+		t.Fatalf("eval on an empty booking: exit %d\n%s", res.exit, res.stdout)
+	}
+	res := runCLI(t, "eval", "--manifest", m, "--held-gpus", "8")
+	if res.exit != exitDenied || !strings.Contains(res.stdout, "BOOKING_CAPACITY_EXCEEDED") ||
+		!strings.Contains(res.stdout, "the booking's 64 GPUs cannot hold 64 more: 8 are held by live runs") {
+		t.Fatalf("eval with 8 GPUs held: exit %d\n%s", res.exit, res.stdout)
+	}
+	res = runCLI(t, "eval", "--manifest", m, "--released")
+	if res.exit != exitDenied || !strings.Contains(res.stdout, "BOOKING_RELEASED") {
+		t.Fatalf("eval on a released booking: exit %d\n%s", res.exit, res.stdout)
+	}
+}

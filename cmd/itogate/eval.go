@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -28,6 +29,8 @@ type evalOptions struct {
 	bundleDir        string
 	now              int64
 	jsonOut          bool
+	heldGPUs         int
+	released         bool
 }
 
 func newEvalCmd(stdout io.Writer) *cobra.Command {
@@ -38,7 +41,8 @@ func newEvalCmd(stdout io.Writer) *cobra.Command {
 		Long: `Evaluate the policy for a manifest without a server, a ledger or signatures:
 the manifest is schema-checked, signatures are ASSUMED verified, and the
 entitlement (unless --entitlement gives claims as JSON) is a completed booking
-matching the manifest's hardware at 2.49 USD per GPU-hour; the confirmation
+of exactly the manifest's hardware at 2.49 USD per GPU-hour, of which
+--held-gpus are held by other live runs (default none); the confirmation
 (unless --confirmation) binds the manifest digest with cost = budget ceiling.
 For reviewers and manifest authors: what would the gate say, and why.
 
@@ -53,6 +57,8 @@ Exit status: 0 allow, 2 deny (like "opa eval --fail-defined" users expect in CI)
 	f.StringVar(&o.bundleDir, "bundle-dir", "", "evaluate this bundle directory instead of the embedded one")
 	f.Int64Var(&o.now, "now", 0, "evaluation time, unix seconds (default: now)")
 	f.BoolVar(&o.jsonOut, "json", false, "print the decision as JSON")
+	f.IntVar(&o.heldGPUs, "held-gpus", 0, "GPUs the booking's live runs already hold (input.ledger.booking.held_gpus)")
+	f.BoolVar(&o.released, "released", false, "the booking was released (input.ledger.booking.released)")
 	_ = cmd.MarkFlagRequired("manifest")
 	return cmd
 }
@@ -70,7 +76,10 @@ func (o *evalOptions) run(ctx context.Context, w io.Writer) error {
 	if o.now != 0 {
 		now = time.Unix(o.now, 0)
 	}
-	ent := scenario.EntitlementClaims(doc, now)
+	if o.heldGPUs < 0 {
+		return errors.New("--held-gpus must not be negative")
+	}
+	ent := scenario.ExactEntitlementClaims(doc, now)
 	if o.entitlementFile != "" {
 		if ent, err = readClaims(o.entitlementFile); err != nil {
 			return err
@@ -83,6 +92,9 @@ func (o *evalOptions) run(ctx context.Context, w io.Writer) error {
 		}
 	}
 	input := scenario.OfflineInput(raw, doc, ent, conf, now)
+	input["ledger"].(map[string]any)["booking"] = map[string]any{
+		"held_gpus": o.heldGPUs, "live_runs": []any{}, "released": o.released,
+	}
 	bundle := policies.Bundle()
 	if o.bundleDir != "" {
 		bundle = os.DirFS(o.bundleDir)

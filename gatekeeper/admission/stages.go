@@ -467,11 +467,11 @@ func capacityMessage(ce *ledger.CapacityError) string {
 	for _, r := range ce.Runs {
 		runs = append(runs, fmt.Sprintf("%s (%d GPUs, live until %s)", r.RunID, r.GPUs, r.LiveUntil.UTC().Format(time.RFC3339)))
 	}
-	named := "none of this account's"
+	named := " (none of them this account's)"
 	if len(runs) > 0 {
-		named = strings.Join(runs, ", ")
+		named = ": " + strings.Join(runs, ", ")
 	}
-	return fmt.Sprintf("the booking's %d GPUs cannot hold %d more: %d are held by live runs: %s",
+	return fmt.Sprintf("the booking's %d GPUs cannot hold %d more: %d are held by live runs%s",
 		ce.BookedGPUs, ce.WantGPUs, ce.HeldGPUs, named)
 }
 

@@ -174,20 +174,31 @@ const BookingScale = 1000
 // 2.49 USD per GPU-hour, over a 30-day term that started an hour before
 // now, issued at now for five minutes.
 func EntitlementClaims(doc map[string]any, now time.Time) map[string]any {
+	return bookingClaims(doc, now, BookingScale)
+}
+
+// ExactEntitlementClaims are EntitlementClaims for a booking of exactly the
+// manifest's topology: what `itogate eval` assumes, so its booked_gpus is
+// the run's own world size.
+func ExactEntitlementClaims(doc map[string]any, now time.Time) map[string]any {
+	return bookingClaims(doc, now, 1)
+}
+
+func bookingClaims(doc map[string]any, now time.Time, scale int64) map[string]any {
 	hw, _ := doc["hardware"].(map[string]any)
 	n := now.Unix()
 	nodes := hw["nodes"]
 	switch v := nodes.(type) {
 	case float64:
-		nodes = v * BookingScale
+		nodes = v * float64(scale)
 	case json.Number:
 		if i, err := v.Int64(); err == nil {
-			nodes = i * BookingScale
+			nodes = i * scale
 		}
 	case int64:
-		nodes = v * BookingScale
+		nodes = v * scale
 	case int:
-		nodes = v * BookingScale
+		nodes = int64(v) * scale
 	}
 	return map[string]any{
 		"iss": trust.DevEntitlementIssuer, "aud": trust.DevAudience, "sub": Account,

@@ -49,16 +49,16 @@ deny contains v if {
 	_world_size <= _booked # a run larger than the booking is ENTITLEMENT_TOPOLOGY_MISMATCH
 	held_gpus + _world_size > _booked
 	v := lib.violation(rego.metadata.rule(), sprintf(
-		"the booking's %d GPUs cannot hold %d more: %d are held by live runs: %s",
+		"the booking's %d GPUs cannot hold %d more: %d are held by live runs%s",
 		[_booked, _world_size, held_gpus, _runs_text],
 	))
 }
 
-_runs_text := concat(", ", [sprintf("%s (%d GPUs)", [r.run_id, r.gpus]) | some r in _booking.live_runs]) if {
+_runs_text := concat("", [": ", concat(", ", [sprintf("%s (%d GPUs)", [r.run_id, r.gpus]) | some r in _booking.live_runs])]) if {
 	count(_booking.live_runs) > 0
 }
 
-_runs_text := "none of this account's" if count(_booking.live_runs) == 0
+_runs_text := " (none of them this account's)" if count(_booking.live_runs) == 0
 
 # METADATA
 # title: Booking released

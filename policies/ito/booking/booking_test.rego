@@ -47,7 +47,7 @@ test_capacity_message_names_own_runs if {
 test_capacity_message_without_own_runs if {
 	inp := json.patch(_base, [_usage(8, [], false)])
 	some v in booking.deny with input as inp
-	v.message == "the booking's 64 GPUs cannot hold 64 more: 8 are held by live runs: none of this account's"
+	v.message == "the booking's 64 GPUs cannot hold 64 more: 8 are held by live runs (none of them this account's)"
 }
 
 test_estimates if {

@@ -29,8 +29,7 @@ func (s *Store) commitOnce(ctx context.Context, a ledger.Admission) (ledger.Admi
 		return ledger.Admission{}, false, err
 	}
 	defer conn.Release()
-	// A handful of round trips, each far shorter than a statement's bound.
-	qctx, cancel := s.bound(ctx, 2)
+	qctx, cancel := s.bound(ctx, 1)
 	defer cancel()
 
 	if stored, replayed, done, err := s.precheck(qctx, conn, a); done || err != nil {
@@ -40,49 +39,137 @@ func (s *Store) commitOnce(ctx context.Context, a ledger.Admission) (ledger.Admi
 		return stored, replayed, err
 	}
 
-	tx, err := conn.Begin(qctx)
-	if err != nil {
+	// One round trip, one implicit transaction: the booking's lock, then
+	// the conditional write, whose snapshot is taken after the lock. The
+	// lock is held inside the server only, never across a round trip.
+	kinds, subjects := revocationArrays(a)
+	var liveUntil *time.Time
+	if !a.LiveUntil.IsZero() {
+		liveUntil = &a.LiveUntil
+	}
+	b := &pgx.Batch{}
+	b.Queue(s.q.lockBooking, bookingLockKey(s.opts.Schema, a.BookingID))
+	b.Queue(s.q.commit, a.Account, a.IdempotencyKey, a.RequestDigest, a.DecisionID, a.RunID,
+		a.Action, a.BookingID, a.ManifestDigest, a.ConfirmationRef, a.ConfirmationJTI, a.BundleRevision,
+		string(a.State), a.CreatedAt, a.EntitlementJTI, a.CallerKeyID, a.CostMicroUSD, a.GPUs, a.BookedGPUs, liveUntil,
+		kinds, subjects)
+	br := conn.SendBatch(qctx, b)
+	var tag pgconn.CommandTag
+	_, err = br.Exec()
+	if err == nil {
+		tag, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
+		// The server refused the batch: its implicit transaction rolled
+		// back, nothing was written.
+		switch {
+		case retryCode(pgErr.Code):
+			return ledger.Admission{}, false, &retryable{err: err}
+		case pgErr.Code == codeUniqueViolation &&
+			(pgErr.ConstraintName == "admissions_created_run_idx" || pgErr.ConstraintName == "runs_pkey"):
+			return ledger.Admission{}, false, fmt.Errorf("ledger: commit: run id already admitted: %w", ledger.ErrInvalid)
+		case pgErr.Code == codeUniqueViolation:
+			// The key was taken by a commit (on another booking) that
+			// committed meanwhile: the reads below name the outcome.
+		default:
+			return ledger.Admission{}, false, s.fault(ctx, "commit", err)
+		}
+	} else if err != nil {
 		if ctx.Err() == nil && pgconn.SafeToRetry(err) {
 			return ledger.Admission{}, false, &retryable{err: err}
 		}
-		return ledger.Admission{}, false, s.fault(ctx, "commit", err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-
-	stored, replayed, err := s.commitTx(qctx, tx, a)
-	if err != nil {
-		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
-			switch {
-			case retryCode(pgErr.Code):
-				return ledger.Admission{}, false, &retryable{err: err}
-			case pgErr.Code == codeUniqueViolation &&
-				(pgErr.ConstraintName == "admissions_created_run_idx" || pgErr.ConstraintName == "runs_pkey"):
-				return ledger.Admission{}, false, fmt.Errorf("ledger: commit: run id already admitted: %w", ledger.ErrInvalid)
-			case pgErr.Code == codeUniqueViolation:
-				// The key was taken by a commit on another booking that
-				// committed meanwhile: the next attempt reads it.
-				return ledger.Admission{}, false, &retryable{err: err}
-			}
-			return ledger.Admission{}, false, s.fault(ctx, "commit", err)
-		}
-		if isDomain(err) {
-			return ledger.Admission{}, false, err
-		}
-		return ledger.Admission{}, false, s.fault(ctx, "commit", err)
-	}
-	if replayed {
-		return stored, true, nil
-	}
-	if err := tx.Commit(qctx); err != nil {
-		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && retryCode(pgErr.Code) {
-			return ledger.Admission{}, false, &retryable{err: err}
-		}
+		// Sent, and then the connection, the client-side bound or ctx
+		// gave out: it may or may not have committed.
 		if cerr := ctx.Err(); cerr != nil {
 			err = fmt.Errorf("%w (%w)", err, cerr)
 		}
 		return ledger.Admission{}, false, fmt.Errorf("ledger: postgres: commit: outcome unknown: %w: %w", ledger.ErrUnavailable, err)
+	} else if tag.RowsAffected() == 1 {
+		return a, false, nil
 	}
-	return a, false, nil
+	return s.explain(qctx, ctx, conn, a)
+}
+
+// explain names why the commit statement wrote nothing, with lock-free
+// reads in one round trip, in Commit's documented order. Admissions are
+// never deleted, bindings never change, confirmation states only move
+// forward, and a capacity refusal is derived again from fresh reads; when
+// nothing explains it (GPUs were freed meanwhile), the commit runs again.
+func (s *Store) explain(qctx, ctx context.Context, conn *pgxpool.Conn, a ledger.Admission) (ledger.Admission, bool, error) {
+	kinds, subjects := revocationArrays(a)
+	b := &pgx.Batch{}
+	b.Queue(s.q.admission, a.Account, a.IdempotencyKey)
+	b.Queue(s.q.confirmation, a.ConfirmationRef)
+	b.Queue(s.q.revocations, kinds, subjects)
+	b.Queue(s.q.runRecord, a.RunID)
+	br := conn.SendBatch(qctx, b)
+	prev, perr := scanAdmission(br.QueryRow())
+	c, cerr := scanConfirmation(br.QueryRow())
+	var revs []ledger.Revocation
+	rows, rerr := br.Query()
+	if rerr == nil {
+		revs, rerr = pgx.CollectRows(rows, scanRevocationRow)
+	}
+	run, runErr := scanRun(br.QueryRow())
+	if err := br.Close(); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return ledger.Admission{}, false, s.fault(ctx, "commit", err)
+	}
+	switch {
+	case perr == nil && prev.RequestDigest == a.RequestDigest:
+		return prev, true, nil
+	case perr == nil:
+		return ledger.Admission{}, false, fmt.Errorf("ledger: commit: %w", ledger.ErrKeyConflict)
+	case !errors.Is(perr, pgx.ErrNoRows):
+		return ledger.Admission{}, false, s.fault(ctx, "commit", perr)
+	case errors.Is(cerr, pgx.ErrNoRows):
+		return ledger.Admission{}, false, fmt.Errorf("ledger: commit: confirmation: %w", ledger.ErrNotFound)
+	case cerr != nil:
+		return ledger.Admission{}, false, s.fault(ctx, "commit", cerr)
+	case rerr != nil:
+		return ledger.Admission{}, false, s.fault(ctx, "commit", rerr)
+	}
+	if err := ledger.CheckBindings(c, a); err != nil {
+		return ledger.Admission{}, false, err
+	}
+	want := map[[2]string]bool{}
+	for _, p := range ledger.RevocationSubjects(a) {
+		want[p] = true
+	}
+	for _, r := range revs {
+		if want[[2]string{string(r.Kind), r.Subject}] {
+			return ledger.Admission{}, false, &ledger.RevocationError{Revocation: r}
+		}
+	}
+	if err := confirmationOutcome(c, a); err != nil {
+		return ledger.Admission{}, false, err
+	}
+	switch a.Action {
+	case "train.create":
+		runs, released, err := s.bookingRuns(qctx, conn, a.BookingID, a.CreatedAt)
+		if err != nil {
+			return ledger.Admission{}, false, s.fault(ctx, "commit", err)
+		}
+		if err := ledger.CheckCapacity(runs, released, a); err != nil {
+			return ledger.Admission{}, false, err
+		}
+	case "train.cancel", "train.cleanup":
+		if runErr == nil && (run.BookingID != a.BookingID || run.Account != a.Account) {
+			return ledger.Admission{}, false, fmt.Errorf("ledger: commit: run of another booking or account: %w", ledger.ErrConfirmationMismatch)
+		}
+	}
+	return ledger.Admission{}, false, &retryable{err: errUnexplained}
+}
+
+func revocationArrays(a ledger.Admission) ([]string, []string) {
+	pairs := ledger.RevocationSubjects(a)
+	kinds, subjects := make([]string, len(pairs)), make([]string, len(pairs))
+	for i, p := range pairs {
+		kinds[i], subjects[i] = p[0], p[1]
+	}
+	return kinds, subjects
 }
 
 // isDomain reports whether err is a ledger outcome (nothing written), not a
@@ -105,17 +192,20 @@ func isDomain(err error) bool {
 // transaction can decide. Racing commits for one confirmation mostly end
 // here once it is consumed, instead of queueing for the booking's lock.
 func (s *Store) precheck(ctx context.Context, conn *pgxpool.Conn, a ledger.Admission) (stored ledger.Admission, replayed, done bool, err error) {
+	// The confirmation first: each read has its own snapshot, and a
+	// confirmation seen consumed guarantees its admission (same commit) is
+	// seen by the read after it — never "consumed" for our own key's winner.
 	b := &pgx.Batch{}
-	b.Queue(s.q.admission, a.Account, a.IdempotencyKey)
 	b.Queue(s.q.confirmation, a.ConfirmationRef)
+	b.Queue(s.q.admission, a.Account, a.IdempotencyKey)
 	br := conn.SendBatch(ctx, b)
 	defer func() {
 		if cerr := br.Close(); err == nil && cerr != nil && !errors.Is(cerr, pgx.ErrNoRows) {
 			err = cerr
 		}
 	}()
-	prev, perr := scanAdmission(br.QueryRow())
 	c, cerr := scanConfirmation(br.QueryRow())
+	prev, perr := scanAdmission(br.QueryRow())
 	if perr == nil {
 		if prev.RequestDigest == a.RequestDigest {
 			return prev, true, true, nil
@@ -151,119 +241,6 @@ func confirmationOutcome(c ledger.Confirmation, a ledger.Admission) error {
 		return fmt.Errorf("ledger: commit: %w", ledger.ErrConfirmationExpired)
 	}
 	return fmt.Errorf("confirmation record in unknown state %q", c.State)
-}
-
-// commitTx runs Commit's checks and writes inside tx (see Commit).
-func (s *Store) commitTx(ctx context.Context, tx pgx.Tx, a ledger.Admission) (ledger.Admission, bool, error) {
-	if _, err := tx.Exec(ctx, s.q.lockBooking, bookingLockKey(s.opts.Schema, a.BookingID)); err != nil {
-		return ledger.Admission{}, false, err
-	}
-	prev, err := scanAdmission(tx.QueryRow(ctx, s.q.admission, a.Account, a.IdempotencyKey))
-	switch {
-	case err == nil && prev.RequestDigest == a.RequestDigest:
-		return prev, true, nil
-	case err == nil:
-		return ledger.Admission{}, false, fmt.Errorf("ledger: commit: %w", ledger.ErrKeyConflict)
-	case !errors.Is(err, pgx.ErrNoRows):
-		return ledger.Admission{}, false, err
-	}
-
-	c, err := scanConfirmation(tx.QueryRow(ctx, s.q.confirmationForUpdate, a.ConfirmationRef))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return ledger.Admission{}, false, fmt.Errorf("ledger: commit: confirmation: %w", ledger.ErrNotFound)
-	} else if err != nil {
-		return ledger.Admission{}, false, err
-	}
-	if err := ledger.CheckBindings(c, a); err != nil {
-		return ledger.Admission{}, false, err
-	}
-	if err := s.checkRevocations(ctx, tx, a); err != nil {
-		return ledger.Admission{}, false, err
-	}
-	if err := confirmationOutcome(c, a); err != nil {
-		return ledger.Admission{}, false, err
-	}
-
-	at := a.CreatedAt
-	switch a.Action {
-	case "train.create":
-		runs, released, err := s.bookingRuns(ctx, tx, a.BookingID, at)
-		if err != nil {
-			return ledger.Admission{}, false, err
-		}
-		if err := ledger.CheckCapacity(runs, released, a); err != nil {
-			return ledger.Admission{}, false, err
-		}
-		_, err = tx.Exec(ctx, s.q.insertRun, a.RunID, a.Account, a.BookingID, a.ManifestDigest, a.GPUs, a.BookedGPUs,
-			at, a.LiveUntil)
-		if err != nil {
-			return ledger.Admission{}, false, err
-		}
-	case "train.cancel", "train.cleanup":
-		r, err := scanRun(tx.QueryRow(ctx, s.q.runRecord, a.RunID))
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			// The server checked the run exists; nothing is held.
-		case err != nil:
-			return ledger.Admission{}, false, err
-		case r.BookingID != a.BookingID || r.Account != a.Account:
-			return ledger.Admission{}, false, fmt.Errorf("ledger: commit: run of another booking or account: %w", ledger.ErrConfirmationMismatch)
-		default:
-			if _, err := tx.Exec(ctx, s.q.endRun, a.RunID, at, a.Action); err != nil {
-				return ledger.Admission{}, false, err
-			}
-		}
-	case "booking.release":
-		if _, err := tx.Exec(ctx, s.q.releaseBooking, a.BookingID, at, a.IdempotencyKey); err != nil {
-			return ledger.Admission{}, false, err
-		}
-		if _, err := tx.Exec(ctx, s.q.endBookingRuns, a.BookingID, at, a.Action); err != nil {
-			return ledger.Admission{}, false, err
-		}
-	}
-
-	tag, err := tx.Exec(ctx, s.q.consume, a.ConfirmationRef, a.IdempotencyKey, at)
-	if err != nil {
-		return ledger.Admission{}, false, err
-	}
-	if tag.RowsAffected() != 1 {
-		return ledger.Admission{}, false, &retryable{err: errUnexplained}
-	}
-	var liveUntil *time.Time
-	if !a.LiveUntil.IsZero() {
-		liveUntil = &a.LiveUntil
-	}
-	_, err = tx.Exec(ctx, s.q.insertAdmission, a.Account, a.IdempotencyKey, a.RequestDigest, a.DecisionID, a.RunID,
-		a.Action, a.BookingID, a.ManifestDigest, a.ConfirmationRef, a.ConfirmationJTI, a.BundleRevision,
-		string(a.State), at, a.EntitlementJTI, a.CallerKeyID, a.CostMicroUSD, a.GPUs, a.BookedGPUs, liveUntil)
-	if err != nil {
-		return ledger.Admission{}, false, err
-	}
-	return a, false, nil
-}
-
-func (s *Store) checkRevocations(ctx context.Context, tx pgx.Tx, a ledger.Admission) error {
-	pairs := ledger.RevocationSubjects(a)
-	kinds, subjects := make([]string, len(pairs)), make([]string, len(pairs))
-	want := map[[2]string]bool{}
-	for i, p := range pairs {
-		kinds[i], subjects[i] = p[0], p[1]
-		want[p] = true
-	}
-	rows, err := tx.Query(ctx, s.q.revocations, kinds, subjects)
-	if err != nil {
-		return err
-	}
-	revs, err := pgx.CollectRows(rows, scanRevocationRow)
-	if err != nil {
-		return err
-	}
-	for _, r := range revs {
-		if want[[2]string{string(r.Kind), r.Subject}] {
-			return &ledger.RevocationError{Revocation: r}
-		}
-	}
-	return nil
 }
 
 // bookingRuns returns the booking's runs not ended and not past live_until

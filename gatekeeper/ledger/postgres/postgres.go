@@ -210,7 +210,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 // queries are the statements, qualified with the schema once at Open
 // rather than relying on search_path.
 type queries struct {
-	deposit, confirmation, admission, run, sweep, version string
+	deposit, confirmation, admission, run, commit, sweep, version string
 	// The run's life and revocations (life.go).
 	lockBooking, confirmationForUpdate, revocations, bookingRuns, released, insertRun, runRecord,
 	endRun, releaseBooking, endBookingRuns, consume, insertAdmission, revoke, revoked, sweepRevocations string
@@ -233,11 +233,47 @@ func newQueries(schema string) queries {
 		deposit: r.Replace(`INSERT INTO {s}.confirmations (ref, jti, account, action, token, expires_at, deposited_at, state,
 				booking_id, manifest_digest, run_id, cost_micro_usd)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, 'available', $8, $9, $10, $11)`),
-		lockBooking:           `SELECT pg_advisory_xact_lock($1)`,
+		lockBooking: `SELECT pg_advisory_xact_lock($1)`,
+		// See Commit. $1..$19 are the admission's columns in {acols} order,
+		// $20/$21 the (kind, subject) pairs that must not be revoked.
+		commit: r.Replace(`WITH consumed AS (
+				UPDATE {s}.confirmations c SET state = 'consumed', consumed_by = $2, consumed_at = $13
+				WHERE c.ref = $9 AND c.state = 'available' AND c.account = $1 AND c.action = $6 AND c.jti = $10
+					AND c.booking_id = $7
+					AND ($6 <> 'train.create' OR c.manifest_digest = $8)
+					AND ($6 NOT IN ('train.cancel', 'train.cleanup') OR c.run_id = $5)
+					AND c.cost_micro_usd >= $16
+					AND NOT EXISTS (SELECT 1 FROM {s}.admissions WHERE account = $1 AND idempotency_key = $2)
+					AND NOT EXISTS (SELECT 1 FROM {s}.revocations r
+						JOIN unnest($20::text[], $21::text[]) AS x(kind, subject)
+						ON r.kind = x.kind AND r.subject = x.subject)
+					AND ($6 <> 'train.create' OR (
+						NOT EXISTS (SELECT 1 FROM {s}.bookings WHERE booking_id = $7 AND released_at <= $13)
+						AND (SELECT coalesce(sum(gpus), 0) FROM {s}.runs
+							WHERE booking_id = $7 AND admitted_at <= $13 AND live_until > $13
+								AND (ended_at IS NULL OR ended_at > $13)) + $17 <= $18))
+					AND ($6 NOT IN ('train.cancel', 'train.cleanup') OR NOT EXISTS (
+						SELECT 1 FROM {s}.runs WHERE run_id = $5 AND (account <> $1 OR booking_id <> $7)))
+				RETURNING c.ref),
+			created AS (
+				INSERT INTO {s}.runs ({rcols})
+				SELECT $5, $1, $7, $8, $17, $18, $13, $19, NULL, NULL FROM consumed WHERE $6 = 'train.create'),
+			ended AS (
+				UPDATE {s}.runs SET ended_at = $13, ended_by = $6
+				WHERE EXISTS (SELECT 1 FROM consumed) AND ended_at IS NULL AND admitted_at <= $13 AND live_until > $13
+					AND ((run_id = $5 AND $6 IN ('train.cancel', 'train.cleanup'))
+						OR (booking_id = $7 AND $6 = 'booking.release'))),
+			released AS (
+				INSERT INTO {s}.bookings (booking_id, released_at, released_by)
+				SELECT $7, $13, $2 FROM consumed WHERE $6 = 'booking.release'
+				ON CONFLICT (booking_id) DO NOTHING)
+			INSERT INTO {s}.admissions ({acols})
+			SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19 FROM consumed`),
 		confirmationForUpdate: r.Replace(`SELECT {ccols} FROM {s}.confirmations WHERE ref = $1 FOR UPDATE`),
 		revocations:           r.Replace(`SELECT {vcols} FROM {s}.revocations WHERE kind = ANY($1) AND subject = ANY($2)`),
 		bookingRuns: r.Replace(`SELECT {rcols} FROM {s}.runs
-			WHERE booking_id = $1 AND ended_at IS NULL AND live_until > $2 ORDER BY admitted_at, run_id`),
+			WHERE booking_id = $1 AND (ended_at IS NULL OR ended_at > $2) AND live_until > $2
+			ORDER BY admitted_at, run_id`),
 		released:  r.Replace(`SELECT released_at FROM {s}.bookings WHERE booking_id = $1`),
 		insertRun: r.Replace(`INSERT INTO {s}.runs ({rcols}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL)`),
 		runRecord: r.Replace(`SELECT {rcols} FROM {s}.runs WHERE run_id = $1`),
@@ -386,29 +422,37 @@ func deadConnection(ctx context.Context, err error) bool {
 
 // Commit implements ledger.Store.
 //
-// The write is one READ COMMITTED transaction (commitOnce, life.go):
+// The write is ONE round trip (commitOnce, life.go): a pipelined batch of
+// two statements in one implicit transaction —
 //
-//  1. a transaction-scoped advisory lock on the booking, so every commit on
-//     one booking — from any replica — runs one after another, and each
-//     statement after the lock sees what the one before it committed: the
-//     capacity sum can never be read stale;
-//  2. the key: a stored admission is a replay or ErrKeyConflict;
-//  3. the confirmation, locked FOR UPDATE: ErrNotFound, the bindings
-//     (ledger.CheckBindings), revocations, its state;
-//  4. for train.create the booking's live runs (ledger.CheckCapacity) and
-//     the new run; for cancel/cleanup the run ended; for booking.release
-//     the booking released and its runs ended;
-//  5. consume, insert the admission, COMMIT.
+//  1. a transaction-scoped advisory lock on the booking, so commits on one
+//     booking, from any replica, run one after another; the lock is held
+//     inside the server only, never across a round trip to this process;
+//  2. one statement, whose READ COMMITTED snapshot is taken after the lock:
+//     an UPDATE that consumes the confirmation only if it is available,
+//     its bindings match (ledger.CheckBindings), nothing it rests on is
+//     revoked, the key is unused and, for train.create, the booking's live
+//     runs leave room (ledger.CheckCapacity) and it is not released —
+//     feeding the INSERT of the admission and, in the same statement, the
+//     new run, the ended run, or the released booking and its ended runs.
 //
-// Any refusal rolls the transaction back, so nothing is written. A unique
-// violation on the admission key (another replica's commit under the same
-// key on another booking) or a serialization failure runs the transaction
-// again, which then reads what the other committed.
+// PostgreSQL applies a statement entirely or not at all. Racing commits for
+// one confirmation wait on its row lock and re-check the row; racing
+// creates on one booking wait on the booking's lock and then see what the
+// other committed. The INSERT has no ON CONFLICT clause: a concurrent
+// admission under the same key is a unique violation that rolls the whole
+// statement back.
 //
-// A ctx that ends before the transaction starts returns ctx.Err() with
-// nothing written; a fault before COMMIT writes nothing but is reported as
-// ledger.ErrUnavailable; one while COMMIT runs leaves the outcome unknown,
-// and the error wraps ledger.ErrUnavailable.
+// Before the batch, two lock-free reads (one round trip) answer what is
+// already final — a stored key, an unknown, mismatched, consumed or expired
+// confirmation — so losers of a race mostly never queue for the lock. When
+// the statement wrote nothing, lock-free reads say why, in the documented
+// order; capacity is derived again from fresh reads, and when nothing
+// explains the no-op (GPUs were freed meanwhile) the commit runs again.
+//
+// A ctx that ends before the batch is sent returns ctx.Err() with nothing
+// written; one that ends (or a connection that breaks) while it runs leaves
+// the outcome unknown, and the error wraps ledger.ErrUnavailable.
 func (s *Store) Commit(ctx context.Context, a ledger.Admission) (ledger.Admission, bool, error) {
 	if err := a.Validate(); err != nil {
 		return ledger.Admission{}, false, err

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -180,5 +182,94 @@ func TestEvalExplainsCapacity(t *testing.T) {
 	res = runCLI(t, "eval", "--manifest", m, "--released")
 	if res.exit != exitDenied || !strings.Contains(res.stdout, "BOOKING_RELEASED") {
 		t.Fatalf("eval on a released booking: exit %d\n%s", res.exit, res.stdout)
+	}
+}
+
+// TestCapacityRaceOverHTTP: 10 concurrent full-booking creates on one
+// booking, each with its own confirmation and key, through a real server:
+// exactly one allow, every other BOOKING_CAPACITY_EXCEEDED naming it. The
+// winner's GPUs are reported by status and counted in the aggregate
+// metrics, which carry no booking label.
+func TestCapacityRaceOverHTTP(t *testing.T) {
+	url, _ := startServe(t, &serveOptions{}, true)
+	r, err := scenario.New(url, fixtures.Manifests())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	m, err := r.LoadManifest("llama3-8b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest := manifest.Digest(m.Raw)
+	cost, _ := m.Doc["budget"].(map[string]any)["ceiling_usd"].(string)
+	hw := m.Doc["hardware"].(map[string]any)
+	ent, err := r.EntitlementFor(m, func(c map[string]any) { c["gpu"].(map[string]any)["nodes"] = hw["nodes"] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 10
+	reqs := make([]client.AdmissionRequest, n)
+	for i := range reqs {
+		ref, err := r.Confirm(ctx, "train.create", digest, cost, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		reqs[i] = client.AdmissionRequest{Action: "train.create", BookingID: scenario.Booking,
+			IdempotencyKey: "race-" + strconv.Itoa(i), Manifest: m.Raw, ManifestSignature: m.Signature,
+			EntitlementToken: ent, ConfirmationRef: ref}
+	}
+	type answer struct {
+		status int
+		body   string
+	}
+	answers := make([]answer, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range reqs {
+		wg.Go(func() {
+			<-start
+			answers[i].status, answers[i].body = r.Raw(ctx, reqs[i])
+		})
+	}
+	close(start)
+	wg.Wait()
+	winner := -1
+	for i, a := range answers {
+		if a.status == 200 {
+			if winner >= 0 {
+				t.Fatalf("two allows: %d and %d", winner, i)
+			}
+			winner = i
+		}
+	}
+	if winner < 0 {
+		t.Fatalf("no allow: %+v", answers)
+	}
+	var won struct {
+		Data struct {
+			RunID     string `json:"run_id"`
+			GPUs      int    `json:"gpus"`
+			LiveUntil int64  `json:"live_until"`
+		} `json:"data"`
+	}
+	_ = json.Unmarshal([]byte(answers[winner].body), &won)
+	for i, a := range answers {
+		if i != winner && (a.status != 403 || !strings.Contains(a.body, `"code":"BOOKING_CAPACITY_EXCEEDED"`) ||
+			!strings.Contains(a.body, won.Data.RunID)) {
+			t.Fatalf("loser %d: %d %s", i, a.status, a.body)
+		}
+	}
+	if won.Data.GPUs != 64 || won.Data.LiveUntil <= time.Now().Unix() {
+		t.Fatalf("allow data: %+v", won.Data)
+	}
+	st, body := r.Raw(ctx, reqs[winner]) // an exact retry: the stored allow, GPUs included
+	if st != 200 || !strings.Contains(body, `"gpus":64`) || !strings.Contains(body, won.Data.RunID) {
+		t.Fatalf("replay of the winner: %d %s", st, body)
+	}
+	_, metrics := get(t, url+"/metrics")
+	if !strings.Contains(metrics, `itogate_run_gpus_total{event="admitted"} 64`) ||
+		!strings.Contains(metrics, `itogate_booking_held_ratio_count 1`) || strings.Contains(metrics, scenario.Booking) {
+		t.Fatalf("metrics:\n%s", grepLines(metrics, "itogate_run_gpus_total")+grepLines(metrics, "itogate_booking_held_ratio"))
 	}
 }

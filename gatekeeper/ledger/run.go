@@ -48,10 +48,14 @@ type RunRecord struct {
 	EndedBy string
 }
 
-// Live reports whether the run holds its GPUs at now: admitted at or before
-// now, not ended by an admission at or before now, and now before LiveUntil.
+// Live reports whether the run holds its GPUs at now: not ended by an
+// admission at or before now, and now before LiveUntil. A stored run holds
+// from the moment it was committed: Live does not compare now with
+// AdmittedAt, so a decision whose time is a little behind the admitting
+// replica's clock (or an admission committed after a racing one that
+// decided later) still counts it.
 func (r RunRecord) Live(now time.Time) bool {
-	if now.Before(r.AdmittedAt) || !now.Before(r.LiveUntil) {
+	if !now.Before(r.LiveUntil) {
 		return false
 	}
 	return r.EndedAt.IsZero() || now.Before(r.EndedAt)
@@ -183,7 +187,8 @@ func CheckHeld(runs []RunRecord) []string {
 	for _, r := range runs {
 		held := 0
 		for _, o := range runs {
-			if o.Live(r.AdmittedAt) {
+			// Every overlapping pair is counted at the later admission.
+			if !o.AdmittedAt.After(r.AdmittedAt) && o.Live(r.AdmittedAt) {
 				held += o.GPUs
 			}
 		}

@@ -79,7 +79,9 @@ func testRunRecordLife(t *testing.T, f *fixture) {
 	if r != want {
 		t.Fatalf("RunRecord = %+v, want %+v", r, want)
 	}
-	f.wantRun(a.RunID, false, a.CreatedAt.Add(-time.Second))
+	// A decision time a little behind the admission (another replica's
+	// clock) still sees the stored run.
+	f.wantRun(a.RunID, true, a.CreatedAt.Add(-time.Second))
 	f.wantRun(a.RunID, false, a.LiveUntil)
 	f.wantHeld("bk_life", a.CreatedAt.Add(time.Hour), 16)
 	f.wantHeld("bk_life", a.LiveUntil, 0)
@@ -125,6 +127,14 @@ func testCapacity(t *testing.T, f *fixture) {
 	}
 	f.wantNothingFrom(over)
 	f.wantState(over.ConfirmationRef, ledger.ConfirmationAvailable, "")
+
+	// A create that decided before the stored runs were admitted (its
+	// decision time is earlier) still finds them holding their GPUs.
+	early := f.create("acct_42", "bk_cap", "early", 16, 64)
+	early.CreatedAt, early.LiveUntil = first.CreatedAt.Add(-time.Second), first.CreatedAt.Add(time.Hour)
+	_, _, err = f.s.Commit(f.ctx, early)
+	wantErr(t, "create that decided earlier", err, ledger.ErrCapacityExceeded)
+	f.wantNothingFrom(early)
 
 	// Exactly what is left fits.
 	fits := f.create("acct_42", "bk_cap", "fits", 8, 64)

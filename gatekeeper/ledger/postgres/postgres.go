@@ -250,7 +250,7 @@ func newQueries(schema string) queries {
 					AND ($6 <> 'train.create' OR (
 						NOT EXISTS (SELECT 1 FROM {s}.bookings WHERE booking_id = $7 AND released_at <= $13)
 						AND (SELECT coalesce(sum(gpus), 0) FROM {s}.runs
-							WHERE booking_id = $7 AND admitted_at <= $13 AND live_until > $13
+							WHERE booking_id = $7 AND live_until > $13
 								AND (ended_at IS NULL OR ended_at > $13)) + $17 <= $18))
 					AND ($6 NOT IN ('train.cancel', 'train.cleanup') OR NOT EXISTS (
 						SELECT 1 FROM {s}.runs WHERE run_id = $5 AND (account <> $1 OR booking_id <> $7)))
@@ -260,7 +260,7 @@ func newQueries(schema string) queries {
 				SELECT $5, $1, $7, $8, $17, $18, $13, $19, NULL, NULL FROM consumed WHERE $6 = 'train.create'),
 			ended AS (
 				UPDATE {s}.runs SET ended_at = $13, ended_by = $6
-				WHERE EXISTS (SELECT 1 FROM consumed) AND ended_at IS NULL AND admitted_at <= $13 AND live_until > $13
+				WHERE EXISTS (SELECT 1 FROM consumed) AND ended_at IS NULL AND live_until > $13
 					AND ((run_id = $5 AND $6 IN ('train.cancel', 'train.cleanup'))
 						OR (booking_id = $7 AND $6 = 'booking.release'))),
 			released AS (
@@ -278,11 +278,11 @@ func newQueries(schema string) queries {
 		insertRun: r.Replace(`INSERT INTO {s}.runs ({rcols}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL)`),
 		runRecord: r.Replace(`SELECT {rcols} FROM {s}.runs WHERE run_id = $1`),
 		endRun: r.Replace(`UPDATE {s}.runs SET ended_at = $2, ended_by = $3
-			WHERE run_id = $1 AND ended_at IS NULL AND admitted_at <= $2 AND live_until > $2`),
+			WHERE run_id = $1 AND ended_at IS NULL AND live_until > $2`),
 		releaseBooking: r.Replace(`INSERT INTO {s}.bookings (booking_id, released_at, released_by) VALUES ($1, $2, $3)
 			ON CONFLICT (booking_id) DO NOTHING`),
 		endBookingRuns: r.Replace(`UPDATE {s}.runs SET ended_at = $2, ended_by = $3
-			WHERE booking_id = $1 AND ended_at IS NULL AND admitted_at <= $2 AND live_until > $2`),
+			WHERE booking_id = $1 AND ended_at IS NULL AND live_until > $2`),
 		consume: r.Replace(`UPDATE {s}.confirmations SET state = 'consumed', consumed_by = $2, consumed_at = $3
 			WHERE ref = $1 AND state = 'available'`),
 		insertAdmission: r.Replace(`INSERT INTO {s}.admissions ({acols})

@@ -124,7 +124,9 @@ func CheckCapacity(runs []RunRecord, released time.Time, a Admission) error {
 	if a.Action != "train.create" {
 		return nil
 	}
-	if !released.IsZero() && !a.CreatedAt.Before(released) {
+	// A release stored before this commit wins whatever the decision
+	// times (the same rule as Live).
+	if !released.IsZero() {
 		return fmt.Errorf("ledger: commit: booking released at %s: %w", released.UTC().Format(time.RFC3339), ErrBookingReleased)
 	}
 	u := Usage(a.BookingID, runs, released, a.CreatedAt)

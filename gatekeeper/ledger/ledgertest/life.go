@@ -177,6 +177,12 @@ func testBookingRelease(t *testing.T, f *fixture) {
 	_, _, err = f.s.Commit(f.ctx, b)
 	wantErr(t, "create on a released booking", err, ledger.ErrBookingReleased)
 	f.wantNothingFrom(b)
+	// Also one that decided before the release was stored.
+	c := f.create("acct_42", "bk_rel", "decided-before", 8, 64)
+	c.CreatedAt, c.LiveUntil = at.Add(-time.Second), at.Add(time.Hour)
+	_, _, err = f.s.Commit(f.ctx, c)
+	wantErr(t, "create that decided before the release", err, ledger.ErrBookingReleased)
+	f.wantNothingFrom(c)
 }
 
 // testBindings: whatever the policy decided, a confirmation is consumed only

@@ -248,7 +248,7 @@ func newQueries(schema string) queries {
 						JOIN unnest($20::text[], $21::text[]) AS x(kind, subject)
 						ON r.kind = x.kind AND r.subject = x.subject)
 					AND ($6 <> 'train.create' OR (
-						NOT EXISTS (SELECT 1 FROM {s}.bookings WHERE booking_id = $7 AND released_at <= $13)
+						NOT EXISTS (SELECT 1 FROM {s}.bookings WHERE booking_id = $7)
 						AND (SELECT coalesce(sum(gpus), 0) FROM {s}.runs
 							WHERE booking_id = $7 AND live_until > $13
 								AND (ended_at IS NULL OR ended_at > $13)) + $17 <= $18))

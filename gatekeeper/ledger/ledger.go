@@ -1,5 +1,6 @@
-// Package ledger defines itogate's only state: deposited confirmations and
-// the admissions that consumed them (docs/architecture.md §3).
+// Package ledger defines itogate's only state: deposited confirmations, the
+// admissions that consumed them, the runs they created (run.go) and
+// revocations (revocation.go) (docs/architecture.md §3).
 //
 // The Store interface is what the server depends on; implementations live in
 // sub-packages (bolt, the embedded default for one process; postgres, for
@@ -14,7 +15,11 @@
 //   - the same (account, idempotency key) with the same request digest returns
 //     the stored admission and consumes nothing; with another digest it fails
 //     with ErrKeyConflict;
-//   - a jti or reference, once deposited, can never be deposited again.
+//   - a jti or reference, once deposited, can never be deposited again;
+//   - a confirmation is consumed only by the admission it binds
+//     (CheckBindings) and never while something it rests on is revoked;
+//   - a booking never holds more GPUs than it booked (CheckCapacity at
+//     commit, serialized per booking; CheckHeld in every Checker).
 //
 // A deny writes nothing to the ledger, so the server never calls Commit for
 // one.

@@ -17,6 +17,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/client"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
+	"github.com/itocompute/itogate/internal/patience"
 )
 
 // TestAllowEverythingBundleCannotSpend: a signed bundle whose decision
@@ -180,15 +181,17 @@ func TestEvalExplainsCapacity(t *testing.T) {
 	if err := os.WriteFile(m, raw, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if res := runCLI(t, "eval", "--manifest", m); res.exit != 0 {
+	// The race detector slows evaluation tenfold on a shared machine.
+	deadline := "--deadline=" + patience.Deadline.String()
+	if res := runCLI(t, "eval", "--manifest", m, deadline); res.exit != 0 {
 		t.Fatalf("eval on an empty booking: exit %d\n%s", res.exit, res.stdout)
 	}
-	res := runCLI(t, "eval", "--manifest", m, "--held-gpus", "8")
+	res := runCLI(t, "eval", "--manifest", m, "--held-gpus", "8", deadline)
 	if res.exit != exitDenied || !strings.Contains(res.stdout, "BOOKING_CAPACITY_EXCEEDED") ||
 		!strings.Contains(res.stdout, "the booking's 64 GPUs cannot hold 64 more: 8 are held by live runs") {
 		t.Fatalf("eval with 8 GPUs held: exit %d\n%s", res.exit, res.stdout)
 	}
-	res = runCLI(t, "eval", "--manifest", m, "--released")
+	res = runCLI(t, "eval", "--manifest", m, "--released", deadline)
 	if res.exit != exitDenied || !strings.Contains(res.stdout, "BOOKING_RELEASED") {
 		t.Fatalf("eval on a released booking: exit %d\n%s", res.exit, res.stdout)
 	}

@@ -31,6 +31,7 @@ type evalOptions struct {
 	jsonOut          bool
 	heldGPUs         int
 	released         bool
+	deadline         time.Duration
 }
 
 func newEvalCmd(stdout io.Writer) *cobra.Command {
@@ -59,6 +60,7 @@ Exit status: 0 allow, 2 deny (like "opa eval --fail-defined" users expect in CI)
 	f.BoolVar(&o.jsonOut, "json", false, "print the decision as JSON")
 	f.IntVar(&o.heldGPUs, "held-gpus", 0, "GPUs the booking's live runs already hold (input.ledger.booking.held_gpus)")
 	f.BoolVar(&o.released, "released", false, "the booking was released (input.ledger.booking.released)")
+	f.DurationVar(&o.deadline, "deadline", policy.DefaultDeadline, "bound on the evaluation (the server's policy.deadline default)")
 	_ = cmd.MarkFlagRequired("manifest")
 	return cmd
 }
@@ -99,7 +101,7 @@ func (o *evalOptions) run(ctx context.Context, w io.Writer) error {
 	if o.bundleDir != "" {
 		bundle = os.DirFS(o.bundleDir)
 	}
-	engine, err := policy.New(ctx, policy.Options{Bundle: bundle})
+	engine, err := policy.New(ctx, policy.Options{Bundle: bundle, Deadline: o.deadline})
 	if err != nil {
 		return err
 	}

@@ -355,6 +355,8 @@ func exitFor(status int, code string) int {
 		return exitFailed
 	case status == 408 || status == 429 || status >= 500:
 		return exitUnavailable
+	case status >= 400 && status < 500:
+		return exitFailed // any other refusal of the request itself
 	}
 	return 1
 }

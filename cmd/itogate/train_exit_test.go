@@ -200,3 +200,20 @@ func TestClientOverallTimeout(t *testing.T) {
 	}
 	wantEnvelope(t, res.stdout, codeClientTimeout)
 }
+
+// TestClientNonEnvelopeAnswer: an answer that is not an envelope (a proxy's
+// page, net/http's bare 431) is no definite answer: exit 5 and, with
+// --json, the client's own envelope on stdout.
+func TestClientNonEnvelopeAnswer(t *testing.T) {
+	tok, ent := exitClientFiles(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusRequestHeaderFieldsTooLarge)
+		_, _ = w.Write([]byte("431 Request Header Fields Too Large"))
+	}))
+	defer srv.Close()
+	res := runCLI(t, cancelArgs(srv.URL, tok, ent, "--json")...)
+	if res.exit != exitUnavailable {
+		t.Fatalf("exit %d (%q)", res.exit, res.stdout)
+	}
+	wantEnvelope(t, res.stdout, codeClientResponse)
+}

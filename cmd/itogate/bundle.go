@@ -2,6 +2,10 @@ package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rsa"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/itocompute/itogate/gatekeeper/bundle"
+	"github.com/itocompute/itogate/gatekeeper/verify"
 )
 
 func newBundleCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -63,7 +68,7 @@ anything fails.`,
 	f := cmd.Flags()
 	f.StringVar(&o.keyFile, "verification-key", "", "PEM public key of the signer (default: the development bundle key)")
 	f.StringVar(&o.keyID, "key-id", "", "key id the bundle was signed with (required with --verification-key)")
-	f.StringVar(&o.algorithm, "algorithm", "RS256", "signature algorithm of the key (RS256, PS256, ES256, EdDSA, ...)")
+	f.StringVar(&o.algorithm, "algorithm", "", "signature algorithm (RS256, PS256, ES256, EdDSA, ...; default: RS256 for an RSA key, ES256/ES384/ES512 for ECDSA, EdDSA for Ed25519)")
 	f.StringVar(&o.scope, "scope", "", "required signature scope")
 	f.DurationVar(&o.maxAge, "max-age", 0, "fail when the bundle was built longer ago than this")
 	f.BoolVar(&o.jsonOut, "json", false, "print JSON")
@@ -87,7 +92,13 @@ func (o *bundleInspectOptions) complete(args []string, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("verification key: %w", err)
 		}
-		o.keys = []bundle.Key{{ID: o.keyID, Algorithm: o.algorithm, PEM: pem}}
+		alg := o.algorithm
+		if alg == "" {
+			if alg, err = keyAlgorithm(pem); err != nil {
+				return fmt.Errorf("verification key: %w (or give --algorithm)", err)
+			}
+		}
+		o.keys = []bundle.Key{{ID: o.keyID, Algorithm: alg, PEM: pem}}
 	}
 	return nil
 }
@@ -137,4 +148,30 @@ func (o *bundleInspectOptions) run(ctx context.Context, w io.Writer) error {
 	fmt.Fprintf(w, "ok        %s\nrevision  %s\nbuilt_at  %s (%s ago)\nsigned by %s\ndigest    %s\nsize      %d bytes\nroots     %v\nmodules   %d\n",
 		o.path, b.Revision, b.BuiltAt.Format(time.RFC3339), age, b.KeyID, b.Digest, b.Size, roots, len(modules))
 	return nil
+}
+
+// keyAlgorithm is the usual JWS algorithm of a PEM public key, for
+// `bundle inspect` without --algorithm: RS256 (RSA; PS256 must be asked for),
+// ES256/ES384/ES512 by curve, EdDSA.
+func keyAlgorithm(pemBytes []byte) (string, error) {
+	pub, err := verify.LoadPublicKeyPEM(pemBytes)
+	if err != nil {
+		return "", err
+	}
+	switch k := pub.(type) {
+	case *rsa.PublicKey:
+		return "RS256", nil
+	case *ecdsa.PublicKey:
+		switch k.Curve {
+		case elliptic.P256():
+			return "ES256", nil
+		case elliptic.P384():
+			return "ES384", nil
+		case elliptic.P521():
+			return "ES512", nil
+		}
+	case ed25519.PublicKey:
+		return "EdDSA", nil
+	}
+	return "", fmt.Errorf("no signature algorithm for a %T key", pub)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"crypto"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -100,5 +101,34 @@ func TestTokenOwnKey(t *testing.T) {
 		if _, _, err := mint(tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("token %v: %v, want an error saying %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// TestKeyAlgorithm: `bundle inspect` without --algorithm follows the key, so
+// the ES256 key `itogate keygen` makes works as bundles/README shows it.
+func TestKeyAlgorithm(t *testing.T) {
+	ec, err := token.GenerateECDSA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ed, err := token.GenerateEd25519()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rsaKey, err := token.GenerateRSA(2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for want, k := range map[string]crypto.Signer{"ES256": ec, "EdDSA": ed, "RS256": rsaKey} {
+		pem, err := token.MarshalPublicKeyPEM(k.Public())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := keyAlgorithm(pem); err != nil || got != want {
+			t.Errorf("keyAlgorithm(%T) = %q, %v; want %s", k, got, err, want)
+		}
+	}
+	if _, err := keyAlgorithm([]byte("not a key")); err == nil {
+		t.Error("keyAlgorithm(garbage): want an error")
 	}
 }

@@ -246,3 +246,23 @@ test_ceiling_message_names_egress if {
 		"the run is estimated at 961.86 USD (compute 956.16 + storage 5.52 + egress 0.18), above the ceiling of 961.85 USD",
 	]
 }
+
+# The largest run the manifest schema accepts (100 000 nodes × 1 024 GPUs,
+# 8 760 h) at the dearest price a money string can hold: every amount is
+# exact integer arithmetic (Python: -(-102400000 * 876000 * 999999999999999999 // 100)),
+# and the run is denied as over the ceiling, not failed.
+test_money_exact_at_the_schema_limits if {
+	inp := json.patch(_base, [
+		_set("/manifest/hardware/nodes", 100000),
+		_set("/manifest/hardware/gpus_per_node", 1024),
+		_set("/manifest/budget/max_wall_clock_hours", 8760),
+		_set("/manifest/budget/ceiling_usd", "999999999999.999999"),
+		_set("/manifest/budget/max_incremental_usd", "999999999999.999999"),
+		_set("/entitlement/price_per_gpu_hour_usd", "999999999999.999999"),
+	])
+	budget.compute_micro_usd == 897023999999999999102976000000 with input as inp
+	est := budget.estimates with input as inp
+	est.gpu_hours == "897024000000.00"
+	est.compute_cost_usd == "897023999999999999102976.00"
+	{v.code | some v in budget.deny with input as inp} == {"BUDGET_CEILING_EXCEEDED", "BUDGET_INCREMENTAL_EXCEEDED"}
+}

@@ -91,8 +91,47 @@ centi(x) := scaled(sprintf("%v", [x]), 2) if is_number(x)
 
 # METADATA
 # title: Ceiling division
-# description: ceil(a / b) for integers a >= 0, b > 0, computed exactly.
-ceil_div(a, b) := (n - (n % b)) / b if n := (a + b) - 1
+# description: ceil(a / b) for integers a >= 0, b > 0, exact at any size (see div_floor).
+ceil_div(a, b) := div_floor((a + b) - 1, b)
+
+# METADATA
+# title: Integer division, rounded down
+# description: >-
+#   floor(a / b) for integers a >= 0, b > 0, exact at any size. Rego's `+`,
+#   `-`, `*` and `%` are exact on integers of any size, but `/` outside the
+#   int32 range computes a float with a 64-bit mantissa: exact for a dividend
+#   below 2^63 that b divides (a - a % b), only an estimate above. There the
+#   estimate is corrected twice by the exact remainder it leaves (each step
+#   shrinks the error by ~2^62, so quotients up to ~2^120 come out exact) and
+#   checked: the result is undefined rather than wrong, and a cost that cannot
+#   be computed is denied (BUDGET_ESTIMATE_UNAVAILABLE).
+div_floor(a, b) := (a - (a % b)) / b if a < 9223372036854775808
+
+div_floor(a, b) := q if {
+	a >= 9223372036854775808
+	q := _div_checked(a, b, _div_refine(a, b, _div_refine(a, b, floor(a / b))))
+}
+
+# q plus the float estimate of what the exact remainder a - q×b still holds
+_div_refine(a, b, q) := q + floor((a - (q * b)) / b)
+
+# q when 0 <= a - q×b < b; one off either way is corrected, further is undefined
+_div_checked(a, b, q) := q + _div_step(a - (q * b), b)
+
+_div_step(r, b) := 0 if {
+	r >= 0
+	r < b
+}
+
+_div_step(r, b) := -1 if {
+	r < 0
+	r >= 0 - b
+}
+
+_div_step(r, b) := 1 if {
+	r >= b
+	r < 2 * b
+}
 
 # METADATA
 # title: Micro-USD rounded up to the cent
@@ -107,7 +146,7 @@ usd(micro) := centi_string(ceil_div(micro, 10000))
 # METADATA
 # title: Centi-units to decimal string
 # description: 650 -> "6.50".
-centi_string(c) := sprintf("%d.%02d", [(c - r) / 100, r]) if r := c % 100
+centi_string(c) := sprintf("%d.%02d", [div_floor(c, 100), c % 100])
 
 # METADATA
 # title: Round to 2 decimals

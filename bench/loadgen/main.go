@@ -56,7 +56,15 @@ func main() {
 	flag.IntVar(&o.pool, "pool", 0, "itogate: manifests signed and confirmations deposited before the timed phase (default: enough for the phase; the deny path cycles through them)")
 	flag.StringVar(&o.label, "label", "", "row label")
 	freePort := flag.Bool("free-port", false, "print a free loopback TCP port and exit")
+	writeInput := flag.String("write-input", "", "print the policy input itogate builds for this fixture (e.g. llama3-8b) at the benchmarks' fixed time and exit (for opa eval / opa bench)")
 	flag.Parse()
+	if *writeInput != "" {
+		if err := printInput(*writeInput); err != nil {
+			fmt.Fprintln(os.Stderr, "loadgen:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *freePort {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -362,6 +370,20 @@ func variant(raw []byte, i int) []byte {
 	out = append(out, raw[:end]...)
 	out = append(out, fmt.Sprintf("-r%06d", i)...)
 	return append(out, raw[end:]...)
+}
+
+// printInput writes the input of gatekeeper/policy's BenchmarkDecide for a
+// fixture (evaluated at 2025-11-29T08:00:00Z, as there) to stdout.
+func printInput(name string) error {
+	raw, err := fs(name)
+	if err != nil {
+		return err
+	}
+	doc, err := manifest.Parse(raw)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(os.Stdout).Encode(policyInput(raw, doc, time.Unix(1764403200, 0)))
 }
 
 // policyInput is the document itogate builds for the same request.

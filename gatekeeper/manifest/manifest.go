@@ -33,6 +33,12 @@ const (
 	CodeTooLarge      = "MANIFEST_TOO_LARGE"
 	CodeMalformed     = "MANIFEST_MALFORMED"
 	CodeSchemaInvalid = "MANIFEST_SCHEMA_INVALID"
+	// CodeLimitExceeded: a list or a string is longer than the schema's
+	// maxItems or maxLength (datasets, eval gates, URIs, names). The bounds
+	// keep every manifest the schema accepts decidable well within the
+	// policy deadline (docs/performance.md); the same manifest never passes
+	// on a retry.
+	CodeLimitExceeded = "MANIFEST_LIMIT_EXCEEDED"
 )
 
 // Error is a manifest that cannot be used. Message names JSON paths and schema
@@ -94,11 +100,33 @@ func Parse(raw []byte) (map[string]any, error) {
 	if err := sch.Validate(any(doc)); err != nil {
 		var ve *jsonschema.ValidationError
 		if errors.As(err, &ve) {
-			return nil, &Error{Code: CodeSchemaInvalid, Message: describe(ve), Err: err}
+			code := CodeSchemaInvalid
+			if exceedsLimit(ve) {
+				code = CodeLimitExceeded
+			}
+			return nil, &Error{Code: code, Message: describe(ve), Err: err}
 		}
 		return nil, &Error{Code: CodeSchemaInvalid, Message: "does not match the schema", Err: err}
 	}
 	return doc, nil
+}
+
+// exceedsLimit reports whether a leaf failure is a size bound: maxItems,
+// maxLength or maxProperties.
+func exceedsLimit(ve *jsonschema.ValidationError) bool {
+	if len(ve.Causes) == 0 {
+		switch ve.ErrorKind.(type) {
+		case *kind.MaxItems, *kind.MaxLength, *kind.MaxProperties:
+			return true
+		}
+		return false
+	}
+	for _, c := range ve.Causes {
+		if exceedsLimit(c) {
+			return true
+		}
+	}
+	return false
 }
 
 // describe lists up to five leaf failures as "<json pointer>: <keyword>".

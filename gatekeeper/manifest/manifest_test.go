@@ -63,6 +63,16 @@ func TestParseRejects(t *testing.T) {
 		{"duplicate key", append([]byte(`{"schema":"ito.training/v1","schema":"x",`), good[1:]...), CodeMalformed, "duplicate key"},
 		{"not json", []byte("schema: ito.training/v1"), CodeMalformed, "syntax error"},
 		{"too large", bytes.Repeat([]byte(" "), MaxBytes+1), CodeTooLarge, "larger than"},
+		{"too many datasets", edit(func(m map[string]any) {
+			d := m["data"].([]any)
+			for len(d) <= 64 {
+				d = append(d, d[0])
+			}
+			m["data"] = d
+		}), CodeLimitExceeded, `/data: fails "maxItems"`},
+		{"dataset uri too long", edit(func(m map[string]any) {
+			m["data"].([]any)[0].(map[string]any)["uri"] = "s3://b/" + strings.Repeat("x", 512)
+		}), CodeLimitExceeded, `/data/0/uri: fails "maxLength"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

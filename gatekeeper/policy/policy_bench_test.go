@@ -4,6 +4,7 @@ package policy_test
 
 import (
 	"context"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -16,14 +17,16 @@ import (
 // evaluation (cpu-ns/op, garbage collection on the other core included),
 // which other processes on a shared machine do not inflate. It is the
 // "OPA eval" term of the per-request CPU target in docs/performance.md.
+// limits-allow and limits-deny are the manifests at the schema's limits
+// (limits_test.go): their cost against llama3-8b's is the size bound.
 func BenchmarkDecideCPU(b *testing.B) {
-	for _, name := range []string{"llama3-8b", "llama2-70b-v100-fsdp"} {
+	for _, name := range append([]string{"llama3-8b", "llama2-70b-v100-fsdp"}, limitsKinds...) {
 		b.Run(name, func(b *testing.B) {
 			e, err := policy.New(context.Background(), policy.Options{Bundle: policies.Bundle(), Deadline: time.Minute})
 			if err != nil {
 				b.Fatal(err)
 			}
-			in := input(b, name)
+			in := benchInput(b, name)
 			b.ReportAllocs()
 			cpu0 := processCPU(b)
 			for b.Loop() {
@@ -42,4 +45,11 @@ func processCPU(b *testing.B) int64 {
 		b.Fatal(err)
 	}
 	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+func benchInput(b *testing.B, name string) map[string]any {
+	if strings.HasPrefix(name, "limits-") {
+		return limitsInput(b, name)
+	}
+	return input(b, name)
 }

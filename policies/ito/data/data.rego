@@ -190,29 +190,49 @@ _credentials_by_path[path] := kinds if {
 	kinds := {k | some f in _credential_findings; f.path == path; k := f.kind}
 }
 
+# The credential kinds of each distinct manifest string (value or key) that
+# matches a pattern, and the keys that name a secret: one regex pass per
+# distinct string. The scan with paths below walks the manifest only when one
+# of them is not empty, and then looks each node up here instead of matching
+# it again, so its cost does not grow with the manifest's size otherwise.
+_credential_strings[s] := kinds if {
+	_may_hold_credential
+	some s in (_manifest_values | _manifest_keys)
+	kinds := lib.credential_kinds(s)
+	count(kinds) > 0
+}
+
+_secret_named_keys contains k if {
+	_may_hold_credential
+	some k in _manifest_keys
+	regex.match(_cfg.credentials.secret_key_pattern, k)
+}
+
+_must_locate if count(_credential_strings) > 0
+
+_must_locate if count(_secret_named_keys) > 0
+
 # a string value that matches a credential pattern
 _credential_findings contains {"path": _pointer(path), "kind": kind} if {
-	_may_hold_credential
+	_must_locate
 	walk(_m, [path, value])
-	some kind in lib.credential_kinds(value)
+	some kind in _credential_strings[value]
 }
 
 # an object key that itself matches a credential pattern (its segment is withheld in the path)
 _credential_findings contains {"path": _pointer(path), "kind": kind} if {
-	_may_hold_credential
+	_must_locate
 	walk(_m, [path, _])
 	count(path) > 0
-	some kind in lib.credential_kinds(path[count(path) - 1])
+	some kind in _credential_strings[path[count(path) - 1]]
 }
 
 # a secret-named field (password, token, api_key, ...) with a non-empty value
 _credential_findings contains {"path": _pointer(path), "kind": "secret-named field"} if {
-	_may_hold_credential
+	count(_secret_named_keys) > 0
 	walk(_m, [path, value])
 	count(path) > 0
-	key := path[count(path) - 1]
-	is_string(key)
-	regex.match(_cfg.credentials.secret_key_pattern, key)
+	path[count(path) - 1] in _secret_named_keys
 	not value in {"", null, false, {}, []}
 }
 

@@ -6,7 +6,7 @@ OPA   := $(GO) tool opa
 BIN   := bin/itogate
 COVERAGE_THRESHOLD ?= 90
 
-.PHONY: run build test test-go test-vet test-go-only test-policy fmt-check demo clean codes bundle fuzz bench soak
+.PHONY: run build test test-go test-vet test-go-only test-policy fmt-check demo clean codes bundle fuzz bench soak compare identical
 
 LISTEN   ?= 127.0.0.1:8443
 DATA_DIR ?= ./data
@@ -93,6 +93,18 @@ fuzz:
 ##   BENCH_DURATION=10s BENCH_RATE=200 BENCH_HIGH_RATE=1000 BENCH_WORKERS=16 BENCH_BENCHTIME=1s BENCH_PROFILE_N=1500
 bench:
 	bench/run.sh
+
+## compare: policy evaluation cost of BASELINE (default 814edfb) vs HEAD and vs OPA on the same bundle,
+##   one interleaved run → bench/out/compare-<UTC time>/summary.md (also the last part of `make bench`)
+##   make compare BASELINE=<commit> COMPARE_ROUNDS=5 COMPARE_BENCHTIME=200x
+BASELINE ?= 814edfb
+compare:
+	bench/compare.sh $(BASELINE) HEAD
+
+## identical: decisions of HEAD's policy vs BASELINE's on every fixture and 4000 seeded mutations
+##   (ITOGATE_BASELINE_MUTATIONS=n); any difference but exact-money corrections fails
+identical:
+	bench/identical.sh $(BASELINE)
 
 ## soak: resident memory of itogate serve over many allowed admissions → bench/out/soak-<UTC time>/summary.md
 ##   SOAK_ADMISSIONS=100000 (1000000 for the issue's figure) SOAK_CHUNK=20000 SOAK_WORKERS=16

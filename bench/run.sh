@@ -13,6 +13,8 @@
 #   BENCH_BENCHTIME=1s   go test -benchtime for the stage benchmarks
 #   BENCH_PROFILE_N=1500 admissions in the profiled BenchmarkAdmitAllow
 #   ITOGATE_SERVE_FLAGS= extra `itogate serve` flags (e.g. "--policy-deadline 2s")
+#   BENCH_BASELINE=814edfb the commit bench/compare.sh measures HEAD against
+#                        (COMPARE_ROUNDS, COMPARE_BENCHTIME: see bench/compare.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -169,5 +171,12 @@ say "Deny:"
 say '```'
 bench/buckets.sh "$OUT/server.test" "$OUT/admit-deny.cpu.pprof" 2>/dev/null | tee -a "$SUM" || true
 say '```'
+say "## Policy cost: ${BENCH_BASELINE:-814edfb} vs HEAD and OPA, same run (bench/compare.sh)"
+say
+if bench/compare.sh "${BENCH_BASELINE:-814edfb}" HEAD > "$OUT/compare.md"; then
+  tee -a "$SUM" < "$OUT/compare.md"
+else
+  say "bench/compare.sh failed: see its output above"
+fi
 say "$(load) at end"
 echo "bench: report in $SUM" >&2

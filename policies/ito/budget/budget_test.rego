@@ -264,5 +264,5 @@ test_money_exact_at_the_schema_limits if {
 	est := budget.estimates with input as inp
 	est.gpu_hours == "897024000000.00"
 	est.compute_cost_usd == "897023999999999999102976.00"
-	{v.code | some v in budget.deny with input as inp} == {"BUDGET_CEILING_EXCEEDED", "BUDGET_INCREMENTAL_EXCEEDED"}
+	{v.code | some v in budget.deny with input as inp} == {"BUDGET_CEILING_EXCEEDED", "BUDGET_INCREMENTAL_EXCEEDED", "BUDGET_RUN_PAST_TERM"}
 }

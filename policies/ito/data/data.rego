@@ -214,6 +214,7 @@ _must_locate if count(_secret_named_keys) > 0
 
 # a string value that matches a credential pattern
 _credential_findings contains {"path": _pointer(path), "kind": kind} if {
+	_may_hold_credential
 	_must_locate
 	walk(_m, [path, value])
 	some kind in _credential_strings[value]
@@ -221,6 +222,7 @@ _credential_findings contains {"path": _pointer(path), "kind": kind} if {
 
 # an object key that itself matches a credential pattern (its segment is withheld in the path)
 _credential_findings contains {"path": _pointer(path), "kind": kind} if {
+	_may_hold_credential
 	_must_locate
 	walk(_m, [path, _])
 	count(path) > 0
@@ -229,6 +231,7 @@ _credential_findings contains {"path": _pointer(path), "kind": kind} if {
 
 # a secret-named field (password, token, api_key, ...) with a non-empty value
 _credential_findings contains {"path": _pointer(path), "kind": "secret-named field"} if {
+	_may_hold_credential
 	count(_secret_named_keys) > 0
 	walk(_m, [path, value])
 	count(path) > 0

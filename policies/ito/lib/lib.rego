@@ -92,7 +92,10 @@ centi(x) := scaled(sprintf("%v", [x]), 2) if is_number(x)
 # METADATA
 # title: Ceiling division
 # description: ceil(a / b) for integers a >= 0, b > 0, exact at any size (see div_floor).
-ceil_div(a, b) := div_floor((a + b) - 1, b)
+ceil_div(a, b) := (n - (n % b)) / b if {
+	n := (a + b) - 1
+	n < 9223372036854775808
+} else := div_floor((a + b) - 1, b)
 
 # METADATA
 # title: Integer division, rounded down
@@ -146,7 +149,10 @@ usd(micro) := centi_string(ceil_div(micro, 10000))
 # METADATA
 # title: Centi-units to decimal string
 # description: 650 -> "6.50".
-centi_string(c) := sprintf("%d.%02d", [div_floor(c, 100), c % 100])
+centi_string(c) := sprintf("%d.%02d", [(c - r) / 100, r]) if {
+	c < 9223372036854775808
+	r := c % 100
+} else := sprintf("%d.%02d", [div_floor(c, 100), c % 100])
 
 # METADATA
 # title: Round to 2 decimals

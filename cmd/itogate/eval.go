@@ -157,6 +157,7 @@ var layoutRows = []struct{ label, estimate, manifest, fix string }{
 	{"virtual stages", "virtual_stages", "", "virtual_stages"},
 	{"context", "cp", "", "context"},
 	{"expert", "ep", "", "expert"},
+	{"expert tensor", "etp", "", "expert_tensor"},
 	{"micro batch", "", "objective.micro_batch_size", "micro_batch_size"},
 	{"zero stage", "", "parallelism.zero_stage", "zero_stage"},
 	{"checkpointing", "", "parallelism.activation_checkpointing", "activation_checkpointing"},

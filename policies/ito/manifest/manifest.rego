@@ -130,6 +130,7 @@ _optional_counts := [
 	["parallelism", "data"],
 	["parallelism", "context"],
 	["parallelism", "expert"],
+	["parallelism", "expert_tensor"],
 	["parallelism", "virtual_stages"],
 ]
 

@@ -17,12 +17,15 @@
 #   manifest.
 #
 #   W = nodes × gpus_per_node; dp = W / (tp·pp·cp); m = gbs / (mbs·dp).
-#   Model-state bytes per parameter over the sharding group N = dp·cp:
+#   Model-state bytes per parameter over a sharding group of N ranks:
 #   DDP 16, ZeRO-1 4 + 12/N, ZeRO-2 2 + 14/N, ZeRO-3/FSDP 16/N (priced as
-#   ZeRO-1 when pp > 1; parallelism.bytes_per_param overrides). Per-GPU
-#   parameters P_loc = (P − P_exp)/(tp·pp) + P_exp/(ep·pp). GPU memory is
-#   vendor decimal GB (1e9 bytes). Missing optional degrees (cp, ep, v) are 1;
-#   a missing zero_stage is priced as DDP (the most memory).
+#   ZeRO-1 when pp > 1; parallelism.bytes_per_param overrides). Dense and
+#   expert parameters shard over different groups: dense
+#   (P − P_exp)/(tp·pp) per GPU over N = dp·cp, experts P_exp/(ep·etp·pp)
+#   per GPU over the expert-data-parallel group edp = W/(ep·etp·pp).
+#   GPU memory is vendor decimal GB (1e9 bytes). Missing optional degrees
+#   (cp, ep, etp, v) are 1; a missing zero_stage is priced as DDP (the most
+#   memory). Each formula's source is in policies/README.md ("Formulas").
 package ito.parallelism
 
 import data.ito.lib
@@ -134,6 +137,7 @@ _layout := {
 	"pp": _count(_par.pipeline),
 	"cp": _optional_count(_par, "context"),
 	"ep": _optional_count(_par, "expert"),
+	"etp": _optional_count(_par, "expert_tensor"),
 	"v": _optional_count(_par, "virtual_stages"),
 	"mbs": _count(_obj.micro_batch_size),
 	"zero_stage": _zero_stage,
@@ -197,49 +201,100 @@ _bytes_at(zero, pp, n) := b if {
 
 _bytes_per_param(l) := _bytes_at(l.zero_stage, l.pp, _dp(l) * l.cp)
 
-_params_local(tp, pp, ep) := (_dense_params / (tp * pp)) + (_expert_params / (ep * pp))
+_expert_bytes_per_param(l) := _bytes_at(l.zero_stage, l.pp, _edp_at(_dp(l), l.tp, l.cp, l.ep, l.etp))
 
-_params_per_gpu(l) := _params_local(l.tp, l.pp, l.ep)
+# Expert-data-parallel size: the ranks that hold the same experts and shard
+# their gradients and optimizer states, W/(ep·etp·pp) = dp·cp·tp/(ep·etp)
+# (Megatron-LM megatron/core/parallel_state.py, expert data parallel group).
+# At least one rank: when ep·etp does not divide dp·cp·tp (EP_LAYOUT_INVALID)
+# the states are still priced, unsharded, instead of denied a second time.
+_edp_at(dp, tp, cp, ep, etp) := max([1, ((dp * cp) * tp) / (ep * etp)])
 
-_states_gb(l) := _states_gb_at(l.tp, l.pp, l.ep, l.zero_stage, _dp(l) * l.cp)
+_edp(l) := _edp_at(_dp(l), l.tp, l.cp, l.ep, l.etp)
 
-_states_gb_at(tp, pp, ep, zero, n) := (_params_local(tp, pp, ep) * _bytes_at(zero, pp, n)) / 1e9
+_dense_local(tp, pp) := _dense_params / (tp * pp)
+
+_expert_local(pp, ep, etp) := _expert_params / ((ep * etp) * pp)
+
+_params_local(tp, pp, ep, etp) := _dense_local(tp, pp) + _expert_local(pp, ep, etp)
+
+_params_per_gpu(l) := _params_local(l.tp, l.pp, l.ep, l.etp)
+
+_states_gb(l) := _states_gb_at(_dp(l), l.tp, l.pp, l.cp, l.ep, l.etp, l.zero_stage)
+
+# dense states over dp·cp, expert states over edp (Megatron's distributed
+# optimizer and DeepSpeed-MoE shard expert states over the expert-data-parallel
+# group only; with ep = dp·cp·tp that group is one rank and nothing is sharded)
+_states_gb_at(dp, tp, pp, cp, ep, etp, zero) := bytes / 1e9 if {
+	dense := _dense_local(tp, pp) * _bytes_at(zero, pp, dp * cp)
+	bytes := dense + _expert_states_bytes(dp, tp, pp, cp, ep, etp, zero)
+}
+
+_expert_states_bytes(_, _, _, _, _, _, _) := 0 if _expert_params == 0
+
+_expert_states_bytes(dp, tp, pp, cp, ep, etp, zero) := _expert_local(pp, ep, etp) * _bytes_at(zero, pp, _edp_at(dp, tp, cp, ep, etp)) if {
+	_expert_params > 0
+}
 
 _states_limit_gb := _cfg.model_states_max_fraction * _gpu.memory_gb
 
 _states_budget_gb := _states_limit_gb - _cfg.memory_overhead_gb
 
-# activations (Megatron theoretical_memory_usage.py, sequence parallel + flash attention)
-_activations_gb(l) := _activations_gb_at(l.tp, l.pp, l.cp, l.mbs, _microbatches(l), l.checkpointing)
+# Activations (Megatron-LM megatron/training/theoretical_memory_usage.py,
+# sequence parallel + flash attention; Korthikanti et al. 2022, "Reducing
+# Activation Recomputation in Large Transformer Models"). The peak GPU is the
+# first pipeline stage (the most microbatches in flight) or the last one (the
+# fp32 logits); with pp = 1 one GPU holds both.
+_activations_gb(l) := _activations_gb_at(l.tp, l.pp, l.cp, l.v, l.mbs, _microbatches(l), l.checkpointing)
 
-_activations_gb_at(tp, pp, cp, mbs, m, ckpt) := _activation_bytes(tp, pp, cp, mbs, min([pp, m]), ckpt) / 1e9
-
-_activation_bytes(tp, pp, cp, mbs, in_flight, ckpt) := bytes if {
-	ckpt == "full"
-	kept := (ceil(_layers / pp) * _checkpoint_activation(tp, cp, mbs)) * in_flight
-	bytes := (kept + _layer_activation(tp, cp, mbs)) + _logits(tp, mbs)
+_activations_gb_at(tp, pp, cp, _, mbs, _, ckpt) := bytes / 1e9 if {
+	pp == 1
+	bytes := _stage_activation_bytes(tp, 1, cp, mbs, 1, ckpt) + _logits(tp, cp, mbs)
 }
 
-_activation_bytes(tp, pp, cp, mbs, in_flight, ckpt) := bytes if {
+_activations_gb_at(tp, pp, cp, v, mbs, m, ckpt) := max([first, last]) / 1e9 if {
+	pp > 1
+	first := _stage_activation_bytes(tp, pp, cp, mbs, _in_flight(pp, v, m), ckpt)
+	last := _stage_activation_bytes(tp, pp, cp, mbs, 1, ckpt) + _logits(tp, cp, mbs)
+}
+
+# Microbatches in flight on the first stage: min(pp, m) with 1F1B; an
+# interleaved schedule (v > 1) holds (1 + (pp−1)/(pp·v)) times as many
+# (Megatron-LM theoretical_memory_usage.py, interleaved schedule penalty;
+# Narayanan et al. SC'21).
+_in_flight(pp, v, m) := min([pp, m]) if v == 1
+
+_in_flight(pp, v, m) := min([pp, m]) * (1 + ((pp - 1) / (pp * v))) if v > 1
+
+# the layers of one stage for `in_flight` microbatches; full recompute keeps
+# only each layer's input and recomputes one layer at a time
+_stage_activation_bytes(tp, pp, cp, mbs, in_flight, ckpt) := bytes if {
+	ckpt == "full"
+	kept := (ceil(_layers / pp) * _checkpoint_activation(tp, cp, mbs)) * in_flight
+	bytes := kept + _layer_activation(tp, cp, mbs)
+}
+
+_stage_activation_bytes(tp, pp, cp, mbs, in_flight, ckpt) := bytes if {
 	ckpt != "full"
-	bytes := ((ceil(_layers / pp) * _layer_activation(tp, cp, mbs)) * in_flight) + _logits(tp, mbs)
+	bytes := (ceil(_layers / pp) * _layer_activation(tp, cp, mbs)) * in_flight
 }
 
 _layer_activation(tp, cp, mbs) := ((((_seq / cp) * mbs) * _hidden) * (18 + ((4 * _ffn) / _hidden))) / tp
 
 _checkpoint_activation(tp, cp, mbs) := (((2 * (_seq / cp)) * mbs) * _hidden) / tp
 
-_logits(tp, mbs) := (((4 * _seq) * mbs) * _vocab) / tp
+# fp32 logits of one microbatch: each context-parallel rank holds its own s/cp tokens
+_logits(tp, cp, mbs) := (((4 * (_seq / cp)) * mbs) * _vocab) / tp
 
 _memory_gb(l) := _memory_gb_of(_states_gb(l), _activations_gb(l))
 
 _memory_gb_of(states, activations) := (states + activations) + _cfg.memory_overhead_gb
 
 # communication vs compute
-_comm_seconds(l) := _comm_seconds_at(_dp(l), l.tp, l.pp, l.cp, l.ep, l.zero_stage)
+_comm_seconds(l) := _comm_seconds_at(_dp(l), l.tp, l.pp, l.cp, l.ep, l.etp, l.zero_stage)
 
-_comm_seconds_at(dp, tp, pp, cp, ep, zero) := seconds if {
-	volume := (((2 * (dp - 1)) / dp) * (_params_local(tp, pp, ep) * 2)) * _zero3_factor(zero, pp)
+_comm_seconds_at(dp, tp, pp, cp, ep, etp, zero) := seconds if {
+	volume := (((2 * (dp - 1)) / dp) * (_params_local(tp, pp, ep, etp) * 2)) * _zero3_factor(zero, pp)
 	per_node := min([dp, max([1, floor(_gpn / (tp * cp))])])
 	seconds := _transfer_seconds(volume, dp, per_node)
 }
@@ -271,9 +326,9 @@ else := 6
 
 _effective_flops := (_cfg.model_flops_utilization * _gpu.peak_tflops_16bit) * 1e12
 
-_comm_ratio(l) := _comm_ratio_at(_dp(l), l.tp, l.pp, l.cp, l.ep, l.zero_stage, l.checkpointing, _world(l))
+_comm_ratio(l) := _comm_ratio_at(_dp(l), l.tp, l.pp, l.cp, l.ep, l.etp, l.zero_stage, l.checkpointing, _world(l))
 
-_comm_ratio_at(dp, tp, pp, cp, ep, zero, ckpt, world) := _comm_seconds_at(dp, tp, pp, cp, ep, zero) / _compute_seconds_at(
+_comm_ratio_at(dp, tp, pp, cp, ep, etp, zero, ckpt, world) := _comm_seconds_at(dp, tp, pp, cp, ep, etp, zero) / _compute_seconds_at(
 	ckpt,
 	world,
 )
@@ -323,18 +378,20 @@ _too_few_microbatches_at(pp, m) if {
 	m < pp
 }
 
-_ep_invalid(l) if _ep_without_experts(l.ep)
+_ep_invalid(l) if _ep_without_experts(l.ep * l.etp)
 
-_ep_invalid(l) if _ep_indivisible_at(l.ep, _dp(l), l.cp, l.tp)
+_ep_invalid(l) if _ep_indivisible_at(l.ep, l.etp, _dp(l), l.cp, l.tp)
 
+# (called with ep·etp: either above 1 needs experts)
 _ep_without_experts(ep) if {
 	ep > 1
 	not _has_moe
 }
 
-_ep_indivisible_at(ep, dp, cp, tp) if {
-	ep > 1
-	((dp * cp) * tp) % ep != 0
+# the expert grid ep × etp × edp must tile the dp·cp·tp ranks of each stage
+_ep_indivisible_at(ep, etp, dp, cp, tp) if {
+	ep * etp > 1
+	((dp * cp) * tp) % (ep * etp) != 0
 }
 
 _experts_indivisible(l) if _experts_indivisible_at(l.ep)
@@ -485,6 +542,12 @@ _estimates["cp"] := _layout.cp
 
 _estimates["ep"] := _layout.ep
 
+_estimates["etp"] := _layout.etp
+
+_estimates["expert_data_parallel"] := _edp(_layout) if _has_moe
+
+_estimates["expert_bytes_per_param"] := lib.round2(_expert_bytes_per_param(_layout)) if _has_moe
+
 _estimates["virtual_stages"] := _layout.v
 
 _estimates["microbatches"] := _microbatches(_layout)
@@ -615,6 +678,9 @@ _ep_values := {e |
 	not _experts_indivisible_at(e)
 } if _has_moe
 
+# expert tensor parallel: as given, or none (a comprehension: see _mbs_values)
+_etp_values := {e | some e in [1, _layout.etp]}
+
 _zero_values := {0, 1, 2, 3}
 
 # never suggest turning checkpointing off (a comprehension: see _mbs_values)
@@ -638,6 +704,8 @@ _v_options(pp) := _options(_v_values(pp), _layout.v)
 _mbs_options := _options(_mbs_values, _layout.mbs)
 
 _ep_options := _options(_ep_values, _layout.ep)
+
+_etp_options := _options(_etp_values, _layout.etp)
 
 _zero_options := _options(_zero_values, _layout.zero_stage)
 
@@ -674,24 +742,25 @@ _level(nodes, d) := {c |
 	bubble := _bubble_at(pp, v, m)
 	not _bubble_too_large_at(bubble)
 	some [ep, changed_ep] in _ep_options
-	n6 := n5 + changed_ep
+	some [etp, changed_etp] in _etp_options
+	n6 := (n5 + changed_ep) + changed_etp
 	n6 <= d
-	not _ep_without_experts(ep)
-	not _ep_indivisible_at(ep, dp, cp, tp)
+	not _ep_without_experts(ep * etp)
+	not _ep_indivisible_at(ep, etp, dp, cp, tp)
 	some [zero, changed_zero] in _zero_options
 	n7 := n6 + changed_zero
 	n7 <= d
 	not _zero23_with_pp_at(pp, zero)
-	states := _states_gb_at(tp, pp, ep, zero, dp * cp)
+	states := _states_gb_at(dp, tp, pp, cp, ep, etp, zero)
 	not _states_exceed_at(states)
 	some [ckpt, changed_ckpt] in _checkpointing_options
 	n7 + changed_ckpt == d
-	comm := _comm_ratio_at(dp, tp, pp, cp, ep, zero, ckpt, nodes * _gpn)
+	comm := _comm_ratio_at(dp, tp, pp, cp, ep, etp, zero, ckpt, nodes * _gpn)
 	not _comm_bound_at(comm)
-	memory := _memory_gb_of(states, _activations_gb_at(tp, pp, cp, mbs, m, ckpt))
+	memory := _memory_gb_of(states, _activations_gb_at(tp, pp, cp, v, mbs, m, ckpt))
 	not _memory_far_exceeds_at(ckpt, memory)
 	c := _rank_at(bubble, memory, comm, ckpt, {
-		"nodes": nodes, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "v": v, "mbs": mbs,
+		"nodes": nodes, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "etp": etp, "v": v, "mbs": mbs,
 		"zero_stage": zero, "checkpointing": ckpt, "precision": _fix_precision,
 	})
 }
@@ -764,19 +833,24 @@ _dominant_candidates(nodes) := {c |
 	c := array.concat([_distance(l)], r)
 }
 
+# v is not monotone in memory: interleaving shrinks the bubble but holds more
+# microbatches in flight, least with the largest v; so both v = 1 (least
+# memory) and the largest v (least bubble) are dominant.
 _dominant_completions(nodes, tp, pp, cp) := {l |
 	(nodes * _gpn) % ((tp * pp) * cp) == 0
-	ep := _max_ep(nodes, tp, pp, cp)
+	some etp in _etp_values
+	ep := _max_ep(nodes, tp, pp, cp, etp)
 	some zero in _dominant_zero(pp)
+	some v in {1, max(_v_values(pp))}
 	l := {
-		"nodes": nodes, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "v": max(_v_values(pp)), "mbs": 1,
+		"nodes": nodes, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "etp": etp, "v": v, "mbs": 1,
 		"zero_stage": zero, "checkpointing": "full", "precision": _fix_precision,
 	}
 }
 
-_max_ep(nodes, tp, pp, cp) := max({e |
+_max_ep(nodes, tp, pp, cp, etp) := max({e |
 	some e in _ep_values
-	not _ep_invalid({"nodes": nodes, "tp": tp, "pp": pp, "cp": cp, "ep": e})
+	not _ep_invalid({"nodes": nodes, "tp": tp, "pp": pp, "cp": cp, "ep": e, "etp": etp})
 })
 
 # least model-state memory per stage without extra communication: ZeRO-2, and
@@ -793,7 +867,7 @@ _dominant_zero(pp) := {1} if {
 	_engine == "deepspeed"
 }
 
-_knobs := ["tp", "pp", "cp", "ep", "v", "mbs", "zero_stage", "checkpointing"]
+_knobs := ["tp", "pp", "cp", "ep", "etp", "v", "mbs", "zero_stage", "checkpointing"]
 
 _distance(l) := sum([_changed(l[k], _layout[k]) | some k in _knobs])
 
@@ -843,7 +917,7 @@ _fit_at(i) := _nearest(n) if {
 # The fix, as data (estimates.fix_layout) and as text (each deny's fix)
 
 _manifest_names := {
-	"tp": "tensor", "pp": "pipeline", "cp": "context", "ep": "expert", "v": "virtual_stages",
+	"tp": "tensor", "pp": "pipeline", "cp": "context", "ep": "expert", "etp": "expert_tensor", "v": "virtual_stages",
 	"mbs": "micro_batch_size", "zero_stage": "zero_stage", "checkpointing": "activation_checkpointing",
 	"precision": "precision",
 }
@@ -867,7 +941,7 @@ _fix_layout := {"on_booked_hardware": false, "searched_nodes": _searched_nodes} 
 }
 
 _layout_summary(l) := {
-	"tensor": l.tp, "pipeline": l.pp, "context": l.cp, "expert": l.ep, "virtual_stages": l.v,
+	"tensor": l.tp, "pipeline": l.pp, "context": l.cp, "expert": l.ep, "expert_tensor": l.etp, "virtual_stages": l.v,
 	"data": _dp(l), "micro_batch_size": l.mbs, "zero_stage": l.zero_stage,
 	"activation_checkpointing": l.checkpointing, "precision": l.precision,
 	"changes": _changes(l), "changed_knobs": count(_changes(l)),
@@ -888,9 +962,14 @@ else := [_nodes]
 _hardware_text(nodes) := sprintf("%d × %d %s", [nodes, _gpn, _hw.gpu_type])
 
 _layout_text(l) := sprintf("%s, data=%d, micro_batch_size=%d, zero_stage=%d, activation_checkpointing=%s, %s", [
-	concat(", ", [sprintf("%s=%d", [_manifest_names[k], l[k]]) | some k in ["tp", "pp", "cp", "ep", "v"]]),
+	concat(", ", [sprintf("%s=%d", [_manifest_names[k], l[k]]) | some k in _layout_text_knobs(l)]),
 	_dp(l), l.mbs, l.zero_stage, l.checkpointing, sprintf("precision=%s", [l.precision]),
 ])
+
+# expert_tensor is shown only where it is used
+_layout_text_knobs(l) := ["tp", "pp", "cp", "ep", "v"] if l.etp == 1
+
+else := ["tp", "pp", "cp", "ep", "etp", "v"]
 
 _change_text(l) := "no knob changes" if count(_changes(l)) == 0
 
@@ -1085,17 +1164,21 @@ deny contains v if {
 	v := lib.violation_fix(rego.metadata.rule(), p.message, _with_fix(p.fix))
 }
 
-_ep_problems contains {"message": message, "fix": "set parallelism.expert to 1"} if {
-	_layout.ep > 1
+_ep_problems contains {"message": message, "fix": "set parallelism.expert and expert_tensor to 1"} if {
+	_layout.ep * _layout.etp > 1
 	not _has_moe
-	message := sprintf("expert parallel %d on a model without experts", [_layout.ep])
+	message := sprintf("expert parallel %d × expert tensor parallel %d on a model without experts", [
+		_layout.ep, _layout.etp,
+	])
 }
 
-_ep_problems contains {"message": message, "fix": "choose ep dividing dp×cp×tp"} if {
-	_layout.ep > 1
+_ep_problems contains {"message": message, "fix": "choose ep×etp dividing dp×cp×tp"} if {
+	_layout.ep * _layout.etp > 1
 	group := (_dp(_layout) * _layout.cp) * _layout.tp
-	group % _layout.ep != 0
-	message := sprintf("expert parallel %d does not divide dp×cp×tp = %d", [_layout.ep, group])
+	group % (_layout.ep * _layout.etp) != 0
+	message := sprintf("expert parallel %d × expert tensor parallel %d does not divide dp×cp×tp = %d", [
+		_layout.ep, _layout.etp, group,
+	])
 }
 
 # METADATA
@@ -1289,20 +1372,23 @@ deny contains v if {
 	_states_exceed(_layout)
 	v := lib.violation_fix(
 		rego.metadata.rule(),
-		sprintf(
-			concat("", [
-				"model states need %v GB per GPU (%v bytes/param × %vB params per GPU)",
-				" + %v GB overhead > %v GB (%v × %v GB %s)",
-			]),
-			[
-				lib.round2(_states_gb(_layout)), lib.round2(_bytes_per_param(_layout)),
-				lib.round2(_params_per_gpu(_layout) / 1e9), _cfg.memory_overhead_gb,
-				lib.round2(_states_limit_gb), _cfg.model_states_max_fraction, _gpu.memory_gb, _hw.gpu_type,
-			],
-		),
+		sprintf("model states need %v GB per GPU (%s) + %v GB overhead > %v GB (%v × %v GB %s)", [
+			lib.round2(_states_gb(_layout)), _states_terms, _cfg.memory_overhead_gb,
+			lib.round2(_states_limit_gb), _cfg.model_states_max_fraction, _gpu.memory_gb, _hw.gpu_type,
+		]),
 		_with_fix("use a GPU with more memory, or a lower bytes_per_param (8-bit optimizer states)"),
 	)
 }
+
+_states_terms := sprintf("%v bytes/param × %vB params per GPU", [
+	lib.round2(_bytes_per_param(_layout)), lib.round2(_params_per_gpu(_layout) / 1e9),
+]) if {
+	_expert_params == 0
+} else := sprintf("%v bytes/param × %vB dense params + %v bytes/param × %vB expert params per GPU, experts sharded over %v ranks", [
+	lib.round2(_bytes_per_param(_layout)), lib.round2(_dense_local(_layout.tp, _layout.pp) / 1e9),
+	lib.round2(_expert_bytes_per_param(_layout)), lib.round2(_expert_local(_layout.pp, _layout.ep, _layout.etp) / 1e9),
+	lib.round2(_edp(_layout)),
+])
 
 # ---------------------------------------------------------------------------
 # Waste rules
@@ -1530,7 +1616,7 @@ warn contains v if {
 	dp := _dp(_layout)
 	dp >= factor
 	_tokens_per_gpu(_layout) < _cfg.overprovision_tokens_per_gpu_below
-	smaller := (_params_per_gpu(_layout) * _bytes_at(_layout.zero_stage, _layout.pp, (dp * _layout.cp) / factor)) / 1e9
+	smaller := _states_gb_at(dp / factor, _layout.tp, _layout.pp, _layout.cp, _layout.ep, _layout.etp, _layout.zero_stage)
 	smaller <= _states_budget_gb
 	v := lib.violation_fix(
 		rego.metadata.rule(),

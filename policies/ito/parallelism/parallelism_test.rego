@@ -15,6 +15,42 @@ _gpu(name) := _set("/manifest/hardware/gpu_type", name)
 
 _moe(experts) := _set("/manifest/model/moe", {"experts": experts, "top_k": 2})
 
+# Mixtral 8x7B (mistralai/Mixtral-8x7B-v0.1 config.json; expert and active
+# parameter counts from its shapes) on one node of 8 H100, Megatron's
+# distributed optimizer
+_mixtral_one_node := [
+	_set("/manifest/model/parameters", 46702792704), _set("/manifest/model/vocab_size", 32000),
+	_set("/manifest/model/moe", {
+		"experts": 8, "top_k": 2,
+		"expert_parameters": 45097156608, "active_parameters": 12879925248,
+	}),
+	_gpu("H100-SXM-80GB"), _set("/manifest/hardware/nodes", 1), _remove("/manifest/parallelism/data"),
+	_par("zero_stage", 1), _par("engine", "megatron"), _par("expert", 8),
+	_set("/manifest/objective/sequence_length", 4096), _set("/manifest/objective/global_batch_size", 256),
+]
+
+# Llama 3 70B (L 80, h 8192, ffn 28672, 64 heads, 8 kv heads, V 128256)
+_llama3_70b := [
+	_set("/manifest/model/parameters", 70553706496), _set("/manifest/model/layers", 80),
+	_set("/manifest/model/hidden_size", 8192), _set("/manifest/model/ffn_hidden_size", 28672),
+	_set("/manifest/model/attention_heads", 64), _set("/manifest/model/kv_heads", 8),
+]
+
+# the Megatron-Bridge / NeMo interleaved 70B layout: TP 4, PP 8, VP 5 on 8 × 8 H100, no recompute
+_llama3_70b_interleaved := array.concat(_llama3_70b, [
+	_gpu("H100-SXM-80GB"), _remove("/manifest/parallelism/data"), _par("tensor", 4), _par("pipeline", 8),
+	_par("virtual_stages", 5), _par("zero_stage", 1), _par("engine", "megatron"),
+	_par("activation_checkpointing", "none"), _set("/manifest/objective/global_batch_size", 128),
+])
+
+# Llama 3 8B at 512k tokens: TP 2 × CP 16 on 16 × 8 H100, no recompute
+_long_context := [
+	_gpu("H100-SXM-80GB"), _set("/manifest/hardware/nodes", 16), _remove("/manifest/parallelism/data"),
+	_par("tensor", 2), _par("context", 16), _par("zero_stage", 1), _par("engine", "megatron"),
+	_par("activation_checkpointing", "none"), _set("/manifest/objective/sequence_length", 524288),
+	_set("/manifest/objective/global_batch_size", 4),
+]
+
 # Codes and the shape of every finding. The fix search is stubbed here (its
 # own tests follow): these tests are about which rules fire, and each search
 # costs milliseconds that, times every case, would crowd the test deadline.
@@ -95,6 +131,30 @@ _cases := {
 	"ep not dividing dp×cp×tp": {"patch": [_moe(6), _par("expert", 3)], "want": {"EP_LAYOUT_INVALID"}},
 	"experts not divisible by ep": {"patch": [_moe(6), _par("expert", 4)], "want": {"EP_EXPERTS_INDIVISIBLE"}},
 	"valid moe": {"patch": [_moe(8), _par("expert", 8)], "want": set()},
+	"valid moe with expert tensor parallel": {"patch": [_moe(8), _par("expert", 8), _par("expert_tensor", 2)], "want": set()},
+	"etp without experts": {"patch": [_par("expert_tensor", 2)], "want": {"EP_LAYOUT_INVALID"}},
+	"ep×etp not dividing dp×cp×tp": {
+		"patch": [_moe(8), _par("expert", 8), _par("expert_tensor", 16)],
+		"want": {"EP_LAYOUT_INVALID"},
+	},
+	# expert states shard over W/(ep·pp) = 1 rank, not dp·cp = 8: ~90 GB per GPU
+	"ep over every data-parallel rank leaves expert states unsharded": {
+		"patch": _mixtral_one_node,
+		"want": {"MODEL_STATES_EXCEED_GPU_MEMORY"},
+		"warn": {"MEMORY_ESTIMATE_EXCEEDS_GPU"},
+	},
+	# 1 + (pp−1)/(pp·v) = 1.175 times pp microbatches in flight: 75.5 GB > 0.92 × 80
+	"interleaved pipeline holds more microbatches in flight": {
+		"patch": _llama3_70b_interleaved,
+		"want": set(),
+		"warn": {"MEMORY_ESTIMATE_EXCEEDS_GPU"},
+	},
+	# logits per CP rank (s/cp): 97 GB, below the 1.5 × 80 GB deny line
+	"long context with cp is not denied on the logits": {
+		"patch": _long_context,
+		"want": set(),
+		"warn": {"MEMORY_ESTIMATE_EXCEEDS_GPU"},
+	},
 	"moe top_k above the experts": {
 		"patch": [_set("/manifest/model/moe", {"experts": 8, "top_k": 16})],
 		"want": {"MOE_CONFIG_INVALID"},
@@ -239,7 +299,7 @@ _cases := {
 
 test_base_estimates if {
 	parallelism.estimates == {
-		"world_size": 64, "dp": 64, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "virtual_stages": 1,
+		"world_size": 64, "dp": 64, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "etp": 1, "virtual_stages": 1,
 		"microbatches": 1, "tokens_per_gpu": 8192, "bytes_per_param": 0.25,
 		"model_states_gb_per_gpu": 2.01, "activations_gb_per_gpu": 38.56, "memory_gb_per_gpu": 43.57,
 		"gpu_memory_gb": 80, "bubble_fraction": 0, "dp_comm_compute_ratio": 0.11,
@@ -489,6 +549,46 @@ _fix_layout_cases := {
 	},
 }
 
+# The model's numbers for the found kinds, each against the formula by hand.
+test_expert_states_shard_over_the_expert_data_parallel_group if {
+	est := parallelism.estimates with input as json.patch(_base, _mixtral_one_node) with parallelism._fix_text as "(fix)"
+	est.expert_data_parallel == 1 # W/(ep·etp·pp) = 8/8
+	est.expert_bytes_per_param == 16 # ZeRO-1 over 1 rank: 4 + 12/1
+	est.bytes_per_param == 5.5 # dense: 4 + 12/8
+
+	# 1.6056e9/1 × 5.5 + 45.097e9/8 × 16
+	est.model_states_gb_per_gpu == 99.03
+
+	# four nodes: ep 8 over dp 32 → edp 4, 4 + 12/4 = 7 bytes per expert parameter
+	four := parallelism.estimates with input as json.patch(_base, array.concat(_mixtral_one_node, [_set("/manifest/hardware/nodes", 4)]))
+	four.expert_data_parallel == 4
+	four.expert_bytes_per_param == 7
+}
+
+test_expert_tensor_parallel_divides_the_expert_shard if {
+	patch := array.concat(_mixtral_one_node, [_set("/manifest/hardware/nodes", 4), _par("expert", 4), _par("expert_tensor", 2)])
+	est := parallelism.estimates with input as json.patch(_base, patch)
+	est.etp == 2
+	est.expert_data_parallel == 4 # 32/(4·2)
+	est.expert_bytes_per_param == 7
+}
+
+test_interleaved_penalty_on_activations if {
+	est := parallelism.estimates with input as json.patch(_base, _llama3_70b_interleaved)
+
+	# first stage: 10 layers × 8 × 1.175 microbatches × 8192·8192·(18 + 4·3.5)/4 bytes = 50.47 GB
+	est.activations_gb_per_gpu == 50.47
+	flat := parallelism.estimates with input as json.patch(_base, array.concat(_llama3_70b_interleaved, [_par("virtual_stages", 1)]))
+	flat.activations_gb_per_gpu == 42.95
+}
+
+test_logits_per_context_parallel_rank if {
+	est := parallelism.estimates with input as json.patch(_base, _long_context)
+
+	# 32 layers × 32768·4096·32/2 + 4·32768·128256/2 (logits of s/cp tokens) = 77.12 GB
+	est.activations_gb_per_gpu == 77.12
+}
+
 test_no_fix_layout_on_allow if {
 	not parallelism.estimates.fix_layout with input as _base
 	not parallelism._fix with input as json.patch(_base, [_gpu("TPU-v5p")])
@@ -547,13 +647,14 @@ _passing_nearer_than(distance) := {l |
 	some v in parallelism._v_values(pp)
 	some mbs in parallelism._mbs_values
 	some ep in parallelism._ep_values
-	d4 := ((d3 + _diff(v, r.v)) + _diff(mbs, r.mbs)) + _diff(ep, r.ep)
+	some etp in parallelism._etp_values
+	d4 := (((d3 + _diff(v, r.v)) + _diff(mbs, r.mbs)) + _diff(ep, r.ep)) + _diff(etp, r.etp)
 	d4 < distance
 	some zero in parallelism._zero_values
 	some ckpt in parallelism._checkpointing_values
 	(d4 + _diff(zero, r.zero_stage)) + _diff(ckpt, r.checkpointing) < distance
 	l := {
-		"nodes": nodes, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "v": v, "mbs": mbs,
+		"nodes": nodes, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "etp": etp, "v": v, "mbs": mbs,
 		"zero_stage": zero, "checkpointing": ckpt, "precision": parallelism._fix_precision,
 	}
 	parallelism._passes(l)
@@ -642,7 +743,9 @@ test_fixture_smallest_gpu_counts[name] if {
 	some name, want in {
 		"gpt3-175b-megatron.json": {"on_booked_hardware": false, "nodes": 5, "world_size": 40, "tensor": 8, "pipeline": 5},
 		"llama2-70b-v100-fsdp.json": {"on_booked_hardware": false, "nodes": 6, "tensor": 8, "pipeline": 6, "precision": "fp16"},
-		"mixtral-8x7b-megatron-as-shipped.json": {"on_booked_hardware": true, "pipeline": 1, "expert": 8, "data": 8},
+		# one node cannot hold Mixtral's states at all (16 B/param over 8 GPUs is 93 GB each);
+		# pipeline 4 → 1 with ep 8 on it would leave 90 GB of unsharded expert states per GPU
+		"mixtral-8x7b-megatron-as-shipped.json": {"on_booked_hardware": false, "nodes": 2, "expert": 8, "pipeline": 2},
 		"megatron-deepspeed-zero2-pp2.json": {"on_booked_hardware": true, "changed_knobs": 1},
 		"fp8-on-a10.json": {"on_booked_hardware": true, "precision": "bf16", "changed_knobs": 1},
 	}

@@ -81,6 +81,9 @@ _expectation := {
 	"positive_number": "not a positive number",
 	"precision": "missing or not one of fp32, fp16, bf16, fp8, mxfp8, nvfp4",
 	"checkpointing": "not one of none, selective, full",
+	"grad_precision": "not one of bf16, fp32",
+	"optional_bool": "not a boolean",
+	"schedule": "not one of 1f1b, interleaved, zero_bubble, dualpipe",
 	"datasets": "missing or not a non-empty array of objects",
 	"array": "not an array",
 	"optional_object": "not an object",
@@ -99,6 +102,12 @@ _other_fields := {
 	{"path": ["data"], "kind": "datasets"},
 	{"path": ["post_training"], "kind": "array"},
 	{"path": ["model", "moe"], "kind": "optional_object"},
+	{"path": ["parallelism", "gradient_reduce_precision"], "kind": "grad_precision"},
+	{"path": ["parallelism", "sequence_parallel"], "kind": "optional_bool"},
+	{"path": ["parallelism", "pipeline_schedule"], "kind": "schedule"},
+	{"path": ["parallelism", "pipeline_split"], "kind": "optional_object"},
+	{"path": ["parallelism", "pipeline_split", "embedding_stage"], "kind": "optional_bool"},
+	{"path": ["parallelism", "pipeline_split", "loss_stage"], "kind": "optional_bool"},
 }
 
 _required_fields := {{"path": path, "kind": "count"} | some path in _required_counts}
@@ -132,6 +141,8 @@ _optional_counts := [
 	["parallelism", "expert"],
 	["parallelism", "expert_tensor"],
 	["parallelism", "virtual_stages"],
+	["parallelism", "pipeline_split", "first_stage_layers"],
+	["parallelism", "pipeline_split", "last_stage_layers"],
 ]
 
 # Every field is well formed: the same lists and kinds as _is_field_ok, with the
@@ -206,6 +217,21 @@ _is_kind(kind, x) if {
 _is_kind(kind, x) if {
 	kind == "checkpointing"
 	x in {"none", "selective", "full", null}
+}
+
+_is_kind(kind, x) if {
+	kind == "grad_precision"
+	x in {"bf16", "fp32", null}
+}
+
+_is_kind(kind, x) if {
+	kind == "schedule"
+	x in {"1f1b", "interleaved", "zero_bubble", "dualpipe", null}
+}
+
+_is_kind(kind, x) if {
+	kind == "optional_bool"
+	x in {true, false, null}
 }
 
 _is_kind(kind, x) if {

@@ -88,6 +88,30 @@ _cases := {
 	"bytes per param override": {"patch": [_set("/manifest/parallelism/bytes_per_param", 2)], "want": set()},
 	"moe": {"patch": [_set("/manifest/model/moe", {"experts": 8, "top_k": 2})], "want": set()},
 	"moe a list": {"patch": [_set("/manifest/model/moe", [])], "want": {"MANIFEST_FIELD_INVALID"}},
+	"expert tensor zero": {"patch": [_set("/manifest/parallelism/expert_tensor", 0)], "want": {"MANIFEST_FIELD_INVALID"}},
+	"pipeline schedule gpipe": {"patch": [_set("/manifest/parallelism/pipeline_schedule", "gpipe")], "want": {"MANIFEST_FIELD_INVALID"}},
+	"sequence parallel as a string": {"patch": [_set("/manifest/parallelism/sequence_parallel", "yes")], "want": {"MANIFEST_FIELD_INVALID"}},
+	"gradient reduction in fp16": {
+		"patch": [_set("/manifest/parallelism/gradient_reduce_precision", "fp16")],
+		"want": {"MANIFEST_FIELD_INVALID"},
+	},
+	"pipeline split a number": {"patch": [_set("/manifest/parallelism/pipeline_split", 3)], "want": {"MANIFEST_FIELD_INVALID"}},
+	"first stage layers zero": {
+		"patch": [_set("/manifest/parallelism/pipeline_split", {"first_stage_layers": 0})],
+		"want": {"MANIFEST_FIELD_INVALID"},
+	},
+	"embedding stage as a number": {
+		"patch": [_set("/manifest/parallelism/pipeline_split", {"embedding_stage": 1})],
+		"want": {"MANIFEST_FIELD_INVALID"},
+	},
+	"new parallelism fields well formed": {
+		"patch": [
+			_set("/manifest/parallelism/expert_tensor", 1), _set("/manifest/parallelism/pipeline_schedule", "1f1b"),
+			_set("/manifest/parallelism/sequence_parallel", false), _set("/manifest/parallelism/gradient_reduce_precision", "fp32"),
+			_set("/manifest/parallelism/pipeline_split", {"embedding_stage": true, "loss_stage": false}),
+		],
+		"want": set(),
+	},
 	"no eval gates": {"patch": [_remove("/manifest/eval_gates")], "want": set(), "warn": {"EVAL_GATES_MISSING"}},
 	"eval gate for another stage": {
 		"patch": [_set("/manifest/eval_gates/0/stage", "sft")],
@@ -140,6 +164,7 @@ test_each_invalid_field_is_named[name] if {
 _invalid_value := {
 	"count": 0, "optional_count": 1.5, "string": "", "zero_stage": 4, "positive_number": 0,
 	"precision": "fp64", "checkpointing": "sometimes", "datasets": [], "array": {}, "optional_object": "x",
+	"grad_precision": "fp16", "optional_bool": "yes", "schedule": "gpipe",
 }
 
 _set_field(path, value) := _set(concat("/", array.concat([""], array.concat(["manifest"], path))), value) if count(path) < 3

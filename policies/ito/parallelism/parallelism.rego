@@ -114,6 +114,23 @@ _seq := _count(_obj.sequence_length)
 
 _engine := object.get(_par, "engine", "other")
 
+# Megatron-LM and NeMo (which runs Megatron Core) share Megatron's defaults
+_is_megatron if _engine in {"megatron", "nemo"}
+
+# Bytes per gradient element in the data-parallel reduction: 4 when gradients
+# are reduced in fp32 — fp32 training, or Megatron (its validate_args turns
+# accumulate_allreduce_grads_in_fp32 on for bf16) — else 2; the manifest's
+# parallelism.gradient_reduce_precision overrides.
+_grad_bytes := 4 if {
+	_par.gradient_reduce_precision == "fp32"
+} else := 2 if {
+	_par.gradient_reduce_precision == "bf16"
+} else := 4 if {
+	_par.precision == "fp32"
+} else := 4 if {
+	_is_megatron
+} else := 2
+
 _bytes_override := b if {
 	b := _par.bytes_per_param
 	is_number(b)
@@ -139,6 +156,7 @@ _layout := {
 	"ep": _optional_count(_par, "expert"),
 	"etp": _optional_count(_par, "expert_tensor"),
 	"v": _optional_count(_par, "virtual_stages"),
+	"schedule": _manifest_schedule,
 	"mbs": _count(_obj.micro_batch_size),
 	"zero_stage": _zero_stage,
 	"checkpointing": _checkpointing,
@@ -176,9 +194,64 @@ _microbatches_at(unit) := _gbs / unit if {
 
 _tokens_per_gpu(l) := (_gbs * _seq) / _world(l)
 
-_bubble(l) := _bubble_at(l.pp, l.v, _microbatches(l))
+# Pipeline schedules: 1F1B, interleaved 1F1B (v > 1; Narayanan et al.
+# SC'21), zero bubble (ZB-H1: Qi et al., "Zero Bubble Pipeline
+# Parallelism", ICLR 2024, sail-sg/zero-bubble-pipeline-parallelism) and
+# DualPipe (DeepSeek-V3 technical report, deepseek-ai/DualPipe). The
+# manifest's parallelism.pipeline_schedule, else interleaved when v > 1 and
+# 1F1B otherwise; a fix candidate keeps the manifest's schedule where its v
+# allows it.
+_schedules := {"1f1b", "interleaved", "zero_bubble", "dualpipe"}
 
-_bubble_at(pp, v, m) := (pp - 1) / ((v * m) + (pp - 1))
+_declared_schedule := s if {
+	s := _par.pipeline_schedule
+	s in _schedules
+}
+
+_manifest_schedule := _declared_schedule if {
+	_par.pipeline_schedule
+} else := _schedule_at(_optional_count(_par, "virtual_stages")) if {
+	not _par.pipeline_schedule
+}
+
+_schedule_at(v) := "interleaved" if {
+	v > 1
+} else := s if {
+	s := _declared_schedule
+	s != "interleaved"
+} else := "1f1b"
+
+# interleaving needs v > 1, and v > 1 is interleaving
+_schedule_invalid(l) if {
+	l.schedule == "interleaved"
+	l.v == 1
+	l.pp > 1
+}
+
+_schedule_invalid(l) if {
+	l.v > 1
+	l.schedule != "interleaved"
+}
+
+_bubble(l) := _bubble_of(l.schedule, l.pp, l.v, _microbatches(l))
+
+_bubble_at(pp, v, m) := _bubble_of(_schedule_at(v), pp, v, m)
+
+# idle share of a step: (pp−1)/(v·m + pp−1) for (interleaved) 1F1B; ZB-H1
+# leaves about a third of 1F1B's bubble, (pp−1)/3 in units of one
+# microbatch's forward and backward; DualPipe (pp/2 − 1)
+_bubble_of(schedule, pp, v, m) := (pp - 1) / ((v * m) + (pp - 1)) if schedule in {"1f1b", "interleaved"}
+
+_bubble_of(schedule, pp, _, m) := _bubble_share((pp - 1) / 3, m) if schedule == "zero_bubble"
+
+_bubble_of(schedule, pp, _, m) := _bubble_share(max([0, (pp / 2) - 1]), m) if schedule == "dualpipe"
+
+_bubble_share(idle, m) := idle / (m + idle)
+
+# DualPipe keeps two pipeline chunks per rank (parameters 2×, DeepSeek-V3 report Table 2)
+_schedule_states_factor(schedule) := 2 if schedule == "dualpipe"
+
+else := 1
 
 _effective_stage(zero, pp) := 1 if {
 	pp > 1
@@ -220,7 +293,7 @@ _params_local(tp, pp, ep, etp) := _dense_local(tp, pp) + _expert_local(pp, ep, e
 
 _params_per_gpu(l) := _params_local(l.tp, l.pp, l.ep, l.etp)
 
-_states_gb(l) := _states_gb_at(_dp(l), l.tp, l.pp, l.cp, l.ep, l.etp, l.zero_stage)
+_states_gb(l) := _states_gb_at(_dp(l), l.tp, l.pp, l.cp, l.ep, l.etp, l.zero_stage) * _schedule_states_factor(l.schedule)
 
 # dense states over dp·cp, expert states over edp (Megatron's distributed
 # optimizer and DeepSpeed-MoE shard expert states over the expert-data-parallel
@@ -245,43 +318,62 @@ _states_budget_gb := _states_limit_gb - _cfg.memory_overhead_gb
 # Activation Recomputation in Large Transformer Models"). The peak GPU is the
 # first pipeline stage (the most microbatches in flight) or the last one (the
 # fp32 logits); with pp = 1 one GPU holds both.
-_activations_gb(l) := _activations_gb_at(l.tp, l.pp, l.cp, l.v, l.mbs, _microbatches(l), l.checkpointing)
+_activations_gb(l) := _activations_of(l.schedule, l.tp, l.pp, l.cp, l.v, l.mbs, _microbatches(l), l.checkpointing)
 
-_activations_gb_at(tp, pp, cp, _, mbs, _, ckpt) := bytes / 1e9 if {
+_activations_gb_at(tp, pp, cp, v, mbs, m, ckpt) := _activations_of(_schedule_at(v), tp, pp, cp, v, mbs, m, ckpt)
+
+_activations_of(_, tp, pp, cp, _, mbs, _, ckpt) := bytes / 1e9 if {
 	pp == 1
-	bytes := _stage_activation_bytes(tp, 1, cp, mbs, 1, ckpt) + _logits(tp, cp, mbs)
+	bytes := _stage_activation_bytes(tp, _layers, cp, mbs, 1, ckpt) + _logits(tp, cp, mbs)
 }
 
-_activations_gb_at(tp, pp, cp, v, mbs, m, ckpt) := max([first, last]) / 1e9 if {
+_activations_of(schedule, tp, pp, cp, v, mbs, m, ckpt) := max([first, last]) / 1e9 if {
 	pp > 1
-	first := _stage_activation_bytes(tp, pp, cp, mbs, _in_flight(pp, v, m), ckpt)
-	last := _stage_activation_bytes(tp, pp, cp, mbs, 1, ckpt) + _logits(tp, cp, mbs)
+	in_flight := _in_flight(schedule, pp, v, m)
+	first := _stage_activation_bytes(tp, _end_stage_layers("first_stage_layers", pp), cp, mbs, in_flight, ckpt)
+	last := _stage_activation_bytes(tp, _end_stage_layers("last_stage_layers", pp), cp, mbs, 1, ckpt) + _logits(tp, cp, mbs)
 }
+
+# layers on the first/last stage: as pipeline_split declares, else ceil(L/pp)
+_end_stage_layers(key, pp) := n if {
+	n := _count(_split[key])
+	pp > 0
+} else := ceil(_layers / pp)
 
 # Microbatches in flight on the first stage: min(pp, m) with 1F1B; an
 # interleaved schedule (v > 1) holds (1 + (pp−1)/(pp·v)) times as many
 # (Megatron-LM theoretical_memory_usage.py, interleaved schedule penalty;
 # Narayanan et al. SC'21).
-_in_flight(pp, v, m) := min([pp, m]) if v == 1
+_in_flight(schedule, pp, _, m) := min([pp, m]) if schedule in {"1f1b", "zero_bubble"}
 
-_in_flight(pp, v, m) := min([pp, m]) * (1 + ((pp - 1) / (pp * v))) if v > 1
+_in_flight(schedule, pp, v, m) := min([pp, m]) * (1 + ((pp - 1) / (pp * v))) if schedule == "interleaved"
+
+# DualPipe: pp + 1 microbatches in flight (DeepSeek-V3 report, Table 2)
+_in_flight(schedule, pp, _, m) := min([pp + 1, m]) if schedule == "dualpipe"
 
 # the layers of one stage for `in_flight` microbatches; full recompute keeps
 # only each layer's input and recomputes one layer at a time
-_stage_activation_bytes(tp, pp, cp, mbs, in_flight, ckpt) := bytes if {
+_stage_activation_bytes(tp, layers, cp, mbs, in_flight, ckpt) := bytes if {
 	ckpt == "full"
-	kept := (ceil(_layers / pp) * _checkpoint_activation(tp, cp, mbs)) * in_flight
+	kept := (layers * _checkpoint_activation(tp, cp, mbs)) * in_flight
 	bytes := kept + _layer_activation(tp, cp, mbs)
 }
 
-_stage_activation_bytes(tp, pp, cp, mbs, in_flight, ckpt) := bytes if {
+_stage_activation_bytes(tp, layers, cp, mbs, in_flight, ckpt) := bytes if {
 	ckpt != "full"
-	bytes := (ceil(_layers / pp) * _layer_activation(tp, cp, mbs)) * in_flight
+	bytes := (layers * _layer_activation(tp, cp, mbs)) * in_flight
 }
 
-_layer_activation(tp, cp, mbs) := ((((_seq / cp) * mbs) * _hidden) * (18 + ((4 * _ffn) / _hidden))) / tp
+# Without sequence parallel (tp > 1) the LayerNorm and dropout activations,
+# about 10·(s/cp)·mbs·h bytes per layer, and a recomputed layer's input are
+# not divided by tp (Korthikanti et al. 2022, Table 2)
+_layer_activation(tp, cp, mbs) := (((_seq / cp) * mbs) * _hidden) * (((18 + ((4 * _ffn) / _hidden)) / tp) + (10 * _unsharded(tp)))
 
-_checkpoint_activation(tp, cp, mbs) := (((2 * (_seq / cp)) * mbs) * _hidden) / tp
+_checkpoint_activation(tp, cp, mbs) := ((2 * (_seq / cp)) * mbs) * (_hidden * ((1 / tp) + _unsharded(tp)))
+
+_unsharded(tp) := 1 - (1 / tp) if {
+	_par.sequence_parallel == false
+} else := 0
 
 # fp32 logits of one microbatch: each context-parallel rank holds its own s/cp tokens
 _logits(tp, cp, mbs) := (((4 * (_seq / cp)) * mbs) * _vocab) / tp
@@ -294,7 +386,7 @@ _memory_gb_of(states, activations) := (states + activations) + _cfg.memory_overh
 _comm_seconds(l) := _comm_seconds_at(_dp(l), l.tp, l.pp, l.cp, l.ep, l.etp, l.zero_stage)
 
 _comm_seconds_at(dp, tp, pp, cp, ep, etp, zero) := seconds if {
-	volume := (((2 * (dp - 1)) / dp) * (_params_local(tp, pp, ep, etp) * 2)) * _zero3_factor(zero, pp)
+	volume := (((2 * (dp - 1)) / dp) * (_params_local(tp, pp, ep, etp) * _grad_bytes)) * _zero3_factor(zero, pp)
 	per_node := min([dp, max([1, floor(_gpn / (tp * cp))])])
 	seconds := _transfer_seconds(volume, dp, per_node)
 }
@@ -362,6 +454,60 @@ _world_mismatch(l) if (l.nodes * _gpn) % ((l.tp * l.pp) * l.cp) != 0
 _pp_exceeds_layers(l) if _pp_exceeds_layers_at(l.pp, l.v)
 
 _pp_exceeds_layers_at(pp, v) if pp * v > _layers + _cfg.extra_pipeline_stages
+
+# Megatron builds equal pipeline chunks: L' = L (+1 when the embedding, +1
+# when the loss counts as a layer) must split into pp·v equal chunks, or the
+# declared first/last stage layers must leave an equal split of the rest over
+# the other stages (Megatron-LM megatron/training/arguments.py and
+# megatron/core/transformer/transformer_block.py:
+# --decoder-first/last-pipeline-num-layers,
+# --account-for-embedding/loss-in-pipeline-split). Other engines split
+# unevenly (torchtitan) and only warn (PP_LAYERS_UNBALANCED).
+_layers_indivisible(l) if _layers_indivisible_at(l.pp, l.v)
+
+_layers_indivisible_at(pp, v) if {
+	_is_megatron
+	pp > 1
+	not _is_layer_split_even(pp, v)
+}
+
+_split := s if {
+	s := _par.pipeline_split
+	is_object(s)
+} else := {}
+
+_split_units := (_layers + _flag(object.get(_split, "embedding_stage", false))) + _flag(object.get(_split, "loss_stage", false))
+
+_flag(true) := 1
+
+_flag(x) := 0 if x != true
+
+# declared first/last stage layers: [layers, count of declared stages]
+_declared_end_stages := [sum(given), count(given)] if {
+	given := [n |
+		some key in ["first_stage_layers", "last_stage_layers"]
+		n := _count(_split[key])
+	]
+}
+
+_is_layer_split_even(pp, v) if {
+	[fixed, k] := _declared_end_stages
+	stages := pp - k
+	stages > 0
+	rest := _split_units - fixed
+	rest > 0
+	rest % (stages * v) == 0
+}
+
+_is_layer_split_even(pp, v) if {
+	[fixed, k] := _declared_end_stages
+	pp == k
+	_split_units == fixed
+	v == 1
+}
+
+# the largest pipeline chunk over the mean chunk
+_stage_imbalance(l) := ceil(_layers / (l.pp * l.v)) / (_layers / (l.pp * l.v))
 
 _gbs_indivisible(l) if _gbs_indivisible_at(l.mbs * _dp(l))
 
@@ -456,6 +602,10 @@ _fails_any(l) if _world_mismatch(l)
 
 _fails_any(l) if _pp_exceeds_layers(l)
 
+_fails_any(l) if _layers_indivisible(l)
+
+_fails_any(l) if _schedule_invalid(l)
+
 _fails_any(l) if _gbs_indivisible(l)
 
 _fails_any(l) if _too_few_microbatches(l)
@@ -549,6 +699,8 @@ _estimates["expert_data_parallel"] := _edp(_layout) if _has_moe
 _estimates["expert_bytes_per_param"] := lib.round2(_expert_bytes_per_param(_layout)) if _has_moe
 
 _estimates["virtual_stages"] := _layout.v
+
+_estimates["pipeline_schedule"] := _layout.schedule
 
 _estimates["microbatches"] := _microbatches(_layout)
 
@@ -664,6 +816,7 @@ _v_values(1) := {1}
 _v_values(pp) := {v |
 	some v in ({1, _layout.v} | {d | some d in _search.virtual_stages; _layers % (pp * d) == 0})
 	not _pp_exceeds_layers_at(pp, v)
+	not _layers_indivisible_at(pp, v)
 } if pp > 1
 
 # (built by comprehension, not as a set literal: OPA v1.22.3 keeps both copies
@@ -751,7 +904,7 @@ _level(nodes, d) := {c |
 	n7 := n6 + changed_zero
 	n7 <= d
 	not _zero23_with_pp_at(pp, zero)
-	states := _states_gb_at(dp, tp, pp, cp, ep, etp, zero)
+	states := _states_gb_at(dp, tp, pp, cp, ep, etp, zero) * _schedule_states_factor(_schedule_at(v))
 	not _states_exceed_at(states)
 	some [ckpt, changed_ckpt] in _checkpointing_options
 	n7 + changed_ckpt == d
@@ -761,7 +914,7 @@ _level(nodes, d) := {c |
 	not _memory_far_exceeds_at(ckpt, memory)
 	c := _rank_at(bubble, memory, comm, ckpt, {
 		"nodes": nodes, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "etp": etp, "v": v, "mbs": mbs,
-		"zero_stage": zero, "checkpointing": ckpt, "precision": _fix_precision,
+		"zero_stage": zero, "checkpointing": ckpt, "precision": _fix_precision, "schedule": _schedule_at(v),
 	})
 }
 
@@ -844,7 +997,7 @@ _dominant_completions(nodes, tp, pp, cp) := {l |
 	some v in {1, max(_v_values(pp))}
 	l := {
 		"nodes": nodes, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "etp": etp, "v": v, "mbs": 1,
-		"zero_stage": zero, "checkpointing": "full", "precision": _fix_precision,
+		"zero_stage": zero, "checkpointing": "full", "precision": _fix_precision, "schedule": _schedule_at(v),
 	}
 }
 
@@ -919,7 +1072,7 @@ _fit_at(i) := _nearest(n) if {
 _manifest_names := {
 	"tp": "tensor", "pp": "pipeline", "cp": "context", "ep": "expert", "etp": "expert_tensor", "v": "virtual_stages",
 	"mbs": "micro_batch_size", "zero_stage": "zero_stage", "checkpointing": "activation_checkpointing",
-	"precision": "precision",
+	"precision": "precision", "schedule": "pipeline_schedule",
 }
 
 _fix_layout := object.union(
@@ -943,7 +1096,7 @@ _fix_layout := {"on_booked_hardware": false, "searched_nodes": _searched_nodes} 
 _layout_summary(l) := {
 	"tensor": l.tp, "pipeline": l.pp, "context": l.cp, "expert": l.ep, "expert_tensor": l.etp, "virtual_stages": l.v,
 	"data": _dp(l), "micro_batch_size": l.mbs, "zero_stage": l.zero_stage,
-	"activation_checkpointing": l.checkpointing, "precision": l.precision,
+	"activation_checkpointing": l.checkpointing, "precision": l.precision, "pipeline_schedule": l.schedule,
 	"changes": _changes(l), "changed_knobs": count(_changes(l)),
 	"microbatches": _microbatches(l), "bubble_fraction": lib.round2(_bubble(l)),
 	"model_states_gb_per_gpu": lib.round2(_states_gb(l)), "memory_gb_per_gpu": lib.round2(_memory_gb(l)),
@@ -951,7 +1104,7 @@ _layout_summary(l) := {
 }
 
 _changes(l) := [sprintf("%s %v → %v", [_manifest_names[k], _layout[k], l[k]]) |
-	some k in array.concat(_knobs, ["precision"])
+	some k in array.concat(_knobs, ["precision", "schedule"])
 	l[k] != _layout[k]
 ]
 
@@ -1251,6 +1404,83 @@ deny contains v if {
 			_layout.pp, _layout.v, _layout.pp * _layout.v, _layers,
 		]),
 		_with_fix(sprintf("keep pp×v ≤ layers + %d = %d", [_cfg.extra_pipeline_stages, limit])),
+	)
+}
+
+# METADATA
+# title: Layers do not split into equal pipeline stages
+# description: >-
+#   Megatron-LM and NeMo build equal pipeline chunks: the layers (plus one for
+#   the embedding and one for the loss when pipeline_split counts them) must
+#   be divisible by pp·v, unless pipeline_split declares first/last stage
+#   layers that leave an equal split of the rest.
+# custom:
+#   code: PP_LAYERS_INDIVISIBLE
+#   gate: parallelism
+#   fix: Computed per deny - a pp (and v) that divides the layers, or declare the uneven split in parallelism.pipeline_split.
+deny contains v if {
+	_layers_indivisible(_layout)
+	v := lib.violation_fix(
+		rego.metadata.rule(),
+		sprintf("%d layers%s do not split into pp×v = %d×%d equal chunks (%s)", [
+			_layers, _split_extra_text, _layout.pp, _layout.v, _declared_split_text,
+		]),
+		_with_fix(sprintf(
+			"use a pp×v that divides %d, or declare parallelism.pipeline_split.first_stage_layers/last_stage_layers",
+			[_split_units],
+		)),
+	)
+}
+
+_split_extra_text := sprintf(" (+%d for embedding/loss stages)", [_split_units - _layers]) if _split_units > _layers
+
+else := ""
+
+_declared_split_text := "no uneven split declared" if _declared_end_stages[1] == 0
+
+else := sprintf("the declared first/last stage layers leave %d layers for %d stages", [
+	_split_units - _declared_end_stages[0], _layout.pp - _declared_end_stages[1],
+])
+
+# METADATA
+# title: Pipeline stages unbalanced
+# description: >-
+#   The largest pipeline chunk holds more than 1.25 × the mean (bundle data):
+#   the other stages wait for it every microbatch. Megatron engines deny an
+#   unequal split instead (PP_LAYERS_INDIVISIBLE).
+# custom:
+#   code: PP_LAYERS_UNBALANCED
+#   gate: parallelism
+#   level: warn
+#   fix: Use a pp×v that divides the layers.
+warn contains v if {
+	not _is_megatron
+	_layout.pp > 1
+	not _pp_exceeds_layers(_layout)
+	imbalance := _stage_imbalance(_layout)
+	imbalance > _cfg.pipeline_unbalanced_above
+	v := lib.violation(rego.metadata.rule(), sprintf(
+		"%d layers over pp×v = %d×%d chunks: the largest holds %d, %v× the mean",
+		[_layers, _layout.pp, _layout.v, ceil(_layers / (_layout.pp * _layout.v)), lib.round2(imbalance)],
+	))
+}
+
+# METADATA
+# title: Pipeline schedule does not match the virtual stages
+# description: >-
+#   An interleaved schedule needs virtual_stages > 1 (with pp > 1), and
+#   virtual_stages > 1 is an interleaved schedule; 1F1B, zero bubble and
+#   DualPipe run one chunk per stage.
+# custom:
+#   code: PP_SCHEDULE_INVALID
+#   gate: parallelism
+#   fix: Computed per deny - set pipeline_schedule to interleaved with virtual_stages > 1, or virtual_stages to 1.
+deny contains v if {
+	_schedule_invalid(_layout)
+	v := lib.violation_fix(
+		rego.metadata.rule(),
+		sprintf("pipeline_schedule %s with virtual_stages %d (pp=%d)", [_layout.schedule, _layout.v, _layout.pp]),
+		_with_fix("use pipeline_schedule interleaved with virtual_stages > 1, or virtual_stages 1 with another schedule"),
 	)
 }
 
@@ -1604,8 +1834,11 @@ warn contains v if {
 # METADATA
 # title: Small model on many GPUs
 # description: >-
-#   The model states would fit on 8× fewer GPUs and tokens per GPU are below
-#   4096; more DP adds communication, not useful batch.
+#   The model states would fit on 8× fewer GPUs and each GPU computes less
+#   than 1 s per optimizer step (T_comp = 6·P_act·tokens per GPU / (0.4 ·
+#   peak FLOPS), 8 with full recompute; bundle data): more DP adds
+#   communication, not useful work. Tokens per GPU alone is not the test: the
+#   production Llama 3 405B layout runs ~1k tokens per GPU at ~6 s per step.
 # custom:
 #   code: OVERPROVISIONED_SMALL_MODEL
 #   gate: parallelism
@@ -1615,17 +1848,25 @@ warn contains v if {
 	factor := _cfg.overprovision_factor
 	dp := _dp(_layout)
 	dp >= factor
-	_tokens_per_gpu(_layout) < _cfg.overprovision_tokens_per_gpu_below
-	smaller := _states_gb_at(dp / factor, _layout.tp, _layout.pp, _layout.cp, _layout.ep, _layout.etp, _layout.zero_stage)
+	seconds := _compute_seconds(_layout)
+	seconds < _cfg.overprovision_compute_seconds_below
+	smaller := _states_gb_at(dp / factor, _layout.tp, _layout.pp, _layout.cp, _layout.ep, _layout.etp, _layout.zero_stage) * _schedule_states_factor(_layout.schedule)
 	smaller <= _states_budget_gb
 	v := lib.violation_fix(
 		rego.metadata.rule(),
-		sprintf("model states would fit on %d GPUs (1/%d of %d) and each GPU sees only %v tokens per step", [
-			lib.ceil_div(_world_size, factor), factor, _world_size, lib.round2(_tokens_per_gpu(_layout)),
-		]),
+		sprintf(
+			concat("", [
+				"model states would fit on %d GPUs (1/%d of %d) and each GPU computes only %v s per step",
+				" (%v tokens per GPU) < %v s",
+			]),
+			[
+				lib.ceil_div(_world_size, factor), factor, _world_size, lib.round2(seconds),
+				lib.round2(_tokens_per_gpu(_layout)), _cfg.overprovision_compute_seconds_below,
+			],
+		),
 		sprintf("use about %d GPUs, or raise global_batch_size to ≥ %d", [
 			lib.ceil_div(_world_size, factor),
-			lib.ceil_div(_cfg.overprovision_tokens_per_gpu_below * _world_size, _seq),
+			ceil((_gbs * _cfg.overprovision_compute_seconds_below) / seconds),
 		]),
 	)
 }

@@ -43,6 +43,18 @@ _llama3_70b_interleaved := array.concat(_llama3_70b, [
 	_par("activation_checkpointing", "none"), _set("/manifest/objective/global_batch_size", 128),
 ])
 
+# Llama 3 405B as Meta trained it (Llama 3 paper, Dubey et al. 2024, Table 4):
+# 16,384 H100, TP 8 × CP 1 × PP 16 × DP 128, sequence 8192, global batch
+# 2048 sequences (16M tokens): ~1k tokens per GPU, ~6 s of compute per step
+_llama3_405b_production := [
+	_set("/manifest/model/parameters", 405853388800), _set("/manifest/model/layers", 126),
+	_set("/manifest/model/hidden_size", 16384), _set("/manifest/model/ffn_hidden_size", 53248),
+	_set("/manifest/model/attention_heads", 128), _set("/manifest/model/kv_heads", 8),
+	_gpu("H100-SXM-80GB"), _set("/manifest/hardware/nodes", 2048), _remove("/manifest/parallelism/data"),
+	_par("tensor", 8), _par("pipeline", 16), _par("virtual_stages", 4), _par("zero_stage", 1),
+	_par("activation_checkpointing", "full"), _set("/manifest/objective/global_batch_size", 2048),
+]
+
 # Llama 3 8B at 512k tokens: TP 2 × CP 16 on 16 × 8 H100, no recompute
 _long_context := [
 	_gpu("H100-SXM-80GB"), _set("/manifest/hardware/nodes", 16), _remove("/manifest/parallelism/data"),
@@ -149,6 +161,101 @@ _cases := {
 		"want": set(),
 		"warn": {"MEMORY_ESTIMATE_EXCEEDS_GPU"},
 	},
+	"overprovisioned is judged on compute per GPU per step, not tokens per GPU": {
+		"patch": _llama3_405b_production,
+		"want": set(),
+	},
+	# 100 GbE warns with bf16 gradients (R ≈ 1.5); Megatron reduces them in fp32 (R ≈ 3)
+	"fp32 gradient reduction doubles the sync (Megatron's default with bf16)": {
+		"patch": [_set("/manifest/hardware/fabric", "ethernet-100g"), _par("engine", "megatron")],
+		"want": {"DP_COMM_BOUND"},
+	},
+	"gradient reduction declared bf16 on Megatron": {
+		"patch": [
+			_set("/manifest/hardware/fabric", "ethernet-100g"), _par("engine", "megatron"),
+			_par("gradient_reduce_precision", "bf16"),
+		],
+		"want": set(),
+		"warn": {"DP_COMM_BOUND"},
+	},
+	"fp32 gradient reduction declared": {
+		"patch": [_set("/manifest/hardware/fabric", "ethernet-100g"), _par("gradient_reduce_precision", "fp32")],
+		"want": {"DP_COMM_BOUND"},
+	},
+	# Llama 3 70B's 80 layers on pp 6 (Megatron builds equal chunks)
+	"layers not divisible by pp on Megatron": {
+		"patch": array.concat(_llama3_70b, [
+			_par("tensor", 8), _par("pipeline", 6), _remove("/manifest/parallelism/data"), _par("engine", "megatron"),
+			_set("/manifest/hardware/nodes", 6), _set("/manifest/objective/global_batch_size", 48),
+		]),
+		"want": {"PP_LAYERS_INDIVISIBLE"},
+	},
+	"uneven split declared: 14 + 4 × 13 + 14 layers": {
+		"patch": array.concat(_llama3_70b, [
+			_par("tensor", 8), _par("pipeline", 6), _remove("/manifest/parallelism/data"), _par("engine", "megatron"),
+			_set("/manifest/hardware/nodes", 6), _set("/manifest/objective/global_batch_size", 48),
+			_par("pipeline_split", {"first_stage_layers": 14, "last_stage_layers": 14}),
+		]),
+		"want": set(),
+	},
+	"embedding and loss stages: 80 + 2 layers over pp 2 × v 41": {
+		"patch": array.concat(_llama3_70b, [
+			_par("tensor", 8), _par("pipeline", 2), _par("virtual_stages", 41), _remove("/manifest/parallelism/data"),
+			_par("engine", "megatron"), _set("/manifest/objective/global_batch_size", 64),
+			_par("pipeline_split", {"embedding_stage": true, "loss_stage": true}),
+		]),
+		"want": set(),
+	},
+	"uneven split declared wrongly": {
+		"patch": array.concat(_llama3_70b, [
+			_par("tensor", 8), _par("pipeline", 6), _remove("/manifest/parallelism/data"), _par("engine", "megatron"),
+			_set("/manifest/hardware/nodes", 6), _set("/manifest/objective/global_batch_size", 48),
+			_par("pipeline_split", {"first_stage_layers": 11}),
+		]),
+		"want": {"PP_LAYERS_INDIVISIBLE"},
+	},
+	"torchtitan splits 80 layers over pp 6 unevenly": {
+		"patch": array.concat(_llama3_70b, [
+			_par("tensor", 8), _par("pipeline", 6), _remove("/manifest/parallelism/data"),
+			_set("/manifest/hardware/nodes", 6), _set("/manifest/objective/global_batch_size", 48),
+		]),
+		"want": set(),
+	},
+	"unbalanced stages on torchtitan: 32 layers over pp 24": {
+		"patch": [_par("pipeline", 24), _remove("/manifest/parallelism/data"), _set("/manifest/hardware/nodes", 3), _set("/manifest/objective/global_batch_size", 48)],
+		"want": set(),
+		"warn": {"PP_LAYERS_UNBALANCED", "PP_BUBBLE_TOO_LARGE"},
+	},
+	# 10 GbE: 0.16 GB/s per GPU for the gradient all-reduce across nodes
+	"10 GbE": {"patch": [_set("/manifest/hardware/fabric", "ethernet-10g")], "want": {"DP_COMM_BOUND"}},
+	"V100 16 GB in fp16": {
+		"patch": [_gpu("V100-16GB"), _par("precision", "fp16")],
+		"want": set(),
+		"warn": {"MEMORY_ESTIMATE_EXCEEDS_GPU"},
+	},
+	"H100 NVL: tensor parallel within its NVLink pair only": {
+		"patch": [_gpu("H100-NVL"), _par("tensor", 4), _par("data", 16)],
+		"want": {"TP_EXCEEDS_NVLINK_DOMAIN"},
+	},
+	"H100 96 GB": {"patch": [_gpu("H100-96GB")], "want": set(), "warn": {"OVERPROVISIONED_SMALL_MODEL"}},
+	"interleaved schedule without virtual stages": {
+		"patch": [_par("pipeline", 2), _par("data", 32), _par("pipeline_schedule", "interleaved")],
+		"want": {"PP_SCHEDULE_INVALID"},
+		"warn": {"PP_BUBBLE_TOO_LARGE"},
+	},
+	"virtual stages with a zero-bubble schedule": {
+		"patch": [_par("pipeline", 2), _par("data", 32), _par("virtual_stages", 2), _par("pipeline_schedule", "zero_bubble")],
+		"want": {"PP_SCHEDULE_INVALID"},
+	},
+	# 1F1B leaves (pp−1)/(m+pp−1) = 0.33 idle at m = 2; ZB-H1 a third of it
+	"zero-bubble schedule shrinks the bubble": {
+		"patch": [_par("pipeline", 2), _par("data", 32), _par("pipeline_schedule", "zero_bubble")],
+		"want": set(),
+	},
+	"dualpipe schedule": {
+		"patch": [_par("pipeline", 4), _par("data", 16), _par("pipeline_schedule", "dualpipe"), _set("/manifest/objective/global_batch_size", 256)],
+		"want": set(),
+	},
 	# logits per CP rank (s/cp): 97 GB, below the 1.5 × 80 GB deny line
 	"long context with cp is not denied on the logits": {
 		"patch": _long_context,
@@ -220,10 +327,27 @@ _cases := {
 		"want": set(),
 	},
 	"fp8 on A100": {"patch": [_par("precision", "fp8")], "want": {"FP8_UNSUPPORTED_GPU"}},
-	"fp8 on H100": {"patch": [_par("precision", "fp8"), _gpu("H100-SXM-80GB")], "want": set()},
-	"mxfp8 on H100": {"patch": [_par("precision", "mxfp8"), _gpu("H100-SXM-80GB")], "want": {"MXFP8_UNSUPPORTED_GPU"}},
-	"nvfp4 on MI355X": {"patch": [_par("precision", "nvfp4"), _gpu("MI355X")], "want": {"MXFP8_UNSUPPORTED_GPU"}},
-	"nvfp4 on B200": {"patch": [_par("precision", "nvfp4"), _gpu("B200")], "want": set()},
+	# (on an H100 the base layout computes 0.99 s per step: the 8B model would fit on 8 GPUs)
+	"fp8 on H100": {
+		"patch": [_par("precision", "fp8"), _gpu("H100-SXM-80GB")],
+		"want": set(),
+		"warn": {"OVERPROVISIONED_SMALL_MODEL"},
+	},
+	"mxfp8 on H100": {
+		"patch": [_par("precision", "mxfp8"), _gpu("H100-SXM-80GB")],
+		"want": {"MXFP8_UNSUPPORTED_GPU"},
+		"warn": {"OVERPROVISIONED_SMALL_MODEL"},
+	},
+	"nvfp4 on MI355X": {
+		"patch": [_par("precision", "nvfp4"), _gpu("MI355X")],
+		"want": {"MXFP8_UNSUPPORTED_GPU"},
+		"warn": {"OVERPROVISIONED_SMALL_MODEL"},
+	},
+	"nvfp4 on B200": {
+		"patch": [_par("precision", "nvfp4"), _gpu("B200")],
+		"want": set(),
+		"warn": {"OVERPROVISIONED_SMALL_MODEL"},
+	},
 	"bf16 on V100": {
 		"patch": [_gpu("V100-32GB")],
 		"want": {"BF16_UNSUPPORTED_GPU"},
@@ -300,7 +424,7 @@ _cases := {
 test_base_estimates if {
 	parallelism.estimates == {
 		"world_size": 64, "dp": 64, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "etp": 1, "virtual_stages": 1,
-		"microbatches": 1, "tokens_per_gpu": 8192, "bytes_per_param": 0.25,
+		"microbatches": 1, "tokens_per_gpu": 8192, "bytes_per_param": 0.25, "pipeline_schedule": "1f1b",
 		"model_states_gb_per_gpu": 2.01, "activations_gb_per_gpu": 38.56, "memory_gb_per_gpu": 43.57,
 		"gpu_memory_gb": 80, "bubble_fraction": 0, "dp_comm_compute_ratio": 0.11,
 	} with input as _base
@@ -432,7 +556,7 @@ _fix_cases := {
 		"patch": [_par("precision", "fp8")],
 		"fix": concat("", [
 			"nearest passing layout on 8 × 8 A100-80GB (1 change: precision fp8 → bf16): ", _same, ", ", _rest,
-			". Or: a GPU with FP8: B200, GB200, H100-PCIe, H100-SXM-80GB, H200, L40S, MI300X, MI355X",
+			". Or: a GPU with FP8: B200, GB200, H100-96GB, H100-NVL, H100-PCIe, H100-SXM-80GB, H200, L40S, MI300X, MI355X",
 		]),
 	},
 	"bubble": {
@@ -589,6 +713,48 @@ test_logits_per_context_parallel_rank if {
 	est.activations_gb_per_gpu == 77.12
 }
 
+test_sequence_parallel_off_keeps_layernorm_activations_whole if {
+	tp8 := [_gpu("H100-SXM-80GB"), _par("tensor", 8), _par("data", 8), _par("activation_checkpointing", "none")]
+	on := parallelism.estimates with input as json.patch(_base, tp8)
+	off := parallelism.estimates with input as json.patch(_base, array.concat(tp8, [_par("sequence_parallel", false)]))
+
+	# per layer 8192·4096·(18 + 4·3.5)/8 with, + 10·8192·4096·(1 − 1/8) without; 32 layers + logits
+	on.activations_gb_per_gpu == 4.82
+	off.activations_gb_per_gpu == 14.22
+}
+
+test_pipeline_schedules if {
+	pp4 := [_par("pipeline", 4), _par("data", 16), _set("/manifest/objective/global_batch_size", 64)]
+	est := {s: e |
+		some s in ["1f1b", "zero_bubble", "dualpipe"]
+		e := parallelism.estimates with input as json.patch(_base, array.concat(pp4, [_par("pipeline_schedule", s)]))
+	}
+
+	# m = 4: 1F1B 3/7; ZB-H1 1/(4+1); DualPipe (4/2 − 1)/(4 + 1)
+	est["1f1b"].bubble_fraction == 0.43
+	est.zero_bubble.bubble_fraction == 0.2
+	est.dualpipe.bubble_fraction == 0.2
+
+	# DualPipe holds two chunks' parameters
+	abs(est.dualpipe.model_states_gb_per_gpu - (2 * est["1f1b"].model_states_gb_per_gpu)) <= 0.015
+	est["1f1b"].pipeline_schedule == "1f1b"
+	interleaved := parallelism.estimates with input as json.patch(_base, array.concat(pp4, [_par("virtual_stages", 2)]))
+	interleaved.pipeline_schedule == "interleaved"
+}
+
+# the schedule follows v in every candidate: the nearest fix of a mismatch
+# keeps the knobs and names the schedule they imply
+test_fix_of_a_schedule_mismatch if {
+	inp := json.patch(_base, [
+		_par("pipeline", 2), _par("data", 32), _par("virtual_stages", 2),
+		_par("pipeline_schedule", "zero_bubble"),
+	])
+	fix := parallelism.estimates.fix_layout with input as inp
+	fix.virtual_stages == 2
+	fix.pipeline_schedule == "interleaved"
+	fix.changes == ["pipeline_schedule zero_bubble → interleaved"]
+}
+
 test_no_fix_layout_on_allow if {
 	not parallelism.estimates.fix_layout with input as _base
 	not parallelism._fix with input as json.patch(_base, [_gpu("TPU-v5p")])
@@ -741,7 +907,8 @@ _denied_fixtures := {c.manifest: c | some c in data.ito.testdata.fixtures.cases;
 
 test_fixture_smallest_gpu_counts[name] if {
 	some name, want in {
-		"gpt3-175b-megatron.json": {"on_booked_hardware": false, "nodes": 5, "world_size": 40, "tensor": 8, "pipeline": 5},
+		# 40 GPUs would hold the states, but Megatron cannot split 96 layers over pp 5
+		"gpt3-175b-megatron.json": {"on_booked_hardware": false, "nodes": 6, "world_size": 48, "tensor": 8, "pipeline": 6},
 		"llama2-70b-v100-fsdp.json": {"on_booked_hardware": false, "nodes": 6, "tensor": 8, "pipeline": 6, "precision": "fp16"},
 		# one node cannot hold Mixtral's states at all (16 B/param over 8 GPUs is 93 GB each);
 		# pipeline 4 → 1 with ep 8 on it would leave 90 GB of unsharded expert states per GPU

@@ -48,6 +48,8 @@ test-vet:
 
 test-go-only:
 	$(GO) test -race -count=1 ./...
+	@# the parallelism model on all its generated layouts (under -race it checks a sample)
+	$(GO) test -count=1 -run '^TestParallelismModel$$' ./policies
 
 ## test-policy: the policy trio; every check runs, failing at the end if any failed.
 ##   Keeps the coverage report in bin/coverage.json and prints a per-file summary

@@ -53,6 +53,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newEvalCmd(stdout),
 		newReplayCmd(stdout),
 		newBundleCmd(stdout, stderr),
+		newTicketCmd(stdout, stderr),
 	)
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd()

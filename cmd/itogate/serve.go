@@ -137,6 +137,12 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 			return err
 		}
 		ts, err = trust.FromConfig(cfg.Trust)
+		if err == nil && cfg.Tickets != nil {
+			err = ts.LoadTickets(*cfg.Tickets)
+		}
+		if err == nil && cfg.Webhook != nil {
+			err = errors.New("webhook: the admission webhook is not part of this build yet")
+		}
 	}
 	if err != nil {
 		return err
@@ -182,6 +188,7 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 		OnRunGPUs:     metrics.RunGPUs,
 		Evaluations:   evals,
 		Shadow:        shadow,
+		Tickets:       ticketSigner(ts),
 		OnShadow: func(r admission.ShadowResult) {
 			metrics.Shadow(r.Kind)
 			if !r.Agree && r.Kind != "skipped" {
@@ -212,7 +219,7 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 			return nil
 		},
 		MaxBodyBytes: cfg.Limits.MaxBodyBytes, RequestTimeout: time.Duration(cfg.Limits.RequestTimeout),
-		Metrics: metrics, Logger: log,
+		Metrics: metrics, Logger: log, TicketJWKS: ticketJWKS(ts),
 	})
 	if err != nil {
 		return err
@@ -225,6 +232,10 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 	if cfg.Dev {
 		log.Warn("DEVELOPMENT MODE: embedded policy bundle (unless --bundle-file/--bundle-url), PUBLISHED development keys from fixtures/keys, " +
 			"loopback only. Anyone can mint tokens these keys accept. Never use this mode in production; pass --config.")
+		log.Warn("DEVELOPMENT MODE: admission tickets are signed with the PUBLISHED development ticket key dev-ticket-1 " +
+			"(fixtures/keys): a ticket from this server proves nothing to a workload boundary")
+	} else if cfg.Tickets == nil {
+		log.Warn("tickets: no tickets section: allowed admissions carry no admission ticket and GET /v1/tickets/jwks answers 404")
 	}
 	info, _ := bundles.Info()
 	log.Info("itogate listening", "addr", ln.Addr().String(), "ledger", ledgerDesc,
@@ -251,6 +262,22 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return srv.Shutdown(shutdownCtx)
+}
+
+// ticketSigner is the admission's ticket signer, nil (not a typed nil)
+// when tickets are off.
+func ticketSigner(ts *trust.Set) admission.TicketSigner {
+	if ts.Tickets == nil {
+		return nil
+	}
+	return ts.Tickets
+}
+
+func ticketJWKS(ts *trust.Set) []byte {
+	if ts.Tickets == nil {
+		return nil
+	}
+	return ts.Tickets.JWKS()
 }
 
 // openDecisionLog opens the decision log: "off", "stdout" or a file appended

@@ -2,10 +2,12 @@ package main
 
 import (
 	"crypto"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -114,11 +116,18 @@ func newVerifyCmd(stdout io.Writer) *cobra.Command {
 }
 
 func newKeygenCmd(stdout io.Writer) *cobra.Command {
-	var dir, name, typ string
+	var dir, name, typ, keyID string
+	var jwks bool
 	cmd := &cobra.Command{
-		Use:   "keygen --name NAME [--type ecdsa|ed25519] [--dir DIR]",
-		Short: "Generate a key pair (PKCS#8 private PEM 0600, PKIX public PEM)",
-		Args:  cobra.NoArgs,
+		Use:   "keygen --name NAME [--type ecdsa|ed25519] [--dir DIR] [--jwks [--key-id KID]]",
+		Short: "Generate a key pair (PKCS#8 private PEM 0600, PKIX public PEM, optionally a public JWKS)",
+		Long: `Generate a key pair: NAME.key.pem (PKCS#8, mode 0600) and NAME.pub.pem (PKIX).
+
+With --jwks it also writes NAME.jwks.json: a JSON Web Key Set holding the public
+key with its kid (--key-id, default NAME), alg (ES256 for ecdsa, EdDSA for
+ed25519) and use "sig" — what a trust.*.jwks_file, tickets.previous_jwks_file
+or "itogate ticket verify --jwks" reads. No file is ever overwritten.`,
+		Args: cobra.NoArgs,
 		RunE: func(_ *cobra.Command, _ []string) error {
 			var priv crypto.Signer
 			var err error
@@ -133,18 +142,61 @@ func newKeygenCmd(stdout io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if keyID == "" {
+				keyID = name
+			}
 			privPath, pubPath, err := token.WriteKeyPair(dir, name, priv)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(stdout, "private %s (keep secret)\npublic  %s\nfingerprint %s\n",
 				privPath, pubPath, verify.Fingerprint(priv.Public()))
+			if jwks {
+				alg := map[string]string{"ecdsa": "ES256", "ed25519": "EdDSA"}[typ]
+				path, err := writePublicJWKS(filepath.Join(dir, name+".jwks.json"), keyID, alg, priv.Public())
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(stdout, "jwks    %s (kid %s, alg %s)\n", path, keyID, alg)
+			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", ".", "output directory")
 	cmd.Flags().StringVar(&name, "name", "", "file stem: NAME.key.pem and NAME.pub.pem")
 	cmd.Flags().StringVar(&typ, "type", "ecdsa", "ecdsa (P-256, ES256) or ed25519 (EdDSA)")
+	cmd.Flags().BoolVar(&jwks, "jwks", false, "also write NAME.jwks.json, the public key as a JWKS")
+	cmd.Flags().StringVar(&keyID, "key-id", "", "kid of the key in the JWKS (default NAME)")
 	_ = cmd.MarkFlagRequired("name")
 	return cmd
+}
+
+// writePublicJWKS writes a one-key public JWKS (kid, alg, use "sig") to
+// path, refusing to overwrite, and checks it reads back as a verification
+// key set.
+func writePublicJWKS(path, keyID, alg string, pub crypto.PublicKey) (string, error) {
+	pemBytes, err := token.MarshalPublicKeyPEM(pub)
+	if err != nil {
+		return "", err
+	}
+	set, err := verify.KeySetFromPEM(keyID, alg, pemBytes)
+	if err != nil {
+		return "", err
+	}
+	raw, err := json.MarshalIndent(set, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	if _, err := verify.LoadJWKS(raw); err != nil {
+		return "", err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return "", err
+	}
+	if _, err := f.Write(append(raw, '\n')); err != nil {
+		f.Close()
+		return "", err
+	}
+	return path, f.Close()
 }

@@ -111,6 +111,9 @@ type Options struct {
 	OnRunGPUs func(event string, gpus, held, booked int)
 	// Evaluations bounds concurrent policy evaluations (zero: no bound).
 	Evaluations Evaluations
+	// Tickets, when set, signs the admission ticket of every allowed
+	// train.create; it is stored with the admission (data.ticket).
+	Tickets TicketSigner
 }
 
 // Service answers admissions, status lookups and confirmation deposits.
@@ -305,7 +308,7 @@ func replayed(a ledger.Admission) Outcome {
 			Decision: "allow", DecisionID: a.DecisionID, Action: a.Action, BookingID: a.BookingID,
 			RunID: a.RunID, ManifestDigest: a.ManifestDigest, IdempotencyKey: a.IdempotencyKey,
 			State: string(a.State), BundleRevision: a.BundleRevision,
-			GPUs: a.GPUs, LiveUntil: unixOrZero(a.LiveUntil),
+			GPUs: a.GPUs, LiveUntil: unixOrZero(a.LiveUntil), Ticket: a.Ticket,
 		},
 	}
 }

@@ -37,6 +37,9 @@ type Data struct {
 	LiveUntil int64          `json:"live_until,omitempty"`
 	Warnings  []Finding      `json:"warnings,omitempty"`
 	Estimates map[string]any `json:"estimates,omitempty"`
+	// Ticket is the admission ticket of an allowed train.create (compact
+	// JWS, docs/tickets.md): the same on a replay and a status lookup.
+	Ticket string `json:"ticket,omitempty"`
 }
 
 // Finding is a violation or warning as the API reports it.

@@ -365,6 +365,21 @@ func (s *Service) commit(ctx context.Context, p *pending) Outcome {
 		rec.LiveUntil = p.run.End.Add(booking.Grace(p.decision.Estimates))
 		rec.CostMicroUSD = booking.EstimateMicroUSD(p.run.ComputeMicroUSD, p.decision.Estimates)
 	}
+	if req.Action == ActionTrainCreate && s.opts.Tickets != nil {
+		// Signed before the commit and stored by it, so the caller, a
+		// replay and a status lookup all get this very ticket.
+		tc, err := ticketClaims(rec, p.manifest, p.entitlement.Raw)
+		if err == nil {
+			rec.Ticket, err = s.opts.Tickets.Issue(tc)
+		}
+		if err != nil {
+			s.opts.Logger.Error("ticket not signed", "decision_id", rec.DecisionID, "err", err)
+			data := p.data()
+			data.Decision, data.State = "deny", StateDenied
+			return Outcome{Status: http.StatusServiceUnavailable, Code: CodeTicketUnavailable,
+				Message: "allowed by policy, but the admission ticket could not be signed; denied, nothing was consumed", Data: data}
+		}
+	}
 	stored, wasReplay, err := s.opts.Ledger.Commit(context.WithoutCancel(ctx), rec)
 	return s.committed(ctx, p, stored, wasReplay, err)
 }
@@ -426,7 +441,7 @@ func (s *Service) committed(ctx context.Context, p *pending, stored ledger.Admis
 		return replayed(stored)
 	}
 	data.Decision, data.State, data.RunID = "allow", string(stored.State), stored.RunID
-	data.GPUs, data.LiveUntil = stored.GPUs, unixOrZero(stored.LiveUntil)
+	data.GPUs, data.LiveUntil, data.Ticket = stored.GPUs, unixOrZero(stored.LiveUntil), stored.Ticket
 	s.countGPUs(p, stored)
 	return Outcome{Status: http.StatusOK, Data: data}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/admission"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/policy"
+	"github.com/itocompute/itogate/gatekeeper/server"
 )
 
 // Entry documents one code.
@@ -77,6 +78,8 @@ func Go() []Entry {
 		e(policy.CodeEvaluationFailed, "policy", http.StatusServiceUnavailable, "The policy raised an error.", "Check the bundle; the decision log has the decision id."),
 		e(policy.CodeTimeout, "policy", http.StatusServiceUnavailable, "The evaluation exceeded policy.deadline.", "Check the bundle for expensive rules."),
 		e(policy.CodeDecisionInvalid, "policy", http.StatusServiceUnavailable, "The decision is undefined or not {allow: bool, violations: [...]}, or allow disagrees with violations.", "Fix the bundle's data.ito.admission.decision."),
+		e(admission.CodeTicketUnavailable, "ticket", http.StatusServiceUnavailable, "The policy allowed the train.create but its admission ticket could not be signed (tickets.signing_key); denied, nothing was consumed or written.", "Check the ticket key and the log (decision id); retry with the same idempotency key."),
+		e(server.CodeTicketsDisabled, "ticket", http.StatusNotFound, "GET /v1/tickets/jwks on an itogate without a tickets section: it signs no tickets.", "Configure tickets (docs/tickets.md)."),
 		e(admission.CodeInternal, "server", http.StatusInternalServerError, "An unexpected fault; denied.", "Report it with the request id."),
 	}
 }

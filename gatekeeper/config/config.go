@@ -30,6 +30,13 @@ type Config struct {
 	Trust   Trust  `yaml:"trust"`
 	Policy  Policy `yaml:"policy"`
 	Limits  Limits `yaml:"limits"`
+	// Tickets configures the admission tickets itogate signs on an allowed
+	// train.create (docs/tickets.md). Without it allows carry no ticket and
+	// the workload webhook cannot run.
+	Tickets *Tickets `yaml:"tickets"`
+	// Webhook configures the Kubernetes validating admission webhook's own
+	// TLS listener (docs/kubernetes.md); nil means no webhook.
+	Webhook *Webhook `yaml:"webhook"`
 	// DecisionLog is where one JSON line per admission goes: "stdout", a
 	// file path (appended, mode 0600), or "off". Default: <data_dir>/decisions.jsonl.
 	DecisionLog string `yaml:"decision_log"`
@@ -163,6 +170,61 @@ type TokenTrust struct {
 type ManifestKey struct {
 	KeyID   string `yaml:"key_id"`
 	PEMFile string `yaml:"pem_file"`
+}
+
+// Tickets configures admission tickets: a key purpose of its own, used for
+// nothing else.
+type Tickets struct {
+	// Issuer is every ticket's iss, e.g. "https://itogate.example.com".
+	Issuer string `yaml:"issuer"`
+	// Audience is every ticket's aud (default "itogate-workload"). It must
+	// differ from every trust audience: a ticket is never an API token.
+	Audience string `yaml:"audience"`
+	// SigningKey is the PKCS#8 private key ("PRIVATE KEY" PEM) that signs
+	// tickets, its key id and algorithm: EdDSA (Ed25519) or ES256.
+	SigningKey TicketKey `yaml:"signing_key"`
+	// PreviousJWKSFile, when set, holds public keys still published at
+	// GET /v1/tickets/jwks after a rotation, until the tickets they signed
+	// have expired.
+	PreviousJWKSFile string `yaml:"previous_jwks_file"`
+	// Leeway is the clock skew the webhook tolerates on a ticket's exp and
+	// iat (default 30s, at most 5m).
+	Leeway Duration `yaml:"leeway"`
+}
+
+// TicketKey is the ticket signing key.
+type TicketKey struct {
+	PEMFile   string `yaml:"pem_file"`
+	KeyID     string `yaml:"key_id"`
+	Algorithm string `yaml:"algorithm"`
+}
+
+// Webhook configures the Kubernetes validating admission webhook.
+type Webhook struct {
+	// Listen is the webhook's own TLS listener, e.g. ":9443" (the
+	// apiserver calls webhooks over HTTPS only).
+	Listen string `yaml:"listen"`
+	// CertFile and KeyFile are the serving certificate and key (PEM). Both
+	// are re-read when either file changes (cert-manager rotates them).
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// ClientCAFile, when set, requires the apiserver to present a client
+	// certificate signed by this CA (the apiserver's
+	// --admission-control-config-file kubeconfig for webhooks).
+	ClientCAFile string `yaml:"client_ca_file"`
+	// Namespaces binds namespaces to accounts: a workload in namespace N
+	// may only use tickets of account Namespaces[N]. Namespaces labelled
+	// NamespaceLabel (the webhook's namespaceSelector) take the label's
+	// value when they are not listed here.
+	Namespaces map[string]string `yaml:"namespaces"`
+	// NamespaceLabel is the namespace label that holds the account (default
+	// "itogate.io/account"); the apiserver sends namespace labels only when
+	// the webhook configuration matches on them, so the shipped
+	// configuration selects on this label.
+	NamespaceLabel string `yaml:"namespace_label"`
+	// Timeout bounds one review (default 2s, below the 5s timeoutSeconds of
+	// the shipped ValidatingWebhookConfiguration).
+	Timeout Duration `yaml:"timeout"`
 }
 
 // Policy selects the bundle.
@@ -477,6 +539,19 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("policy.shadow: %w", err))
 		}
 	}
+	if c.Tickets != nil {
+		if err := c.Tickets.validate(c.Trust); err != nil {
+			errs = append(errs, fmt.Errorf("tickets: %w", err))
+		}
+	}
+	if c.Webhook != nil {
+		if c.Tickets == nil {
+			errs = append(errs, errors.New("webhook: needs the tickets section (the webhook verifies tickets)"))
+		}
+		if err := c.Webhook.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("webhook: %w", err))
+		}
+	}
 	if c.Limits.MaxBodyBytes <= 0 || c.Limits.MaxBodyBytes > 16<<20 {
 		errs = append(errs, errors.New("limits.max_body_bytes must be in (0, 16 MiB]"))
 	}
@@ -488,6 +563,92 @@ func (c Config) Validate() error {
 			"limits.max_queued_evaluations and limits.max_queue_wait must not be negative"))
 	}
 	return errors.Join(errs...)
+}
+
+func (t Tickets) validate(trust Trust) error {
+	var errs []error
+	if t.Issuer == "" {
+		errs = append(errs, errors.New("issuer is required"))
+	}
+	if t.SigningKey.PEMFile == "" || t.SigningKey.KeyID == "" {
+		errs = append(errs, errors.New("signing_key: pem_file and key_id are required"))
+	}
+	if a := t.SigningKey.Algorithm; a != "EdDSA" && a != "ES256" {
+		errs = append(errs, errors.New("signing_key.algorithm must be EdDSA or ES256"))
+	}
+	aud := t.EffectiveAudience()
+	for name, tt := range map[string]TokenTrust{
+		"callers": trust.Callers, "depositors": trust.Depositors,
+		"entitlement": trust.Entitlement, "confirmation": trust.Confirmation,
+	} {
+		if tt.Audience == aud {
+			errs = append(errs, fmt.Errorf("audience %q is also trust.%s's: tickets need their own", aud, name))
+		}
+	}
+	if t.Leeway < 0 || time.Duration(t.Leeway) > MaxLeeway {
+		errs = append(errs, fmt.Errorf("leeway must be in [0, %s]", MaxLeeway))
+	}
+	return errors.Join(errs...)
+}
+
+// DefaultTicketAudience is Tickets.Audience when unset.
+const DefaultTicketAudience = "itogate-workload"
+
+// EffectiveAudience is the audience or DefaultTicketAudience.
+func (t Tickets) EffectiveAudience() string {
+	if t.Audience == "" {
+		return DefaultTicketAudience
+	}
+	return t.Audience
+}
+
+// EffectiveLeeway is the leeway or DefaultLeeway.
+func (t Tickets) EffectiveLeeway() time.Duration {
+	if t.Leeway == 0 {
+		return DefaultLeeway
+	}
+	return time.Duration(t.Leeway)
+}
+
+// Webhook defaults.
+const (
+	DefaultNamespaceLabel = "itogate.io/account"
+	DefaultWebhookTimeout = 2 * time.Second
+)
+
+func (w Webhook) validate() error {
+	var errs []error
+	if _, _, err := net.SplitHostPort(w.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("listen: %w", err))
+	}
+	if w.CertFile == "" || w.KeyFile == "" {
+		errs = append(errs, errors.New("cert_file and key_file are required (the apiserver calls webhooks over TLS only)"))
+	}
+	for ns, acct := range w.Namespaces {
+		if ns == "" || acct == "" {
+			errs = append(errs, errors.New("namespaces: empty namespace or account"))
+		}
+	}
+	if w.Timeout < 0 {
+		errs = append(errs, errors.New("timeout must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// EffectiveNamespaceLabel is the label or DefaultNamespaceLabel.
+func (w Webhook) EffectiveNamespaceLabel() string {
+	if w.NamespaceLabel == "" {
+		return DefaultNamespaceLabel
+	}
+	return w.NamespaceLabel
+}
+
+// EffectiveTimeout is the timeout or DefaultWebhookTimeout.
+func (w Webhook) EffectiveTimeout() time.Duration {
+	if w.Timeout == 0 {
+		return DefaultWebhookTimeout
+	}
+	return time.Duration(w.Timeout)
 }
 
 func (t TokenTrust) validate() error {
@@ -546,5 +707,14 @@ func (c *Config) resolvePaths(base string) {
 	}
 	for i := range c.Trust.ManifestSigners {
 		abs(&c.Trust.ManifestSigners[i].PEMFile)
+	}
+	if c.Tickets != nil {
+		abs(&c.Tickets.SigningKey.PEMFile)
+		abs(&c.Tickets.PreviousJWKSFile)
+	}
+	if c.Webhook != nil {
+		abs(&c.Webhook.CertFile)
+		abs(&c.Webhook.KeyFile)
+		abs(&c.Webhook.ClientCAFile)
 	}
 }

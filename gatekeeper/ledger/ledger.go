@@ -290,4 +290,9 @@ type Admission struct {
 	GPUs       int
 	BookedGPUs int
 	LiveUntil  time.Time
+	// Ticket is the admission ticket (compact JWS, package ticket) signed
+	// for an allowed train.create, stored in the same transaction so that a
+	// replay and a status lookup hand back the very same ticket; empty for
+	// other actions and when tickets are not configured.
+	Ticket string
 }

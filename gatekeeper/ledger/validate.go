@@ -15,6 +15,9 @@ const MaxIDLen = 256
 // bundle revisions).
 const maxTextLen = 1024
 
+// maxTicketLen bounds Admission.Ticket, a compact JWS: 8 KiB.
+const maxTicketLen = 8 << 10
+
 // Validate reports whether c may be deposited: a reference in the
 // NewConfirmationRef shape; non-empty JTI, Account and Action within
 // MaxIDLen; a token; ExpiresAt and DepositedAt set; State empty or
@@ -85,6 +88,11 @@ func (a Admission) Validate() error {
 		if p := textProblem(f.v); p != "" {
 			return bad(f.name, p)
 		}
+	}
+	if len(a.Ticket) > maxTicketLen || strings.ContainsFunc(a.Ticket, func(r rune) bool {
+		return !(r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.')
+	}) {
+		return bad("Ticket", fmt.Sprintf("is not a compact JWS of at most %d bytes", maxTicketLen))
 	}
 	if !IsSHA256Digest(a.RequestDigest) {
 		return bad("RequestDigest", "is not sha256: followed by 64 lowercase hex digits")

@@ -16,6 +16,13 @@ import (
 // and returns the status and the envelope.
 func admitFixture(t *testing.T, h *harness, name, cost string) (int, map[string]any) {
 	t.Helper()
+	body, _ := fixtureRequest(t, h, name, cost)
+	return post(t, h, "/v1/admissions", "application/json", callerToken(t, h), body)
+}
+
+// fixtureRequest is admitFixture's request body and its idempotency key.
+func fixtureRequest(t *testing.T, h *harness, name, cost string) ([]byte, string) {
+	t.Helper()
 	ctx := context.Background()
 	m, err := h.runner.LoadManifest(name)
 	if err != nil {
@@ -29,12 +36,13 @@ func admitFixture(t *testing.T, h *harness, name, cost string) (int, map[string]
 	if err != nil {
 		t.Fatal(err)
 	}
+	key := h.runner.Key(name)
 	body, _ := json.Marshal(map[string]any{
-		"action": "train.create", "booking_id": scenario.Booking, "idempotency_key": h.runner.Key(name),
+		"action": "train.create", "booking_id": scenario.Booking, "idempotency_key": key,
 		"manifest": base64.StdEncoding.EncodeToString(m.Raw), "manifest_signature": m.Signature,
 		"entitlement_token": ent, "confirmation_ref": ref,
 	})
-	return post(t, h, "/v1/admissions", "application/json", callerToken(t, h), body)
+	return body, key
 }
 
 func estimatesOf(t *testing.T, env map[string]any) map[string]any {

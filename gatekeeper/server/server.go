@@ -54,6 +54,10 @@ type Options struct {
 	Metrics        *Metrics
 	Logger         *slog.Logger
 	Now            func() time.Time
+	// TicketJWKS is the ticket public key set served at GET
+	// /v1/tickets/jwks; nil when tickets are not configured (404
+	// TICKETS_DISABLED).
+	TicketJWKS []byte
 }
 
 // New returns the router.
@@ -88,6 +92,7 @@ func New(opts Options) (http.Handler, error) {
 			revokers = s.authenticate("revoker", opts.Revokers, admission.CodeRevokerUnauthenticated, false)
 		}
 		r.With(s.limitBody, s.requireJSON, revokers).Post("/revocations", s.postRevocation)
+		r.Get("/tickets/jwks", s.ticketJWKS)
 	})
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, "ROUTE_NOT_FOUND", "no such route")
@@ -99,6 +104,26 @@ func New(opts Options) (http.Handler, error) {
 }
 
 type srv struct{ opts Options }
+
+// CodeTicketsDisabled answers GET /v1/tickets/jwks when no tickets section
+// is configured.
+const CodeTicketsDisabled = "TICKETS_DISABLED"
+
+// ticketJWKS serves the ticket public keys as a bare JWKS (RFC 7517 §5),
+// not an envelope: JWKS consumers (`itogate ticket verify --jwks`, OPA's
+// io.jwt.decode_verify, any JOSE library) read it as is. Public keys only,
+// no authentication; cacheable for five minutes, shorter than any rotation
+// overlap (tickets.previous_jwks_file).
+func (s *srv) ticketJWKS(w http.ResponseWriter, _ *http.Request) {
+	if s.opts.TicketJWKS == nil {
+		writeError(w, http.StatusNotFound, CodeTicketsDisabled, "tickets are not configured on this itogate")
+		return
+	}
+	w.Header().Set("Content-Type", "application/jwk-set+json")
+	w.Header().Set("Cache-Control", "public, max-age=300")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(s.opts.TicketJWKS)
+}
 
 type ctxKey struct{}
 

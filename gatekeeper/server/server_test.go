@@ -64,6 +64,12 @@ func (h *harness) metricsText(t testing.TB) string {
 // bundle and the development trust — the same wiring as `itogate serve`.
 func newHarness(t *testing.T, mutate func(*admission.Options)) *harness {
 	t.Helper()
+	return newHarnessServer(t, mutate, nil)
+}
+
+// newHarnessServer is newHarness with a hook on the server's options too.
+func newHarnessServer(t *testing.T, mutate func(*admission.Options), mutateServer func(*server.Options)) *harness {
+	t.Helper()
 	ts, err := trust.Dev()
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +83,7 @@ func newHarness(t *testing.T, mutate func(*admission.Options)) *harness {
 	opts := admission.Options{
 		Entitlement: ts.Entitlement, Confirmation: ts.Confirmation, Manifests: ts.Manifests,
 		Ledger: store, Policy: func() admission.Decider { return engine }, Logger: log, DecisionLog: dl,
-		OnLedgerError: metrics.LedgerError,
+		OnLedgerError: metrics.LedgerError, Tickets: ts.Tickets,
 	}
 	if mutate != nil {
 		mutate(&opts)
@@ -86,11 +92,16 @@ func newHarness(t *testing.T, mutate func(*admission.Options)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := server.New(server.Options{
+	sopts := server.Options{
 		Admission: svc, Callers: ts.Callers, Depositors: ts.Depositors,
 		Ready:        func(ctx context.Context) error { return store.Ping(ctx) },
 		MaxBodyBytes: 2 << 20, RequestTimeout: 60 * time.Second, Metrics: metrics, Logger: log,
-	})
+		TicketJWKS: ts.Tickets.JWKS(),
+	}
+	if mutateServer != nil {
+		mutateServer(&sopts)
+	}
+	h, err := server.New(sopts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,12 +9,15 @@ package trust
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/lestrrat-go/jwx/v3/jwk"
 
 	"github.com/itocompute/itogate/fixtures/keys"
 	"github.com/itocompute/itogate/gatekeeper/config"
+	"github.com/itocompute/itogate/gatekeeper/ticket"
+	"github.com/itocompute/itogate/gatekeeper/token"
 	"github.com/itocompute/itogate/gatekeeper/verify"
 )
 
@@ -29,6 +32,7 @@ const (
 	DevDepositAudience    = "itogate-deposit"
 	DevRevokerIssuer      = "https://backend.dev.itogate.invalid/revoker"
 	DevRevokeAudience     = "itogate-revoke"
+	DevTicketIssuer       = "https://itogate.dev.itogate.invalid"
 )
 
 // Set holds one verifier per purpose.
@@ -40,6 +44,12 @@ type Set struct {
 	Entitlement  *verify.TokenVerifier
 	Confirmation *verify.TokenVerifier
 	Manifests    *verify.ManifestVerifier
+	// Tickets signs admission tickets; nil when none are configured.
+	Tickets *ticket.Signer
+
+	// fingerprints of every configured public key → its purpose, so the
+	// ticket key can be refused when another purpose uses it too.
+	fingerprints map[string]string
 }
 
 // DevConfig returns the trust configuration of development mode.
@@ -90,6 +100,12 @@ func Dev() (*Set, error) {
 	}
 	s.Manifests, err = verify.NewManifestVerifier([]verify.Signer{
 		d.ManifestECDSA.Signer(), d.ManifestEd25519.Signer(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.Tickets, err = ticket.NewSigner(ticket.SignerOptions{
+		Key: d.Ticket.Private, KeyID: d.Ticket.KeyID, Algorithm: d.Ticket.Algorithm, Issuer: DevTicketIssuer,
 	})
 	if err != nil {
 		return nil, err
@@ -163,7 +179,70 @@ func FromConfig(t config.Trust) (*Set, error) {
 	if s.Manifests, err = verify.NewManifestVerifier(signers); err != nil {
 		return nil, err
 	}
+	s.fingerprints = seen
 	return &s, nil
+}
+
+// DevTicketsConfig is the tickets section of development mode.
+func DevTicketsConfig() config.Tickets {
+	k := keys.Dev().Ticket
+	return config.Tickets{Issuer: DevTicketIssuer, SigningKey: config.TicketKey{KeyID: k.KeyID, Algorithm: k.Algorithm}}
+}
+
+// LoadTickets builds the ticket signer of a production configuration into
+// s.Tickets. It refuses the development ticket key and a key that any other
+// purpose also uses (a ticket key verifies nothing else, and nothing else's
+// key signs tickets).
+func (s *Set) LoadTickets(t config.Tickets) error {
+	raw, err := readKeyFile(t.SigningKey.PEMFile)
+	if err != nil {
+		return fmt.Errorf("tickets.signing_key: %w", err)
+	}
+	priv, err := token.ParsePrivateKeyPEM(raw)
+	if err != nil {
+		return fmt.Errorf("tickets.signing_key: %w", err)
+	}
+	fp := verify.Fingerprint(priv.Public())
+	if keys.DevFingerprints()[fp] {
+		return errors.New("tickets.signing_key: a development key (fixtures/keys) is configured; it is published and must never sign tickets")
+	}
+	if other, ok := s.fingerprints[fp]; ok {
+		return fmt.Errorf("tickets.signing_key: the same key is also configured for %s; purposes need separate keys", other)
+	}
+	var previous jwk.Set
+	if t.PreviousJWKSFile != "" {
+		raw, err := readKeyFile(t.PreviousJWKSFile)
+		if err != nil {
+			return fmt.Errorf("tickets.previous_jwks_file: %w", err)
+		}
+		if previous, err = verify.LoadJWKS(raw); err != nil {
+			return fmt.Errorf("tickets.previous_jwks_file: %w", err)
+		}
+	}
+	s.Tickets, err = ticket.NewSigner(ticket.SignerOptions{
+		Key: priv, KeyID: t.SigningKey.KeyID, Algorithm: t.SigningKey.Algorithm,
+		Issuer: t.Issuer, Audience: t.EffectiveAudience(), Previous: previous,
+	})
+	if err != nil {
+		return fmt.Errorf("tickets: %w", err)
+	}
+	return nil
+}
+
+func readKeyFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	raw, err := io.ReadAll(io.LimitReader(f, verify.MaxKeyFileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(raw) > verify.MaxKeyFileBytes {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, verify.MaxKeyFileBytes)
+	}
+	return raw, nil
 }
 
 func options(p verify.Purpose, t config.TokenTrust, set jwk.Set) verify.TokenOptions {

@@ -1,6 +1,7 @@
 // Package verify establishes the cryptographic facts of an admission
 // (docs/architecture.md §2): it verifies JWTs of one purpose each (caller, depositor,
-// entitlement, confirmation) with jwx, and detached manifest signatures in
+// entitlement, confirmation, and the admission tickets itogate signs itself)
+// with jwx, and detached manifest signatures in
 // the format of `cosign sign-blob --key` with sigstore's verifiers.
 //
 // Trust is configuration only. The algorithm of a token comes from its

@@ -29,11 +29,15 @@ const (
 	PurposeConfirmation Purpose = "confirmation"
 	// PurposeManifest is the detached signature over manifest bytes.
 	PurposeManifest Purpose = "manifest"
+	// PurposeTicket is the admission ticket itogate itself signs on an
+	// allowed train.create (package ticket), verified where workloads are
+	// created (the Kubernetes webhook, `itogate ticket verify`).
+	PurposeTicket Purpose = "ticket"
 )
 
 func (p Purpose) isToken() bool {
 	switch p {
-	case PurposeCaller, PurposeDepositor, PurposeRevoker, PurposeEntitlement, PurposeConfirmation:
+	case PurposeCaller, PurposeDepositor, PurposeRevoker, PurposeEntitlement, PurposeConfirmation, PurposeTicket:
 		return true
 	}
 	return false

@@ -13,8 +13,9 @@
 //	bookingruns    booking NUL run_id    → empty; a booking's runs, for the capacity check
 //	bookings       booking               → booking record (released)
 //	revocations    kind NUL subject      → revocation record, until its expiry
+//	workloads      run_id                → workload binding record (identity, uids)
 //
-// The last four buckets were added to schema 1 without a version change: an
+// The last five buckets were added to schema 1 without a version change: an
 // older file gains them empty on open. Its confirmations carry no bindings
 // and so match no admission (they fail closed and expire within minutes).
 //
@@ -71,11 +72,12 @@ var (
 	bucketBookingRuns   = []byte("bookingruns")
 	bucketBookings      = []byte("bookings")
 	bucketRevocations   = []byte("revocations")
+	bucketWorkloads     = []byte("workloads")
 	keySchema           = []byte("schema")
 
 	allBuckets = [][]byte{
 		bucketMeta, bucketConfirmations, bucketJTIs, bucketExpiries, bucketAdmissions, bucketRuns,
-		bucketRunRecs, bucketBookingRuns, bucketBookings, bucketRevocations,
+		bucketRunRecs, bucketBookingRuns, bucketBookings, bucketRevocations, bucketWorkloads,
 	}
 )
 
@@ -106,8 +108,9 @@ type Store struct {
 }
 
 var (
-	_ ledger.Store   = (*Store)(nil)
-	_ ledger.Checker = (*Store)(nil)
+	_ ledger.Store     = (*Store)(nil)
+	_ ledger.Checker   = (*Store)(nil)
+	_ ledger.Workloads = (*Store)(nil)
 )
 
 // Open opens or creates the ledger file at path (mode 0600) and its buckets.

@@ -50,6 +50,7 @@ type admissionRecord struct {
 	GPUs            int                   `json:"gpus,omitempty"`
 	BookedGPUs      int                   `json:"booked_gpus,omitempty"`
 	LiveUntil       time.Time             `json:"live_until,omitzero"`
+	Ticket          string                `json:"ticket,omitempty"`
 }
 
 type runRecord struct {
@@ -153,6 +154,7 @@ func admissionToRecord(a ledger.Admission) admissionRecord {
 		GPUs:            a.GPUs,
 		BookedGPUs:      a.BookedGPUs,
 		LiveUntil:       utcOrZero(a.LiveUntil),
+		Ticket:          a.Ticket,
 	}
 }
 
@@ -177,6 +179,7 @@ func (r admissionRecord) admission() ledger.Admission {
 		GPUs:            r.GPUs,
 		BookedGPUs:      r.BookedGPUs,
 		LiveUntil:       utcOrZero(r.LiveUntil),
+		Ticket:          r.Ticket,
 	}
 }
 

@@ -95,6 +95,10 @@ var cases = []struct {
 	{"Revocations", testRevocations},
 	{"ClosedStore", testClosedStore},
 	{"CancelledContext", testCancelledContext},
+	{"WorkloadBindsOnce", testWorkloadBindsOnce},
+	{"WorkloadChildren", testWorkloadChildren},
+	{"WorkloadConcurrentRoots", testWorkloadConcurrentRoots},
+	{"WorkloadInvalid", testWorkloadInvalid},
 }
 
 // base is the suite's "now"; confirmations expire 15 minutes after it.
@@ -180,6 +184,9 @@ func admission(c ledger.Confirmation, key, request string) ledger.Admission {
 		// capacity cases use their own bookings.
 		a.GPUs, a.BookedGPUs, a.LiveUntil = 1, 1<<20, a.CreatedAt.Add(6*time.Hour)
 		a.CostMicroUSD = 1_000_000_000
+		// The admission ticket is stored with the admission and read back
+		// byte for byte (any compact-JWS-shaped string will do here).
+		a.Ticket = "eyJhbGciOiJFZERTQSIsInR5cCI6Iml0by10aWNrZXQrand0In0.eyJqdGkiOiIx" + digest(key)[7:] + "." + strings.Repeat("A", 86)
 	case "train.cancel":
 		a.State, a.RunID = ledger.AdmissionCancelAdmitted, c.RunID
 	case "train.cleanup":

@@ -52,7 +52,7 @@ func (s *Store) commitOnce(ctx context.Context, a ledger.Admission) (ledger.Admi
 	b.Queue(s.q.commit, a.Account, a.IdempotencyKey, a.RequestDigest, a.DecisionID, a.RunID,
 		a.Action, a.BookingID, a.ManifestDigest, a.ConfirmationRef, a.ConfirmationJTI, a.BundleRevision,
 		string(a.State), a.CreatedAt, a.EntitlementJTI, a.CallerKeyID, a.CostMicroUSD, a.GPUs, a.BookedGPUs, liveUntil,
-		kinds, subjects)
+		kinds, subjects, a.Ticket)
 	br := conn.SendBatch(qctx, b)
 	var tag pgconn.CommandTag
 	_, err = br.Exec()

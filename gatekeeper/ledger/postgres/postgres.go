@@ -137,12 +137,14 @@ type Store struct {
 	pool   *pgxpool.Pool
 	opts   Options
 	q      queries
+	wq     workloadQueries
 	closed atomic.Bool
 }
 
 var (
-	_ ledger.Store   = (*Store)(nil)
-	_ ledger.Checker = (*Store)(nil)
+	_ ledger.Store     = (*Store)(nil)
+	_ ledger.Checker   = (*Store)(nil)
+	_ ledger.Workloads = (*Store)(nil)
 )
 
 // Open connects, migrates the schema to SchemaVersion and returns the store.
@@ -196,7 +198,8 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ledger: postgres: open: %w: %w", ledger.ErrUnavailable, err)
 	}
-	s := &Store{pool: pool, opts: opts, q: newQueries(pgx.Identifier{opts.Schema}.Sanitize())}
+	schema := pgx.Identifier{opts.Schema}.Sanitize()
+	s := &Store{pool: pool, opts: opts, q: newQueries(schema), wq: newWorkloadQueries(schema)}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		if cerr := ctx.Err(); cerr != nil {
@@ -221,7 +224,7 @@ const (
 		booking_id, manifest_digest, run_id, cost_micro_usd`
 	admissionCols = `account, idempotency_key, request_digest, decision_id, run_id, action, booking_id,
 		manifest_digest, confirmation_ref, confirmation_jti, bundle_revision, state, created_at,
-		entitlement_jti, caller_key_id, cost_micro_usd, gpus, booked_gpus, live_until`
+		entitlement_jti, caller_key_id, cost_micro_usd, gpus, booked_gpus, live_until, ticket`
 	runCols        = `run_id, account, booking_id, manifest_digest, gpus, booked_gpus, admitted_at, live_until, ended_at, ended_by`
 	revocationCols = `kind, subject, reason, revoked_by, revoked_at, expires_at`
 )
@@ -235,7 +238,8 @@ func newQueries(schema string) queries {
 			VALUES ($1, $2, $3, $4, $5, $6, $7, 'available', $8, $9, $10, $11)`),
 		lockBooking: `SELECT pg_advisory_xact_lock($1)`,
 		// See Commit. $1..$19 are the admission's columns in {acols} order,
-		// $20/$21 the (kind, subject) pairs that must not be revoked.
+		// $20/$21 the (kind, subject) pairs that must not be revoked, $22
+		// the admission ticket (the last of {acols}).
 		commit: r.Replace(`WITH consumed AS (
 				UPDATE {s}.confirmations c SET state = 'consumed', consumed_by = $2, consumed_at = $13
 				WHERE c.ref = $9 AND c.state = 'available' AND c.account = $1 AND c.action = $6 AND c.jti = $10
@@ -268,7 +272,7 @@ func newQueries(schema string) queries {
 				SELECT $7, $13, $2 FROM consumed WHERE $6 = 'booking.release'
 				ON CONFLICT (booking_id) DO NOTHING)
 			INSERT INTO {s}.admissions ({acols})
-			SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19 FROM consumed`),
+			SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $22 FROM consumed`),
 		confirmationForUpdate: r.Replace(`SELECT {ccols} FROM {s}.confirmations WHERE ref = $1 FOR UPDATE`),
 		revocations:           r.Replace(`SELECT {vcols} FROM {s}.revocations WHERE kind = ANY($1) AND subject = ANY($2)`),
 		bookingRuns: r.Replace(`SELECT {rcols} FROM {s}.runs
@@ -286,7 +290,7 @@ func newQueries(schema string) queries {
 		consume: r.Replace(`UPDATE {s}.confirmations SET state = 'consumed', consumed_by = $2, consumed_at = $3
 			WHERE ref = $1 AND state = 'available'`),
 		insertAdmission: r.Replace(`INSERT INTO {s}.admissions ({acols})
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`),
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)`),
 		revoke: r.Replace(`INSERT INTO {s}.revocations ({vcols}) VALUES ($1, $2, $3, $4, $5, $6)
 			ON CONFLICT (kind, subject) DO NOTHING`),
 		revoked:          r.Replace(`SELECT {vcols} FROM {s}.revocations WHERE kind = $1 AND subject = $2`),
@@ -660,7 +664,7 @@ func scanAdmission(row pgx.Row) (ledger.Admission, error) {
 	)
 	err := row.Scan(&a.Account, &a.IdempotencyKey, &a.RequestDigest, &a.DecisionID, &a.RunID, &a.Action,
 		&a.BookingID, &a.ManifestDigest, &a.ConfirmationRef, &a.ConfirmationJTI, &a.BundleRevision, &state, &a.CreatedAt,
-		&a.EntitlementJTI, &a.CallerKeyID, &a.CostMicroUSD, &a.GPUs, &a.BookedGPUs, &liveUntil)
+		&a.EntitlementJTI, &a.CallerKeyID, &a.CostMicroUSD, &a.GPUs, &a.BookedGPUs, &liveUntil, &a.Ticket)
 	if err != nil {
 		return ledger.Admission{}, err
 	}

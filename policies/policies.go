@@ -9,10 +9,13 @@
 //	                              idempotency, budget, data, parallelism, manifest
 //	ito/admission/admission.rego  package ito.admission; the entrypoint
 //	                              data.ito.admission.decision
+//	ito/workload/workload.rego    package ito.workload; the webhook's entrypoint
+//	                              data.ito.workload.decision
 //	ito/lib/lib.rego              package ito.lib; shared helpers
 //	ito/config/data.json          data.ito.config (thresholds, prices, allow-lists)
 //	ito/tables/gpus/data.json     data.ito.tables.gpus (GPU table, a source per row)
 //	ito/tables/fabrics/data.json  data.ito.tables.fabrics (fabric table, a source per row)
+//	ito/tables/workloads/data.json data.ito.tables.workloads (workload kinds, GPU resources)
 //	ito/**/*_test.rego, ito/testdata/   tests and their data (not in Bundle)
 //
 // The decision Go reads is data.ito.admission.decision:
@@ -39,6 +42,9 @@ var files embed.FS
 
 // EntrypointQuery is the query Go evaluates against the input document.
 const EntrypointQuery = "data.ito.admission.decision"
+
+// WorkloadQuery is the Kubernetes webhook's decision (docs/kubernetes.md).
+const WorkloadQuery = "data.ito.workload.decision"
 
 // Bundle returns the production policy bundle as a read-only file tree in OPA
 // bundle layout, rooted so that ito/config/data.json is data.ito.config: the

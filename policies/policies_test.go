@@ -41,6 +41,7 @@ const (
 	fixturesData = "ito/testdata/fixtures/data.json"
 	codeCases    = "../fixtures/cases/code-cases.json"
 	codesData    = "ito/testdata/codes/data.json"
+	workloadData = "ito/testdata/workload/data.json"         // base review and cases of the workload gate
 	estimates    = "../fixtures/cases/policy-estimates.json" // golden: every fixture's full decision
 )
 
@@ -232,6 +233,12 @@ type decisionSummary struct {
 
 func prepare(t *testing.T) rego.PreparedEvalQuery {
 	t.Helper()
+	return prepareQuery(t, EntrypointQuery)
+}
+
+// prepareQuery prepares query against Bundle(), as the server does.
+func prepareQuery(t *testing.T, query string) rego.PreparedEvalQuery {
+	t.Helper()
 	loader, err := bundle.NewFSLoader(Bundle())
 	if err != nil {
 		t.Fatal(err)
@@ -241,7 +248,7 @@ func prepare(t *testing.T) rego.PreparedEvalQuery {
 		t.Fatal(err)
 	}
 	q, err := rego.New(
-		rego.Query(EntrypointQuery),
+		rego.Query(query),
 		rego.ParsedBundle("itogate", &b),
 		rego.StrictBuiltinErrors(true), // as the server evaluates
 	).PrepareForEval(context.Background())
@@ -496,10 +503,31 @@ func TestEveryCodeIsProduced(t *testing.T) {
 	}
 	checkGenerated(t, codesData, map[string]any{"cases": doc.Cases})
 
+	// The workload gate (data.ito.workload.decision, the Kubernetes
+	// webhook): its cases, shared with workload_test.rego.
+	var wl struct {
+		Input any        `json:"input"`
+		Cases []codeCase `json:"cases"`
+	}
+	mustUnmarshal(t, mustReadFile(t, workloadData), &wl)
+	wq := prepareQuery(t, WorkloadQuery)
+	for _, c := range wl.Cases {
+		input, err := applyPatch(roundTrip(t, wl.Input), c.Patch)
+		if err != nil {
+			t.Fatalf("%s: %v", c.Name, err)
+		}
+		d := decide(t, wq, input)
+		if got, want := d.summary(), (decisionSummary{Allow: len(c.Codes) == 0, Codes: nonNil(c.Codes), Warnings: []string{}}); !reflect.DeepEqual(got, want) {
+			t.Errorf("workload case %q: decision %+v, want %+v", c.Name, got, want)
+		}
+		record("workload case "+c.Name, d)
+	}
+
 	for code, levels := range documented {
 		for level := range levels {
 			if len(produced[code][level]) == 0 {
-				t.Errorf("%s (%s) is documented but produced by no fixture or code case: add one to %s", code, level, codeCases)
+				t.Errorf("%s (%s) is documented but produced by no fixture, code or workload case: add one to %s or %s",
+					code, level, codeCases, workloadData)
 			}
 		}
 	}

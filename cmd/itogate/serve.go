@@ -47,6 +47,9 @@ type serveOptions struct {
 	// bundleClock replaces time.Now for the bundle's age and staleness
 	// (tests only, not a flag: a test ages a bundle without waiting).
 	bundleClock func() time.Time
+	// Development mode only: the Kubernetes admission webhook's listener.
+	webhookListen, webhookCert, webhookKey, webhookClientCA string
+	webhookNamespaces                                       []string
 }
 
 func newServeCmd(logger func() *slog.Logger) *cobra.Command {
@@ -89,6 +92,11 @@ refuses the development keys.`,
 		"development mode: poll this bundle server URL for signed bundles, verified with the development bundle key")
 	cmd.Flags().DurationVar(&o.bundlePoll, "bundle-poll-interval", 0, "development mode: how often --bundle-file/--bundle-url is polled (default 5s)")
 	cmd.Flags().DurationVar(&o.bundleMaxAge, "bundle-max-age", 0, "development mode: stop enforcing a bundle built longer ago than this")
+	cmd.Flags().StringVar(&o.webhookListen, "webhook-listen", "", "development mode: serve the Kubernetes admission webhook (TLS) on this loopback address")
+	cmd.Flags().StringVar(&o.webhookCert, "webhook-cert-file", "", "development mode: the webhook's serving certificate (PEM)")
+	cmd.Flags().StringVar(&o.webhookKey, "webhook-key-file", "", "development mode: the webhook's serving key (PEM)")
+	cmd.Flags().StringVar(&o.webhookClientCA, "webhook-client-ca-file", "", "development mode: require apiserver client certificates signed by this CA")
+	cmd.Flags().StringArrayVar(&o.webhookNamespaces, "webhook-namespace", nil, "development mode: NAMESPACE=ACCOUNT under the webhook's control (repeatable)")
 	return cmd
 }
 
@@ -126,7 +134,14 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 		if o.shadowFile != "" {
 			cfg.Policy.Shadow = &config.Bundle{File: o.shadowFile, PollInterval: config.Duration(5 * time.Second)}
 		}
-		ts, err = trust.Dev()
+		cfg.Webhook, err = devWebhook(o)
+		if err == nil {
+			ts, err = trust.Dev()
+		}
+		if err == nil && cfg.Webhook != nil {
+			dt := trust.DevTicketsConfig()
+			cfg.Tickets = &dt
+		}
 	} else {
 		if o.ledgerDSN != "" || o.ledgerSchema != "" || o.policyDeadline != 0 || o.requestTimeout != 0 || o.maxEvaluations != 0 ||
 			o.bundleFile != "" || o.bundleURL != "" || o.bundlePoll != 0 || o.bundleMaxAge != 0 || o.shadowFile != "" {
@@ -140,8 +155,8 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 		if err == nil && cfg.Tickets != nil {
 			err = ts.LoadTickets(*cfg.Tickets)
 		}
-		if err == nil && cfg.Webhook != nil {
-			err = errors.New("webhook: the admission webhook is not part of this build yet")
+		if o.webhookListen != "" || o.webhookCert != "" || o.webhookKey != "" || o.webhookClientCA != "" || len(o.webhookNamespaces) > 0 {
+			err = errors.New("--webhook-* flags are for development mode; set the webhook section in --config")
 		}
 	}
 	if err != nil {
@@ -223,6 +238,18 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 	})
 	if err != nil {
 		return err
+	}
+
+	if cfg.Webhook != nil {
+		leeway := config.DefaultLeeway
+		if cfg.Tickets != nil {
+			leeway = cfg.Tickets.EffectiveLeeway()
+		}
+		stopWebhook, err := startWebhook(ctx, cfg.Webhook, ts, leeway, store, bundles, log)
+		if err != nil {
+			return err
+		}
+		defer stopWebhook()
 	}
 
 	ln, err := net.Listen("tcp", cfg.Listen)

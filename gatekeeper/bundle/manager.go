@@ -118,6 +118,15 @@ func (m *Manager) Active() admission.Decider {
 	return nil
 }
 
+// Engine is the active bundle's engine (nil when none is active), for
+// callers that evaluate another of its entrypoints (the workload webhook).
+func (m *Manager) Engine() *policy.Engine {
+	if a := m.active.Load(); a != nil {
+		return a.engine
+	}
+	return nil
+}
+
 // Info describes the active bundle; ok is false when there is none.
 func (m *Manager) Info() (Info, bool) {
 	if a := m.active.Load(); a != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/gatekeeper/server"
+	"github.com/itocompute/itogate/gatekeeper/webhook"
 )
 
 // Entry documents one code.
@@ -80,6 +81,7 @@ func Go() []Entry {
 		e(policy.CodeDecisionInvalid, "policy", http.StatusServiceUnavailable, "The decision is undefined or not {allow: bool, violations: [...]}, or allow disagrees with violations.", "Fix the bundle's data.ito.admission.decision."),
 		e(admission.CodeTicketUnavailable, "ticket", http.StatusServiceUnavailable, "The policy allowed the train.create but its admission ticket could not be signed (tickets.signing_key); denied, nothing was consumed or written.", "Check the ticket key and the log (decision id); retry with the same idempotency key."),
 		e(server.CodeTicketsDisabled, "ticket", http.StatusNotFound, "GET /v1/tickets/jwks on an itogate without a tickets section: it signs no tickets.", "Configure tickets (docs/tickets.md)."),
+		e(webhook.CodeReviewInvalid, "workload", http.StatusBadRequest, "The Kubernetes webhook received something other than one admission.k8s.io/v1 AdmissionReview with a request (or an operation other than CREATE/UPDATE); the apiserver applies failurePolicy: Fail and refuses the object.", "Check the ValidatingWebhookConfiguration (deploy/kubernetes): admissionReviewVersions [v1], operations CREATE and UPDATE."),
 		e(admission.CodeInternal, "server", http.StatusInternalServerError, "An unexpected fault; denied.", "Report it with the request id."),
 	}
 }

@@ -212,16 +212,13 @@ type Webhook struct {
 	// certificate signed by this CA (the apiserver's
 	// --admission-control-config-file kubeconfig for webhooks).
 	ClientCAFile string `yaml:"client_ca_file"`
-	// Namespaces binds namespaces to accounts: a workload in namespace N
-	// may only use tickets of account Namespaces[N]. Namespaces labelled
-	// NamespaceLabel (the webhook's namespaceSelector) take the label's
-	// value when they are not listed here.
+	// Namespaces binds namespaces to accounts: a GPU workload in namespace
+	// N may only use tickets of account Namespaces[N]; a namespace the
+	// webhook is called for (the configuration's namespaceSelector) that is
+	// not listed is denied WORKLOAD_NAMESPACE_UNBOUND. (An AdmissionReview
+	// carries no namespace labels, and the webhook makes no calls to the
+	// apiserver, so the binding lives here.)
 	Namespaces map[string]string `yaml:"namespaces"`
-	// NamespaceLabel is the namespace label that holds the account (default
-	// "itogate.io/account"); the apiserver sends namespace labels only when
-	// the webhook configuration matches on them, so the shipped
-	// configuration selects on this label.
-	NamespaceLabel string `yaml:"namespace_label"`
 	// Timeout bounds one review (default 2s, below the 5s timeoutSeconds of
 	// the shipped ValidatingWebhookConfiguration).
 	Timeout Duration `yaml:"timeout"`
@@ -610,11 +607,8 @@ func (t Tickets) EffectiveLeeway() time.Duration {
 	return time.Duration(t.Leeway)
 }
 
-// Webhook defaults.
-const (
-	DefaultNamespaceLabel = "itogate.io/account"
-	DefaultWebhookTimeout = 2 * time.Second
-)
+// DefaultWebhookTimeout bounds one review when webhook.timeout is unset.
+const DefaultWebhookTimeout = 2 * time.Second
 
 func (w Webhook) validate() error {
 	var errs []error
@@ -633,14 +627,6 @@ func (w Webhook) validate() error {
 		errs = append(errs, errors.New("timeout must not be negative"))
 	}
 	return errors.Join(errs...)
-}
-
-// EffectiveNamespaceLabel is the label or DefaultNamespaceLabel.
-func (w Webhook) EffectiveNamespaceLabel() string {
-	if w.NamespaceLabel == "" {
-		return DefaultNamespaceLabel
-	}
-	return w.NamespaceLabel
 }
 
 // EffectiveTimeout is the timeout or DefaultWebhookTimeout.

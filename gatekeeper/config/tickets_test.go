@@ -23,7 +23,7 @@ func TestTicketsAndWebhookValidation(t *testing.T) {
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("valid tickets and webhook refused: %v", err)
 	}
-	if ok.Tickets.EffectiveAudience() != "itogate-workload" || ok.Webhook.EffectiveNamespaceLabel() != "itogate.io/account" {
+	if ok.Tickets.EffectiveAudience() != "itogate-workload" || ok.Webhook.EffectiveTimeout() != DefaultWebhookTimeout {
 		t.Fatal("defaults")
 	}
 	for name, tc := range map[string]struct {

@@ -15,6 +15,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -30,6 +31,11 @@ import (
 
 // Query is the entrypoint every bundle must define.
 const Query = "data.ito.admission.decision"
+
+// WorkloadQuery is the Kubernetes admission webhook's decision
+// (gatekeeper/webhook). A bundle without it decides no workload: every
+// review is denied with CodeDecisionInvalid.
+const WorkloadQuery = "data.ito.workload.decision"
 
 // MaskQuery names the JSON pointers to remove from an input before it is
 // written to the decision log (as OPA's system.log.mask). A bundle without
@@ -132,6 +138,7 @@ type Options struct {
 // Engine holds one prepared bundle. It is safe for concurrent use.
 type Engine struct {
 	query    rego.PreparedEvalQuery
+	workload rego.PreparedEvalQuery
 	revision string
 	digest   string
 	expires  time.Time
@@ -187,6 +194,16 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: prepare: %w", err)
 	}
+	wq, err := rego.New(
+		rego.Query("decision := "+WorkloadQuery),
+		rego.ParsedBundle("itogate", b),
+		rego.StrictBuiltinErrors(true),
+		rego.StoreReadAST(true),
+		rego.UnsafeBuiltins(impureBuiltins()),
+	).PrepareForEval(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("policy: prepare workload: %w", err)
+	}
 	d := opts.Deadline
 	if d <= 0 {
 		d = DefaultDeadline
@@ -195,7 +212,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	if now == nil {
 		now = time.Now
 	}
-	return &Engine{query: pq, revision: revision, digest: digest,
+	return &Engine{query: pq, workload: wq, revision: revision, digest: digest,
 		expires: opts.Expires, now: now, deadline: d}, nil
 }
 
@@ -281,6 +298,65 @@ func (e *Engine) Decide(ctx context.Context, input map[string]any) (Decision, er
 	d.LogMask, d.LogMaskErr = parseMask(rs[0].Bindings["log_mask"])
 	d.BundleRevision, d.BundleDigest = e.revision, e.digest
 	return d, nil
+}
+
+// WorkloadDecision is a validated data.ito.workload.decision.
+type WorkloadDecision struct {
+	Decision
+	// Bind is what an allowed, non-dry-run review records in the ledger:
+	// "root" (bind the run to this object), "child" (add this object under
+	// its bound owner) or "none".
+	Bind string
+	// GPUs is the total the object asks for.
+	GPUs int64
+}
+
+// DecideWorkload evaluates WorkloadQuery for input (docs/kubernetes.md),
+// with the same deadline, staleness and error codes as Decide.
+func (e *Engine) DecideWorkload(ctx context.Context, input map[string]any) (WorkloadDecision, error) {
+	if e.Stale(e.now()) {
+		return WorkloadDecision{}, &Error{Code: CodeBundleStale,
+			Err: fmt.Errorf("bundle %s passed its maximum age at %s", e.revision, e.expires.UTC().Format(time.RFC3339))}
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.deadline)
+	defer cancel()
+	rs, err := e.workload.Eval(ctx, rego.EvalInput(input))
+	if err != nil {
+		var te *topdown.Error
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) ||
+			(errors.As(err, &te) && te.Code == topdown.CancelErr) {
+			return WorkloadDecision{}, &Error{Code: CodeTimeout, Err: fmt.Errorf("evaluation exceeded %s", e.deadline)}
+		}
+		return WorkloadDecision{}, &Error{Code: CodeEvaluationFailed, Err: err}
+	}
+	if len(rs) != 1 {
+		return WorkloadDecision{}, &Error{Code: CodeDecisionInvalid, Err: errors.New("workload decision is undefined")}
+	}
+	raw := rs[0].Bindings["decision"]
+	d, err := parseDecision(raw)
+	if err != nil {
+		return WorkloadDecision{}, err
+	}
+	obj := raw.(map[string]any)
+	wd := WorkloadDecision{Decision: d}
+	switch b, _ := obj["bind"].(string); b {
+	case "root", "child", "none":
+		wd.Bind = b
+	default:
+		return WorkloadDecision{}, &Error{Code: CodeDecisionInvalid, Err: errors.New("bind is not root, child or none")}
+	}
+	switch g := obj["gpus"].(type) {
+	case json.Number:
+		n, err := g.Int64()
+		if err != nil || n < 0 {
+			return WorkloadDecision{}, &Error{Code: CodeDecisionInvalid, Err: errors.New("gpus is not a non-negative integer")}
+		}
+		wd.GPUs = n
+	default:
+		return WorkloadDecision{}, &Error{Code: CodeDecisionInvalid, Err: errors.New("gpus is not a number")}
+	}
+	wd.BundleRevision, wd.BundleDigest = e.revision, e.digest
+	return wd, nil
 }
 
 // parseMask reads the log_mask binding of evalQuery: [] (no mask rule) or

@@ -1,0 +1,100 @@
+package webhook
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+)
+
+// CertReloader serves a certificate and key from files and picks up new
+// ones when either file changes (cert-manager renews them in place by
+// swapping a symlink in a mounted Secret). It checks the files at most once
+// per CheckInterval, on a handshake; a pair that fails to load (half
+// written, mismatched) is logged and the last good one stays in use.
+type CertReloader struct {
+	certFile, keyFile string
+	log               *slog.Logger
+	now               func() time.Time
+
+	mu        sync.Mutex
+	cert      *tls.Certificate
+	stamp     string // size and mtime of both files at the last load
+	checkedAt time.Time
+}
+
+// CheckInterval bounds how often the files are looked at.
+const CheckInterval = time.Second
+
+// NewCertReloader loads the pair once; it fails when it cannot.
+func NewCertReloader(certFile, keyFile string, log *slog.Logger) (*CertReloader, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	r := &CertReloader{certFile: certFile, keyFile: keyFile, log: log, now: time.Now}
+	stamp, err := r.stampFiles()
+	if err != nil {
+		return nil, fmt.Errorf("webhook tls: %w", err)
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("webhook tls: %w", err)
+	}
+	r.cert, r.stamp, r.checkedAt = &cert, stamp, r.now()
+	return r, nil
+}
+
+func (r *CertReloader) stampFiles() (string, error) {
+	var b bytes.Buffer
+	for _, f := range []string{r.certFile, r.keyFile} {
+		st, err := os.Stat(f)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "%d/%d;", st.Size(), st.ModTime().UnixNano())
+	}
+	return b.String(), nil
+}
+
+// GetCertificate is tls.Config.GetCertificate.
+func (r *CertReloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now := r.now(); now.Sub(r.checkedAt) >= CheckInterval {
+		r.checkedAt = now
+		if stamp, err := r.stampFiles(); err == nil && stamp != r.stamp {
+			cert, err := tls.LoadX509KeyPair(r.certFile, r.keyFile)
+			if err != nil {
+				r.log.Error("webhook tls: new certificate files do not load; keeping the previous pair", "err", err)
+			} else {
+				r.cert, r.stamp = &cert, stamp
+				r.log.Info("webhook tls: certificate reloaded", "cert_file", r.certFile)
+			}
+		}
+	}
+	return r.cert, nil
+}
+
+// TLSConfig is the webhook listener's configuration: TLS 1.2 or later, the
+// reloading certificate and, with a client CA file, a required client
+// certificate signed by it (the apiserver's, see docs/kubernetes.md).
+func TLSConfig(r *CertReloader, clientCAFile string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: r.GetCertificate}
+	if clientCAFile != "" {
+		pem, err := os.ReadFile(clientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("webhook tls: client CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, errors.New("webhook tls: client CA: no certificate in the file")
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
+}

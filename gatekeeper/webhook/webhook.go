@@ -1,0 +1,364 @@
+// Package webhook is itogate's Kubernetes validating admission webhook: it
+// answers admission.k8s.io/v1 AdmissionReviews for Pods and workload
+// objects (docs/kubernetes.md).
+//
+// One review flows one way: decode → facts (the ticket verified in Go, the
+// run and its workload binding read from the ledger, the namespace's
+// account from configuration) → the bundle's data.ito.workload.decision →
+// for an allowed CREATE/UPDATE that is not a dry run, the ledger binding the
+// decision names → the AdmissionReview response. Every deny's
+// status.message starts with its stable code; every fault denies (the
+// shipped configuration is failurePolicy: Fail, so an unreachable itogate
+// denies too).
+//
+// Only k8s.io/api types are used: no client-go, no calls to the apiserver.
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/itocompute/itogate/gatekeeper/ledger"
+	"github.com/itocompute/itogate/gatekeeper/policy"
+	"github.com/itocompute/itogate/gatekeeper/ticket"
+	"github.com/itocompute/itogate/gatekeeper/verify"
+)
+
+// TicketAnnotation is the annotation that carries a workload's admission
+// ticket (data.ticket of its train.create). Pod templates carry it too, so
+// the Pods a controller creates present the same ticket.
+const TicketAnnotation = "itogate.io/ticket"
+
+// Codes the webhook answers with besides the policy's WORKLOAD_* codes.
+const (
+	// CodeReviewInvalid: the request is not one admission.k8s.io/v1
+	// AdmissionReview with a request (HTTP 400; the apiserver then applies
+	// the failure policy: Fail).
+	CodeReviewInvalid = "WORKLOAD_REVIEW_INVALID"
+	// CodeLedgerUnavailable is admission's LEDGER_UNAVAILABLE: a run, a
+	// binding or a bind could not be read or written; denied.
+	CodeLedgerUnavailable = "LEDGER_UNAVAILABLE"
+	// CodeTicketBound and CodeOwnerUnbound are the policy's codes, also
+	// answered when the ledger refuses a bind the policy allowed (a race
+	// with another object lost).
+	CodeTicketBound  = "WORKLOAD_TICKET_BOUND"
+	CodeOwnerUnbound = "WORKLOAD_OWNER_UNBOUND"
+)
+
+// MaxReviewBytes bounds a review body: Kubernetes objects are at most
+// ~1.5 MiB in etcd; the review wraps the object once (twice for UPDATE).
+const MaxReviewBytes = 4 << 20
+
+// RunFacts is what the webhook needs of a run.
+type RunFacts struct {
+	Account, BookingID string
+	// Live is the ledger's one notion of a live run: admitted, not ended
+	// by train.cancel, train.cleanup or booking.release, not past its end.
+	Live bool
+	// EndedBy names what ended a run that is not live.
+	EndedBy string
+}
+
+// Runs answers for a run id (ledger.ErrNotFound when none was admitted).
+type Runs interface {
+	RunFacts(ctx context.Context, runID string, now time.Time) (RunFacts, error)
+}
+
+// Decider evaluates the workload decision of the active bundle.
+type Decider interface {
+	DecideWorkload(ctx context.Context, input map[string]any) (policy.WorkloadDecision, error)
+}
+
+// TicketVerifier verifies admission tickets.
+type TicketVerifier interface {
+	Verify(raw []byte, now time.Time) (ticket.Claims, error)
+}
+
+// Options wire a Handler. Every field but Now, Logger and Namespaces is
+// required.
+type Options struct {
+	Tickets   TicketVerifier
+	Runs      Runs
+	Workloads ledger.Workloads
+	// Policy returns the active decider, or nil when no bundle is active
+	// (every review is denied, POLICY_NOT_READY).
+	Policy func() Decider
+	// Namespaces binds each namespace under itogate's control to its
+	// account (webhook.namespaces).
+	Namespaces map[string]string
+	// Timeout bounds one review (default 2s).
+	Timeout time.Duration
+	Now     func() time.Time
+	Logger  *slog.Logger
+}
+
+// Handler serves POST /validate. It is safe for concurrent use.
+type Handler struct{ opts Options }
+
+// New returns a Handler.
+func New(opts Options) (*Handler, error) {
+	var missing []string
+	for name, nilField := range map[string]bool{
+		"Tickets": opts.Tickets == nil, "Runs": opts.Runs == nil,
+		"Workloads": opts.Workloads == nil, "Policy": opts.Policy == nil,
+	} {
+		if nilField {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("webhook: options missing: %s", strings.Join(missing, ", "))
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 2 * time.Second
+	}
+	return &Handler{opts: opts}, nil
+}
+
+// ServeHTTP decodes one AdmissionReview and answers it. A body that is not
+// a review gets HTTP 400 (the apiserver fails the call, and failurePolicy:
+// Fail refuses the object); everything else gets HTTP 200 with the review
+// response, allowed or not.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		http.Error(w, CodeReviewInvalid+": POST an AdmissionReview", http.StatusMethodNotAllowed)
+		return
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		http.Error(w, CodeReviewInvalid+": Content-Type must be application/json", http.StatusUnsupportedMediaType)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxReviewBytes+1))
+	if err != nil || len(body) > MaxReviewBytes {
+		http.Error(w, CodeReviewInvalid+": body unreadable or larger than the limit", http.StatusRequestEntityTooLarge)
+		return
+	}
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &review); err != nil || review.Request == nil ||
+		review.APIVersion != "admission.k8s.io/v1" || review.Kind != "AdmissionReview" || review.Request.UID == "" {
+		http.Error(w, CodeReviewInvalid+": not an admission.k8s.io/v1 AdmissionReview with a request", http.StatusBadRequest)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.opts.Timeout)
+	defer cancel()
+	resp := h.Review(ctx, review.Request)
+	out := admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Response: resp,
+	}
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(out); err != nil {
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(buf.Bytes())
+}
+
+// Review decides one admission request.
+func (h *Handler) Review(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	start := time.Now()
+	now := h.opts.Now()
+	rv, err := newReview(req)
+	if err != nil {
+		return h.finish(req, rv, nil, deny(http.StatusBadRequest, CodeReviewInvalid, err.Error()), start)
+	}
+	input, facts, out := h.facts(ctx, req, rv, now)
+	if out != nil {
+		return h.finish(req, rv, facts, out, start)
+	}
+	decider := h.opts.Policy()
+	if decider == nil {
+		return h.finish(req, rv, facts, deny(http.StatusServiceUnavailable, policy.CodeNotReady, "no verified policy bundle is active"), start)
+	}
+	d, err := decider.DecideWorkload(ctx, input)
+	if err != nil {
+		code := policy.CodeEvaluationFailed
+		var pe *policy.Error
+		if errors.As(err, &pe) {
+			code = pe.Code
+		}
+		h.opts.Logger.Error("workload policy failed", "uid", string(req.UID), "code", code, "err", err)
+		return h.finish(req, rv, facts, deny(http.StatusServiceUnavailable, code, "the policy produced no usable decision; denied"), start)
+	}
+	facts.bundleRevision = d.BundleRevision
+	if !d.Allow {
+		return h.finish(req, rv, facts, denyFindings(d.Violations), start)
+	}
+	if out := h.bind(ctx, req, rv, facts, d, now); out != nil {
+		return h.finish(req, rv, facts, out, start)
+	}
+	return h.finish(req, rv, facts, &admissionv1.AdmissionResponse{Allowed: true}, start)
+}
+
+// facts verifies the ticket and reads the run and its binding. A ledger
+// fault ends the review (denied); every other outcome is a fact for policy.
+func (h *Handler) facts(ctx context.Context, req *admissionv1.AdmissionRequest, rv review, now time.Time) (map[string]any, *reviewFacts, *admissionv1.AdmissionResponse) {
+	f := &reviewFacts{}
+	tk := map[string]any{"present": false}
+	run := map[string]any{"found": false}
+	binding := map[string]any{"bound": false, "identity": "", "uids": []any{}}
+	if raw := rv.ticket; raw != "" {
+		tk["present"] = true
+		c, err := h.opts.Tickets.Verify([]byte(raw), now)
+		if err != nil {
+			tk["verified"] = false
+			tk["error"] = "rejected"
+			if k, ok := verify.KindOf(err); ok {
+				tk["error"] = k.String()
+			}
+		} else {
+			f.jti, f.runID = c.ID, c.RunID
+			tk["verified"] = true
+			tk["claims"] = c.Map()
+			rf, err := h.opts.Runs.RunFacts(ctx, c.RunID, now)
+			switch {
+			case errors.Is(err, ledger.ErrNotFound):
+			case err != nil:
+				return nil, f, h.ledgerFault(req, "run", err)
+			default:
+				run = map[string]any{"found": true, "account": rf.Account, "booking_id": rf.BookingID,
+					"live": rf.Live, "ended_by": rf.EndedBy}
+			}
+			b, err := h.opts.Workloads.WorkloadBinding(ctx, c.RunID)
+			switch {
+			case errors.Is(err, ledger.ErrNotFound):
+			case err != nil:
+				return nil, f, h.ledgerFault(req, "workload binding", err)
+			default:
+				uids := make([]any, len(b.UIDs))
+				for i, u := range b.UIDs {
+					uids[i] = u
+				}
+				binding = map[string]any{"bound": true, "identity": b.Identity, "uids": uids}
+			}
+		}
+	}
+	ns := map[string]any{"name": req.Namespace}
+	if acct := h.opts.Namespaces[req.Namespace]; acct != "" {
+		ns["account"] = acct
+	}
+	input := map[string]any{
+		"now": now.Unix(),
+		"review": map[string]any{
+			"operation": string(req.Operation),
+			"dry_run":   req.DryRun != nil && *req.DryRun,
+			"kind":      map[string]any{"group": req.Kind.Group, "version": req.Kind.Version, "kind": req.Kind.Kind},
+			"namespace": req.Namespace,
+			"name":      rv.name,
+			"user":      req.UserInfo.Username,
+			"object":    rv.object,
+		},
+		"namespace":  ns,
+		"ticket":     tk,
+		"run":        run,
+		"binding":    binding,
+		"object_ref": map[string]any{"identity": rv.identity, "uid": rv.uid, "owner_uid": rv.ownerUID},
+	}
+	return input, f, nil
+}
+
+// bind records an allowed CREATE or UPDATE in the ledger as the decision
+// says; a dry run records nothing (sideEffects: NoneOnDryRun).
+func (h *Handler) bind(ctx context.Context, req *admissionv1.AdmissionRequest, rv review, f *reviewFacts,
+	d policy.WorkloadDecision, now time.Time) *admissionv1.AdmissionResponse {
+	if (req.DryRun != nil && *req.DryRun) || d.Bind == "none" {
+		return nil
+	}
+	b := ledger.WorkloadBind{RunID: f.runID, UID: rv.uid, At: now}
+	if d.Bind == "root" {
+		b.Identity = rv.identity
+	} else {
+		b.OwnerUID = rv.ownerUID
+	}
+	// Not cancelled with the review: a bind the ledger committed must be
+	// answered, or the apiserver retries into WORKLOAD_TICKET_BOUND.
+	_, err := h.opts.Workloads.BindWorkload(context.WithoutCancel(ctx), b)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ledger.ErrWorkloadBound):
+		return deny(http.StatusForbidden, CodeTicketBound, "the ticket already created another workload")
+	case errors.Is(err, ledger.ErrWorkloadOwnerUnbound):
+		return deny(http.StatusForbidden, CodeOwnerUnbound, "the object's controller is not the workload this ticket created")
+	case errors.Is(err, ledger.ErrNotFound):
+		return deny(http.StatusForbidden, "WORKLOAD_RUN_NOT_FOUND", "the run is not admitted")
+	}
+	return h.ledgerFault(req, "bind", err)
+}
+
+func (h *Handler) ledgerFault(req *admissionv1.AdmissionRequest, op string, err error) *admissionv1.AdmissionResponse {
+	h.opts.Logger.Error("ledger unavailable", "op", op, "uid", string(req.UID), "err", err)
+	return deny(http.StatusServiceUnavailable, CodeLedgerUnavailable, "the ledger is unavailable; denied")
+}
+
+// reviewFacts are what the log line names (never the ticket).
+type reviewFacts struct {
+	jti, runID, bundleRevision string
+}
+
+func (h *Handler) finish(req *admissionv1.AdmissionRequest, rv review, f *reviewFacts,
+	resp *admissionv1.AdmissionResponse, start time.Time) *admissionv1.AdmissionResponse {
+	resp.UID = req.UID
+	if f == nil {
+		f = &reviewFacts{}
+	}
+	code := ""
+	if resp.Result != nil {
+		code, _, _ = strings.Cut(resp.Result.Message, ":")
+	}
+	h.opts.Logger.Info("workload review", "uid", string(req.UID), "operation", string(req.Operation),
+		"kind", req.Kind.Group+"/"+req.Kind.Kind, "namespace", req.Namespace, "name", rv.name,
+		"dry_run", req.DryRun != nil && *req.DryRun, "allowed", resp.Allowed, "code", code,
+		"run_id", f.runID, "ticket_jti", f.jti, "bundle_revision", f.bundleRevision,
+		"duration_ms", float64(time.Since(start).Microseconds())/1000)
+	return resp
+}
+
+// deny is a response whose message starts with the stable code.
+func deny(status int32, code, msg string) *admissionv1.AdmissionResponse {
+	return &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{
+		Status: metav1.StatusFailure, Code: status, Reason: reasonFor(status), Message: code + ": " + msg,
+	}}
+}
+
+// denyFindings answers a policy deny: the first violation's code leads the
+// message, every violation follows as "CODE: message".
+func denyFindings(vs []policy.Finding) *admissionv1.AdmissionResponse {
+	parts := make([]string, len(vs))
+	for i, v := range vs {
+		parts[i] = v.Code + ": " + v.Message
+	}
+	return &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{
+		Status: metav1.StatusFailure, Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden,
+		Message: strings.Join(parts, "; "),
+	}}
+}
+
+func reasonFor(status int32) metav1.StatusReason {
+	switch status {
+	case http.StatusBadRequest:
+		return metav1.StatusReasonBadRequest
+	case http.StatusServiceUnavailable:
+		return metav1.StatusReasonServiceUnavailable
+	}
+	return metav1.StatusReasonForbidden
+}

@@ -1,0 +1,262 @@
+package webhook_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+
+	"github.com/itocompute/itogate/gatekeeper/ledger"
+	"github.com/itocompute/itogate/gatekeeper/ledger/bolt"
+	"github.com/itocompute/itogate/gatekeeper/policy"
+	"github.com/itocompute/itogate/gatekeeper/ticket"
+	"github.com/itocompute/itogate/gatekeeper/trust"
+	"github.com/itocompute/itogate/gatekeeper/webhook"
+	"github.com/itocompute/itogate/policies"
+)
+
+var now = time.Unix(1_790_000_000, 0).UTC()
+
+// fixture is a webhook over the embedded bundle, a real bbolt ledger with
+// one admitted run and the development ticket key.
+type fixture struct {
+	h      *webhook.Handler
+	store  *bolt.Store
+	runID  string
+	ticket string
+	runs   *fakeRuns
+}
+
+// fakeRuns is the ledger's run liveness as a test sets it (the webhook's
+// Runs is an interface so the run record can be swapped in).
+type fakeRuns struct {
+	webhook.LedgerRuns
+	ended string
+}
+
+func (f *fakeRuns) RunFacts(ctx context.Context, runID string, t time.Time) (webhook.RunFacts, error) {
+	rf, err := f.LedgerRuns.RunFacts(ctx, runID, t)
+	if err == nil && f.ended != "" {
+		rf.Live, rf.EndedBy = false, f.ended
+	}
+	return rf, err
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	engine, err := policy.New(t.Context(), policy.Options{Bundle: policies.Bundle()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := bolt.Open(filepath.Join(t.TempDir(), "ledger.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	ts, err := trust.Dev()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One admitted run of acct_a on bk_a.
+	ref := ledger.NewConfirmationRef()
+	if err := store.DepositConfirmation(t.Context(), ledger.Confirmation{Ref: ref, JTI: "jti-1", Account: "acct_a",
+		Action: "train.create", Token: []byte("x.y.z"), ExpiresAt: now.Add(time.Hour), DepositedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	runID := ledger.NewRunID()
+	c := ticket.Claims{Account: "acct_a", ID: "dec_00000000000000000000000000000001", RunID: runID, BookingID: "bk_a",
+		Action: "train.create", ManifestDigest: "sha256:" + strings.Repeat("0", 64), WorldSize: 16, Nodes: 2,
+		GPUsPerNode: 8, GPUType: "H100-SXM-80GB", Region: "us-east-1", BundleRevision: "r",
+		IssuedAt: now.Add(-time.Minute), Expiry: now.Add(time.Hour)}
+	raw, err := ts.Tickets.Issue(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := store.Commit(t.Context(), ledger.Admission{Account: "acct_a", IdempotencyKey: "k1",
+		RequestDigest: "sha256:" + strings.Repeat("1", 64), DecisionID: c.ID, RunID: runID, Action: "train.create",
+		BookingID: "bk_a", ManifestDigest: c.ManifestDigest, ConfirmationRef: ref, ConfirmationJTI: "jti-1",
+		BundleRevision: "r", State: ledger.AdmissionAdmitted, CreatedAt: now, Ticket: raw}); err != nil {
+		t.Fatal(err)
+	}
+	tv, err := ticket.NewVerifier(ticket.VerifierOptions{Issuer: trust.DevTicketIssuer, Keys: ts.Tickets.KeySet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := &fakeRuns{LedgerRuns: webhook.LedgerRuns{Store: store}}
+	h, err := webhook.New(webhook.Options{
+		Tickets: tv, Runs: runs, Workloads: store,
+		Policy:     func() webhook.Decider { return engine },
+		Namespaces: map[string]string{"team-a": "acct_a", "team-b": "acct_b"},
+		Now:        func() time.Time { return now },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{h: h, store: store, runID: runID, ticket: raw, runs: runs}
+}
+
+func job(ns, name, uid, ticket string, parallelism, gpusPerPod int) map[string]any {
+	ann := map[string]any{}
+	if ticket != "" {
+		ann[webhook.TicketAnnotation] = ticket
+	}
+	return map[string]any{"apiVersion": "batch/v1", "kind": "Job",
+		"metadata": map[string]any{"name": name, "namespace": ns, "uid": uid, "annotations": ann},
+		"spec": map[string]any{"parallelism": parallelism, "template": map[string]any{"spec": map[string]any{
+			"containers": []any{map[string]any{"name": "t", "image": "t",
+				"resources": map[string]any{"limits": map[string]any{"nvidia.com/gpu": gpusPerPod}}}}}}}}
+}
+
+func pod(ns, name, uid, ownerUID, ticket string, gpus int) map[string]any {
+	meta := map[string]any{"name": name, "namespace": ns, "uid": uid,
+		"annotations": map[string]any{webhook.TicketAnnotation: ticket}}
+	if ownerUID != "" {
+		meta["ownerReferences"] = []any{map[string]any{"apiVersion": "batch/v1", "kind": "Job", "name": "j",
+			"uid": ownerUID, "controller": true}}
+	}
+	return map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": map[string]any{
+		"containers": []any{map[string]any{"name": "t", "image": "t",
+			"resources": map[string]any{"limits": map[string]any{"nvidia.com/gpu": gpus}}}}}}
+}
+
+// post sends one AdmissionReview through HTTP and returns the response.
+func post(t *testing.T, h http.Handler, group, version, kind string, obj map[string]any, dryRun bool) *admissionv1.AdmissionResponse {
+	t.Helper()
+	raw, _ := json.Marshal(obj)
+	meta := obj["metadata"].(map[string]any)
+	body, _ := json.Marshal(map[string]any{
+		"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+		"request": map[string]any{
+			"uid": "req-" + meta["name"].(string), "operation": "CREATE", "dryRun": dryRun,
+			"kind":      map[string]any{"group": group, "version": version, "kind": kind},
+			"resource":  map[string]any{"group": group, "version": version, "resource": strings.ToLower(kind) + "s"},
+			"namespace": meta["namespace"], "name": meta["name"],
+			"userInfo": map[string]any{"username": "alice"}, "object": json.RawMessage(raw),
+		},
+	})
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPost, "/validate", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("HTTP %d: %s", rec.Code, rec.Body)
+	}
+	var out admissionv1.AdmissionReview
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || out.Response == nil {
+		t.Fatalf("not a review: %s", rec.Body)
+	}
+	if out.APIVersion != "admission.k8s.io/v1" || out.Kind != "AdmissionReview" || string(out.Response.UID) != "req-"+meta["name"].(string) {
+		t.Fatalf("response does not answer the request: %+v", out)
+	}
+	return out.Response
+}
+
+func wantDenied(t *testing.T, r *admissionv1.AdmissionResponse, code string) {
+	t.Helper()
+	if r.Allowed || r.Result == nil || r.Result.Code != http.StatusForbidden || !strings.HasPrefix(r.Result.Message, code+": ") {
+		t.Fatalf("response %+v, want 403 with a message starting %q", r.Result, code)
+	}
+}
+
+func wantAllowed(t *testing.T, r *admissionv1.AdmissionResponse) {
+	t.Helper()
+	if !r.Allowed {
+		t.Fatalf("denied: %+v", r.Result)
+	}
+}
+
+// TestReviews walks a run's workload through the webhook: one Job binds
+// the ticket, its Pods follow, every other use is refused by its code.
+func TestReviews(t *testing.T) {
+	f := newFixture(t)
+	other := strings.Replace(f.ticket, f.ticket[len(f.ticket)-6:], "AAAAAA", 1)
+
+	// A dry run binds nothing.
+	wantAllowed(t, post(t, f.h, "batch", "v1", "Job", job("team-a", "train", "uid-job", f.ticket, 2, 8), true))
+	if _, err := f.store.WorkloadBinding(t.Context(), f.runID); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("a dry run bound the run: %v", err)
+	}
+	wantDenied(t, post(t, f.h, "batch", "v1", "Job", job("team-a", "nt", "u0", "", 1, 8), false), "WORKLOAD_TICKET_MISSING")
+	wantDenied(t, post(t, f.h, "batch", "v1", "Job", job("team-a", "forged", "u1", other, 1, 8), false), "WORKLOAD_TICKET_INVALID")
+	wantDenied(t, post(t, f.h, "batch", "v1", "Job", job("team-b", "train", "u2", f.ticket, 1, 8), false), "WORKLOAD_ACCOUNT_MISMATCH")
+	wantDenied(t, post(t, f.h, "batch", "v1", "Job", job("team-a", "big", "u3", f.ticket, 3, 8), false), "WORKLOAD_GPUS_EXCEED_TICKET")
+	wantDenied(t, post(t, f.h, "batch", "v1", "Job", job("team-x", "train", "u4", f.ticket, 1, 8), false), "WORKLOAD_NAMESPACE_UNBOUND")
+
+	// The first CREATE binds; a retried create of the same name is the same workload.
+	wantAllowed(t, post(t, f.h, "batch", "v1", "Job", job("team-a", "train", "uid-job", f.ticket, 2, 8), false))
+	wantAllowed(t, post(t, f.h, "batch", "v1", "Job", job("team-a", "train", "uid-job-2", f.ticket, 2, 8), false))
+	b, err := f.store.WorkloadBinding(t.Context(), f.runID)
+	if err != nil || b.Identity != "batch/Job/team-a/train" || len(b.UIDs) != 2 {
+		t.Fatalf("binding %+v %v", b, err)
+	}
+	wantDenied(t, post(t, f.h, "batch", "v1", "Job", job("team-a", "second", "u5", f.ticket, 1, 8), false), "WORKLOAD_TICKET_BOUND")
+
+	// The Job's Pods are allowed; a Pod claiming another owner is not.
+	wantAllowed(t, post(t, f.h, "", "v1", "Pod", pod("team-a", "train-0", "p0", "uid-job", f.ticket, 8), false))
+	wantDenied(t, post(t, f.h, "", "v1", "Pod", pod("team-a", "rogue", "p1", "uid-else", f.ticket, 8), false), "WORKLOAD_OWNER_UNBOUND")
+	wantDenied(t, post(t, f.h, "", "v1", "Pod", pod("team-a", "fat", "p2", "uid-job", f.ticket, 9), false), "WORKLOAD_POD_GPUS_EXCEED_NODE")
+
+	// A run that is no longer live creates no new Pods.
+	f.runs.ended = "train.cancel"
+	wantDenied(t, post(t, f.h, "", "v1", "Pod", pod("team-a", "train-1", "p3", "uid-job", f.ticket, 8), false), "WORKLOAD_RUN_NOT_LIVE")
+}
+
+// TestFailClosed: every fault denies with its code.
+func TestFailClosed(t *testing.T) {
+	f := newFixture(t)
+	noPolicy, err := webhook.New(webhook.Options{Tickets: okVerifier{}, Runs: f.runs, Workloads: f.store,
+		Policy: func() webhook.Decider { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := post(t, noPolicy, "batch", "v1", "Job", job("team-a", "train", "u", f.ticket, 1, 8), false)
+	if r.Allowed || r.Result.Code != http.StatusServiceUnavailable || !strings.HasPrefix(r.Result.Message, policy.CodeNotReady+": ") {
+		t.Fatalf("no bundle: %+v", r.Result)
+	}
+	f.store.Close()
+	r = post(t, f.h, "batch", "v1", "Job", job("team-a", "train", "u", f.ticket, 1, 8), false)
+	if r.Allowed || r.Result.Code != http.StatusServiceUnavailable || !strings.HasPrefix(r.Result.Message, webhook.CodeLedgerUnavailable+": ") {
+		t.Fatalf("closed ledger: %+v", r.Result)
+	}
+	for name, body := range map[string]string{
+		"not JSON":        "{",
+		"no request":      `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`,
+		"v1beta1":         `{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{"uid":"x"}}`,
+		"request w/o uid": `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{}}`,
+	} {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPost, "/validate", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		f.h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusBadRequest || !strings.HasPrefix(rec.Body.String(), webhook.CodeReviewInvalid) {
+			t.Errorf("%s: HTTP %d %s", name, rec.Code, rec.Body)
+		}
+	}
+}
+
+type okVerifier struct{}
+
+func (okVerifier) Verify([]byte, time.Time) (ticket.Claims, error) { return ticket.Claims{}, nil }
+
+// TestTicketAnnotationIsBundleData: the annotation Go reads is the one the
+// policy's messages name.
+func TestTicketAnnotationIsBundleData(t *testing.T) {
+	raw, err := policiesFile("ito/tables/workloads/data.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table struct {
+		TicketAnnotation string `json:"ticket_annotation"`
+	}
+	if err := json.Unmarshal(raw, &table); err != nil || table.TicketAnnotation != webhook.TicketAnnotation {
+		t.Fatalf("bundle says %q, Go reads %q (%v)", table.TicketAnnotation, webhook.TicketAnnotation, err)
+	}
+}

@@ -1,0 +1,99 @@
+package ito.workload_test
+
+import data.ito.workload
+
+_base := data.ito.testdata.workload.input
+
+_set(path, value) := {"op": "add", "path": path, "value": value}
+
+_decide(patch) := d if {
+	d := workload.decision with input as json.patch(_base, patch)
+}
+
+_codes(patch) := {v.code | some v in _decide(patch).violations}
+
+_no_gpus := [_set("/review/object/spec/template/spec/containers/0/resources", {})]
+
+_pod := [
+	_set("/review/kind", {"group": "", "version": "v1", "kind": "Pod"}),
+	_set("/review/object", {"kind": "Pod", "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}),
+	_set("/object_ref", {"identity": "/Pod/team-a/p", "uid": "pod-uid", "owner_uid": ""}),
+]
+
+# The cases (data.ito.testdata.workload.cases) are shared with Go's
+# TestEveryCodeIsProduced, which checks every workload code is produced.
+test_workload_codes[name] if {
+	some tc in data.ito.testdata.workload.cases
+	name := tc.name
+	got := _codes(tc.patch)
+	print(name, "got", got)
+	got == {c | some c in tc.codes}
+}
+
+test_bind if {
+	_decide([]).bind == "root"
+	_decide(_no_gpus).bind == "none"
+	_decide(_pod).bind == "none"
+	_decide([_set("/object_ref/owner_uid", "jobset-uid")]).bind == "child"
+}
+
+# Every kind of the table, with its pod sets multiplied out.
+test_gpus_per_kind[name] if {
+	some name, tc in _kinds
+	got := _decide([_set("/review/kind", tc.kind), _set("/review/object", tc.object)]).gpus
+	print(name, "got", got)
+	got == tc.want
+}
+
+_tpl(gpus) := {"spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}
+
+_kinds := {
+	"JobSet: replicas × parallelism × per Pod": {
+		"kind": {"group": "jobset.x-k8s.io", "version": "v1alpha2", "kind": "JobSet"},
+		"object": {"spec": {"replicatedJobs": [
+			{"name": "workers", "replicas": 2, "template": {"spec": {"parallelism": 4, "template": _tpl("8")}}},
+			{"name": "driver", "template": {"spec": {"template": _tpl(1)}}},
+		]}},
+		"want": 65,
+	},
+	"PyTorchJob: master + workers": {
+		"kind": {"group": "kubeflow.org", "version": "v1", "kind": "PyTorchJob"},
+		"object": {"spec": {"pytorchReplicaSpecs": {
+			"Master": {"replicas": 1, "template": _tpl("8")},
+			"Worker": {"replicas": 3, "template": _tpl("8")},
+		}}},
+		"want": 32,
+	},
+	"RayCluster: head + maxReplicas × hosts": {
+		"kind": {"group": "ray.io", "version": "v1", "kind": "RayCluster"},
+		"object": {"spec": {
+			"headGroupSpec": {"template": _tpl(0)},
+			"workerGroupSpecs": [
+				{"replicas": 1, "maxReplicas": 4, "numOfHosts": 2, "template": _tpl("8")},
+				{"replicas": 2, "template": {"spec": {"containers": [{"name": "c", "resources": {"requests": {"amd.com/gpu": "1"}}}]}}},
+			],
+		}},
+		"want": 66,
+	},
+	"RayJob: its cluster spec": {
+		"kind": {"group": "ray.io", "version": "v1", "kind": "RayJob"},
+		"object": {"spec": {"rayClusterSpec": {
+			"headGroupSpec": {"template": _tpl("1")},
+			"workerGroupSpecs": [{"replicas": 2, "template": _tpl("4")}],
+		}}},
+		"want": 9,
+	},
+	"Pod: init container larger than the containers": {
+		"kind": {"group": "", "version": "v1", "kind": "Pod"},
+		"object": {"spec": {
+			"initContainers": [{"name": "warm", "resources": {"limits": {"nvidia.com/gpu": "4"}}}],
+			"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "2"}}}],
+		}},
+		"want": 4,
+	},
+	"unknown kind": {
+		"kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+		"object": {"spec": {"template": _tpl("8")}},
+		"want": 0,
+	},
+}

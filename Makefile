@@ -6,7 +6,7 @@ OPA   := $(GO) tool opa
 BIN   := bin/itogate
 COVERAGE_THRESHOLD ?= 90
 
-.PHONY: run build test test-go test-vet test-go-only test-policy fmt-check demo clean codes bundle fuzz bench soak compare identical
+.PHONY: run build test test-go test-vet test-go-only test-policy fmt-check demo clean codes bundle fuzz bench soak compare identical test-k8s k8s-binaries
 
 LISTEN   ?= 127.0.0.1:8443
 DATA_DIR ?= ./data
@@ -112,6 +112,20 @@ identical:
 ##   SOAK_ADMISSIONS=100000 (1000000 for the issue's figure) SOAK_CHUNK=20000 SOAK_WORKERS=16
 soak:
 	bench/soak.sh
+
+## test-k8s: the workload boundary against a REAL kube-apiserver and etcd (controller-runtime envtest):
+##   the shipped ValidatingWebhookConfiguration, an itogate child process, Jobs and Pods through client-go
+##   and kubectl (test/k8s). Not part of `make test`. The binaries come from hack/k8s-binaries.sh: built
+##   from source once (10-25 min on 2 cores, ~3 GB of Go build cache) and cached outside the clone in
+##   $${ITOGATE_K8S_CACHE:-~/.cache/itogate}, keyed by version; later runs take seconds to start.
+test-k8s: k8s-binaries
+	@assets=$$(hack/k8s-binaries.sh) && \
+	$(GO) vet -tags k8s ./test/k8s/ && \
+	KUBEBUILDER_ASSETS="$$assets" $(GO) test -tags k8s -count=1 -v -timeout 30m ./test/k8s/
+
+## k8s-binaries: build (or find cached) etcd, kube-apiserver and kubectl; prints their directory
+k8s-binaries:
+	@hack/k8s-binaries.sh >/dev/null
 
 clean:
 	rm -rf bin data

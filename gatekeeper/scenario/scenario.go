@@ -294,6 +294,7 @@ type Answer struct {
 		DecisionID string `json:"decision_id"`
 		RunID      string `json:"run_id"`
 		State      string `json:"state"`
+		Ticket     string `json:"ticket"`
 	} `json:"data"`
 	Error *struct {
 		Code       string `json:"code"`

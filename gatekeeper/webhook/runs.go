@@ -7,20 +7,21 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 )
 
-// LedgerRuns answers RunFacts from the ledger's run index (Store.Run: the
-// train.create admission of the run).
-//
-// It reports every admitted run as live: the ledger does not yet keep the
-// run's life (cancelled, cleaned up, booking released, past its declared
-// end). When the run record lands, this is the one place that switches to
-// its Live — the webhook has no notion of liveness of its own.
+// LedgerRuns answers RunFacts from the ledger's run record: the webhook
+// has no notion of a live run of its own, it asks RunRecord.Live, the one
+// the capacity check and stage gates use (not cancelled, not cleaned up,
+// booking not released, before the declared end plus grace).
 type LedgerRuns struct{ Store ledger.Store }
 
 // RunFacts implements Runs.
-func (l LedgerRuns) RunFacts(ctx context.Context, runID string, _ time.Time) (RunFacts, error) {
-	a, err := l.Store.Run(ctx, runID)
+func (l LedgerRuns) RunFacts(ctx context.Context, runID string, now time.Time) (RunFacts, error) {
+	r, err := l.Store.RunRecord(ctx, runID)
 	if err != nil {
 		return RunFacts{}, err
 	}
-	return RunFacts{Account: a.Account, BookingID: a.BookingID, Live: true}, nil
+	f := RunFacts{Account: r.Account, BookingID: r.BookingID, Live: r.Live(now), EndedBy: r.EndedBy}
+	if !f.Live && f.EndedBy == "" {
+		f.EndedBy = "past its declared end"
+	}
+	return f, nil
 }

@@ -2,7 +2,6 @@ package webhook_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -32,22 +31,24 @@ type fixture struct {
 	store  *bolt.Store
 	runID  string
 	ticket string
-	runs   *fakeRuns
+	runs   webhook.Runs
 }
 
-// fakeRuns is the ledger's run liveness as a test sets it (the webhook's
-// Runs is an interface so the run record can be swapped in).
-type fakeRuns struct {
-	webhook.LedgerRuns
-	ended string
-}
-
-func (f *fakeRuns) RunFacts(ctx context.Context, runID string, t time.Time) (webhook.RunFacts, error) {
-	rf, err := f.LedgerRuns.RunFacts(ctx, runID, t)
-	if err == nil && f.ended != "" {
-		rf.Live, rf.EndedBy = false, f.ended
+// cancel commits an admitted train.cancel of the run: the run record ends.
+func (f *fixture) cancel(t *testing.T) {
+	t.Helper()
+	ref := ledger.NewConfirmationRef()
+	if err := f.store.DepositConfirmation(t.Context(), ledger.Confirmation{Ref: ref, JTI: "jti-cancel", Account: "acct_a",
+		Action: "train.cancel", Token: []byte("x.y.z"), ExpiresAt: now.Add(time.Hour), DepositedAt: now,
+		BookingID: "bk_a", RunID: f.runID}); err != nil {
+		t.Fatal(err)
 	}
-	return rf, err
+	if _, _, err := f.store.Commit(t.Context(), ledger.Admission{Account: "acct_a", IdempotencyKey: "k-cancel",
+		RequestDigest: "sha256:" + strings.Repeat("2", 64), DecisionID: "dec_00000000000000000000000000000002",
+		RunID: f.runID, Action: "train.cancel", BookingID: "bk_a", ConfirmationRef: ref, ConfirmationJTI: "jti-cancel",
+		BundleRevision: "r", State: ledger.AdmissionCancelAdmitted, CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -67,13 +68,15 @@ func newFixture(t *testing.T) *fixture {
 	}
 	// One admitted run of acct_a on bk_a.
 	ref := ledger.NewConfirmationRef()
+	digest := "sha256:" + strings.Repeat("0", 64)
 	if err := store.DepositConfirmation(t.Context(), ledger.Confirmation{Ref: ref, JTI: "jti-1", Account: "acct_a",
-		Action: "train.create", Token: []byte("x.y.z"), ExpiresAt: now.Add(time.Hour), DepositedAt: now}); err != nil {
+		Action: "train.create", Token: []byte("x.y.z"), ExpiresAt: now.Add(time.Hour), DepositedAt: now,
+		BookingID: "bk_a", ManifestDigest: digest, CostMicroUSD: 1_000_000}); err != nil {
 		t.Fatal(err)
 	}
 	runID := ledger.NewRunID()
 	c := ticket.Claims{Account: "acct_a", ID: "dec_00000000000000000000000000000001", RunID: runID, BookingID: "bk_a",
-		Action: "train.create", ManifestDigest: "sha256:" + strings.Repeat("0", 64), WorldSize: 16, Nodes: 2,
+		Action: "train.create", ManifestDigest: digest, WorldSize: 16, Nodes: 2,
 		GPUsPerNode: 8, GPUType: "H100-SXM-80GB", Region: "us-east-1", BundleRevision: "r",
 		IssuedAt: now.Add(-time.Minute), Expiry: now.Add(time.Hour)}
 	raw, err := ts.Tickets.Issue(c)
@@ -83,14 +86,15 @@ func newFixture(t *testing.T) *fixture {
 	if _, _, err := store.Commit(t.Context(), ledger.Admission{Account: "acct_a", IdempotencyKey: "k1",
 		RequestDigest: "sha256:" + strings.Repeat("1", 64), DecisionID: c.ID, RunID: runID, Action: "train.create",
 		BookingID: "bk_a", ManifestDigest: c.ManifestDigest, ConfirmationRef: ref, ConfirmationJTI: "jti-1",
-		BundleRevision: "r", State: ledger.AdmissionAdmitted, CreatedAt: now, Ticket: raw}); err != nil {
+		BundleRevision: "r", State: ledger.AdmissionAdmitted, CreatedAt: now, Ticket: raw,
+		CostMicroUSD: 1_000_000, GPUs: 16, BookedGPUs: 16, LiveUntil: now.Add(7 * time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	tv, err := ticket.NewVerifier(ticket.VerifierOptions{Issuer: trust.DevTicketIssuer, Keys: ts.Tickets.KeySet()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	runs := &fakeRuns{LedgerRuns: webhook.LedgerRuns{Store: store}}
+	runs := webhook.LedgerRuns{Store: store}
 	h, err := webhook.New(webhook.Options{
 		Tickets: tv, Runs: runs, Workloads: store,
 		Policy:     func() webhook.Decider { return engine },
@@ -204,8 +208,8 @@ func TestReviews(t *testing.T) {
 	wantDenied(t, post(t, f.h, "", "v1", "Pod", pod("team-a", "rogue", "p1", "uid-else", f.ticket, 8), false), "WORKLOAD_OWNER_UNBOUND")
 	wantDenied(t, post(t, f.h, "", "v1", "Pod", pod("team-a", "fat", "p2", "uid-job", f.ticket, 9), false), "WORKLOAD_POD_GPUS_EXCEED_NODE")
 
-	// A run that is no longer live creates no new Pods.
-	f.runs.ended = "train.cancel"
+	// After its cancel is admitted, the run creates no new Pods.
+	f.cancel(t)
 	wantDenied(t, post(t, f.h, "", "v1", "Pod", pod("team-a", "train-1", "p3", "uid-job", f.ticket, 8), false), "WORKLOAD_RUN_NOT_LIVE")
 }
 

@@ -124,7 +124,11 @@ GO
     if [ "$bin" = kube-apiserver ]; then
       "$work/$bin" --version | grep -q "v$K8S_VERSION" || { log "$bin reports $("$work/$bin" --version)"; exit 1; }
     else
-      "$work/$bin" version --client 2>/dev/null | grep -q "v$K8S_VERSION" || { log "$bin reports a wrong version"; exit 1; }
+      got="$("$work/$bin" version --client 2>&1 || true)"
+      case "$got" in
+        *"v$K8S_VERSION"*) ;;
+        *) log "$bin reports: $got"; exit 1 ;;
+      esac
     fi
     install_bin "$work/$bin" "$k8s_dir"
   done

@@ -121,21 +121,23 @@ GO
   for bin in kube-apiserver kubectl; do
     [ -x "$k8s_dir/$bin" ] && continue
     build "$mdir" "$work/$bin" "k8s.io/kubernetes/cmd/$bin" "$ld"
+    # Capture, then match: `| grep -q` would stop reading early, the binary
+    # would die of SIGPIPE and pipefail would call a good binary bad.
     if [ "$bin" = kube-apiserver ]; then
-      "$work/$bin" --version | grep -q "v$K8S_VERSION" || { log "$bin reports $("$work/$bin" --version)"; exit 1; }
+      got="$("$work/$bin" --version 2>&1 || true)"
     else
       got="$("$work/$bin" version --client 2>&1 || true)"
-      case "$got" in
-        *"v$K8S_VERSION"*) ;;
-        *) log "$bin reports: $got"; exit 1 ;;
-      esac
     fi
+    case "$got" in
+      *"v$K8S_VERSION"*) ;;
+      *) log "$bin reports: $got"; exit 1 ;;
+    esac
     install_bin "$work/$bin" "$k8s_dir"
   done
 fi
 
 if [ ! -x "$etcd_dir/etcd" ]; then
-  mdir="$work/etcd"
+  mdir="$work/etcd-module"
   throwaway_module "$mdir" go.etcd.io/etcd/server/v3 "v$ETCD_VERSION" "v$ETCD_VERSION"
   cat >"$mdir/tools.go" <<'GO'
 //go:build tools
@@ -146,7 +148,11 @@ import _ "go.etcd.io/etcd/server/v3"
 GO
   (cd "$mdir" && go mod tidy)
   build "$mdir" "$work/etcd" go.etcd.io/etcd/server/v3 ""
-  "$work/etcd" --version | grep -q "$ETCD_VERSION" || { log "etcd reports $("$work/etcd" --version)"; exit 1; }
+  got="$("$work/etcd" --version 2>&1 || true)"
+  case "$got" in
+    *"etcd Version: $ETCD_VERSION"*) ;;
+    *) log "etcd reports: $got"; exit 1 ;;
+  esac
   install_bin "$work/etcd" "$etcd_dir"
 fi
 

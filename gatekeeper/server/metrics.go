@@ -210,11 +210,55 @@ func (c bundleAgeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// Every label value comes from a closed set the server defines: a value a
+// client chooses (method, path) would let any caller, authenticated or not,
+// grow the registry without bound (one series per invented method) and put
+// kilobytes into a label. Anything outside the set is labelled "other".
+
+// methodLabel is the method if it is one of RFC 9110's, else "other".
+func methodLabel(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+		return method
+	}
+	return "other"
+}
+
+// statusLabel is the status code if it is a valid HTTP status, else "other".
+func statusLabel(status int) string {
+	if status < 100 || status > 599 {
+		return "other"
+	}
+	return strconv.Itoa(status)
+}
+
+// codeLabel is a decision code in the stable UPPER_SNAKE shape (at most 64
+// characters), else "other". Codes come from Go and from the signed bundle's
+// rules; the shape keeps a rule that built its code from the input (a
+// policy bug) from turning input into labels.
+func codeLabel(code string) string {
+	if code == "" || len(code) > 64 {
+		return "other"
+	}
+	for i := range len(code) {
+		switch c := code[i]; {
+		case c >= 'A' && c <= 'Z':
+		case i > 0 && (c >= '0' && c <= '9' || c == '_'):
+		default:
+			return "other"
+		}
+	}
+	return code
+}
+
 func (m *Metrics) request(method, route string, status int, d time.Duration) {
+	// route is chi's matched pattern, one of the routes New registers; a
+	// request that matched none has no pattern.
 	if route == "" {
 		route = "unmatched"
 	}
-	m.requests.WithLabelValues(method, route, strconv.Itoa(status)).Inc()
+	m.requests.WithLabelValues(methodLabel(method), route, statusLabel(status)).Inc()
 	m.duration.WithLabelValues(route).Observe(d.Seconds())
 }
 
@@ -224,11 +268,11 @@ func (m *Metrics) decision(o admission.Outcome) {
 		return
 	}
 	if len(o.Violations) == 0 {
-		m.decisions.WithLabelValues("deny", o.Code).Inc()
+		m.decisions.WithLabelValues("deny", codeLabel(o.Code)).Inc()
 		return
 	}
 	for _, v := range o.Violations {
-		m.decisions.WithLabelValues("deny", v.Code).Inc()
+		m.decisions.WithLabelValues("deny", codeLabel(v.Code)).Inc()
 	}
 }
 

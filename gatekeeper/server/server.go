@@ -73,7 +73,7 @@ func New(opts Options) (http.Handler, error) {
 	}
 	s := &srv{opts: opts}
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, s.recoverer, s.observe)
+	r.Use(requestID, s.recoverer, s.observe)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, Envelope{OK: true, Data: map[string]any{"status": "alive"}})
 	})
@@ -149,8 +149,9 @@ func (s *srv) authenticate(purpose string, v admission.TokenVerifier, code strin
 			if err != nil {
 				s.opts.Metrics.verifyFailure(purpose, err)
 				// The verify error names purpose and kind only, never token bytes.
-				s.opts.Logger.Warn("bearer token rejected", "purpose", purpose, "route", r.URL.Path,
-					"request_id", middleware.GetReqID(r.Context()), "err", err.Error())
+				// The route is the matched pattern, never the caller's path.
+				s.opts.Logger.Warn("bearer token rejected", append([]any{"purpose", purpose,
+					"route", chi.RouteContext(r.Context()).RoutePattern(), "err", err.Error()}, requestAttrs(r)...)...)
 				w.Header().Set("WWW-Authenticate", `Bearer realm="itogate", error="invalid_token"`)
 				writeError(w, http.StatusUnauthorized, code, "the bearer token was rejected")
 				return
@@ -160,7 +161,8 @@ func (s *srv) authenticate(purpose string, v admission.TokenVerifier, code strin
 			// to sub: an IdP subject is not an account).
 			account, _ := claims.Raw["account"].(string)
 			if account == "" && needAccount {
-				s.opts.Logger.Warn("bearer token rejected", "purpose", purpose, "reason", "no account claim", "key_id", claims.KeyID)
+				s.opts.Logger.Warn("bearer token rejected", append([]any{"purpose", purpose, "reason", "no account claim",
+					"key_id", claims.KeyID}, requestAttrs(r)...)...)
 				w.Header().Set("WWW-Authenticate", `Bearer realm="itogate", error="invalid_token"`)
 				writeError(w, http.StatusUnauthorized, code, "the bearer token carries no account claim")
 				return
@@ -433,7 +435,7 @@ func (s *srv) recoverer(next http.Handler) http.Handler {
 				if rec == http.ErrAbortHandler {
 					panic(rec)
 				}
-				s.opts.Logger.Error("panic in handler", "request_id", middleware.GetReqID(r.Context()), "panic", fmt.Sprint(rec))
+				s.opts.Logger.Error("panic in handler", append(requestAttrs(r), "panic", fmt.Sprint(rec))...)
 				writeError(w, http.StatusInternalServerError, admission.CodeInternal, "internal error; denied")
 			}
 		}()
@@ -453,11 +455,10 @@ func (s *srv) observe(next http.Handler) http.Handler {
 
 // logDecision writes one line per admission: ids, digests and codes only.
 func (s *srv) logDecision(r *http.Request, o admission.Outcome) {
-	attrs := []any{
-		"request_id", middleware.GetReqID(r.Context()),
+	attrs := append(requestAttrs(r),
 		"account", callerFrom(r.Context()).Account,
 		"status", o.Status,
-	}
+	)
 	if o.Data != nil {
 		attrs = append(attrs, "decision", o.Data.Decision, "decision_id", o.Data.DecisionID,
 			"idempotency_key", o.Data.IdempotencyKey, "manifest_digest", o.Data.ManifestDigest,

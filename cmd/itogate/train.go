@@ -313,6 +313,16 @@ func render(w, stderr io.Writer, resp client.Response, raw bool) error {
 		case env.OK && env.Data != nil:
 			fmt.Fprintf(w, "ALLOW  %v  run_id=%v  state=%v  decision_id=%v\n",
 				env.Data["action"], env.Data["run_id"], env.Data["state"], env.Data["decision_id"])
+			// What was admitted, each fact on its own line: compare the
+			// digest with the manifest you would send before retrying.
+			for _, f := range []struct{ label, key string }{
+				{"manifest", "manifest_digest"}, {"booking", "booking_id"},
+				{"idempotency_key", "idempotency_key"}, {"bundle_revision", "bundle_revision"},
+			} {
+				if v, ok := env.Data[f.key].(string); ok && v != "" {
+					fmt.Fprintf(w, "  %s %s\n", f.label, v)
+				}
+			}
 		case env.Error != nil && resp.Status == 404:
 			fmt.Fprintf(w, "NOT FOUND  %s: %s\n", env.Error.Code, env.Error.Message)
 		case env.Error != nil:

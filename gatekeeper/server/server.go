@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"net/url"
 	"os"
 	"regexp"
 	"strconv"
@@ -280,8 +281,20 @@ func (s *srv) postAdmission(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *srv) getAdmission(w http.ResponseWriter, r *http.Request) {
-	out := s.opts.Admission.Status(r.Context(), callerFrom(r.Context()), chi.URLParam(r, "idempotency_key"))
-	writeOutcome(w, out)
+	// The key is the route's last segment of the escaped path, decoded
+	// exactly once: "qa%3Arun.1" from Python's quote or JavaScript's
+	// encodeURIComponent is the key "qa:run.1". chi's own parameter cannot
+	// be used: it is still encoded when the request needed a RawPath and
+	// already decoded when not, so decoding it again would turn a literal
+	// "%253A" into ":". The key's shape check then refuses whatever a
+	// decoded %2F or %00 would smuggle.
+	escaped := r.URL.EscapedPath()
+	key, err := url.PathUnescape(escaped[strings.LastIndexByte(escaped, '/')+1:])
+	if err != nil {
+		writeError(w, http.StatusBadRequest, admission.CodeRequestInvalid, "idempotency_key: not a valid percent-encoded path segment")
+		return
+	}
+	writeOutcome(w, s.opts.Admission.Status(r.Context(), callerFrom(r.Context()), key))
 }
 
 func (s *srv) postConfirmation(w http.ResponseWriter, r *http.Request) {

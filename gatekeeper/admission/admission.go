@@ -245,6 +245,13 @@ func (s *Service) Deposit(ctx context.Context, token string) Outcome {
 	if cc.JTI == "" || cc.Subject == "" {
 		return fail(http.StatusBadRequest, CodeConfirmationInvalid, "confirmation token needs jti and sub")
 	}
+	// The ledger keys on jti and account: one it cannot hold is the
+	// token's fault, answered alike on every backend, never a ledger fault.
+	for _, f := range []struct{ name, v string }{{"jti", cc.JTI}, {"sub", cc.Subject}} {
+		if p := ledger.IDProblem(f.v); p != "" {
+			return fail(http.StatusBadRequest, CodeConfirmationInvalid, "confirmation "+f.name+" "+p)
+		}
+	}
 	act, _ := cc.Raw["act"].(string)
 	if _, ok := states[act]; !ok {
 		return fail(http.StatusBadRequest, CodeConfirmationInvalid, "confirmation act is not a known action")

@@ -155,6 +155,14 @@ func IsSHA256Digest(s string) bool {
 	return true
 }
 
+// IDProblem says what makes s unfit as a ledger identifier (empty, longer
+// than MaxIDLen bytes, not UTF-8, a control character such as NUL), or ""
+// when it is fit. Callers check identifiers they did not choose themselves
+// (a token's jti, sub or account claim) with it before any ledger call, so a
+// bad one is the caller's 4xx on every backend, never a ledger fault. The
+// answer never includes s.
+func IDProblem(s string) string { return idProblem(s) }
+
 func idProblem(s string) string {
 	if s == "" {
 		return "is empty"

@@ -168,11 +168,22 @@ func (s *srv) authenticate(purpose string, v admission.TokenVerifier, code strin
 				writeError(w, http.StatusUnauthorized, code, "the bearer token carries no account claim")
 				return
 			}
+			// The account keys the caller's admissions in the ledger: one the
+			// ledger cannot hold (over-long, NUL) is refused here, alike on
+			// every backend, instead of surfacing as a ledger fault.
+			if p := ledger.IDProblem(account); needAccount && p != "" {
+				s.opts.Logger.Warn("bearer token rejected", append([]any{"purpose", purpose, "reason", "account claim " + p,
+					"key_id", claims.KeyID}, requestAttrs(r)...)...)
+				w.Header().Set("WWW-Authenticate", `Bearer realm="itogate", error="invalid_token"`)
+				writeError(w, http.StatusUnauthorized, code, "the bearer token's account claim "+p)
+				return
+			}
 			if purpose == "caller" {
 				// A key withdrawn from trust by a revocation answers like
 				// an unknown key, with its own code: the client stops.
 				if out, revoked := s.opts.Admission.CallerRevoked(r.Context(), claims.KeyID); revoked {
-					s.opts.Logger.Warn("bearer token rejected", "purpose", purpose, "reason", out.Code, "key_id", claims.KeyID)
+					s.opts.Logger.Warn("bearer token rejected", append([]any{"purpose", purpose, "reason", out.Code,
+						"key_id", claims.KeyID}, requestAttrs(r)...)...)
 					if out.Status == http.StatusUnauthorized {
 						w.Header().Set("WWW-Authenticate", `Bearer realm="itogate", error="invalid_token"`)
 					}

@@ -6,18 +6,22 @@
 // (the input holds verified claims, not tokens), the bundle's mask policy
 // (data.ito.system.log.mask, as OPA's system.log.mask) removes what it names,
 // and a hard-coded guard refuses any event that still holds something shaped
-// like a token, a signature, a key or a credential. An event the mask or the
-// guard refuses is dropped and counted, never written unmasked.
+// like a token, a signature, a key or a credential: such a value is replaced
+// by a marker (Redact, RedactKey), and the event is kept. An event whose mask
+// policy fails is dropped and counted, never written unmasked.
 package decisionlog
 
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,6 +57,10 @@ type Event struct {
 	Input map[string]any `json:"input,omitempty"`
 	// Masked lists the JSON pointers the mask policy removed from Input.
 	Masked []string `json:"masked,omitempty"`
+	// Redacted lists the JSON pointers (into the event) of values the guard
+	// found secret-shaped and replaced with Redact's marker; "/input" when
+	// the input as a whole had to go. The event itself is always kept.
+	Redacted []string `json:"redacted,omitempty"`
 }
 
 // Masker returns the JSON pointers (RFC 6901, e.g. "/manifest/data/0/uri")
@@ -95,7 +103,12 @@ func New(w io.Writer, opts Options) *Logger {
 }
 
 // Prepare masks ev.Input with m and applies the guard. It returns false when
-// the event must be dropped (and has counted the drop).
+// the event must be dropped (and has counted the drop): the mask policy
+// failed, or the event cannot be encoded. A value the guard refuses — an
+// idempotency key shaped like a JWT or a cloud key id, a credential the mask
+// policy missed — is redacted (Redact), never a reason to lose the record:
+// otherwise any caller could hide an admission from the audit log and from
+// replay by choosing such a key.
 func (l *Logger) Prepare(ctx context.Context, m Masker, ev *Event) bool {
 	if ev.Input != nil && m != nil {
 		paths, err := m.Mask(ctx, ev.Input)
@@ -115,11 +128,109 @@ func (l *Logger) Prepare(ctx context.Context, m Masker, ev *Event) bool {
 		l.drop("encode")
 		return false
 	}
-	if why := Guard(raw); why != "" {
+	if Guard(raw) == "" {
+		return true
+	}
+	if !redactEvent(ev, raw) {
 		l.drop("guard")
 		return false
 	}
 	return true
+}
+
+// Redact is what the logs write instead of a secret-shaped value s:
+// "[redacted]". Values the guard accepts are returned unchanged.
+func Redact(s string) string {
+	if Guard([]byte(s)) == "" {
+		return s
+	}
+	return "[redacted]"
+}
+
+// RedactKey is Redact for identifiers a caller chose (idempotency keys): the
+// marker carries the SHA-256 of s, so an operator holding the key (the
+// ledger keeps it) can still find its records. Never for other values: the
+// digest of a low-entropy credential (a password in a URI) can be guessed.
+func RedactKey(s string) string {
+	if Guard([]byte(s)) == "" {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	return "[redacted sha256:" + hex.EncodeToString(sum[:]) + "]"
+}
+
+// redactEvent replaces every string of the event the guard refuses with
+// Redact's marker, then, if the guard still refuses (a secret-shaped object
+// key, a secret split over values), removes the whole input. It reports
+// false only when even that is refused.
+func redactEvent(ev *Event, raw []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber() // numbers stay exact through the round trip
+	var doc map[string]any
+	if err := dec.Decode(&doc); err != nil {
+		return false
+	}
+	var redacted []string
+	for k, v := range doc {
+		doc[k] = redactValue(v, "/"+escapePointer(k), &redacted)
+	}
+	out, err := json.Marshal(doc)
+	if err != nil {
+		return false
+	}
+	if Guard(out) != "" {
+		if _, ok := doc["input"]; !ok {
+			return false
+		}
+		delete(doc, "input")
+		kept := redacted[:0]
+		for _, p := range redacted {
+			if !strings.HasPrefix(p, "/input/") {
+				kept = append(kept, p)
+			}
+		}
+		redacted = append(kept, "/input")
+		if out, err = json.Marshal(doc); err != nil || Guard(out) != "" {
+			return false
+		}
+	}
+	var clean Event
+	dec = json.NewDecoder(bytes.NewReader(out))
+	dec.UseNumber()
+	if err := dec.Decode(&clean); err != nil {
+		return false
+	}
+	clean.Redacted = redacted
+	*ev = clean
+	return true
+}
+
+func redactValue(v any, ptr string, redacted *[]string) any {
+	switch x := v.(type) {
+	case string:
+		redact := Redact
+		if ptr == "/idempotency_key" || strings.HasSuffix(ptr, "/idempotency_key") {
+			redact = RedactKey
+		}
+		if r := redact(x); r != x {
+			*redacted = append(*redacted, ptr)
+			return r
+		}
+	case map[string]any:
+		for k, e := range x {
+			x[k] = redactValue(e, ptr+"/"+escapePointer(k), redacted)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = redactValue(e, ptr+"/"+strconv.Itoa(i), redacted)
+		}
+	}
+	return v
+}
+
+// escapePointer escapes a member name for a JSON pointer (RFC 6901).
+func escapePointer(k string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(k, "~", "~0"), "/", "~1")
 }
 
 // Log queues a prepared event.

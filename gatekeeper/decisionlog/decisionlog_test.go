@@ -3,6 +3,8 @@ package decisionlog
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -33,11 +35,14 @@ func TestPrepareMasksAndGuards(t *testing.T) {
 		{"clean", map[string]any{"manifest": map[string]any{"name": "llama"}}, nil, true, "", ""},
 		{"masked credential", map[string]any{"manifest": map[string]any{"uri": "https://u:p@host/x"}, "now": 1},
 			func(map[string]any) ([]string, error) { return []string{"/manifest"}, nil }, true, "", "u:p@"},
-		{"unmasked credential is refused", map[string]any{"manifest": map[string]any{"uri": "https://u:p@host/x"}},
-			func(map[string]any) ([]string, error) { return nil, nil }, false, "guard", ""},
-		{"token shape is refused", map[string]any{"note": jwt}, nil, false, "guard", ""},
-		{"signature shape is refused", map[string]any{"sig": strings.Repeat("MEUCIQ", 16)}, nil, false, "guard", ""},
-		{"pem is refused", map[string]any{"k": "-----BEGIN PUBLIC KEY-----"}, nil, false, "guard", ""},
+		// What the guard refuses is redacted, the event kept (an allowed
+		// admission always has its record).
+		{"unmasked credential is redacted", map[string]any{"manifest": map[string]any{"uri": "https://u:p@host/x"}},
+			func(map[string]any) ([]string, error) { return nil, nil }, true, "", "u:p@"},
+		{"token shape is redacted", map[string]any{"note": jwt}, nil, true, "", jwt[:20]},
+		{"signature shape is redacted", map[string]any{"sig": strings.Repeat("MEUCIQ", 16)}, nil, true, "", "MEUCIQMEUCIQ"},
+		{"pem is redacted", map[string]any{"k": "-----BEGIN PUBLIC KEY-----"}, nil, true, "", "BEGIN"},
+		{"secret-shaped key drops the input", map[string]any{jwt: 1, "a": "b"}, nil, true, "", jwt[:20]},
 		{"mask failure drops", map[string]any{"a": 1},
 			func(map[string]any) ([]string, error) { return nil, errors.New("boom") }, false, "mask_failed", ""},
 		{"bad pointer drops", map[string]any{"a": 1},
@@ -132,6 +137,39 @@ func BenchmarkGuard(b *testing.B) {
 	for b.Loop() {
 		if Guard(raw) != "" {
 			b.Fatal("clean event refused")
+		}
+	}
+}
+
+// TestSecretShapedKeyKeepsTheEvent: an idempotency key shaped like a JWT or
+// an AWS key id is replaced by a marker carrying its SHA-256 — in the event
+// and in its input — and the event is written: a caller cannot erase its
+// admission from the audit log by choosing such a key.
+func TestSecretShapedKeyKeepsTheEvent(t *testing.T) {
+	t.Parallel()
+	for _, key := range []string{"eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJhIn0.c2lnbmF0dXJl", "AKIAIOSFODNN7EXAMPLE"} {
+		var buf bytes.Buffer
+		l := New(&buf, Options{})
+		ev := event(map[string]any{"request": map[string]any{"idempotency_key": key, "n": json.Number("123456789012345678901")}})
+		ev.IdempotencyKey, ev.Result = key, "allow"
+		if !l.Prepare(context.Background(), nil, &ev) {
+			t.Fatalf("event with key %s dropped", key)
+		}
+		l.Log(ev)
+		l.Close()
+		got, err := Read(strings.NewReader(buf.String()))
+		if err != nil || len(got) != 1 {
+			t.Fatalf("Read = %d events, %v", len(got), err)
+		}
+		sum := sha256.Sum256([]byte(key))
+		marker := "[redacted sha256:" + hex.EncodeToString(sum[:]) + "]"
+		req, _ := got[0].Input["request"].(map[string]any)
+		if strings.Contains(buf.String(), key) || got[0].IdempotencyKey != marker || req["idempotency_key"] != marker ||
+			strings.Join(got[0].Redacted, ",") != "/idempotency_key,/input/request/idempotency_key" && strings.Join(got[0].Redacted, ",") != "/input/request/idempotency_key,/idempotency_key" {
+			t.Fatalf("key %s: %s", key, buf.String())
+		}
+		if !strings.Contains(buf.String(), `"n":123456789012345678901`) {
+			t.Fatalf("a number changed in the round trip: %s", buf.String())
 		}
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 
 	"github.com/itocompute/itogate/gatekeeper/admission"
+	"github.com/itocompute/itogate/gatekeeper/decisionlog"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 	"github.com/itocompute/itogate/gatekeeper/strictjson"
 )
@@ -479,13 +480,15 @@ func (s *srv) observe(next http.Handler) http.Handler {
 
 // logDecision writes one line per admission: ids, digests and codes only.
 func (s *srv) logDecision(r *http.Request, o admission.Outcome) {
+	// The account and the key are the caller's: anything secret-shaped is
+	// redacted as in the decision log.
 	attrs := append(requestAttrs(r),
-		"account", callerFrom(r.Context()).Account,
+		"account", decisionlog.Redact(callerFrom(r.Context()).Account),
 		"status", o.Status,
 	)
 	if o.Data != nil {
 		attrs = append(attrs, "decision", o.Data.Decision, "decision_id", o.Data.DecisionID,
-			"idempotency_key", o.Data.IdempotencyKey, "manifest_digest", o.Data.ManifestDigest,
+			"idempotency_key", decisionlog.RedactKey(o.Data.IdempotencyKey), "manifest_digest", o.Data.ManifestDigest,
 			"bundle_revision", o.Data.BundleRevision, "run_id", o.Data.RunID)
 	}
 	if o.Code != "" {

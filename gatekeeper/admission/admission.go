@@ -238,23 +238,26 @@ func (s *Service) Deposit(ctx context.Context, token string) Outcome {
 		return fail(http.StatusBadRequest, CodeRequestInvalid, "confirmation_token is required")
 	}
 	now := s.opts.Now()
+	// A token refused at deposit answers like the same token at use (403,
+	// one status per code as docs/codes.md lists it); only a request
+	// without any token is malformed (400).
 	cc, err := s.opts.Confirmation.Verify([]byte(token), now)
 	if err != nil {
-		return fail(http.StatusBadRequest, tokenCode(err), safeTokenMessage("confirmation", err))
+		return fail(http.StatusForbidden, tokenCode(err), safeTokenMessage("confirmation", err))
 	}
 	if cc.JTI == "" || cc.Subject == "" {
-		return fail(http.StatusBadRequest, CodeConfirmationInvalid, "confirmation token needs jti and sub")
+		return fail(http.StatusForbidden, CodeConfirmationInvalid, "confirmation token needs jti and sub")
 	}
 	// The ledger keys on jti and account: one it cannot hold is the
 	// token's fault, answered alike on every backend, never a ledger fault.
 	for _, f := range []struct{ name, v string }{{"jti", cc.JTI}, {"sub", cc.Subject}} {
 		if p := ledger.IDProblem(f.v); p != "" {
-			return fail(http.StatusBadRequest, CodeConfirmationInvalid, "confirmation "+f.name+" "+p)
+			return fail(http.StatusForbidden, CodeConfirmationInvalid, "confirmation "+f.name+" "+p)
 		}
 	}
 	act, _ := cc.Raw["act"].(string)
 	if _, ok := states[act]; !ok {
-		return fail(http.StatusBadRequest, CodeConfirmationInvalid, "confirmation act is not a known action")
+		return fail(http.StatusForbidden, CodeConfirmationInvalid, "confirmation act is not a known action")
 	}
 	if o, done := s.revoked(ctx, ledger.RevokeConfirmation, cc.JTI); done {
 		if o.Code == CodeConfirmationRevoked {
@@ -285,7 +288,10 @@ func (s *Service) Deposit(ctx context.Context, token string) Outcome {
 	case err != nil:
 		return s.ledgerFault("deposit", err)
 	}
-	s.opts.Logger.Info("confirmation deposited", "ref", ref, "jti", cc.JTI, "account", cc.Subject, "act", act)
+	// Not the reference: like the decision log (which masks it), the server
+	// log names the confirmation by its jti only.
+	s.opts.Logger.Info("confirmation deposited", "jti", decisionlog.Redact(cc.JTI),
+		"account", decisionlog.Redact(cc.Subject), "act", act)
 	return Outcome{Status: http.StatusCreated, Extra: map[string]any{
 		"confirmation_ref": ref, "jti": cc.JTI, "act": act, "expires_at": cc.Expiry.Unix(),
 	}}

@@ -323,14 +323,17 @@ func (s *Service) refused(ctx context.Context, p *pending) Outcome {
 	}
 	data := p.data()
 	data.Decision, data.State = "deny", StateDenied
-	status := http.StatusForbidden
+	// The top-level code is the first violation's, except that a key bound
+	// to another request makes the answer 409 IDEMPOTENCY_KEY_CONFLICT:
+	// status and code always agree (every violation stays listed).
+	status, first := http.StatusForbidden, dec.Violations[0]
 	for _, v := range dec.Violations {
 		if v.Code == CodeIdempotencyConflict {
-			status = http.StatusConflict
+			status, first = http.StatusConflict, v
 		}
 	}
-	return Outcome{Status: status, Code: dec.Violations[0].Code,
-		Message: "denied by policy: " + dec.Violations[0].Message, Data: data, Violations: dec.Violations}
+	return Outcome{Status: status, Code: first.Code,
+		Message: "denied by policy: " + first.Message, Data: data, Violations: dec.Violations}
 }
 
 // commit records an allowed admission: one transaction consumes the

@@ -55,8 +55,8 @@ func TestIdentifierBoundsBeforeTheLedger(t *testing.T) {
 			"sub with NUL":       {"sub": "acct\x00x"},
 		} {
 			r := deposit(conf(edit))
-			if r.Status != http.StatusBadRequest || r.code() != "CONFIRMATION_INVALID" {
-				t.Errorf("deposit, %s: %s; want 400 CONFIRMATION_INVALID", name, r)
+			if r.Status != http.StatusForbidden || r.code() != "CONFIRMATION_INVALID" {
+				t.Errorf("deposit, %s: %s; want 403 CONFIRMATION_INVALID", name, r)
 			}
 		}
 		if r := deposit(conf(map[string]any{"jti": longest})); r.Status != http.StatusCreated {

@@ -575,7 +575,7 @@ func tokenCases(t *testing.T, a *attacker) []tokenCase {
 // outcome is what a refused token answers at each place a token enters.
 var refusedAt = map[string]want{
 	"entitlement":          {http.StatusForbidden, "ENTITLEMENT_INVALID"},
-	"confirmation deposit": {http.StatusBadRequest, "CONFIRMATION_INVALID"},
+	"confirmation deposit": {http.StatusForbidden, "CONFIRMATION_INVALID"},
 	"confirmation at use":  {http.StatusForbidden, "CONFIRMATION_INVALID"},
 	"caller bearer":        {http.StatusUnauthorized, "CALLER_UNAUTHENTICATED"},
 	"depositor bearer":     {http.StatusUnauthorized, "DEPOSITOR_UNAUTHENTICATED"},
@@ -583,7 +583,7 @@ var refusedAt = map[string]want{
 
 var expiredAt = map[string]want{
 	"entitlement":          {http.StatusForbidden, "ENTITLEMENT_EXPIRED"},
-	"confirmation deposit": {http.StatusBadRequest, "CONFIRMATION_EXPIRED"},
+	"confirmation deposit": {http.StatusForbidden, "CONFIRMATION_EXPIRED"},
 	"confirmation at use":  {http.StatusForbidden, "CONFIRMATION_EXPIRED"},
 	"caller bearer":        {http.StatusUnauthorized, "CALLER_UNAUTHENTICATED"},
 	"depositor bearer":     {http.StatusUnauthorized, "DEPOSITOR_UNAUTHENTICATED"},
@@ -812,7 +812,7 @@ func TestHostileOversizeTokens(t *testing.T) {
 	})
 	t.Run("confirmation of 1.5 MiB deposited", func(t *testing.T) {
 		h.expect(t, h.do(t, http.MethodPost, "/v1/confirmations", "application/json", h.depositorTok,
-			mustMarshal(t, map[string]any{"confirmation_token": big(3 << 19)})), want{http.StatusBadRequest, "CONFIRMATION_INVALID"})
+			mustMarshal(t, map[string]any{"confirmation_token": big(3 << 19)})), want{http.StatusForbidden, "CONFIRMATION_INVALID"})
 	})
 	t.Run("confirmation of 3 MiB deposited", func(t *testing.T) {
 		h.expect(t, h.do(t, http.MethodPost, "/v1/confirmations", "application/json", h.depositorTok,

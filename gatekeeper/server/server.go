@@ -4,6 +4,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -235,6 +236,13 @@ func (s *srv) requireJSON(next http.Handler) http.Handler {
 			writeError(w, http.StatusUnsupportedMediaType, admission.CodeContentType, "Content-Type must be application/json")
 			return
 		}
+		// Bodies are read as sent: a compressed one is an unsupported media
+		// type, not malformed JSON (the header's value is not echoed).
+		if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+			writeError(w, http.StatusUnsupportedMediaType, admission.CodeContentType,
+				"Content-Encoding is not supported: send the application/json body uncompressed")
+			return
+		}
 		next.ServeHTTP(w, r)
 	})
 }
@@ -397,6 +405,10 @@ func readObject(r *http.Request) (map[string]any, int, string, string) {
 				"the request body did not arrive before the request deadline"
 		}
 		return nil, http.StatusBadRequest, admission.CodeRequestInvalid, "could not read the request body"
+	}
+	if bytes.HasPrefix(buf, []byte{0x1f, 0x8b}) { // gzip's magic number, sent without Content-Encoding
+		return nil, http.StatusUnsupportedMediaType, admission.CodeContentType,
+			"the body is gzip-compressed: send the application/json body uncompressed"
 	}
 	obj, err := strictjson.DecodeObject(buf, 8)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/itocompute/itogate/gatekeeper/bundle"
+	"github.com/itocompute/itogate/gatekeeper/safefile"
 	"github.com/itocompute/itogate/gatekeeper/verify"
 )
 
@@ -88,7 +89,7 @@ func (o *bundleInspectOptions) complete(args []string, stderr io.Writer) error {
 	case o.keyID == "":
 		return errors.New("--verification-key needs --key-id (the kid the signer used)")
 	default:
-		pem, err := readSmall(o.keyFile, 64<<10)
+		pem, err := safefile.ReadFile(o.keyFile, 64<<10)
 		if err != nil {
 			return fmt.Errorf("verification key: %w", err)
 		}
@@ -108,7 +109,7 @@ func (o *bundleInspectOptions) run(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	raw, err := readSmall(o.path, v.MaxBytes())
+	raw, err := safefile.ReadFile(o.path, v.MaxBytes())
 	if err != nil {
 		return err
 	}

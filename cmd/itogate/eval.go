@@ -291,7 +291,7 @@ func printEstimates(w io.Writer, prefix string, m map[string]any) {
 }
 
 func readClaims(path string) (map[string]any, error) {
-	raw, err := readSmall(path, 64<<10)
+	raw, err := safefile.ReadFile(path, 64<<10)
 	if err != nil {
 		return nil, err
 	}

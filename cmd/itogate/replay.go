@@ -10,6 +10,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/decisionlog"
 	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/gatekeeper/replay"
+	"github.com/itocompute/itogate/gatekeeper/safefile"
 	"github.com/itocompute/itogate/policies"
 )
 
@@ -27,7 +28,7 @@ ran (bad signature, unknown confirmation) are skipped; masked fields stay
 masked. With --fail-on-flip the exit status is 1 when anything flips.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f, err := os.Open(logPath)
+			f, err := safefile.Open(logPath)
 			if err != nil {
 				return err
 			}

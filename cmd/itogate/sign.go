@@ -33,7 +33,7 @@ cosign's own encrypted key files are not read: sign those with cosign itself.`,
 			if err != nil {
 				return err
 			}
-			pemBytes, err := readSmall(keyFile, 64<<10)
+			pemBytes, err := safefile.ReadFile(keyFile, 64<<10)
 			if err != nil {
 				return fmt.Errorf("key: %w", err)
 			}
@@ -48,7 +48,9 @@ cosign's own encrypted key files are not read: sign those with cosign itself.`,
 			if out == "" {
 				out = args[0] + ".sig"
 			}
-			if err := os.WriteFile(out, []byte(sig), 0o644); err != nil {
+			// Replaced, never written through: a symlink planted at the
+			// output path is not followed (no other file is overwritten).
+			if err := safefile.WriteFile(out, []byte(sig), 0o644); err != nil {
 				return err
 			}
 			fmt.Fprintf(stdout, "signed %s (%s) → %s\n", args[0], digest, out)
@@ -75,7 +77,11 @@ func newVerifyCmd(stdout io.Writer) *cobra.Command {
 			}
 			var signers []verify.Signer
 			for _, kf := range keyFiles {
-				pub, err := verify.LoadPublicKeyPEMFile(kf)
+				pem, err := safefile.ReadFile(kf, verify.MaxKeyFileBytes)
+				if err != nil {
+					return fmt.Errorf("%s: %w", kf, err)
+				}
+				pub, err := verify.LoadPublicKeyPEM(pem)
 				if err != nil {
 					return fmt.Errorf("%s: %w", kf, err)
 				}
@@ -88,7 +94,7 @@ func newVerifyCmd(stdout io.Writer) *cobra.Command {
 			if sigFile == "" {
 				sigFile = args[0] + ".sig"
 			}
-			sig, err := readSmall(sigFile, 4096)
+			sig, err := safefile.ReadFile(sigFile, 4096)
 			if err != nil {
 				return fmt.Errorf("signature: %w", err)
 			}

@@ -208,7 +208,7 @@ func (o *trainOptions) run(ctx context.Context, stdout, stderr io.Writer) error 
 		if sigPath == "" {
 			sigPath = o.manifestPath + ".sig"
 		}
-		sig, err := readSmall(sigPath, 4096)
+		sig, err := safefile.ReadFile(sigPath, 4096)
 		if err != nil {
 			return usageErr(stderr, "signature: "+err.Error())
 		}
@@ -375,7 +375,7 @@ func exitFor(status int, code string) int {
 // from a flag value, which other users can read in the process list.
 func secret(file, env, what string) (string, error) {
 	if file != "" {
-		b, err := readSmall(file, 64<<10)
+		b, err := safefile.ReadFile(file, 64<<10)
 		if err != nil {
 			return "", fmt.Errorf("%s: %w", what, err)
 		}
@@ -385,22 +385,6 @@ func secret(file, env, what string) (string, error) {
 		return v, nil
 	}
 	return "", fmt.Errorf("%s: give a file or set $%s", what, env)
-}
-
-func readSmall(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > limit {
-		return nil, errors.New("file too large")
-	}
-	return b, nil
 }
 
 func envOr(k, def string) string {

@@ -85,6 +85,45 @@ func ReadManifest(path string, limit int64) (data []byte, digest string, err err
 	return data, "sha256:" + hex.EncodeToString(sum[:]), nil
 }
 
+// ReadFile reads at most limit bytes from the file at path with every check
+// of ReadManifest (same codes): for every other file the CLI reads — a
+// detached signature, a token file, a key, a bundle — so none is followed
+// through a symlink, none blocks on a FIFO, and none is read past a bound.
+func ReadFile(path string, limit int64) ([]byte, error) {
+	data, _, err := ReadManifest(path, limit)
+	return data, err
+}
+
+// Open opens the file at path for reading with every check of ReadManifest
+// but the size, for files read as a stream (a decision log). The caller
+// closes it.
+func Open(path string) (*os.File, error) {
+	abs, err := absolute(path)
+	if err != nil {
+		return nil, err
+	}
+	canon := filepath.Clean(abs)
+	dir, name, err := openParent(abs, canon)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(dir)
+	fd, err := openFinal(dir, name, canon)
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, &Error{Code: CodeUnreadable, Path: canon, Detail: "fstat", Err: err}
+	}
+	if err := checkFile(&st, canon, math.MaxInt64); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), canon), nil
+}
+
 // absolute validates the form of path and makes it absolute without
 // cleaning it: the walk must see every component the caller wrote.
 func absolute(path string) (string, error) {

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/itocompute/itogate/gatekeeper/safefile"
+	"github.com/itocompute/itogate/internal/patience"
+)
+
+// TestCLISignNeverWritesThroughALink: a symlink planted at sign's output
+// path is replaced by the signature file; the file it pointed to is left
+// exactly as it was.
+func TestCLISignNeverWritesThroughALink(t *testing.T) {
+	dir := t.TempDir()
+	manifestPath := filepath.Join(dir, "m.json")
+	writeMode(t, manifestPath, mustRead(t, filepath.Join("..", "..", "fixtures", "manifests", "llama3-8b.json")), 0o600)
+	victim := filepath.Join(dir, "victim.txt")
+	writeMode(t, victim, []byte("precious\n"), 0o600)
+	out := filepath.Join(dir, "out.sig")
+	if err := os.Symlink(victim, out); err != nil {
+		t.Fatal(err)
+	}
+	keyFile := filepath.Join("..", "..", "fixtures", "keys", "dev-manifest-ecdsa.key.pem")
+	res := runCLI(t, "sign", "--key", keyFile, "--output-signature", out, manifestPath)
+	if res.exit != 0 {
+		t.Fatalf("sign: exit %d, %q", res.exit, res.stderr)
+	}
+	if got := string(mustRead(t, victim)); got != "precious\n" {
+		t.Fatalf("the link's target was overwritten: %q", got)
+	}
+	fi, err := os.Lstat(out)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o644 {
+		t.Fatalf("output %v, %v; want a regular 0644 file", fi.Mode(), err)
+	}
+	if sig := strings.TrimSpace(string(mustRead(t, out))); len(sig) < 80 {
+		t.Fatalf("signature %q", sig)
+	}
+	// Nothing else is left in the directory (no temp file).
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 3 {
+		t.Fatalf("directory holds %d entries, want manifest, victim, signature", len(entries))
+	}
+}
+
+// TestCLIFilesAreReadSafely: every other file train and status read — the
+// signature, the caller token, the entitlement — goes through the safe
+// reader: a FIFO is refused at once (it blocked forever, beyond --timeout),
+// a symlink is refused, not followed. Nothing is sent.
+func TestCLIFilesAreReadSafely(t *testing.T) {
+	sink := newSink(t)
+	dir := t.TempDir()
+	manifestPath := filepath.Join(dir, "m.json")
+	writeMode(t, manifestPath, mustRead(t, filepath.Join("..", "..", "fixtures", "manifests", "llama3-8b.json")), 0o600)
+	tok, ent, sig := clientFiles(t, dir)
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(tok, link); err != nil {
+		t.Fatal(err)
+	}
+	train := func(tokFile, entFile, sigFile string) cliResult {
+		return runCLI(t, "train", "--server", sink.srv.URL, "--token-file", tokFile, "--entitlement-file", entFile,
+			"--booking", "bk_demo_01", "--manifest", manifestPath, "--signature", sigFile, "--confirmation-ref",
+			"cfr_"+strings.Repeat("0", 32), "--idempotency-key", "k-files", "--timeout", "10s")
+	}
+	for _, tc := range []struct {
+		name string
+		run  func() cliResult
+		code string
+	}{
+		{"signature is a FIFO", func() cliResult { return train(tok, ent, fifo) }, safefile.CodeNotRegular},
+		{"token file is a FIFO", func() cliResult { return train(fifo, ent, sig) }, safefile.CodeNotRegular},
+		{"entitlement file is a FIFO", func() cliResult { return train(tok, fifo, sig) }, safefile.CodeNotRegular},
+		{"signature is a symlink", func() cliResult { return train(tok, ent, link) }, safefile.CodeSymlink},
+		{"token file is a symlink", func() cliResult { return train(link, ent, sig) }, safefile.CodeSymlink},
+		{"status token file is a FIFO", func() cliResult {
+			return runCLI(t, "status", "--server", sink.srv.URL, "--token-file", fifo, "--idempotency-key", "k-files")
+		}, safefile.CodeNotRegular},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			done := make(chan cliResult, 1)
+			go func() { done <- tc.run() }()
+			var res cliResult
+			select {
+			case res = <-done:
+			case <-time.After(patience.Wait):
+				t.Fatal("the CLI blocked on the file")
+			}
+			if res.exit != exitFailed || !strings.Contains(res.stderr, tc.code) {
+				t.Fatalf("exit %d, stderr %q; want %d and %s", res.exit, res.stderr, exitFailed, tc.code)
+			}
+		})
+	}
+	if n := sink.hits.Load(); n != 0 {
+		t.Fatalf("%d requests sent", n)
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

@@ -97,6 +97,11 @@ func startServe(t *testing.T, o *serveOptions, wantReady bool) (url string, logs
 	// The race detector slows the real policy down tenfold and CI machines
 	// are shared; the tests are about bundles, not the evaluation deadline.
 	o.policyDeadline = patience.Deadline
+	// No evaluation bound: a request queued past the 1 s wait on a loaded
+	// machine would be shed; shedding is tested in gatekeeper/server.
+	if o.maxEvaluations == 0 {
+		o.maxEvaluations = -1
+	}
 	logs = &syncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -34,6 +34,7 @@ type serveOptions struct {
 	// servers on one machine).
 	ledgerDSN      string
 	ledgerSchema   string
+	ledgerTimeout  time.Duration
 	policyDeadline time.Duration
 	requestTimeout time.Duration
 	// Development mode only: a signed bundle (file or bundle server URL)
@@ -79,6 +80,8 @@ refuses the development keys.`,
 	cmd.Flags().StringVar(&o.ledgerDSN, "ledger-dsn", "",
 		"development mode: PostgreSQL ledger DSN instead of bbolt under --data-dir (password via PGPASSWORD)")
 	cmd.Flags().StringVar(&o.ledgerSchema, "ledger-schema", "", "development mode: PostgreSQL schema of the ledger (default itogate)")
+	cmd.Flags().DurationVar(&o.ledgerTimeout, "ledger-timeout", 0,
+		"development mode, with --ledger-dsn: bound on one PostgreSQL statement and on waiting for a pooled connection (default 5s each)")
 	cmd.Flags().DurationVar(&o.policyDeadline, "policy-deadline", 0, "development mode: bound on one policy evaluation (default 250ms)")
 	cmd.Flags().DurationVar(&o.requestTimeout, "request-timeout", 0, "development mode: bound on one request (default 5s)")
 	cmd.Flags().IntVar(&o.maxEvaluations, "max-concurrent-evaluations", 0,
@@ -114,6 +117,12 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 		if o.ledgerDSN != "" {
 			cfg.Ledger.Driver, cfg.Ledger.DSN, cfg.Ledger.Schema = config.DriverPostgres, o.ledgerDSN, o.ledgerSchema
 		}
+		if o.ledgerTimeout != 0 {
+			if o.ledgerDSN == "" || o.ledgerTimeout < 0 {
+				return errors.New("--ledger-timeout needs --ledger-dsn and a positive duration")
+			}
+			cfg.Ledger.StatementTimeout, cfg.Ledger.AcquireTimeout = config.Duration(o.ledgerTimeout), config.Duration(o.ledgerTimeout)
+		}
 		if o.policyDeadline > 0 {
 			cfg.Policy.Deadline = config.Duration(o.policyDeadline)
 		}
@@ -143,9 +152,9 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 			cfg.Tickets = &dt
 		}
 	} else {
-		if o.ledgerDSN != "" || o.ledgerSchema != "" || o.policyDeadline != 0 || o.requestTimeout != 0 || o.maxEvaluations != 0 ||
+		if o.ledgerDSN != "" || o.ledgerSchema != "" || o.ledgerTimeout != 0 || o.policyDeadline != 0 || o.requestTimeout != 0 || o.maxEvaluations != 0 ||
 			o.bundleFile != "" || o.bundleURL != "" || o.bundlePoll != 0 || o.bundleMaxAge != 0 || o.shadowFile != "" {
-			return errors.New("--ledger-dsn, --ledger-schema, --policy-deadline, --request-timeout, --max-concurrent-evaluations and --bundle-* are for development mode; set them in --config")
+			return errors.New("--ledger-dsn, --ledger-schema, --ledger-timeout, --policy-deadline, --request-timeout, --max-concurrent-evaluations and --bundle-* are for development mode; set them in --config")
 		}
 		cfg, err = config.Load(o.configFile)
 		if err != nil {

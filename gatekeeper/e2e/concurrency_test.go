@@ -70,7 +70,10 @@ func TestOneKeyManyIdenticalRequests(t *testing.T) {
 // key admitted on one answers the same on the other.
 func TestTwoProcessesOnePostgres(t *testing.T) {
 	opts := pgOptions(t)
-	flags := []string{"--ledger-dsn", opts.DSN, "--ledger-schema", opts.Schema}
+	// Forty commits queue on one row lock across two processes on a shared
+	// machine: the statement bound is generous here; the fault tests check
+	// the production bounds.
+	flags := []string{"--ledger-dsn", opts.DSN, "--ledger-schema", opts.Schema, "--ledger-timeout", requestTimeout.String()}
 	p1 := startServe(t, t.TempDir(), flags...)
 	p2 := startServe(t, t.TempDir(), flags...)
 	a1 := newActor(t, p1.url, "acct_race", "bk_race_01")

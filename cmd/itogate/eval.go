@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -99,7 +98,9 @@ func (o *evalOptions) run(ctx context.Context, w io.Writer) error {
 	}
 	bundle := policies.Bundle()
 	if o.bundleDir != "" {
-		bundle = os.DirFS(o.bundleDir)
+		if bundle, err = bundleDirFS(o.bundleDir); err != nil {
+			return err
+		}
 	}
 	engine, err := policy.New(ctx, policy.Options{Bundle: bundle, Deadline: o.deadline})
 	if err != nil {

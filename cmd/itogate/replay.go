@@ -3,7 +3,7 @@ package main
 import (
 	"encoding/json"
 	"io"
-	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -17,6 +17,7 @@ import (
 func newReplayCmd(stdout io.Writer) *cobra.Command {
 	var bundleDir, logPath string
 	var jsonOut, failOnFlip bool
+	var deadline time.Duration
 	cmd := &cobra.Command{
 		Use:   "replay --decisions LOG [--bundle DIR]",
 		Short: "Re-evaluate logged decisions against a candidate bundle and report what would flip",
@@ -24,24 +25,31 @@ func newReplayCmd(stdout io.Writer) *cobra.Command {
 against a candidate bundle directory (default: the embedded bundle) and report
 each decision whose outcome or codes would change, grouped by code: the
 impact of a policy change before it ships. Decisions made before the policy
-ran (bad signature, unknown confirmation) are skipped; masked fields stay
-masked. With --fail-on-flip the exit status is 1 when anything flips.`,
+ran (bad signature, unknown confirmation) are skipped; so are decisions whose
+input lost facts to the mask or the guard (a manifest that held a
+credential), counted apart: without those facts any bundle would decide
+differently. Warnings are compared too. --bundle is the directory holding
+ito/ (e.g. policies). With --fail-on-flip the exit status is 1 when anything
+flips.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			bundle := policies.Bundle()
+			if bundleDir != "" {
+				if bundle, err = bundleDirFS(bundleDir); err != nil {
+					return err
+				}
+			}
+			engine, err := policy.New(cmd.Context(), policy.Options{Bundle: bundle, Deadline: deadline})
+			if err != nil {
+				return err
+			}
 			f, err := safefile.Open(logPath)
 			if err != nil {
 				return err
 			}
 			defer f.Close()
 			events, err := decisionlog.Read(f)
-			if err != nil {
-				return err
-			}
-			bundle := policies.Bundle()
-			if bundleDir != "" {
-				bundle = os.DirFS(bundleDir)
-			}
-			engine, err := policy.New(cmd.Context(), policy.Options{Bundle: bundle})
 			if err != nil {
 				return err
 			}
@@ -65,6 +73,8 @@ masked. With --fail-on-flip the exit status is 1 when anything flips.`,
 	cmd.Flags().StringVar(&bundleDir, "bundle", "", "candidate bundle directory (default: the embedded bundle)")
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the report as JSON")
 	cmd.Flags().BoolVar(&failOnFlip, "fail-on-flip", false, "exit 1 when any decision flips (for CI)")
+	cmd.Flags().DurationVar(&deadline, "deadline", policy.DefaultDeadline,
+		"bound on one evaluation; past it the decision is reported as an evaluation error (the server's default)")
 	_ = cmd.MarkFlagRequired("decisions")
 	return cmd
 }

@@ -59,6 +59,10 @@ func (s *Service) logDecision(ctx context.Context, caller Caller, req Request, t
 		for _, v := range tr.decision.Violations {
 			ev.PolicyCodes = append(ev.PolicyCodes, v.Code)
 		}
+		ev.PolicyWarnings = []string{} // the policy ran: [] means none
+		for _, w := range tr.decision.Warnings {
+			ev.PolicyWarnings = append(ev.PolicyWarnings, w.Code)
+		}
 	}
 	if s.opts.DecisionLog.Prepare(ctx, masker, &ev) {
 		s.opts.DecisionLog.Log(ev)

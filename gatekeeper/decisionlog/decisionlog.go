@@ -52,6 +52,10 @@ type Event struct {
 	// the policy can still turn into a deny. Replay compares against these.
 	PolicyResult string   `json:"policy_result,omitempty"`
 	PolicyCodes  []string `json:"policy_codes,omitempty"`
+	// PolicyWarnings are the warning codes the policy raised; [] when it
+	// ran and raised none, absent when it did not run (or the log predates
+	// the field: replay then does not compare warnings).
+	PolicyWarnings []string `json:"policy_warnings"`
 	// Input is the policy input the decision was made on, after masking.
 	// Absent when the decision failed before the policy ran.
 	Input map[string]any `json:"input,omitempty"`
@@ -147,17 +151,22 @@ func Redact(s string) string {
 	return "[redacted]"
 }
 
-// RedactKey is Redact for identifiers a caller chose (idempotency keys): the
-// marker carries the SHA-256 of s, so an operator holding the key (the
-// ledger keeps it) can still find its records. Never for other values: the
-// digest of a low-entropy credential (a password in a URI) can be guessed.
+// RedactKey is Redact for idempotency keys: the stand-in is itself a valid
+// key, "redacted.sha256.<64 hex digits of the SHA-256 of s>", so an operator
+// holding the key (the ledger keeps it) can still find its records, and a
+// replayed decision sees a key of the same shape as the one decided on.
+// Never for other values: the digest of a low-entropy credential (a password
+// in a URI) can be guessed.
 func RedactKey(s string) string {
 	if Guard([]byte(s)) == "" {
 		return s
 	}
 	sum := sha256.Sum256([]byte(s))
-	return "[redacted sha256:" + hex.EncodeToString(sum[:]) + "]"
+	return RedactedKeyPrefix + hex.EncodeToString(sum[:])
 }
+
+// RedactedKeyPrefix starts every idempotency key RedactKey replaced.
+const RedactedKeyPrefix = "redacted.sha256."
 
 // redactEvent replaces every string of the event the guard refuses with
 // Redact's marker, then, if the guard still refuses (a secret-shaped object

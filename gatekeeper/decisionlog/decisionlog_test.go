@@ -142,7 +142,7 @@ func BenchmarkGuard(b *testing.B) {
 }
 
 // TestSecretShapedKeyKeepsTheEvent: an idempotency key shaped like a JWT or
-// an AWS key id is replaced by a marker carrying its SHA-256 — in the event
+// an AWS key id is replaced by a stand-in key carrying its SHA-256 — in the event
 // and in its input — and the event is written: a caller cannot erase its
 // admission from the audit log by choosing such a key.
 func TestSecretShapedKeyKeepsTheEvent(t *testing.T) {
@@ -162,7 +162,7 @@ func TestSecretShapedKeyKeepsTheEvent(t *testing.T) {
 			t.Fatalf("Read = %d events, %v", len(got), err)
 		}
 		sum := sha256.Sum256([]byte(key))
-		marker := "[redacted sha256:" + hex.EncodeToString(sum[:]) + "]"
+		marker := "redacted.sha256." + hex.EncodeToString(sum[:])
 		req, _ := got[0].Input["request"].(map[string]any)
 		if strings.Contains(buf.String(), key) || got[0].IdempotencyKey != marker || req["idempotency_key"] != marker ||
 			strings.Join(got[0].Redacted, ",") != "/idempotency_key,/input/request/idempotency_key" && strings.Join(got[0].Redacted, ",") != "/input/request/idempotency_key,/idempotency_key" {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 
@@ -20,14 +21,19 @@ type Decider interface {
 	Decide(ctx context.Context, input map[string]any) (policy.Decision, error)
 }
 
-// Flip is one decision whose outcome or codes differ under the candidate.
+// Flip is one decision whose outcome, codes or warnings differ under the
+// candidate.
 type Flip struct {
 	DecisionID string   `json:"decision_id"`
 	Before     string   `json:"before"` // "allow" or "deny"
 	After      string   `json:"after"`  // "allow", "deny" or "error"
 	Added      []string `json:"added,omitempty"`
 	Removed    []string `json:"removed,omitempty"`
-	Error      string   `json:"error,omitempty"`
+	// WarningsAdded and WarningsRemoved are warning codes (advisories):
+	// they change no outcome but are what the caller sees.
+	WarningsAdded   []string `json:"warnings_added,omitempty"`
+	WarningsRemoved []string `json:"warnings_removed,omitempty"`
+	Error           string   `json:"error,omitempty"`
 }
 
 // Report summarises a replay.
@@ -36,7 +42,14 @@ type Report struct {
 	Replayed int `json:"replayed"`
 	// Skipped events carry no input: they were decided before the policy
 	// ran (a bad signature, an unknown confirmation) and no bundle changes them.
-	Skipped   int              `json:"skipped"`
+	Skipped int `json:"skipped"`
+	// Masked events lost decided-on facts to the mask policy or the guard
+	// (a manifest that held a credential, a redacted value): re-evaluating
+	// what is left would differ under any bundle, so they are not replayed.
+	// The confirmation reference, which the mask always removes and no rule
+	// reads, and a redacted idempotency key (its stand-in keeps the key's
+	// shape) do not count.
+	Masked    int              `json:"masked"`
 	Unchanged int              `json:"unchanged"`
 	Flips     []Flip           `json:"flips"`
 	ByCode    map[string]Count `json:"by_code"`
@@ -55,8 +68,16 @@ type Count struct {
 func Run(ctx context.Context, d Decider, events []decisionlog.Event) Report {
 	r := Report{Events: len(events), ByCode: map[string]Count{}, Flips: []Flip{}}
 	for _, ev := range events {
+		if ev.Input == nil && ev.PolicyResult != "" && slices.Contains(ev.Redacted, "/input") {
+			r.Masked++
+			continue
+		}
 		if ev.Input == nil || ev.PolicyResult == "" {
 			r.Skipped++
+			continue
+		}
+		if lostFacts(ev) {
+			r.Masked++
 			continue
 		}
 		r.Replayed++
@@ -78,11 +99,21 @@ func Run(ctx context.Context, d Decider, events []decisionlog.Event) Report {
 			outcome = "deny"
 		}
 		added, removed := diff(before, after)
-		if outcome == ev.PolicyResult && len(added) == 0 && len(removed) == 0 {
+		var wAdded, wRemoved []string
+		if ev.PolicyWarnings != nil { // logs before warnings were recorded: not compared
+			afterW := map[string]bool{}
+			for _, w := range dec.Warnings {
+				afterW[w.Code] = true
+			}
+			wAdded, wRemoved = diff(set(ev.PolicyWarnings), afterW)
+		}
+		if outcome == ev.PolicyResult && len(added)+len(removed)+len(wAdded)+len(wRemoved) == 0 {
 			r.Unchanged++
 			continue
 		}
-		r.Flips = append(r.Flips, Flip{DecisionID: ev.DecisionID, Before: ev.PolicyResult, After: outcome, Added: added, Removed: removed})
+		r.Flips = append(r.Flips, Flip{DecisionID: ev.DecisionID, Before: ev.PolicyResult, After: outcome, Added: added, Removed: removed,
+			WarningsAdded: wAdded, WarningsRemoved: wRemoved})
+		added, removed = append(added, wAdded...), append(removed, wRemoved...)
 		switch {
 		case ev.PolicyResult == "allow" && outcome == "deny":
 			r.AllowToDeny++
@@ -103,10 +134,35 @@ func Run(ctx context.Context, d Decider, events []decisionlog.Event) Report {
 	return r
 }
 
+// alwaysMasked is what the mask removes from every event: the confirmation
+// reference, an opaque handle no rule reads.
+const alwaysMasked = "/confirmation/ref"
+
+// redactedKey is where a secret-shaped idempotency key sits in the input;
+// its stand-in (decisionlog.RedactKey) has the key's own shape, which is
+// all a rule can check of an opaque key, so the decision still replays.
+const redactedKey = "/input/request/idempotency_key"
+
+// lostFacts reports whether the mask or the guard took anything from the
+// event's input beyond the confirmation reference and the key's content.
+func lostFacts(ev decisionlog.Event) bool {
+	for _, p := range ev.Masked {
+		if p != alwaysMasked {
+			return true
+		}
+	}
+	for _, p := range ev.Redacted {
+		if p != redactedKey && (p == "/input" || strings.HasPrefix(p, "/input/")) {
+			return true
+		}
+	}
+	return false
+}
+
 // Print writes the report as a table grouped by code.
 func (r Report) Print(w io.Writer) {
-	fmt.Fprintf(w, "events %d, replayed %d, skipped %d (decided before the policy), unchanged %d, flipped %d\n",
-		r.Events, r.Replayed, r.Skipped, r.Unchanged, len(r.Flips))
+	fmt.Fprintf(w, "events %d, replayed %d, skipped %d (decided before the policy), masked %d (input lost facts to the mask), unchanged %d, flipped %d\n",
+		r.Events, r.Replayed, r.Skipped, r.Masked, r.Unchanged, len(r.Flips))
 	fmt.Fprintf(w, "allow → deny %d, deny → allow %d\n", r.AllowToDeny, r.DenyToAllow)
 	if len(r.ByCode) > 0 {
 		codes := make([]string, 0, len(r.ByCode))
@@ -128,6 +184,12 @@ func (r Report) Print(w io.Writer) {
 			}
 			for _, c := range f.Removed {
 				parts = append(parts, "-"+c)
+			}
+			for _, c := range f.WarningsAdded {
+				parts = append(parts, "+"+c+" (warning)")
+			}
+			for _, c := range f.WarningsRemoved {
+				parts = append(parts, "-"+c+" (warning)")
 			}
 			change := strings.Join(parts, " ")
 			if f.Error != "" {

@@ -20,6 +20,9 @@ const (
 	CodeManifestSignature     = "MANIFEST_SIGNATURE_INVALID"
 	CodeEntitlementInvalid    = "ENTITLEMENT_INVALID"
 	CodeEntitlementExpired    = "ENTITLEMENT_EXPIRED"
+	// CodeEntitlementStale is the policy's freshness code, answered by Go
+	// too for an iat further in the future than the leeway.
+	CodeEntitlementStale      = "ENTITLEMENT_STALE"
 	CodeConfirmationNotFound  = "CONFIRMATION_NOT_FOUND"
 	CodeConfirmationInvalid   = "CONFIRMATION_INVALID"
 	CodeConfirmationExpired   = "CONFIRMATION_EXPIRED"
@@ -71,6 +74,11 @@ func tokenCode(err error) string {
 	case verify.PurposeEntitlement:
 		if expired {
 			return CodeEntitlementExpired
+		}
+		if ve.Kind == verify.KindIssuedInFuture {
+			// Issued further in the future than the leeway: the policy's
+			// freshness code (the same boundary; see leewaySeconds).
+			return CodeEntitlementStale
 		}
 		return CodeEntitlementInvalid
 	case verify.PurposeConfirmation:

@@ -230,6 +230,10 @@ func (s *Service) facts(p *pending) {
 	confirmation["ref"] = req.ConfirmationRef
 	p.input = map[string]any{
 		"now": p.now.Unix(),
+		"leeway_seconds": map[string]any{
+			"entitlement":  leewaySeconds(s.opts.Entitlement),
+			"confirmation": leewaySeconds(s.opts.Confirmation),
+		},
 		"request": map[string]any{
 			"action":           req.Action,
 			"booking_id":       req.BookingID,
@@ -498,4 +502,14 @@ func unixOrZero(t time.Time) int64 {
 		return 0
 	}
 	return t.Unix()
+}
+
+// leewaySeconds is the clock leeway of v in whole seconds: the tolerance the
+// verifier applied to exp and iat, handed to the policy so both agree.
+// A verifier that does not say uses verify.DefaultLeeway.
+func leewaySeconds(v TokenVerifier) int64 {
+	if l, ok := v.(interface{ Leeway() time.Duration }); ok {
+		return int64(l.Leeway() / time.Second)
+	}
+	return int64(verify.DefaultLeeway / time.Second)
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/token"
 	"github.com/itocompute/itogate/gatekeeper/trust"
+	"github.com/itocompute/itogate/gatekeeper/verify"
 )
 
 // Account and booking used by every case.
@@ -233,8 +234,10 @@ func OfflineInput(raw []byte, doc, ent, conf map[string]any, now time.Time) map[
 		}
 	}
 	verified := map[string]any{"verified": true, "key_id": "offline"}
+	leeway := int64(verify.DefaultLeeway / time.Second)
 	return map[string]any{
-		"now": now.Unix(),
+		"now":            now.Unix(),
+		"leeway_seconds": map[string]any{"entitlement": leeway, "confirmation": leeway},
 		"request": map[string]any{"action": "train.create", "booking_id": ent["booking_id"], "idempotency_key": "offline",
 			"request_digest": digest, "run_id": "", "releases_booking": false},
 		"caller":          map[string]any{"sub": "offline", "account": ent["sub"], "key_id": "offline"},

@@ -581,6 +581,15 @@ var refusedAt = map[string]want{
 	"depositor bearer":     {http.StatusUnauthorized, "DEPOSITOR_UNAUTHENTICATED"},
 }
 
+// futureAt is refusedAt for a token issued beyond the leeway in the future.
+var futureAt = map[string]want{
+	"entitlement":          {http.StatusForbidden, "ENTITLEMENT_STALE"},
+	"confirmation deposit": {http.StatusForbidden, "CONFIRMATION_INVALID"},
+	"confirmation at use":  {http.StatusForbidden, "CONFIRMATION_INVALID"},
+	"caller bearer":        {http.StatusUnauthorized, "CALLER_UNAUTHENTICATED"},
+	"depositor bearer":     {http.StatusUnauthorized, "DEPOSITOR_UNAUTHENTICATED"},
+}
+
 var expiredAt = map[string]want{
 	"entitlement":          {http.StatusForbidden, "ENTITLEMENT_EXPIRED"},
 	"confirmation deposit": {http.StatusForbidden, "CONFIRMATION_EXPIRED"},
@@ -683,8 +692,11 @@ func TestHostileTokens(t *testing.T) {
 				h.secret(tok)
 				jti, _ := claims["jti"].(string)
 				w := refusedAt[position]
-				if tc.expired {
+				switch {
+				case tc.expired:
 					w = expiredAt[position]
+				case tc.kind == verify.KindIssuedInFuture:
+					w = futureAt[position]
 				}
 				t.Run(tc.name, func(t *testing.T) { h.tryToken(t, position, f, tok, jti, w, tc.kind) })
 			}
@@ -725,10 +737,12 @@ func TestHostileTokenLeeway(t *testing.T) {
 	}{
 		{"exp at now-leeway (outside)", func(c map[string]any) { edit(c, "iat", n-200, "exp", n-leeway) },
 			verify.KindExpired, expiredAt},
-		{"exp at now-leeway+1 (inside; the policy still requires exp > now)",
+		// One leeway: the policy applies the verifier's own (input.leeway_seconds),
+		// so inside it every place accepts (the policy required exp > now).
+		{"exp at now-leeway+1 (inside)",
 			func(c map[string]any) { edit(c, "iat", n-200, "exp", n-leeway+1) }, 0, map[string]want{
-				"entitlement": {http.StatusForbidden, "ENTITLEMENT_EXPIRED"}, "confirmation deposit": created,
-				"confirmation at use": {http.StatusForbidden, "CONFIRMATION_EXPIRED"}, "caller bearer": allow, "depositor bearer": created,
+				"entitlement": allow, "confirmation deposit": created,
+				"confirmation at use": allow, "caller bearer": allow, "depositor bearer": created,
 			}},
 		{"nbf at now+leeway+1 (outside)", func(c map[string]any) { edit(c, "nbf", n+leeway+1) },
 			verify.KindNotYetValid, refusedAt},
@@ -736,8 +750,12 @@ func TestHostileTokenLeeway(t *testing.T) {
 			"entitlement": allow, "confirmation deposit": created, "confirmation at use": allow,
 			"caller bearer": allow, "depositor bearer": created,
 		}},
+		// Issued in the future beyond the leeway: the entitlement's answer is
+		// the documented ENTITLEMENT_STALE (it was ENTITLEMENT_INVALID).
 		{"iat at now+leeway+1 (outside)", func(c map[string]any) { edit(c, "iat", n+leeway+1, "exp", n+leeway+300) },
-			verify.KindIssuedInFuture, refusedAt},
+			verify.KindIssuedInFuture, futureAt},
+		{"iat at now+45 (outside)", func(c map[string]any) { edit(c, "iat", n+45, "exp", n+345) },
+			verify.KindIssuedInFuture, futureAt},
 		{"iat at now+leeway (inside)", func(c map[string]any) { edit(c, "iat", n+leeway, "exp", n+leeway+299) }, 0, map[string]want{
 			"entitlement": allow, "confirmation deposit": created, "confirmation at use": allow,
 			"caller bearer": allow, "depositor bearer": created,

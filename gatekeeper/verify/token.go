@@ -185,6 +185,11 @@ func NewTokenVerifier(opts TokenOptions) (*TokenVerifier, error) {
 // Purpose returns the verifier's purpose.
 func (v *TokenVerifier) Purpose() Purpose { return v.purpose }
 
+// Leeway is the clock skew this verifier tolerates on exp, nbf and iat. The
+// admission puts it into the policy input (leeway_seconds) so the policy
+// applies the very same tolerance: one leeway, configured in one place.
+func (v *TokenVerifier) Leeway() time.Duration { return v.leeway }
+
 // Verify checks raw, a compact JWS, at time now and returns its claims.
 //
 // Order: size; shape (exactly three base64url parts, so JSON serialization

@@ -18,6 +18,10 @@ _cfg := data.ito.config.confirmation
 
 _now := lib.value_at(input, ["now"], null)
 
+# The clock leeway Go verified the token with (trust.confirmation.leeway):
+# the one tolerance for exp. Absent, none.
+_leeway := lib.value_at(input, ["leeway_seconds", "confirmation"], 0)
+
 _action := lib.value_at(input, ["request", "action"], null)
 
 # METADATA
@@ -192,7 +196,7 @@ _is_short_lived if {
 
 # METADATA
 # title: Confirmation expired
-# description: The confirmation's exp must be after now.
+# description: The confirmation's exp, plus the clock leeway, must be after now (exp + leeway_seconds.confirmation > now), as Go verified it.
 # custom:
 #   code: CONFIRMATION_EXPIRED
 #   gate: confirmation
@@ -207,7 +211,8 @@ deny contains v if {
 
 _is_unexpired if {
 	is_number(_conf.exp)
-	_conf.exp > _now
+	is_number(_leeway)
+	_conf.exp + _leeway > _now
 }
 
 # METADATA

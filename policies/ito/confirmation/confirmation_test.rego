@@ -76,8 +76,17 @@ _cases := {
 		"want": {"CONFIRMATION_LIFETIME_TOO_LONG"},
 	},
 	"iat missing": {"patch": [_remove("/confirmation/iat")], "want": {"CONFIRMATION_LIFETIME_TOO_LONG"}},
-	"expired now": {
-		"patch": [_set("/confirmation/iat", 1764402600), _set("/confirmation/exp", 1764403200)],
+	"expired now, no leeway": {
+		"patch": [_set("/confirmation/iat", 1764402600), _set("/confirmation/exp", 1764403200), _set("/leeway_seconds/confirmation", 0)],
+		"want": {"CONFIRMATION_EXPIRED"},
+	},
+	# The clock leeway (30 here) is the one tolerance, as Go applied it.
+	"exp one second inside the leeway": {
+		"patch": [_set("/confirmation/iat", 1764402571), _set("/confirmation/exp", 1764403171)],
+		"want": set(),
+	},
+	"exp at now minus the leeway": {
+		"patch": [_set("/confirmation/iat", 1764402570), _set("/confirmation/exp", 1764403170)],
 		"want": {"CONFIRMATION_EXPIRED"},
 	},
 	"cost with a currency sign": {"patch": [_set("/confirmation/cost_usd", "$1000")], "want": {"CONFIRMATION_COST_MALFORMED"}},

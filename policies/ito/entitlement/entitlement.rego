@@ -18,6 +18,10 @@ _hw := input.manifest.hardware
 
 _now := lib.value_at(input, ["now"], null)
 
+# The clock leeway Go verified the token with (trust.entitlement.leeway):
+# the one tolerance for exp and a future iat. Absent, none.
+_leeway := lib.value_at(input, ["leeway_seconds", "entitlement"], 0)
+
 # METADATA
 # title: Entitlement not verified
 # description: Go did not establish the entitlement token's signature (defense in depth).
@@ -64,7 +68,7 @@ deny contains v if {
 
 # METADATA
 # title: Entitlement stale
-# description: The entitlement must be fresh, now - iat <= max_age_seconds (bundle data), and not issued in the future.
+# description: The entitlement must be fresh, now - iat <= max_age_seconds (bundle data), and not issued further in the future than the clock leeway (iat - now <= leeway_seconds.entitlement).
 # custom:
 #   code: ENTITLEMENT_STALE
 #   gate: entitlement
@@ -80,13 +84,14 @@ deny contains v if {
 _is_fresh if {
 	is_number(input.now)
 	is_number(_ent.iat)
+	is_number(_leeway)
 	input.now - _ent.iat <= _cfg.max_age_seconds
-	_ent.iat - input.now <= _cfg.clock_skew_seconds
+	_ent.iat - input.now <= _leeway
 }
 
 # METADATA
 # title: Entitlement expired
-# description: The entitlement's exp must be after now.
+# description: The entitlement's exp, plus the clock leeway, must be after now (exp + leeway_seconds.entitlement > now), as Go verified it.
 # custom:
 #   code: ENTITLEMENT_EXPIRED
 #   gate: entitlement
@@ -101,7 +106,8 @@ deny contains v if {
 
 _is_unexpired if {
 	is_number(_ent.exp)
-	_ent.exp > input.now
+	is_number(_leeway)
+	_ent.exp + _leeway > input.now
 }
 
 # METADATA

@@ -57,8 +57,22 @@ _cases := {
 	},
 	"stale by one second": {"patch": [_set("/entitlement/iat", 1764402899)], "want": {"ENTITLEMENT_STALE"}},
 	"issued in the future": {"patch": [_set("/entitlement/iat", 1764403261)], "want": {"ENTITLEMENT_STALE"}},
+	# The clock leeway (input.leeway_seconds, 30 here) is the one tolerance,
+	# the same Go applied: ±1 s around each boundary.
+	"iat at now plus the leeway": {"patch": [_set("/entitlement/iat", 1764403230)], "want": set()},
+	"iat one second past the leeway": {"patch": [_set("/entitlement/iat", 1764403231)], "want": {"ENTITLEMENT_STALE"}},
+	"exp one second inside the leeway": {"patch": [_set("/entitlement/exp", 1764403171)], "want": set()},
+	"exp at now minus the leeway": {"patch": [_set("/entitlement/exp", 1764403170)], "want": {"ENTITLEMENT_EXPIRED"}},
+	"no leeway given": {
+		"patch": [{"op": "remove", "path": "/leeway_seconds"}, _set("/entitlement/exp", 1764403200)],
+		"want": {"ENTITLEMENT_EXPIRED"},
+	},
+	"leeway of another type": {"patch": [_set("/leeway_seconds/entitlement", "30")], "want": {"ENTITLEMENT_STALE", "ENTITLEMENT_EXPIRED"}},
 	"iat missing": {"patch": [{"op": "remove", "path": "/entitlement/iat"}], "want": {"ENTITLEMENT_STALE"}},
-	"expired now": {"patch": [_set("/entitlement/exp", 1764403200)], "want": {"ENTITLEMENT_EXPIRED"}},
+	"expired now, no leeway": {
+		"patch": [_set("/entitlement/exp", 1764403200), _set("/leeway_seconds/entitlement", 0)],
+		"want": {"ENTITLEMENT_EXPIRED"},
+	},
 	"exp is a string": {"patch": [_set("/entitlement/exp", "1764403700")], "want": {"ENTITLEMENT_EXPIRED"}},
 	"other booking": {"patch": [_set("/entitlement/booking_id", "bk_02")], "want": {"ENTITLEMENT_BOOKING_MISMATCH"}},
 	"empty booking ids": {

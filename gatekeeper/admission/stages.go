@@ -152,6 +152,11 @@ func (s *Service) verify(ctx context.Context, p *pending) (Outcome, bool) {
 	if err != nil {
 		return tokenDenied(err, "entitlement"), true
 	}
+	// The ledger records and revokes entitlements by jti: one it cannot
+	// hold (over-long, NUL) is the token's fault, alike on every backend.
+	if pr := ledger.IDProblem(ent.JTI); pr != "" {
+		return denied(CodeEntitlementInvalid, "entitlement jti "+pr), true
+	}
 	p.entitlement = ent
 	p.verified["entitlement"] = map[string]any{"verified": true, "key_id": ent.KeyID}
 	tr.keyIDs["entitlement"], tr.jtis["entitlement"] = ent.KeyID, ent.JTI

@@ -80,11 +80,20 @@ func TestIdentifierBoundsBeforeTheLedger(t *testing.T) {
 				t.Errorf("admission, %s: %s; want 401 CALLER_UNAUTHENTICATED", name, r)
 			}
 		}
+		// An entitlement jti the ledger cannot hold (it records and revokes
+		// entitlements by jti) is refused alike on both backends (it was a 503
+		// from the revocation lookup on PostgreSQL, or from the commit).
+		ref := a.confirmation(t, "train.create", nil)
+		for name, jti := range map[string]string{"entitlement jti with NUL": "ent\x00x", "entitlement jti over the bound": long} {
+			ent := a.entitlement(t, func(c map[string]any) { c["jti"] = jti })
+			key := "k-ent-" + strings.ReplaceAll(name, " ", "-")
+			a.mustAdmit(t, a.create(ent, ref, key), http.StatusForbidden, "ENTITLEMENT_INVALID")
+		}
 		// The longest account works end to end.
 		ok := newActor(t, base, strings.Repeat("a", ledger.MaxIDLen), "bk_ids_02")
 		ok.mustAdmit(t, ok.create(ok.entitlement(t, nil), ok.confirmation(t, "train.create", nil), "k-ids-ok"), http.StatusOK, "")
-		if rep := checkLedger(t, store); rep.Admissions != 1 || rep.Confirmations != 2 {
-			t.Errorf("ledger after the refusals: %+v, want the one admission and the two good deposits", rep)
+		if rep := checkLedger(t, store); rep.Admissions != 1 || rep.Confirmations != 3 || rep.Consumed != 1 {
+			t.Errorf("ledger after the refusals: %+v, want the one admission and the three good deposits", rep)
 		}
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/itocompute/itogate/gatekeeper/booking"
+	"github.com/itocompute/itogate/gatekeeper/decisionlog"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/policy"
@@ -298,7 +299,10 @@ func (s *Service) decide(ctx context.Context, p *pending) (Outcome, bool) {
 		if errors.As(err, &pe) {
 			code = pe.Code
 		}
-		s.opts.Logger.Error("policy evaluation failed", "decision_id", p.tr.decisionID, "code", code, "err", err)
+		// A runtime error can quote the input it failed on (a manifest
+		// string that holds a credential): redacted like the decision log.
+		s.opts.Logger.Error("policy evaluation failed", "decision_id", p.tr.decisionID, "code", code,
+			"err", decisionlog.Redact(err.Error()))
 		out := fail(http.StatusServiceUnavailable, code, "the policy produced no usable decision; denied")
 		out.Data = &Data{Decision: "deny", DecisionID: p.tr.decisionID, Action: p.req.Action,
 			BookingID: p.req.BookingID, ManifestDigest: p.manifestDigest, IdempotencyKey: p.req.IdempotencyKey,

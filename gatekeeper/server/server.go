@@ -472,7 +472,7 @@ func (s *srv) recoverer(next http.Handler) http.Handler {
 				if rec == http.ErrAbortHandler {
 					panic(rec)
 				}
-				s.opts.Logger.Error("panic in handler", append(requestAttrs(r), "panic", fmt.Sprint(rec))...)
+				s.opts.Logger.Error("panic in handler", append(requestAttrs(r), "panic", decisionlog.Redact(fmt.Sprint(rec)))...)
 				writeError(w, http.StatusInternalServerError, admission.CodeInternal, "internal error; denied")
 			}
 		}()

@@ -46,8 +46,10 @@ fmt-check:
 test-vet:
 	$(GO) vet ./...
 
+## test-go-only: -timeout is go test's hang detector per package, not a speed
+##   limit: at load 45 with -race the e2e package alone ran past the 10m default.
 test-go-only:
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -timeout 30m ./...
 	@# the parallelism model on all its generated layouts (under -race it checks a sample)
 	$(GO) test -count=1 -run '^TestParallelismModel$$' ./policies
 

@@ -95,7 +95,7 @@ func pgOptions(t testing.TB) postgres.Options {
 	t.Helper()
 	dsn := pgtest.DSN(t)
 	return postgres.Options{DSN: dsn, Schema: pgtest.Schema(t, dsn), MaxConns: 32,
-		AcquireTimeout: policyDeadline, StatementTimeout: 30 * time.Second}
+		AcquireTimeout: policyDeadline, StatementTimeout: policyDeadline, ConnectTimeout: policyDeadline}
 }
 
 // forEachBackend runs fn as a subtest per backend.

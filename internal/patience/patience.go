@@ -14,8 +14,9 @@ import (
 )
 
 // Deadline is the policy deadline and request timeout of a test that is not
-// about deadlines: far beyond any evaluation, yet below `go test`'s own
-// 10-minute timeout so a real hang still fails with a message.
+// about deadlines: far beyond any evaluation, yet below the per-package
+// timeout `make test` gives `go test` (30 minutes) so a real hang still
+// fails with a message.
 const Deadline = 5 * time.Minute
 
 // Wait bounds Until: how long a test waits for something that must happen.

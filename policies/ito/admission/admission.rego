@@ -4,20 +4,26 @@
 #   Aggregates the gates into the one decision Go evaluates
 #   (data.ito.admission.decision). train.create runs every gate;
 #   train.cancel, train.cleanup and booking.release run entitlement (its
-#   manifest-independent checks), confirmation and idempotency; an unknown
-#   action is denied. Violations and warnings are sorted by code, then
+#   manifest-independent checks), confirmation and idempotency;
+#   train.stage.advance and train.restart run those and the lifecycle gate
+#   (the advance also the manifest gate, for the manifest it carries again);
+#   an unknown action is denied. Violations and warnings are sorted by code, then
 #   message; allow is true iff there are no violations.
 package ito.admission
 
 import data.ito.booking
 import data.ito.budget
+import data.ito.checkpoint
 import data.ito.confirmation
 import data.ito.data as datagate
+import data.ito.datachecks
 import data.ito.entitlement
 import data.ito.idempotency
 import data.ito.lib
+import data.ito.lifecycle
 import data.ito.manifest
 import data.ito.parallelism
+import data.ito.rlvr
 
 # METADATA
 # title: Admission decision
@@ -45,8 +51,11 @@ warnings := _sorted(_warnings)
 
 # METADATA
 # title: Estimates
-# description: The budget and parallelism gates' estimates for train.create; empty otherwise.
-estimates := object.union(object.union(parallelism.estimates, budget.estimates), booking.estimates) if {
+# description: The budget, parallelism, booking and checkpoint gates' estimates for train.create; empty otherwise.
+estimates := object.union(
+	object.union(object.union(parallelism.estimates, budget.estimates), booking.estimates),
+	checkpoint.estimates,
+) if {
 	lib.is_train_create
 }
 
@@ -95,9 +104,34 @@ _violations contains v if {
 }
 
 _violations contains v if {
-	lib.is_train_create
+	_has_manifest
 	some v in manifest.deny
 }
+
+_violations contains v if {
+	lib.is_train_create
+	some v in checkpoint.deny
+}
+
+_violations contains v if {
+	lib.is_train_create
+	some v in datachecks.deny
+}
+
+_violations contains v if {
+	lib.is_train_create
+	some v in rlvr.deny
+}
+
+_violations contains v if {
+	_is_known_action
+	some v in lifecycle.deny
+}
+
+# the actions that carry a manifest: create, and a stage advance (the run's manifest again)
+_has_manifest if lib.is_train_create
+
+_has_manifest if input.request.action == "train.stage.advance"
 
 _violations contains v if some v in deny
 
@@ -118,16 +152,20 @@ _warnings contains v if {
 
 _warnings contains v if {
 	lib.is_train_create
-	some v in manifest.warn
+	some v in checkpoint.warn
 }
 
 # METADATA
 # title: Unknown action
-# description: request.action is not train.create, train.cancel, train.cleanup or booking.release.
+# description: >-
+#   request.action is not train.create, train.cancel, train.cleanup,
+#   booking.release, train.stage.advance or train.restart.
 # custom:
 #   code: ACTION_UNKNOWN
 #   gate: admission
-#   fix: Send one of the actions train.create, train.cancel, train.cleanup, booking.release.
+#   fix: >-
+#     Send one of the actions train.create, train.stage.advance, train.restart,
+#     train.cancel, train.cleanup, booking.release.
 deny contains v if {
 	not _is_known_action
 	v := lib.violation(rego.metadata.rule(), sprintf("action %s is not one this gatekeeper admits", [

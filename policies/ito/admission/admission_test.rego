@@ -102,9 +102,12 @@ test_sorted_by_code_then_message if {
 }
 
 test_warnings_do_not_deny if {
-	d := admission.decision with input as json.patch(_base, [_remove("/manifest/eval_gates")])
+	d := admission.decision with input as json.patch(_base, [{
+		"op": "add", "path": "/manifest/checkpoint/storage_region",
+		"value": "eu-west-1",
+	}])
 	d.allow == true
-	[v.code | some v in d.warnings] == ["EVAL_GATES_MISSING"]
+	[v.code | some v in d.warnings] == ["CHECKPOINT_REGION_REMOTE"]
 }
 
 test_estimates_only_for_create if {

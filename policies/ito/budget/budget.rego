@@ -12,7 +12,10 @@
 #   compute      = W × H × entitlement.price_per_gpu_hour_usd
 #   months       = max(1, ceil(H / hours_per_month))            (hours_per_month = 730, bundle data)
 #   storage      = ceil(checkpoint.size_estimate_gib) × checkpoint.retention
-#                  × storage_price_per_gib_month_usd × months   (0 without a checkpoint policy)
+#                  × storage_price_per_gib_month_usd × months
+#                  + checkpoint GiB written across regions × egress_price_per_gib_usd
+#                  (0 without a checkpoint policy; the cross-region GiB come from the
+#                  checkpoint gate, data.ito.checkpoint.remote_write_gib, 0 in the booking's region)
 #   run_tokens   = min(objective.max_tokens, max_steps × global_batch_size × sequence_length)
 #   remote       = data[] whose region is not the booking's region (entitlement.region)
 #   egress_gib   = ceil(min(run_tokens, Σ remote tokens) × bytes_per_token / 2^30)
@@ -30,6 +33,7 @@
 #   Deny when total > budget.ceiling_usd or incremental > budget.max_incremental_usd.
 package ito.budget
 
+import data.ito.checkpoint
 import data.ito.lib
 
 _m := input.manifest
@@ -64,10 +68,12 @@ _months := max([1, lib.ceil_div(_centi_hours, _cfg.hours_per_month * 100)])
 # title: Estimated checkpoint storage cost (micro-USD)
 # description: >-
 #   ceil(size GiB) × retention × price per GiB-month × months of the run
-#   (min 1), rounded up to the cent; 0 without a checkpoint policy.
-storage_micro_usd := lib.ceil_cent((gib_months * _m.checkpoint.retention) * _storage_price) if {
+#   (min 1), plus the checkpoints written to another region at the egress
+#   price, rounded up to the cent; 0 without a checkpoint policy.
+storage_micro_usd := lib.ceil_cent(((gib_months * _m.checkpoint.retention) * _storage_price) + remote) if {
 	_is_storage_priceable
 	gib_months := ceil(_m.checkpoint.size_estimate_gib) * _months
+	remote := checkpoint.remote_write_gib * _egress_price
 }
 
 storage_micro_usd := 0 if not _m.checkpoint

@@ -127,8 +127,8 @@ _is_same_manifest if {
 # METADATA
 # title: Confirmation for another run
 # description: >-
-#   For train.cancel, train.cleanup and booking.release, the confirmation's
-#   run_id must equal request.run_id; cancel and cleanup must name a run.
+#   For every action but train.create, the confirmation's run_id must equal
+#   request.run_id; cancel, cleanup, stage advance and restart must name a run.
 # custom:
 #   code: CONFIRMATION_RUN_MISMATCH
 #   gate: confirmation
@@ -145,7 +145,7 @@ _run_problems contains "the confirmation is for a different run than the request
 }
 
 _run_problems contains sprintf("%v must name the run it acts on (request.run_id is empty)", [lib.show(_action)]) if {
-	_action in {"train.cancel", "train.cleanup"}
+	_action in {"train.cancel", "train.cleanup", "train.stage.advance", "train.restart"}
 	not _has_run_id
 }
 
@@ -244,4 +244,29 @@ deny contains v if {
 		_conf.cost_usd,
 		lib.usd(budget.total_micro_usd),
 	]))
+}
+
+# METADATA
+# title: Restart confirmation for another checkpoint
+# description: >-
+#   A train.restart confirmation names the checkpoint step a human agreed to
+#   restart from (checkpoint_step); it must equal request.checkpoint_step.
+#   The create confirmation never implies a restart: its act differs.
+# custom:
+#   code: CONFIRMATION_CHECKPOINT_MISMATCH
+#   gate: confirmation
+#   fix: Get a train.restart confirmation for the checkpoint step you restart from.
+deny contains v if {
+	_action == "train.restart"
+	not _is_same_checkpoint
+	v := lib.violation(rego.metadata.rule(), sprintf("the confirmation is for checkpoint step %s, the restart asks for %s", [
+		lib.show(lib.value_at(input, ["confirmation", "checkpoint_step"], null)),
+		lib.show(lib.value_at(input, ["request", "checkpoint_step"], null)),
+	]))
+}
+
+_is_same_checkpoint if {
+	is_number(_conf.checkpoint_step)
+	_conf.checkpoint_step >= 0
+	_conf.checkpoint_step == input.request.checkpoint_step
 }

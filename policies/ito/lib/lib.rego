@@ -9,7 +9,7 @@ package ito.lib
 # METADATA
 # title: Known actions
 # description: The request actions the admission contract defines (docs/policy-input.md).
-actions := {"train.create", "train.cancel", "train.cleanup", "booking.release"}
+actions := {"train.create", "train.cancel", "train.cleanup", "booking.release", "train.stage.advance", "train.restart"}
 
 # METADATA
 # title: Is a train.create request

@@ -10,6 +10,7 @@
 package ito.manifest
 
 import data.ito.lib
+import data.ito.lifecycle
 
 _m := input.manifest
 
@@ -328,15 +329,17 @@ _order_problems contains msg if {
 }
 
 # METADATA
-# title: No eval gate for the run's stage
-# description: The manifest declares no eval gate for objective.stage.
+# title: No eval gate for a declared stage
+# description: >-
+#   Every stage the manifest declares (objective.stage, post_training, or
+#   `stages`; see data.ito.lifecycle.declared_stages) needs at least one eval
+#   gate: a stage without one could never be checked before the run moves on.
 # custom:
 #   code: EVAL_GATES_MISSING
 #   gate: manifest
-#   level: warn
-#   fix: Add an eval_gates entry for the run's stage (suite, metric, min or max).
-warn contains v if {
-	stage := _m.objective.stage
+#   fix: Add an eval_gates entry (suite, metric, min or max) for every stage the manifest declares.
+deny contains v if {
+	some stage in lifecycle.declared_stages
 	not _has_eval_gate(stage)
 	v := lib.violation(rego.metadata.rule(), sprintf("no eval gate is declared for stage %s", [lib.show(stage)]))
 }

@@ -10,6 +10,11 @@ _remove(path) := {"op": "remove", "path": path}
 
 _stages(names) := [{"stage": n} | some n in names]
 
+# an eval gate for every curriculum stage, so the post-training cases test the order alone
+_all_gates := _set("/manifest/eval_gates", [{"stage": s, "suite": "ito-evals", "metric": "mmlu_5shot", "min": 0.25} |
+	some s in ["pretrain", "midtrain", "long_context", "sft", "dpo", "rlvr"]
+])
+
 test_manifest_codes[name] if {
 	some name, tc in _cases
 	inp := json.patch(_base, tc.patch)
@@ -43,20 +48,20 @@ _cases := {
 	},
 	"checkpoint missing": {"patch": [_remove("/manifest/checkpoint")], "want": {"CHECKPOINT_POLICY_MISSING"}},
 	"checkpoint null": {"patch": [_set("/manifest/checkpoint", null)], "want": {"CHECKPOINT_POLICY_MISSING"}},
-	"post-training in order": {"patch": [_set("/manifest/post_training", _stages(["sft", "dpo", "rlvr"]))], "want": set()},
-	"post-training skipping dpo": {"patch": [_set("/manifest/post_training", _stages(["sft", "rlvr"]))], "want": set()},
-	"post-training repeating sft": {"patch": [_set("/manifest/post_training", _stages(["sft", "sft", "dpo"]))], "want": set()},
+	"post-training in order": {"patch": [_set("/manifest/post_training", _stages(["sft", "dpo", "rlvr"])), _all_gates], "want": set()},
+	"post-training skipping dpo": {"patch": [_set("/manifest/post_training", _stages(["sft", "rlvr"])), _all_gates], "want": set()},
+	"post-training repeating sft": {"patch": [_set("/manifest/post_training", _stages(["sft", "sft", "dpo"])), _all_gates], "want": set()},
 	"post-training dpo before sft": {
-		"patch": [_set("/manifest/post_training", _stages(["dpo", "sft"]))],
+		"patch": [_set("/manifest/post_training", _stages(["dpo", "sft"])), _all_gates],
 		"want": {"POST_TRAINING_ORDER_INVALID"},
 	},
 	"post-training rlvr before dpo": {
-		"patch": [_set("/manifest/post_training", _stages(["sft", "rlvr", "dpo"]))],
+		"patch": [_set("/manifest/post_training", _stages(["sft", "rlvr", "dpo"])), _all_gates],
 		"want": {"POST_TRAINING_ORDER_INVALID"},
 	},
 	"post-training unknown stage": {
-		"patch": [_set("/manifest/post_training", _stages(["ppo"]))],
-		"want": {"POST_TRAINING_ORDER_INVALID"},
+		"patch": [_set("/manifest/post_training", _stages(["ppo"])), _all_gates],
+		"want": {"POST_TRAINING_ORDER_INVALID", "EVAL_GATES_MISSING"},
 	},
 	"post-training not an array": {
 		"patch": [_set("/manifest/post_training", {"stage": "sft"})],
@@ -112,11 +117,15 @@ _cases := {
 		],
 		"want": set(),
 	},
-	"no eval gates": {"patch": [_remove("/manifest/eval_gates")], "want": set(), "warn": {"EVAL_GATES_MISSING"}},
-	"eval gate for another stage": {
-		"patch": [_set("/manifest/eval_gates/0/stage", "sft")],
+	"no eval gates": {"patch": [_remove("/manifest/eval_gates")], "want": {"EVAL_GATES_MISSING"}},
+	"eval gate for another stage": {"patch": [_set("/manifest/eval_gates/0/stage", "sft")], "want": {"EVAL_GATES_MISSING"}},
+	"post-training stage without an eval gate": {
+		"patch": [_set("/manifest/post_training", _stages(["sft"]))],
+		"want": {"EVAL_GATES_MISSING"},
+	},
+	"long-context stage with its eval gate": {
+		"patch": [_set("/manifest/stages", ["pretrain", "long_context"]), _all_gates],
 		"want": set(),
-		"warn": {"EVAL_GATES_MISSING"},
 	},
 	"manifest missing": {
 		"patch": [_remove("/manifest")],
@@ -136,7 +145,7 @@ test_field_messages if {
 }
 
 test_order_message if {
-	inp := json.patch(_base, [_set("/manifest/post_training", _stages(["sft", "rlvr", "dpo"]))])
+	inp := json.patch(_base, [_set("/manifest/post_training", _stages(["sft", "rlvr", "dpo"])), _all_gates])
 	[v.message | some v in manifest.deny with input as inp] == [
 		"post_training[2] (dpo) comes after rlvr; the order is sft -> dpo -> rlvr",
 	]

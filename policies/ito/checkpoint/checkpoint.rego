@@ -1,0 +1,419 @@
+# METADATA
+# title: Checkpoint and fault-tolerance gate
+# description: >-
+#   For train.create: what checkpointing costs the run and how much work a
+#   failure loses, from the manifest's checkpoint policy, the model and the
+#   storage tier's bandwidth (data.ito.tables.storage). Thresholds live in
+#   data.ito.config.checkpoint. The storage COST is the budget gate's (one
+#   formula); this gate computes sizes and times.
+#
+#   size_gib      = max(checkpoint.size_estimate_gib, P × (model + optimizer bytes per param) / 2^30)
+#                   (12 bytes: fp32 parameters + Adam's two fp32 moments; ZeRO, Rajbhandari et al. 2020, §3.1)
+#   write_bw      = min(nodes × tier write GB/s per node, tier aggregate GB/s)      (read_bw alike)
+#   write_s       = size_gib × 2^30 / 10^9 / write_bw
+#   resume_s      = restart_overhead_seconds + size_gib × 2^30 / 10^9 / read_bw
+#   detection_s   = checkpoint.failure_detection_seconds (default: PyTorch's NCCL timeout, 600 s)
+#   steps         = objective.max_steps, or ceil(max_tokens / (global batch × sequence)) when smaller
+#   step_s        = max_wall_clock_hours × 3600 / steps
+#   interval_s    = checkpoint.interval_steps × step_s
+#   stall_s       = 0 with async checkpoints, write_s without
+#   lost_s        = interval_s / 2 + detection_s + resume_s      (expected work lost per failure)
+#   lost_fraction = W × lost_s / 3600 / gpu_hours_between_failures
+#                   (expected share of the run lost to failures; Llama 3 failure rate)
+package ito.checkpoint
+
+import data.ito.lib
+
+_m := input.manifest
+
+_ckpt := _m.checkpoint
+
+_cfg := data.ito.config.checkpoint
+
+_gib := 1073741824
+
+_has_policy if is_object(_ckpt)
+
+# ---------------------------------------------------------------------------
+# Size
+
+_bytes_per_param := _cfg.model_bytes_per_param + _cfg.optimizer_bytes_per_param
+
+_computed_gib := (_m.model.parameters * _bytes_per_param) / _gib if lib.is_count(_m.model.parameters)
+
+_declared_gib := _ckpt.size_estimate_gib if {
+	is_number(_ckpt.size_estimate_gib)
+	_ckpt.size_estimate_gib >= 0
+}
+
+# METADATA
+# title: Checkpoint size (GiB)
+# description: The larger of the declared size and P × bytes per parameter / 2^30.
+size_gib := max([_declared_gib, _computed_gib])
+
+_size_gb := (size_gib * _gib) / 1000000000
+
+# ---------------------------------------------------------------------------
+# Storage tier and its bandwidth
+
+_scheme := lower(parts[0]) if {
+	is_string(_ckpt.storage_uri)
+	parts := split(_ckpt.storage_uri, "://")
+	count(parts) > 1
+}
+
+_tier_name := _ckpt.storage_tier if is_string(_ckpt.storage_tier)
+
+# (`not is_string(x.y)` is not true when x.y is undefined: read it with object.get)
+_tier_name := _cfg.default_storage_tiers[_scheme] if not is_string(object.get(_ckpt, "storage_tier", null))
+
+_tier := data.ito.tables.storage[_tier_name]
+
+_nodes := _m.hardware.nodes if lib.is_count(_m.hardware.nodes)
+
+_bandwidth(tier, per_node_key) := min([_nodes * tier[per_node_key], tier.aggregate_gbytes_per_s])
+
+# METADATA
+# title: Checkpoint write time (seconds)
+# description: size at the tier's write bandwidth for the run's nodes.
+write_seconds := _size_gb / _bandwidth(_tier, "write_gbytes_per_s_per_node")
+
+_resume_seconds(tier) := _cfg.restart_overhead_seconds + (_size_gb / _bandwidth(tier, "read_gbytes_per_s_per_node"))
+
+# METADATA
+# title: Resume time (seconds)
+# description: restart overhead + size at the tier's read bandwidth for the run's nodes.
+resume_seconds := _resume_seconds(_tier)
+
+# METADATA
+# title: Failure detection time (seconds)
+# description: checkpoint.failure_detection_seconds, or the default from bundle data.
+detection_seconds := _ckpt.failure_detection_seconds if lib.is_count(_ckpt.failure_detection_seconds)
+
+detection_seconds := _cfg.failure_detection_seconds_default if {
+	_has_policy
+	object.get(_ckpt, "failure_detection_seconds", null) == null
+}
+
+# ---------------------------------------------------------------------------
+# Steps and intervals
+
+_step_limits contains _m.objective.max_steps if lib.is_count(_m.objective.max_steps)
+
+_step_limits contains lib.ceil_div(_m.objective.max_tokens, gbs * seq) if {
+	lib.is_count(_m.objective.max_tokens)
+	gbs := _m.objective.global_batch_size
+	seq := _m.objective.sequence_length
+	lib.is_count(gbs)
+	lib.is_count(seq)
+}
+
+_steps := min(_step_limits) if count(_step_limits) > 0
+
+_step_seconds := (_m.budget.max_wall_clock_hours * 3600) / _steps if {
+	is_number(_m.budget.max_wall_clock_hours)
+	_m.budget.max_wall_clock_hours > 0
+}
+
+# METADATA
+# title: Checkpoint interval (seconds)
+# description: interval_steps × the run's seconds per step (wall-clock budget / steps).
+interval_seconds := _ckpt.interval_steps * _step_seconds if lib.is_count(_ckpt.interval_steps)
+
+_is_async if _ckpt.async == true
+
+_stall_seconds := 0 if _is_async
+
+_stall_seconds := write_seconds if not _is_async
+
+# METADATA
+# title: Expected work lost per failure (seconds)
+# description: half an interval + detection + resume.
+lost_seconds := ((interval_seconds / 2) + detection_seconds) + resume_seconds
+
+_world_size := _nodes * _m.hardware.gpus_per_node if lib.is_count(_m.hardware.gpus_per_node)
+
+# METADATA
+# title: Expected share of the run lost to failures
+# description: W × lost hours per failure / GPU-hours between failures.
+lost_fraction := ((_world_size * lost_seconds) / 3600) / _cfg.gpu_hours_between_failures
+
+# METADATA
+# title: Checkpoint storage region
+# description: checkpoint.storage_region, or the booking's region when none is declared (a bucket beside the cluster).
+storage_region := _ckpt.storage_region if is_string(_ckpt.storage_region)
+
+storage_region := input.entitlement.region if {
+	_has_policy
+	not is_string(object.get(_ckpt, "storage_region", null))
+}
+
+# METADATA
+# title: GiB written across regions
+# description: >-
+#   Checkpoints written to a store outside the booking's region:
+#   floor(steps / interval_steps) × ceil(size_gib); 0 in the same region.
+#   The budget gate prices it at the egress price.
+remote_write_gib := 0 if storage_region == input.entitlement.region
+
+remote_write_gib := floor(_steps / _ckpt.interval_steps) * ceil(size_gib) if {
+	storage_region != input.entitlement.region
+	lib.is_count(_ckpt.interval_steps)
+}
+
+_quota_gib := input.entitlement.storage_quota_gib if is_number(input.entitlement.storage_quota_gib)
+
+_quota_gib := _tier.quota_gib if not is_number(lib.value_at(input, ["entitlement", "storage_quota_gib"], null))
+
+_needed_gib := size_gib * _ckpt.retention if lib.is_count(_ckpt.retention)
+
+# METADATA
+# title: Checkpoint estimates
+# description: Sizes (GiB), times (seconds) and the lost-work share, rounded to 2 decimals, for train.create.
+estimates := {k: v | some k, v in _estimates}
+
+_estimates["checkpoint_size_gib"] := lib.round2(size_gib)
+
+_estimates["checkpoint_storage_tier"] := _tier_name
+
+_estimates["checkpoint_write_seconds"] := lib.round2(write_seconds)
+
+_estimates["checkpoint_resume_seconds"] := lib.round2(resume_seconds)
+
+_estimates["checkpoint_detection_seconds"] := detection_seconds
+
+_estimates["checkpoint_interval_seconds"] := lib.round2(interval_seconds)
+
+_estimates["checkpoint_lost_seconds_per_failure"] := lib.round2(lost_seconds)
+
+_estimates["checkpoint_lost_fraction"] := lib.round2(lost_fraction * 100) / 100
+
+_estimates["checkpoint_remote_write_gib"] := remote_write_gib
+
+# ---------------------------------------------------------------------------
+# Checks
+
+# METADATA
+# title: Checkpoint storage tier unknown
+# description: >-
+#   The checkpoint's storage tier (checkpoint.storage_tier, or the default
+#   for the storage URI's scheme) is not in the storage table, so its write
+#   and resume times cannot be computed.
+# custom:
+#   code: CHECKPOINT_STORAGE_TIER_UNKNOWN
+#   gate: checkpoint
+deny contains v if {
+	_has_policy
+	not _tier
+	v := lib.violation_fix(
+		rego.metadata.rule(),
+		sprintf("checkpoint storage tier %s is not in the storage table", [lib.show(object.get(
+			_ckpt, "storage_tier",
+			object.get(_cfg.default_storage_tiers, [_scheme], null),
+		))]),
+		sprintf("set checkpoint.storage_tier to one of %s", [concat(", ", sort(object.keys(data.ito.tables.storage)))]),
+	)
+}
+
+# METADATA
+# title: Checkpoint size underestimated
+# description: >-
+#   checkpoint.size_estimate_gib is below the model and optimizer states a
+#   checkpoint holds (P × bytes per parameter); storage would be under-priced.
+# custom:
+#   code: CHECKPOINT_SIZE_UNDERESTIMATED
+#   gate: checkpoint
+deny contains v if {
+	_declared_gib < _computed_gib
+	v := lib.violation_fix(
+		rego.metadata.rule(),
+		sprintf("checkpoint.size_estimate_gib %v is below %v GiB (%d parameters × %d bytes of model and optimizer state)", [
+			_declared_gib, lib.round2(_computed_gib), _m.model.parameters, _bytes_per_param,
+		]),
+		sprintf("set checkpoint.size_estimate_gib to at least %d", [ceil(_computed_gib)]),
+	)
+}
+
+# METADATA
+# title: Failure detection too slow
+# description: The failure-detection timeout exceeds failure_detection_max_seconds (bundle data, 10 minutes).
+# custom:
+#   code: CHECKPOINT_DETECTION_TOO_SLOW
+#   gate: checkpoint
+deny contains v if {
+	detection_seconds > _cfg.failure_detection_max_seconds
+	v := lib.violation_fix(
+		rego.metadata.rule(),
+		sprintf("a failure is detected after %v s, above the %v s limit", [
+			detection_seconds, _cfg.failure_detection_max_seconds,
+		]),
+		sprintf("set checkpoint.failure_detection_seconds (the collective timeout) to at most %v", [
+			_cfg.failure_detection_max_seconds,
+		]),
+	)
+}
+
+# METADATA
+# title: Resume too slow
+# description: >-
+#   Restart overhead plus reading the checkpoint at the tier's bandwidth takes
+#   longer than resume_max_seconds (bundle data, 15 minutes).
+# custom:
+#   code: CHECKPOINT_RESUME_TOO_SLOW
+#   gate: checkpoint
+deny contains v if {
+	resume_seconds > _cfg.resume_max_seconds
+	v := lib.violation_fix(
+		rego.metadata.rule(),
+		sprintf("resuming takes %v s (%v GiB from %s), above the %v s limit", [
+			lib.round2(resume_seconds), lib.round2(size_gib), _tier_name, _cfg.resume_max_seconds,
+		]),
+		_faster_tier_fix,
+	)
+}
+
+_fast_enough_tiers := sort([name |
+	some name, tier in data.ito.tables.storage
+	_resume_seconds(tier) <= _cfg.resume_max_seconds
+])
+
+_faster_tier_fix := sprintf("use a faster storage tier (%s)", [concat(", ", _fast_enough_tiers)]) if {
+	count(_fast_enough_tiers) > 0
+}
+
+_faster_tier_fix := "no storage tier resumes this checkpoint in time: shrink it (fewer optimizer states) or add nodes" if {
+	count(_fast_enough_tiers) == 0
+}
+
+# METADATA
+# title: Checkpoint write slower than the interval
+# description: Writing one checkpoint takes longer than the interval between checkpoints; checkpoints pile up.
+# custom:
+#   code: CHECKPOINT_WRITE_EXCEEDS_INTERVAL
+#   gate: checkpoint
+deny contains v if {
+	write_seconds > interval_seconds
+	v := lib.violation_fix(
+		rego.metadata.rule(),
+		sprintf("writing a checkpoint takes %v s but one is due every %v s", [
+			lib.round2(write_seconds), lib.round2(interval_seconds),
+		]),
+		sprintf("raise checkpoint.interval_steps to at least %d, or use a faster storage tier", [
+			ceil(write_seconds / _step_seconds),
+		]),
+	)
+}
+
+# METADATA
+# title: Synchronous checkpoint stalls training
+# description: >-
+#   Without async checkpoints training stops while each one is written; the
+#   stall is above sync_overhead_deny_fraction of the interval.
+# custom:
+#   code: CHECKPOINT_SYNC_OVERHEAD_HIGH
+#   gate: checkpoint
+deny contains v if {
+	_stall_seconds > _cfg.sync_overhead_deny_fraction * interval_seconds
+	v := lib.violation_fix(rego.metadata.rule(), _stall_message, _stall_fix)
+}
+
+# METADATA
+# title: Synchronous checkpoint stalls training
+# description: The stall is above sync_overhead_warn_fraction of the interval (and not above the deny fraction).
+# custom:
+#   code: CHECKPOINT_SYNC_OVERHEAD_HIGH
+#   gate: checkpoint
+#   level: warn
+warn contains v if {
+	_stall_seconds > _cfg.sync_overhead_warn_fraction * interval_seconds
+	_stall_seconds <= _cfg.sync_overhead_deny_fraction * interval_seconds
+	v := lib.violation_fix(rego.metadata.rule(), _stall_message, _stall_fix)
+}
+
+_stall_message := sprintf("each synchronous checkpoint stops training for %v s of every %v s", [
+	lib.round2(_stall_seconds), lib.round2(interval_seconds),
+])
+
+_stall_fix := sprintf("set checkpoint.async to true, or raise interval_steps to at least %d, or use a faster storage tier", [
+	ceil(_stall_seconds / (_cfg.sync_overhead_warn_fraction * _step_seconds)),
+])
+
+# METADATA
+# title: Too much work lost to failures
+# description: >-
+#   The expected share of the run lost to failures (lost_fraction) is above
+#   lost_work_deny_fraction.
+# custom:
+#   code: CHECKPOINT_LOST_WORK_HIGH
+#   gate: checkpoint
+deny contains v if {
+	lost_fraction > _cfg.lost_work_deny_fraction
+	v := lib.violation_fix(rego.metadata.rule(), _lost_message, _lost_fix)
+}
+
+# METADATA
+# title: Too much work lost to failures
+# description: lost_fraction is above lost_work_warn_fraction (and not above the deny fraction).
+# custom:
+#   code: CHECKPOINT_LOST_WORK_HIGH
+#   gate: checkpoint
+#   level: warn
+warn contains v if {
+	lost_fraction > _cfg.lost_work_warn_fraction
+	lost_fraction <= _cfg.lost_work_deny_fraction
+	v := lib.violation_fix(rego.metadata.rule(), _lost_message, _lost_fix)
+}
+
+_lost_message := sprintf("a failure loses %v s of %d GPUs (interval %v s, detection %v s, resume %v s): %v %% of the run is expected lost", [
+	lib.round2(lost_seconds), _world_size, lib.round2(interval_seconds), detection_seconds,
+	lib.round2(resume_seconds), lib.round2(lost_fraction * 100),
+])
+
+# the largest interval keeping lost_fraction at the warn fraction
+_max_interval_seconds := 2 * (((((_cfg.lost_work_warn_fraction * _cfg.gpu_hours_between_failures) * 3600) / _world_size) - detection_seconds) - resume_seconds)
+
+_lost_fix := sprintf("lower checkpoint.interval_steps to at most %d", [floor(_max_interval_seconds / _step_seconds)]) if {
+	_max_interval_seconds >= _step_seconds
+}
+
+_lost_fix := "no interval is short enough: detect failures and resume faster, or use fewer GPUs" if {
+	_max_interval_seconds < _step_seconds
+}
+
+# METADATA
+# title: Checkpoint storage quota exceeded
+# description: >-
+#   size × retention exceeds the storage quota: the entitlement's
+#   storage_quota_gib, else the tier's quota_gib.
+# custom:
+#   code: CHECKPOINT_CAPACITY_EXCEEDED
+#   gate: checkpoint
+deny contains v if {
+	_needed_gib > _quota_gib
+	v := lib.violation_fix(
+		rego.metadata.rule(),
+		sprintf("keeping %d checkpoints of %v GiB needs %v GiB, above the %v GiB quota", [
+			_ckpt.retention, lib.round2(size_gib), lib.round2(_needed_gib), _quota_gib,
+		]),
+		sprintf("lower checkpoint.retention to at most %d, or get a larger storage quota", [
+			max([0, floor(_quota_gib / size_gib)]),
+		]),
+	)
+}
+
+# METADATA
+# title: Checkpoints written to another region
+# description: >-
+#   The checkpoint store is outside the booking's region; every checkpoint
+#   crosses regions, and the budget gate prices that egress.
+# custom:
+#   code: CHECKPOINT_REGION_REMOTE
+#   gate: checkpoint
+#   level: warn
+#   fix: Keep checkpoints in the booking's region (checkpoint.storage_region).
+warn contains v if {
+	storage_region != input.entitlement.region
+	v := lib.violation(rego.metadata.rule(), sprintf("checkpoints go to region %s, the booking is in %s (%v GiB cross regions)", [
+		lib.show(storage_region), lib.show(input.entitlement.region), remote_write_gib,
+	]))
+}

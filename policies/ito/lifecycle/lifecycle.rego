@@ -1,0 +1,343 @@
+# METADATA
+# title: Run lifecycle gate
+# description: >-
+#   A run's life after train.create: its stages and the actions that change
+#   it. On train.create the manifest's stages must follow the curriculum
+#   order (data.ito.config.lifecycle.stage_order: pretrain, midtrain,
+#   long_context, sft, dpo, rlvr). train.stage.advance moves a live run to
+#   the next stage its manifest declares, only with a verified eval report
+#   from the eval authority bound to the run, the stage it ends, the
+#   manifest digest and that stage's battery, in which every eval of the
+#   battery (bundle data) and every eval gate the manifest declares for the
+#   stage is present and passes. There is no override. train.restart needs a
+#   live run. The ledger (input.ledger.run) says which stage a run is in and
+#   whether it is live; it records the new stage in the same transaction
+#   that consumes the confirmation.
+package ito.lifecycle
+
+import data.ito.lib
+
+_m := input.manifest
+
+_cfg := data.ito.config.lifecycle
+
+_action := lib.value_at(input, ["request", "action"], null)
+
+_rank := {name: i | some i, name in _cfg.stage_order}
+
+# ---------------------------------------------------------------------------
+# The stages a manifest declares
+
+_post_training_stages := [s.stage | some s in _m.post_training] if is_array(_m.post_training)
+
+else := []
+
+# every stage named, in the order written: `stages` when given, else
+# objective.stage followed by the post-training recipe
+_named_stages := _m.stages if is_array(_m.stages)
+
+_named_stages := array.concat([_m.objective.stage], _post_training_stages) if {
+	not is_array(lib.value_at(input, ["manifest", "stages"], null))
+}
+
+# METADATA
+# title: Declared stages
+# description: >-
+#   The manifest's stages in order with consecutive repeats collapsed
+#   (["sft", "sft", "dpo"] is ["sft", "dpo"]): `stages` when the manifest
+#   has it, else objective.stage followed by post_training's stages.
+declared_stages := [s |
+	some i, s in _named_stages
+	_is_new_stage(i, s)
+]
+
+_is_new_stage(0, _)
+
+_is_new_stage(i, s) if {
+	i > 0
+	_named_stages[i - 1] != s
+}
+
+# METADATA
+# title: Next stage
+# description: The declared stage after `stage`; undefined for the last one.
+next_stage(stage) := declared_stages[i + 1] if {
+	some i, s in declared_stages
+	s == stage
+}
+
+# METADATA
+# title: Stages out of curriculum order
+# description: >-
+#   The manifest's stages must follow the curriculum order (pretrain,
+#   midtrain, long_context, sft, dpo, rlvr; any may be left out, none may
+#   come back): SFT -> DPO -> RLVR holds across stages, not only inside the
+#   post-training recipe.
+# custom:
+#   code: STAGE_ORDER_INVALID
+#   gate: lifecycle
+deny contains v if {
+	lib.is_train_create
+	some msg in _order_problems
+	v := lib.violation_fix(rego.metadata.rule(), msg, sprintf("order the stages as %s (any may be left out)", [
+		concat(" -> ", _cfg.stage_order),
+	]))
+}
+
+_order_problems contains sprintf("stage %s is not a curriculum stage", [lib.show(s)]) if {
+	some s in declared_stages
+	not _rank[s]
+}
+
+_order_problems contains sprintf("stage %s comes after %s", [s, declared_stages[i - 1]]) if {
+	some i, s in declared_stages
+	i > 0
+	_rank[s] < _rank[declared_stages[i - 1]]
+	not _is_recipe_pair(i)
+}
+
+# Without `stages`, the order inside post_training is the manifest gate's
+# (POST_TRAINING_ORDER_INVALID); this gate adds objective.stage before it.
+_is_recipe_pair(i) if {
+	not is_array(lib.value_at(input, ["manifest", "stages"], null))
+	i > 1
+}
+
+# METADATA
+# title: Stages disagree with the objective or the recipe
+# description: >-
+#   When the manifest lists `stages`, the first must be objective.stage and
+#   every post_training stage must be among them.
+# custom:
+#   code: STAGES_INCONSISTENT
+#   gate: lifecycle
+#   fix: Start `stages` with objective.stage and list every post_training stage in it.
+deny contains v if {
+	lib.is_train_create
+	is_array(_m.stages)
+	some msg in _consistency_problems
+	v := lib.violation(rego.metadata.rule(), msg)
+}
+
+_consistency_problems contains sprintf("stages starts with %s, objective.stage is %s", [
+	lib.show(lib.value_at(_m.stages, [0], null)),
+	lib.show(lib.value_at(input, ["manifest", "objective", "stage"], null)),
+]) if {
+	not _starts_with_objective
+}
+
+_starts_with_objective if _m.stages[0] == _m.objective.stage
+
+_consistency_problems contains sprintf("post_training stage %s is not in stages", [lib.show(s)]) if {
+	some s in _post_training_stages
+	not s in _m.stages
+}
+
+# ---------------------------------------------------------------------------
+# Actions on an admitted run
+
+_is_run_action if _action in {"train.stage.advance", "train.restart"}
+
+_run := input.ledger.run
+
+_is_live if _run.state == "live"
+
+# METADATA
+# title: Run not live
+# description: >-
+#   train.stage.advance and train.restart act only on a live run: not on a
+#   cancelled or cleaned-up run, nor on one the ledger does not know.
+# custom:
+#   code: RUN_NOT_LIVE
+#   gate: lifecycle
+#   fix: Create a new run; a cancelled or cleaned-up run cannot be advanced or restarted.
+deny contains v if {
+	_is_run_action
+	not _is_live
+	v := lib.violation(rego.metadata.rule(), sprintf("%s needs a live run; the run is %s", [
+		_action, lib.show(lib.value_at(input, ["ledger", "run", "state"], null)),
+	]))
+}
+
+# METADATA
+# title: Manifest is not the run's
+# description: >-
+#   train.stage.advance carries the run's signed manifest again (for its
+#   stages and eval gates); its digest must be the one the run was admitted with.
+# custom:
+#   code: RUN_MANIFEST_MISMATCH
+#   gate: lifecycle
+#   fix: Send the exact manifest bytes the run was created with.
+deny contains v if {
+	_action == "train.stage.advance"
+	not _is_run_manifest
+	v := lib.violation(rego.metadata.rule(), "the manifest's digest is not the one the run was admitted with")
+}
+
+_is_run_manifest if {
+	lib.is_digest(input.manifest_digest)
+	input.manifest_digest == _run.manifest_digest
+}
+
+_current := _run.stage
+
+_target := lib.value_at(input, ["request", "stage"], null)
+
+# METADATA
+# title: Not the next stage
+# description: >-
+#   A stage advance must name the stage that follows the run's current stage
+#   in its manifest: stages never go backwards, repeat or skip.
+# custom:
+#   code: STAGE_NOT_NEXT
+#   gate: lifecycle
+deny contains v if {
+	_action == "train.stage.advance"
+	_is_run_manifest
+	not _is_next_stage
+	v := lib.violation_fix(
+		rego.metadata.rule(),
+		sprintf("the run is in stage %s; %s is not the next stage its manifest declares (%s)", [
+			lib.show(lib.value_at(input, ["ledger", "run", "stage"], null)), lib.show(_target),
+			concat(" -> ", [sprintf("%v", [s]) | some s in declared_stages]),
+		]),
+		_next_fix,
+	)
+}
+
+_is_next_stage if _target == next_stage(_current)
+
+_next_fix := sprintf("advance to %s", [next_stage(_current)]) if next_stage(_current)
+
+else := "the run is in its last declared stage: there is no stage to advance to"
+
+# ---------------------------------------------------------------------------
+# The eval report that ends the current stage
+
+_reports := [r |
+	some r in input.eval_reports
+	lib.value_at(r, ["claims", "kind"], null) == "eval_report"
+]
+
+_battery := _cfg.batteries[_current]
+
+# METADATA
+# title: Eval report missing
+# description: A stage advance needs exactly one eval report from the eval authority (trust.evals).
+# custom:
+#   code: EVAL_REPORT_MISSING
+#   gate: lifecycle
+#   fix: Have the eval authority run the stage's battery and send its signed report with the advance.
+deny contains v if {
+	_action == "train.stage.advance"
+	count(_reports) != 1
+	v := lib.violation(rego.metadata.rule(), sprintf("a stage advance needs one eval report, got %d", [count(_reports)]))
+}
+
+_report := _reports[0] if count(_reports) == 1
+
+_is_report_verified if _report.verified == true
+
+# METADATA
+# title: Eval report not verified
+# description: Go did not establish the eval report's signature with the eval authority's keys (defense in depth).
+# custom:
+#   code: EVAL_REPORT_UNVERIFIED
+#   gate: lifecycle
+#   fix: Send the eval report exactly as the eval authority signed it.
+deny contains v if {
+	_action == "train.stage.advance"
+	count(_reports) == 1
+	not _is_report_verified
+	v := lib.violation(rego.metadata.rule(), "the eval report's signature was not verified")
+}
+
+# METADATA
+# title: Eval report for something else
+# description: >-
+#   The eval report must be bound to this run, the stage it ends (the run's
+#   current stage), this manifest digest and that stage's battery id.
+# custom:
+#   code: EVAL_REPORT_BINDING_MISMATCH
+#   gate: lifecycle
+#   fix: Get an eval report for this run's current stage, battery and manifest.
+deny contains v if {
+	_action == "train.stage.advance"
+	some field, want in {
+		"run_id": lib.value_at(input, ["request", "run_id"], null),
+		"stage": lib.value_at(input, ["ledger", "run", "stage"], null),
+		"manifest_digest": lib.value_at(input, ["manifest_digest"], null),
+		"battery_id": object.get(_battery, "id", null),
+	}
+	not lib.value_at(_report, ["claims", field], null) == want
+	v := lib.violation(rego.metadata.rule(), sprintf("the eval report's %s is %s, this advance needs %s", [
+		field, lib.show(lib.value_at(_report, ["claims", field], null)), lib.show(want),
+	]))
+}
+
+# the evals a stage must pass: the bundle's battery and the manifest's own gates
+_required_evals contains {"metric": e.metric, "min": object.get(e, "min", null), "max": object.get(e, "max", null), "by": "battery"} if {
+	some e in _battery.evals
+}
+
+_required_evals contains {"metric": g.metric, "min": object.get(g, "min", null), "max": object.get(g, "max", null), "by": "manifest"} if {
+	some g in _m.eval_gates
+	g.stage == _current
+}
+
+_results := r if {
+	r := _report.claims.results
+	is_object(r)
+}
+
+else := {}
+
+# METADATA
+# title: Eval result missing
+# description: An eval of the stage's battery, or an eval gate the manifest declares for the stage, has no result in the report.
+# custom:
+#   code: EVAL_RESULT_MISSING
+#   gate: lifecycle
+#   fix: Run every eval of the stage's battery and the manifest's eval gates; a missing result is a failed gate.
+deny contains v if {
+	_action == "train.stage.advance"
+	_report
+	some e in _required_evals
+	not is_number(object.get(_results, e.metric, null))
+	v := lib.violation(rego.metadata.rule(), sprintf("the eval report has no result for %s (required by the %s)", [
+		lib.show(e.metric), e.by,
+	]))
+}
+
+# METADATA
+# title: Eval failed
+# description: >-
+#   A result is below its min or above its max. A failed eval gate stops the
+#   stage: there is no override.
+# custom:
+#   code: EVAL_FAILED
+#   gate: lifecycle
+#   fix: Stay in the current stage (or restart from a checkpoint) until the stage's evals pass; a failed gate has no override.
+deny contains v if {
+	_action == "train.stage.advance"
+	some msg in _eval_failures
+	v := lib.violation(rego.metadata.rule(), msg)
+}
+
+_eval_failures contains sprintf("%s = %v is below the %s's minimum %v", [e.metric, value, e.by, e.min]) if {
+	_report
+	some e in _required_evals
+	value := object.get(_results, e.metric, null)
+	is_number(value)
+	is_number(e.min)
+	value < e.min
+}
+
+_eval_failures contains sprintf("%s = %v is above the %s's maximum %v", [e.metric, value, e.by, e.max]) if {
+	_report
+	some e in _required_evals
+	value := object.get(_results, e.metric, null)
+	is_number(value)
+	is_number(e.max)
+	value > e.max
+}

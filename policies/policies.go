@@ -6,7 +6,8 @@
 // Layout (OPA bundle convention: a data.json file's directory is its data path):
 //
 //	ito/<gate>/<gate>.rego        package ito.<gate>; gates: entitlement, confirmation,
-//	                              idempotency, budget, data, parallelism, manifest
+//	                              idempotency, budget, data, parallelism, manifest,
+//	                              lifecycle, checkpoint, datachecks, rlvr
 //	ito/admission/admission.rego  package ito.admission; the entrypoint
 //	                              data.ito.admission.decision
 //	ito/workload/workload.rego    package ito.workload; the webhook's entrypoint
@@ -16,6 +17,9 @@
 //	ito/tables/gpus/data.json     data.ito.tables.gpus (GPU table, a source per row)
 //	ito/tables/fabrics/data.json  data.ito.tables.fabrics (fabric table, a source per row)
 //	ito/tables/workloads/data.json data.ito.tables.workloads (workload kinds, GPU resources)
+//	ito/tables/storage/data.json  data.ito.tables.storage (checkpoint storage tiers, a source per row)
+//	ito/config/<gate>/data.json   data.ito.config.<gate> for the lifecycle, checkpoint,
+//	                              datachecks and rlvr gates
 //	ito/**/*_test.rego, ito/testdata/   tests and their data (not in Bundle)
 //
 // The decision Go reads is data.ito.admission.decision:

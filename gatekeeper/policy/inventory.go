@@ -21,6 +21,10 @@ var RequiredRules = []string{
 	"data.ito.data.deny",
 	"data.ito.parallelism.deny",
 	"data.ito.manifest.deny",
+	"data.ito.lifecycle.deny",
+	"data.ito.checkpoint.deny",
+	"data.ito.datachecks.deny",
+	"data.ito.rlvr.deny",
 }
 
 // requireRules returns an error naming every rule of want that no module of

@@ -3,7 +3,8 @@
 # description: >-
 #   For train.create: the manifest signature is verified, the digest and
 #   schema are what the contract says, the model revision is pinned, a
-#   checkpoint policy exists, post-training runs SFT -> DPO -> RLVR, and every
+#   checkpoint policy exists, post-training runs SFT -> DPO -> RLVR, every
+#   declared stage has an eval gate, and every
 #   field the other gates compute with is present and well typed. The last
 #   check is what keeps the other gates fail-closed: their rules assume the
 #   shapes checked here.

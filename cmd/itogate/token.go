@@ -14,6 +14,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -42,14 +44,19 @@ type tokenOptions struct {
 	ttl, iatOffset                                            time.Duration
 	deposit                                                   bool
 	server                                                    string
+	// eval authority tokens and restart confirmations
+	stage, battery, datasetDigest, outcome string
+	results                                map[string]string
+	checkpointStep                         int64
 }
 
 func newTokenCmd(stdout io.Writer) *cobra.Command {
 	o := &tokenOptions{}
 	cmd := &cobra.Command{
-		Use:   "token (caller|depositor|revoker|entitlement|confirmation)",
+		Use:   "token (caller|depositor|revoker|entitlement|confirmation|eval-report|ladder-decision)",
 		Short: "Mint a test token: development keys, or your own with --key/--kid",
-		Long: `Mint a caller, depositor, revoker, entitlement or confirmation token and print it.
+		Long: `Mint a caller, depositor, revoker, entitlement, confirmation, eval-report or
+ladder-decision token and print it.
 
 Without --key it is signed with the published development keys of
 fixtures/keys (development mode only: a server started with --config refuses
@@ -66,9 +73,14 @@ hardware; a confirmation binds the --manifest's digest. "token confirmation
 Clock: an entitlement is fresh for 300 s after it is minted (the policy's
 data.ito.config.entitlement.max_age_seconds; --ttl does not extend that),
 a confirmation lives 10 minutes. Mint them just before the admission; the
-command says so on stderr.`,
+command says so on stderr.
+
+An eval-report (the eval authority, trust.evals) binds --run-id, --stage (the
+stage it ends), the --manifest's digest and --battery, with --result
+metric=value per eval; a ladder-decision binds --dataset-digest and
+--outcome. A train.restart confirmation takes --checkpoint-step.`,
 		Args:      cobra.ExactArgs(1),
-		ValidArgs: []string{"caller", "depositor", "revoker", "entitlement", "confirmation"},
+		ValidArgs: []string{"caller", "depositor", "revoker", "entitlement", "confirmation", "eval-report", "ladder-decision"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.run(cmd.Context(), stdout, cmd.ErrOrStderr(), args[0])
 		},
@@ -85,7 +97,13 @@ command says so on stderr.`,
 	f.StringVar(&o.manifestPath, "manifest", "", "manifest whose hardware (entitlement) or digest (confirmation) to bind")
 	f.StringVar(&o.act, "act", "train.create", "confirmation action")
 	f.StringVar(&o.cost, "cost", "", "confirmation cost_usd (decimal string; default the manifest's budget ceiling)")
-	f.StringVar(&o.runID, "run-id", "", "confirmation run_id (train.cancel, train.cleanup)")
+	f.StringVar(&o.runID, "run-id", "", "run_id of a confirmation (every action but train.create) or an eval report")
+	f.Int64Var(&o.checkpointStep, "checkpoint-step", -1, "confirmation checkpoint_step (train.restart)")
+	f.StringVar(&o.stage, "stage", "", "eval-report: the stage the report ends")
+	f.StringVar(&o.battery, "battery", "", "eval-report: battery id (default the bundle's id for --stage)")
+	f.StringToStringVar(&o.results, "result", nil, "eval-report: metric=value, repeatable")
+	f.StringVar(&o.datasetDigest, "dataset-digest", "", "ladder-decision: sha256 digest of the dataset")
+	f.StringVar(&o.outcome, "outcome", "proceed", "ladder-decision: proceed or stop")
 	f.StringVar(&o.state, "booking-state", "completed", "entitlement booking_state")
 	f.BoolVar(&o.eligible, "training-eligible", true, "entitlement training_eligible")
 	f.StringVar(&o.price, "price", "2.49", "entitlement price_per_gpu_hour_usd")
@@ -213,6 +231,36 @@ func (o *tokenOptions) run(ctx context.Context, w, stderr io.Writer, kind string
 		if o.runID != "" {
 			claims["run_id"] = o.runID
 		}
+		if o.checkpointStep >= 0 {
+			claims["checkpoint_step"] = o.checkpointStep
+		}
+	case "eval-report":
+		k, typ, ttl = d.Evals, config.TypeEvals, def(ttl, 10*time.Minute)
+		if o.runID == "" || o.stage == "" || digest == "" {
+			return errors.New("eval-report: --run-id, --stage and --manifest are required")
+		}
+		results := map[string]any{}
+		for metric, v := range o.results {
+			n, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return fmt.Errorf("--result %s: %q is not a number", metric, v)
+			}
+			results[metric] = n
+		}
+		battery := o.battery
+		if battery == "" {
+			battery = "ito-battery-" + strings.ReplaceAll(o.stage, "_", "-") + "-2026.10"
+		}
+		claims["iss"], claims["aud"], claims["sub"] = trust.DevEvalsIssuer, trust.DevEvalsAudience, "dev-evals"
+		claims["kind"], claims["run_id"], claims["stage"] = "eval_report", o.runID, o.stage
+		claims["manifest_digest"], claims["battery_id"], claims["results"] = digest, battery, results
+	case "ladder-decision":
+		k, typ, ttl = d.Evals, config.TypeEvals, def(ttl, 10*time.Minute)
+		if o.datasetDigest == "" {
+			return errors.New("ladder-decision: --dataset-digest is required")
+		}
+		claims["iss"], claims["aud"], claims["sub"] = trust.DevEvalsIssuer, trust.DevEvalsAudience, "dev-evals"
+		claims["kind"], claims["dataset_digest"], claims["outcome"] = "ladder_decision", o.datasetDigest, o.outcome
 	default:
 		return fmt.Errorf("unknown token kind %q", kind)
 	}

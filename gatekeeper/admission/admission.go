@@ -63,7 +63,18 @@ type Request struct {
 	ConfirmationRef   string
 	RunID             string
 	ReleasesBooking   bool
+	// Stage is the stage train.stage.advance moves the run to.
+	Stage string
+	// CheckpointStep is the step train.restart restarts from (>= 0).
+	CheckpointStep int64
+	// EvalReports are eval-authority tokens (compact JWS), at most
+	// MaxEvalReports: the eval report that ends a stage (train.stage.advance)
+	// and 150M-ladder decisions for custom datasets (train.create).
+	EvalReports []string
 }
+
+// MaxEvalReports bounds the eval-authority tokens of one request.
+const MaxEvalReports = 16
 
 // TokenVerifier verifies one purpose's JWTs.
 type TokenVerifier interface {
@@ -169,6 +180,9 @@ func validate(req Request) error {
 		if req.RunID != "" {
 			return errors.New("run_id is only for train.cancel and train.cleanup")
 		}
+	}
+	if req.Stage != "" || req.CheckpointStep != 0 || len(req.EvalReports) > 0 {
+		return errors.New("stage, checkpoint_step and eval_reports are not admitted yet")
 	}
 	if req.ReleasesBooking && req.Action != ActionTrainCleanup {
 		return errors.New("releases_booking is only for train.cleanup")

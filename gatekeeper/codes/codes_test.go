@@ -48,7 +48,8 @@ func TestEveryPolicyCodeIsWellFormed(t *testing.T) {
 	}
 	upper := regexp.MustCompile(`^[A-Z][A-Z0-9]*(_[A-Z0-9]+)*$`)
 	gates := map[string]bool{"entitlement": true, "confirmation": true, "idempotency": true, "budget": true,
-		"data": true, "parallelism": true, "manifest": true, "admission": true, "caller": true, "booking": true, "workload": true}
+		"data": true, "parallelism": true, "manifest": true, "admission": true, "caller": true, "booking": true, "workload": true,
+		"lifecycle": true, "checkpoint": true, "datachecks": true, "rlvr": true}
 	for _, e := range pc {
 		levelOK := e.Level == "deny" || e.Level == "warn" || e.Level == "deny, warn"
 		if !upper.MatchString(e.Code) || !gates[e.Gate] || e.Meaning == "" || !levelOK {

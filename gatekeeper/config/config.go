@@ -137,6 +137,9 @@ func (l Ledger) validate() error {
 }
 
 // Trust holds the key sets per purpose (docs/architecture.md §2); none may stand in for another.
+// Evals (the eval authority: eval reports, 150M-ladder decisions) is
+// optional: without it no eval-authority token verifies, so every stage
+// advance and every large run on custom data is denied.
 type Trust struct {
 	Callers    TokenTrust `yaml:"callers"`
 	Depositors TokenTrust `yaml:"depositors"`
@@ -147,6 +150,7 @@ type Trust struct {
 	Revokers        TokenTrust    `yaml:"revokers"`
 	Entitlement     TokenTrust    `yaml:"entitlement"`
 	Confirmation    TokenTrust    `yaml:"confirmation"`
+	Evals           TokenTrust    `yaml:"evals"`
 	ManifestSigners []ManifestKey `yaml:"manifest_signers"`
 }
 
@@ -163,6 +167,43 @@ type TokenTrust struct {
 	KeyID     string   `yaml:"key_id"`
 	Algorithm string   `yaml:"algorithm"`
 	Leeway    Duration `yaml:"leeway"`
+}
+
+// Configured reports whether the purpose is configured at all (optional
+// purposes, such as evals, are left out entirely).
+func (t TokenTrust) Configured() bool {
+	return t != TokenTrust{}
+}
+
+// validateEvals keeps the eval authority apart from every other purpose:
+// its own issuer, audience and token type, so an entitlement, confirmation
+// or caller token can never pass for an eval report.
+func (t Trust) validateEvals() []error {
+	var errs []error
+	if err := t.Evals.validate(); err != nil {
+		errs = append(errs, fmt.Errorf("trust.evals: %w", err))
+	}
+	if t.Evals.Type == "" {
+		errs = append(errs, errors.New("trust.evals.type is required"))
+	}
+	for name, o := range map[string]TokenTrust{
+		"callers": t.Callers, "depositors": t.Depositors, "entitlement": t.Entitlement, "confirmation": t.Confirmation,
+		"revokers": t.Revokers,
+	} {
+		if !o.Configured() {
+			continue
+		}
+		if t.Evals.Issuer == o.Issuer {
+			errs = append(errs, fmt.Errorf("trust.evals: issuer is also trust.%s's; the eval authority needs its own", name))
+		}
+		if t.Evals.Audience == o.Audience {
+			errs = append(errs, fmt.Errorf("trust.evals: audience is also trust.%s's; the eval authority needs its own", name))
+		}
+		if o.Type != "" && t.Evals.Type == o.Type {
+			errs = append(errs, fmt.Errorf("trust.evals: type is also trust.%s's; the eval authority needs its own", name))
+		}
+	}
+	return errs
 }
 
 // ManifestKey pins one manifest signer's public key (PEM, ECDSA P-256 or
@@ -399,6 +440,7 @@ const (
 	MaxLeeway           = 5 * time.Minute
 	TypeEntitlement     = "ito-entitlement+jwt"
 	TypeConfirmation    = "ito-confirmation+jwt"
+	TypeEvals           = "ito-eval+jwt"
 	defaultMaxBody      = 2 << 20
 	defaultReqTimeout   = 5 * time.Second
 	defaultEvalDeadline = 250 * time.Millisecond
@@ -514,6 +556,9 @@ func (c Config) Validate() error {
 	}
 	if c.Trust.Entitlement.Type == c.Trust.Confirmation.Type {
 		errs = append(errs, errors.New("trust: entitlement and confirmation must use different token types"))
+	}
+	if c.Trust.Evals.Configured() {
+		errs = append(errs, c.Trust.validateEvals()...)
 	}
 	if len(c.Trust.ManifestSigners) == 0 {
 		errs = append(errs, errors.New("trust.manifest_signers: at least one key"))
@@ -687,7 +732,7 @@ func (c *Config) resolvePaths(base string) {
 			abs(&b.VerificationKeys[i].PEMFile)
 		}
 	}
-	for _, t := range []*TokenTrust{&c.Trust.Callers, &c.Trust.Depositors, &c.Trust.Revokers, &c.Trust.Entitlement, &c.Trust.Confirmation} {
+	for _, t := range []*TokenTrust{&c.Trust.Callers, &c.Trust.Depositors, &c.Trust.Revokers, &c.Trust.Entitlement, &c.Trust.Confirmation, &c.Trust.Evals} {
 		abs(&t.JWKSFile)
 		abs(&t.PEMFile)
 	}

@@ -258,6 +258,13 @@ type admissionBody struct {
 	ConfirmationRef   string `json:"confirmation_ref"`
 	RunID             string `json:"run_id"`
 	ReleasesBooking   bool   `json:"releases_booking"`
+	// Stage is the stage a train.stage.advance moves the run to.
+	Stage string `json:"stage"`
+	// CheckpointStep is the step a train.restart restarts from.
+	CheckpointStep int64 `json:"checkpoint_step"`
+	// EvalReports are eval-authority tokens (compact JWS): the eval report
+	// of a stage advance, ladder decisions for custom data on a create.
+	EvalReports []string `json:"eval_reports"`
 }
 
 func (s *srv) postAdmission(w http.ResponseWriter, r *http.Request) {
@@ -272,6 +279,7 @@ func (s *srv) postAdmission(w http.ResponseWriter, r *http.Request) {
 		"manifest": &b.Manifest, "manifest_signature": &b.ManifestSignature,
 		"entitlement_token": &b.EntitlementToken, "confirmation_ref": &b.ConfirmationRef,
 		"run_id": &b.RunID, "releases_booking": &b.ReleasesBooking,
+		"stage": &b.Stage, "checkpoint_step": &b.CheckpointStep, "eval_reports": &b.EvalReports,
 	}); err != nil {
 		writeError(w, http.StatusBadRequest, admission.CodeRequestInvalid, err.Error())
 		return
@@ -291,6 +299,7 @@ func (s *srv) postAdmission(w http.ResponseWriter, r *http.Request) {
 		Action: b.Action, BookingID: b.BookingID, IdempotencyKey: b.IdempotencyKey, Manifest: raw,
 		ManifestSignature: b.ManifestSignature, EntitlementToken: b.EntitlementToken,
 		ConfirmationRef: b.ConfirmationRef, RunID: b.RunID, ReleasesBooking: b.ReleasesBooking,
+		Stage: b.Stage, CheckpointStep: b.CheckpointStep, EvalReports: b.EvalReports,
 	})
 	s.opts.Metrics.decision(out)
 	if out.Cause != nil {
@@ -446,6 +455,20 @@ func fields(obj map[string]any, dst map[string]any) error {
 				return fmt.Errorf("field %q must be an integer", k)
 			}
 			*p = i
+		case *[]string:
+			arr, ok := v.([]any)
+			if !ok || len(arr) > admission.MaxEvalReports {
+				return fmt.Errorf("field %q must be an array of at most %d strings", k, admission.MaxEvalReports)
+			}
+			out := make([]string, 0, len(arr))
+			for _, e := range arr {
+				s, ok := e.(string)
+				if !ok {
+					return fmt.Errorf("field %q must be an array of strings", k)
+				}
+				out = append(out, s)
+			}
+			*p = out
 		}
 	}
 	return nil

@@ -28,11 +28,13 @@ const (
 	DevDepositorIssuer    = "https://desk.dev.itogate.invalid/depositor"
 	DevEntitlementIssuer  = "https://backend.dev.itogate.invalid"
 	DevConfirmationIssuer = "https://desk.dev.itogate.invalid"
+	DevEvalsIssuer        = "https://evals.dev.itogate.invalid"
 	DevAudience           = "itogate"
 	DevDepositAudience    = "itogate-deposit"
 	DevRevokerIssuer      = "https://backend.dev.itogate.invalid/revoker"
 	DevRevokeAudience     = "itogate-revoke"
 	DevTicketIssuer       = "https://itogate.dev.itogate.invalid"
+	DevEvalsAudience      = "itogate-evals"
 )
 
 // Set holds one verifier per purpose.
@@ -43,7 +45,10 @@ type Set struct {
 	Revokers     *verify.TokenVerifier
 	Entitlement  *verify.TokenVerifier
 	Confirmation *verify.TokenVerifier
-	Manifests    *verify.ManifestVerifier
+	// Evals verifies the eval authority's tokens; nil when trust.evals is
+	// not configured (every eval report and ladder decision is then refused).
+	Evals     *verify.TokenVerifier
+	Manifests *verify.ManifestVerifier
 	// Tickets signs admission tickets; nil when none are configured.
 	Tickets *ticket.Signer
 
@@ -60,6 +65,7 @@ func DevConfig() config.Trust {
 		Revokers:     config.TokenTrust{Issuer: DevRevokerIssuer, Audience: DevRevokeAudience},
 		Entitlement:  config.TokenTrust{Issuer: DevEntitlementIssuer, Audience: DevAudience, Type: config.TypeEntitlement},
 		Confirmation: config.TokenTrust{Issuer: DevConfirmationIssuer, Audience: DevAudience, Type: config.TypeConfirmation},
+		Evals:        config.TokenTrust{Issuer: DevEvalsIssuer, Audience: DevEvalsAudience, Type: config.TypeEvals},
 	}
 }
 
@@ -68,6 +74,7 @@ func DevConfig() config.Trust {
 var yamlName = map[verify.Purpose]string{
 	verify.PurposeCaller: "callers", verify.PurposeDepositor: "depositors", verify.PurposeRevoker: "revokers",
 	verify.PurposeEntitlement: "entitlement", verify.PurposeConfirmation: "confirmation",
+	verify.PurposeEvals: "evals",
 }
 
 // Dev builds the development verifiers from the embedded development keys.
@@ -96,6 +103,9 @@ func Dev() (*Set, error) {
 		return nil, err
 	}
 	if s.Confirmation, err = build(verify.PurposeConfirmation, cfg.Confirmation, d.Confirmation); err != nil {
+		return nil, err
+	}
+	if s.Evals, err = build(verify.PurposeEvals, cfg.Evals, d.Evals); err != nil {
 		return nil, err
 	}
 	s.Manifests, err = verify.NewManifestVerifier([]verify.Signer{
@@ -164,6 +174,11 @@ func FromConfig(t config.Trust) (*Set, error) {
 	}
 	if s.Confirmation, err = build(verify.PurposeConfirmation, t.Confirmation); err != nil {
 		return nil, err
+	}
+	if t.Evals.Configured() {
+		if s.Evals, err = build(verify.PurposeEvals, t.Evals); err != nil {
+			return nil, err
+		}
 	}
 	var signers []verify.Signer
 	for _, mk := range t.ManifestSigners {
@@ -253,7 +268,7 @@ func options(p verify.Purpose, t config.TokenTrust, set jwk.Set) verify.TokenOpt
 		Type:       t.Type,
 		Keys:       set,
 		Leeway:     t.EffectiveLeeway(),
-		RequireJTI: p == verify.PurposeEntitlement || p == verify.PurposeConfirmation,
+		RequireJTI: p == verify.PurposeEntitlement || p == verify.PurposeConfirmation || p == verify.PurposeEvals,
 		// Caller, depositor and entitlement tokens repeat until they expire;
 		// confirmations are single-use and never cached.
 		CacheEntries: verify.CacheEntriesFor(p),

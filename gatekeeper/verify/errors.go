@@ -27,6 +27,9 @@ const (
 	// PurposeConfirmation is the confirmation token from the confirmation
 	// authority.
 	PurposeConfirmation Purpose = "confirmation"
+	// PurposeEvals is a token of the eval authority: an eval report that
+	// ends a stage, or a 150M-token ladder decision on a custom dataset.
+	PurposeEvals Purpose = "evals"
 	// PurposeManifest is the detached signature over manifest bytes.
 	PurposeManifest Purpose = "manifest"
 	// PurposeTicket is the admission ticket itogate itself signs on an
@@ -37,7 +40,7 @@ const (
 
 func (p Purpose) isToken() bool {
 	switch p {
-	case PurposeCaller, PurposeDepositor, PurposeRevoker, PurposeEntitlement, PurposeConfirmation, PurposeTicket:
+	case PurposeCaller, PurposeDepositor, PurposeRevoker, PurposeEntitlement, PurposeConfirmation, PurposeTicket, PurposeEvals:
 		return true
 	}
 	return false

@@ -39,8 +39,8 @@ var forbiddenHeaders = []string{"jwk", "jku", "x5u", "x5c", "crit", "b64", "zip"
 
 // TokenOptions configures one TokenVerifier, i.e. one purpose.
 type TokenOptions struct {
-	// Purpose is PurposeCaller, PurposeDepositor, PurposeEntitlement or
-	// PurposeConfirmation.
+	// Purpose is PurposeCaller, PurposeDepositor, PurposeEntitlement,
+	// PurposeConfirmation or PurposeEvals.
 	Purpose Purpose
 	// Issuer is required; the iss claim must equal it exactly.
 	Issuer string

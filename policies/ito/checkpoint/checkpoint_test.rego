@@ -1,0 +1,70 @@
+package ito.checkpoint_test
+
+import data.ito.checkpoint
+
+_base := data.ito.testdata.base.input
+
+_set(path, value) := {"op": "add", "path": path, "value": value}
+
+# llama3-8b (torchtitan llama3_8b.toml): 8 nodes, 1000 steps in 6 h, a checkpoint every 500
+# steps to S3; the declared 120 GiB is above 8.03e9 × 12 B = 89.74 GiB.
+test_base_estimates if {
+	e := checkpoint.estimates with input as _base
+	e.checkpoint_size_gib == 120
+	e.checkpoint_storage_tier == "s3-standard"
+	e.checkpoint_write_seconds == 6.44 # 128.85 GB at min(8 × 2.5, 1000) GB/s
+	e.checkpoint_resume_seconds == 306.44 # 300 s restart + the same read
+	e.checkpoint_detection_seconds == 600
+	e.checkpoint_interval_seconds == 10800 # 500 steps × 21.6 s
+	e.checkpoint_lost_seconds_per_failure == 6306.44 # 5400 + 600 + 306.44
+	e.checkpoint_remote_write_gib == 0
+}
+
+test_size_is_the_larger_of_declared_and_computed if {
+	inp := json.patch(_base, [_set("/manifest/checkpoint/size_estimate_gib", 50)])
+	checkpoint.size_gib == (8030000000 * 12) / 1073741824 with input as inp
+}
+
+test_fix_names_fast_enough_tiers if {
+	inp := json.patch(_base, [
+		_set("/manifest/checkpoint/storage_tier", "object-store-slow"),
+		_set("/manifest/checkpoint/size_estimate_gib", 1052),
+	])
+	[v.fix | some v in checkpoint.deny with input as inp] == ["use a faster storage tier (gcs-standard, lustre, s3-standard)"]
+}
+
+test_no_tier_fast_enough if {
+	inp := json.patch(_base, [
+		_set("/manifest/checkpoint/storage_tier", "object-store-slow"),
+		_set("/manifest/checkpoint/size_estimate_gib", 1000000),
+		_set("/entitlement/storage_quota_gib", 10000000),
+	])
+	fixes := {v.fix | some v in checkpoint.deny with input as inp; v.code == "CHECKPOINT_RESUME_TOO_SLOW"}
+	fixes == {"no storage tier resumes this checkpoint in time: shrink it (fewer optimizer states) or add nodes"}
+}
+
+test_lost_work_fix_is_the_longest_passing_interval if {
+	inp := json.patch(_base, [
+		_set("/manifest/budget/max_wall_clock_hours", 200),
+		_set("/manifest/checkpoint/interval_steps", 1000),
+	])
+	fixes := [v.fix | some v in checkpoint.deny with input as inp]
+
+	# 2 × (0.02 × 50676 × 3600 / 64 − 600 − 306.44) s at 720 s per step
+	fixes == ["lower checkpoint.interval_steps to at most 155"]
+}
+
+test_detection_default_and_declared if {
+	checkpoint.detection_seconds == 600 with input as _base
+	inp := json.patch(_base, [_set("/manifest/checkpoint/failure_detection_seconds", 100)])
+	checkpoint.detection_seconds == 100 with input as inp
+}
+
+test_max_tokens_sets_the_steps if {
+	# 524,288,000 tokens at 64 × 8192 per step = 1000 steps, the same interval
+	inp := json.patch(_base, [
+		{"op": "remove", "path": "/manifest/objective/max_steps"},
+		_set("/manifest/objective/max_tokens", 524288000),
+	])
+	checkpoint.interval_seconds == 10800 with input as inp
+}

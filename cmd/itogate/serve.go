@@ -205,8 +205,12 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 		return err
 	}
 	evals := evaluations(cfg.Limits)
+	var evalAuthority admission.TokenVerifier // stays a nil interface without trust.evals
+	if ts.Evals != nil {
+		evalAuthority = ts.Evals
+	}
 	svc, err := admission.New(admission.Options{
-		Entitlement: ts.Entitlement, Confirmation: ts.Confirmation, Manifests: ts.Manifests,
+		Entitlement: ts.Entitlement, Confirmation: ts.Confirmation, Manifests: ts.Manifests, Evals: evalAuthority,
 		Ledger: store, Policy: bundles.Active, Logger: log, DecisionLog: dlog,
 		OnLedgerError: metrics.LedgerError,
 		OnRunGPUs:     metrics.RunGPUs,

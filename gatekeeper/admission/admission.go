@@ -33,6 +33,11 @@ const (
 	ActionTrainCancel    = "train.cancel"
 	ActionTrainCleanup   = "train.cleanup"
 	ActionBookingRelease = "booking.release"
+	// ActionTrainStageAdvance moves a live run to the next stage its
+	// manifest declares, with the eval authority's report.
+	ActionTrainStageAdvance = "train.stage.advance"
+	// ActionTrainRestart restarts a live run from a checkpoint step.
+	ActionTrainRestart = "train.restart"
 )
 
 var states = map[string]ledger.AdmissionState{
@@ -40,6 +45,9 @@ var states = map[string]ledger.AdmissionState{
 	ActionTrainCancel:    ledger.AdmissionCancelAdmitted,
 	ActionTrainCleanup:   ledger.AdmissionCleanupAdmitted,
 	ActionBookingRelease: ledger.AdmissionReleaseAdmitted,
+
+	ActionTrainStageAdvance: ledger.AdmissionStageAdvanced,
+	ActionTrainRestart:      ledger.AdmissionRestartAdmitted,
 }
 
 // Caller is an authenticated identity. It is identity, never authority: only a
@@ -98,8 +106,11 @@ type Decider interface {
 type Options struct {
 	Entitlement  TokenVerifier
 	Confirmation TokenVerifier
-	Manifests    ManifestVerifier
-	Ledger       ledger.Store
+	// Evals verifies the eval authority's tokens (trust.evals). Optional:
+	// nil refuses every eval report and ladder decision.
+	Evals     TokenVerifier
+	Manifests ManifestVerifier
+	Ledger    ledger.Store
 	// Policy returns the active decider, or nil when no bundle is active.
 	Policy func() Decider
 	// Now is the clock (default time.Now); tests pin it.
@@ -157,7 +168,8 @@ var (
 
 func validate(req Request) error {
 	if _, ok := states[req.Action]; !ok {
-		return errors.New("action must be train.create, train.cancel, train.cleanup or booking.release")
+		return errors.New("action must be train.create, train.stage.advance, train.restart, train.cancel, " +
+			"train.cleanup or booking.release")
 	}
 	if !reID.MatchString(req.BookingID) {
 		return errors.New("booking_id: 1-128 characters of [A-Za-z0-9._:-]")
@@ -171,36 +183,42 @@ func validate(req Request) error {
 	if req.EntitlementToken == "" {
 		return errors.New("entitlement_token is required")
 	}
-	switch req.Action {
-	case ActionTrainCancel, ActionTrainCleanup:
+	switch {
+	case actsOnRun(req.Action):
 		if !reID.MatchString(req.RunID) {
 			return errors.New("run_id is required for " + req.Action)
 		}
-	default:
-		if req.RunID != "" {
-			return errors.New("run_id is only for train.cancel and train.cleanup")
-		}
-	}
-	if req.Stage != "" || req.CheckpointStep != 0 || len(req.EvalReports) > 0 {
-		return errors.New("stage, checkpoint_step and eval_reports are not admitted yet")
+	case req.RunID != "":
+		return errors.New("run_id is only for actions on an admitted run")
 	}
 	if req.ReleasesBooking && req.Action != ActionTrainCleanup {
 		return errors.New("releases_booking is only for train.cleanup")
 	}
-	if req.Action != ActionTrainCreate && (len(req.Manifest) > 0 || req.ManifestSignature != "") {
-		return errors.New("manifest is only for train.create")
+	if !carriesManifest(req.Action) && (len(req.Manifest) > 0 || req.ManifestSignature != "") {
+		return errors.New("manifest is only for train.create and train.stage.advance")
 	}
-	return nil
+	return validateLifecycle(req)
 }
 
 // RequestDigest is "sha256:<hex>" over the fields that make two requests the
 // same request: a retry with a freshly minted entitlement token is the same
-// request; another manifest, confirmation, booking or run is not.
+// request; another manifest, confirmation, booking, run, target stage or
+// checkpoint step is not.
 func RequestDigest(caller Caller, req Request, manifestDigest string) string {
-	canon, _ := json.Marshal([]any{
+	fields := []any{
 		"itogate.request.v1", req.Action, caller.Account, req.BookingID, manifestDigest,
 		req.ConfirmationRef, req.RunID, req.ReleasesBooking,
-	})
+	}
+	switch req.Action {
+	// Appended for these actions only, so every other request keeps the
+	// digest it was stored under. The eval reports are left out like the
+	// entitlement token: a retry may carry a freshly minted one.
+	case ActionTrainStageAdvance:
+		fields = append(fields, req.Stage)
+	case ActionTrainRestart:
+		fields = append(fields, req.CheckpointStep)
+	}
+	canon, _ := json.Marshal(fields)
 	sum := sha256.Sum256(canon)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }

@@ -86,6 +86,8 @@ func tokenCode(err error) string {
 			return CodeConfirmationExpired
 		}
 		return CodeConfirmationInvalid
+	case verify.PurposeEvals:
+		return CodeEvalReportInvalid
 	}
 	return CodeInternal
 }

@@ -57,11 +57,14 @@ type pending struct {
 	requestDigest  string
 	keySeen        bool // the idempotency key is stored for another request
 
-	manifest     map[string]any // parsed manifest document (train.create)
+	manifest     map[string]any // parsed manifest document (train.create, train.stage.advance)
 	verified     map[string]any // input.verification
 	entitlement  *verify.Claims
 	confirmation *verify.Claims
-	consumed     bool // the stored confirmation is already consumed
+	consumed     bool           // the stored confirmation is already consumed
+	evalReports  []any          // input.eval_reports: verified eval-authority tokens
+	runInput     map[string]any // input.ledger.run (advance, restart): state, stage, manifest digest
+	runStage     string         // the run's stage as read (advance: the stage it leaves)
 
 	// run is what a train.create takes from its booking, computed in Go
 	// from the verified manifest and entitlement; runErr says why it could
@@ -69,7 +72,7 @@ type pending struct {
 	run    booking.Run
 	runErr error
 	usage  ledger.BookingUsage // the booking's live runs at now (train.create)
-	target ledger.RunRecord    // the run a cancel or cleanup acts on
+	target ledger.RunRecord    // the run a cancel, cleanup, stage advance or restart acts on
 
 	input    map[string]any
 	decider  Decider
@@ -89,9 +92,9 @@ func (s *Service) precheck(ctx context.Context, p *pending) (Outcome, bool) {
 	}
 	p.now = s.opts.Now()
 
-	if req.Action == ActionTrainCreate {
+	if carriesManifest(req.Action) {
 		if len(req.Manifest) == 0 {
-			return fail(http.StatusBadRequest, CodeManifestRequired, "train.create needs the manifest bytes"), true
+			return fail(http.StatusBadRequest, CodeManifestRequired, req.Action+" needs the manifest bytes"), true
 		}
 		if len(req.Manifest) > manifest.MaxBytes {
 			return fail(http.StatusRequestEntityTooLarge, manifest.CodeTooLarge,
@@ -130,7 +133,7 @@ func (s *Service) verify(ctx context.Context, p *pending) (Outcome, bool) {
 		"caller": map[string]any{"verified": true, "key_id": p.caller.KeyID},
 	}
 	p.manifest = map[string]any{}
-	if req.Action == ActionTrainCreate {
+	if carriesManifest(req.Action) {
 		keyID, err := s.opts.Manifests.Verify(req.Manifest, req.ManifestSignature)
 		if err != nil {
 			o := denied(CodeManifestSignature, "the manifest signature does not verify with any pinned signer key")
@@ -208,7 +211,7 @@ func (s *Service) verify(ctx context.Context, p *pending) (Outcome, bool) {
 	// booking of the same account never reach a run elsewhere. Another
 	// account's run and a run on another booking answer exactly like an
 	// unknown run id, so the answer reveals nothing about them.
-	if req.Action == ActionTrainCancel || req.Action == ActionTrainCleanup {
+	if actsOnRun(req.Action) {
 		run, err := s.opts.Ledger.Run(ctx, req.RunID)
 		switch {
 		case errors.Is(err, ledger.ErrNotFound) ||
@@ -224,6 +227,12 @@ func (s *Service) verify(ctx context.Context, p *pending) (Outcome, bool) {
 		case !errors.Is(err, ledger.ErrNotFound):
 			return s.ledgerFault("run lookup", err), true
 		}
+		s.runFacts(p, run)
+	}
+	var o Outcome
+	var done bool
+	if p.evalReports, o, done = s.verifyEvalReports(req.EvalReports, p.now, tr); done {
+		return o, true
 	}
 	return Outcome{}, false
 }
@@ -247,6 +256,8 @@ func (s *Service) facts(p *pending) {
 			"request_digest":   p.requestDigest,
 			"run_id":           req.RunID,
 			"releases_booking": req.ReleasesBooking,
+			"stage":            req.Stage,
+			"checkpoint_step":  req.CheckpointStep,
 		},
 		"caller":          map[string]any{"sub": p.caller.Subject, "account": p.caller.Account, "key_id": p.caller.KeyID},
 		"manifest_digest": p.manifestDigest,
@@ -254,6 +265,7 @@ func (s *Service) facts(p *pending) {
 		"verification":    p.verified,
 		"entitlement":     p.entitlement.Raw,
 		"confirmation":    confirmation,
+		"eval_reports":    p.evalReports,
 		"ledger": map[string]any{
 			"confirmation_consumed": p.consumed,
 			"idempotency":           map[string]any{"seen": p.keySeen, "same_request": false},
@@ -261,6 +273,9 @@ func (s *Service) facts(p *pending) {
 	}
 	if req.Action == ActionTrainCreate {
 		p.input["ledger"].(map[string]any)["booking"] = usageInput(p.caller.Account, p.usage)
+	}
+	if p.runInput != nil {
+		p.input["ledger"].(map[string]any)["run"] = p.runInput
 	}
 }
 
@@ -381,6 +396,14 @@ func (s *Service) commit(ctx context.Context, p *pending) Outcome {
 		rec.LiveUntil = p.run.End.Add(booking.Grace(p.decision.Estimates))
 		rec.CostMicroUSD = booking.EstimateMicroUSD(p.run.ComputeMicroUSD, p.decision.Estimates)
 	}
+	switch req.Action {
+	case ActionTrainCreate:
+		rec.Stage = firstStage(p.manifest)
+	case ActionTrainStageAdvance:
+		rec.Stage, rec.FromStage = req.Stage, p.runStage
+	case ActionTrainRestart:
+		rec.CheckpointStep = req.CheckpointStep
+	}
 	if req.Action == ActionTrainCreate && s.opts.Tickets != nil {
 		// Signed before the commit and stored by it, so the caller, a
 		// replay and a status lookup all get this very ticket.
@@ -434,6 +457,14 @@ func (s *Service) committed(ctx context.Context, p *pending, stored ledger.Admis
 	case errors.Is(err, ledger.ErrCostExceeded):
 		return p.refusedAtCommit(http.StatusForbidden, CodeConfirmationCostBelowEstimate,
 			"the confirmed cost is below the run's estimated cost", "confirmation")
+	case errors.Is(err, ledger.ErrRunEnded),
+		(p.req.Action == ActionTrainStageAdvance || p.req.Action == ActionTrainRestart) && errors.Is(err, ledger.ErrNotFound):
+		return p.refusedAtCommit(http.StatusForbidden, CodeRunNotLive,
+			"the ledger found the run not live when this admission committed; nothing was written", "lifecycle")
+	case errors.Is(err, ledger.ErrStageConflict):
+		return p.refusedAtCommit(http.StatusConflict, CodeStageConflict,
+			"the run is no longer in the stage this advance leaves (another advance won); nothing was written",
+			"lifecycle")
 	case errors.Is(err, ledger.ErrConfirmationMismatch), errors.Is(err, ledger.ErrNotFound):
 		// The stored record changed between lookup and commit, or disagrees
 		// with the verified token: never allow on a disagreement.

@@ -80,6 +80,14 @@ type AdmissionRequest struct {
 	ConfirmationRef   string
 	RunID             string
 	ReleasesBooking   bool
+	// Stage is the stage a train.stage.advance moves the run to.
+	Stage string
+	// CheckpointStep is the step a train.restart restarts from; sent only
+	// for train.restart.
+	CheckpointStep int64
+	// EvalReports are eval-authority tokens: the eval report of a stage
+	// advance, ladder decisions for custom data on a create.
+	EvalReports []string
 }
 
 // Response is one answer: the HTTP status and the envelope bytes unchanged.
@@ -108,6 +116,15 @@ func (c *Client) Admit(ctx context.Context, req AdmissionRequest) (Response, err
 	}
 	if req.ReleasesBooking {
 		body["releases_booking"] = true
+	}
+	if req.Stage != "" {
+		body["stage"] = req.Stage
+	}
+	if req.Action == "train.restart" {
+		body["checkpoint_step"] = req.CheckpointStep
+	}
+	if len(req.EvalReports) > 0 {
+		body["eval_reports"] = req.EvalReports
 	}
 	payload, err := json.Marshal(body)
 	if err != nil {

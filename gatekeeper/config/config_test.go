@@ -53,11 +53,13 @@ func TestEvaluationLimits(t *testing.T) {
 func TestLoadBad(t *testing.T) {
 	t.Parallel()
 	cases := map[string]string{
-		"unknown-key.bad.yml":          "field verify not found",
-		"negative-leeway.bad.yml":      "leeway must not be negative",
-		"same-type.bad.yml":            "different token types",
-		"no-signers.bad.yml":           "manifest_signers: at least one key",
-		"negative-evaluations.bad.yml": "limits.max_concurrent_evaluations must be -1 (no bound), 0 (one per CPU) or positive",
+		"unknown-key.bad.yml":             "field verify not found",
+		"negative-leeway.bad.yml":         "leeway must not be negative",
+		"same-type.bad.yml":               "different token types",
+		"evals-shared-audience.bad.yml":   "trust.evals: audience is also trust.callers's",
+		"evals-confirmation-type.bad.yml": "trust.evals: type is also trust.confirmation's",
+		"no-signers.bad.yml":              "manifest_signers: at least one key",
+		"negative-evaluations.bad.yml":    "limits.max_concurrent_evaluations must be -1 (no bound), 0 (one per CPU) or positive",
 	}
 	for file, want := range cases {
 		t.Run(file, func(t *testing.T) {

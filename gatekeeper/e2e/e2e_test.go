@@ -129,7 +129,7 @@ func serve(t testing.TB, store ledger.Store) string {
 		}
 	})
 	svc, err := admission.New(admission.Options{
-		Entitlement: ts.Entitlement, Confirmation: ts.Confirmation, Manifests: ts.Manifests,
+		Entitlement: ts.Entitlement, Confirmation: ts.Confirmation, Manifests: ts.Manifests, Evals: ts.Evals,
 		Ledger: store, Policy: func() admission.Decider { return eng }, Logger: log,
 	})
 	if err != nil {

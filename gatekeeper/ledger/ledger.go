@@ -63,6 +63,14 @@ var (
 	// admission rests on was revoked (see RevocationError). Nothing was
 	// written.
 	ErrRevoked = errors.New("revoked")
+	// ErrStageConflict: a train.stage.advance whose FromStage is not the
+	// run's recorded stage (another advance won the race). Stages only move
+	// forward, one step per admission. Nothing was written.
+	ErrStageConflict = errors.New("run stage changed")
+	// ErrRunEnded: a train.stage.advance or train.restart of a run that is
+	// not live (RunRecord.Live: cancelled, cleaned up, released or past its
+	// declared end). Nothing was written.
+	ErrRunEnded = errors.New("run ended")
 	// ErrConfirmationDuplicate: a confirmation with that reference or that jti
 	// was deposited before (it may since have been consumed or swept).
 	ErrConfirmationDuplicate = errors.New("confirmation already deposited")
@@ -123,9 +131,14 @@ type Store interface {
 	//   - train.create must pass CheckCapacity against the booking's runs
 	//     (else a *CapacityError, ErrCapacityExceeded, or
 	//     ErrBookingReleased);
-	//   - the admission is written; train.create writes its RunRecord,
-	//     train.cancel/cleanup end the run a.RunID (if it was live),
-	//     booking.release marks the booking released and ends its runs.
+	//   - train.stage.advance needs the run's RunRecord (else ErrNotFound),
+	//     live at a.CreatedAt (else ErrRunEnded) and in a.FromStage (else
+	//     ErrStageConflict); train.restart needs it live (else ErrRunEnded);
+	//   - the admission is written; train.create writes its RunRecord (with
+	//     a.Stage as the run's stage), train.cancel/cleanup end the run
+	//     a.RunID (if it was live), train.stage.advance moves its stage to
+	//     a.Stage, booking.release marks the booking released and ends its
+	//     runs.
 	//
 	// Commits on one booking are serialized, so the capacity rule holds
 	// across processes sharing a store.
@@ -239,12 +252,19 @@ const (
 	AdmissionCleanupAdmitted AdmissionState = "cleanup_admitted"
 	// AdmissionReleaseAdmitted: booking.release of BookingID was allowed.
 	AdmissionReleaseAdmitted AdmissionState = "release_admitted"
+	// AdmissionStageAdvanced: train.stage.advance of the run RunID from
+	// FromStage to Stage was allowed and recorded.
+	AdmissionStageAdvanced AdmissionState = "stage_advanced"
+	// AdmissionRestartAdmitted: train.restart of the run RunID from
+	// checkpoint CheckpointStep was allowed.
+	AdmissionRestartAdmitted AdmissionState = "restart_admitted"
 )
 
 // Valid reports whether s is one of the documented states.
 func (s AdmissionState) Valid() bool {
 	switch s {
-	case AdmissionAdmitted, AdmissionCancelAdmitted, AdmissionCleanupAdmitted, AdmissionReleaseAdmitted:
+	case AdmissionAdmitted, AdmissionCancelAdmitted, AdmissionCleanupAdmitted, AdmissionReleaseAdmitted,
+		AdmissionStageAdvanced, AdmissionRestartAdmitted:
 		return true
 	}
 	return false
@@ -295,4 +315,11 @@ type Admission struct {
 	// replay and a status lookup hand back the very same ticket; empty for
 	// other actions and when tickets are not configured.
 	Ticket string
+	// Stage is, for train.create, the run's first stage (its manifest's
+	// objective.stage; may be empty) and, for train.stage.advance, the stage
+	// the run moves to; FromStage is the stage an advance leaves.
+	Stage     string
+	FromStage string
+	// CheckpointStep is the step a train.restart restarts from.
+	CheckpointStep int64
 }

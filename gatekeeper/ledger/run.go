@@ -46,6 +46,10 @@ type RunRecord struct {
 	// was not ended that way.
 	EndedAt time.Time
 	EndedBy string
+	// Stage is the curriculum stage the run is in: its manifest's
+	// objective.stage at train.create, moved one step by each
+	// train.stage.advance ("" when the manifest named none).
+	Stage string
 }
 
 // Live reports whether the run holds its GPUs at now: not ended by an
@@ -168,7 +172,7 @@ func CheckBindings(c Confirmation, a Admission) error {
 		if c.ManifestDigest != a.ManifestDigest {
 			return mismatch("manifest digest")
 		}
-	case "train.cancel", "train.cleanup":
+	case "train.cancel", "train.cleanup", "train.stage.advance", "train.restart":
 		if c.RunID != a.RunID {
 			return mismatch("run id")
 		}
@@ -199,4 +203,22 @@ func CheckHeld(runs []RunRecord) []string {
 		}
 	}
 	return out
+}
+
+// CheckRunStep is the ledger's own check of a train.stage.advance or
+// train.restart against the run it acts on, whatever the policy decided:
+// the run is the admission's account's, on its booking (else
+// ErrConfirmationMismatch), live at a.CreatedAt (else ErrRunEnded) and, for
+// an advance, still in a.FromStage (else ErrStageConflict: another advance
+// won). Stores call it inside the commit, where the run cannot change.
+func CheckRunStep(r RunRecord, a Admission) error {
+	switch {
+	case r.Account != a.Account || r.BookingID != a.BookingID:
+		return fmt.Errorf("ledger: commit: run of another booking or account: %w", ErrConfirmationMismatch)
+	case !r.Live(a.CreatedAt):
+		return fmt.Errorf("ledger: commit: %w", ErrRunEnded)
+	case a.State == AdmissionStageAdvanced && r.Stage != a.FromStage:
+		return fmt.Errorf("ledger: commit: %w", ErrStageConflict)
+	}
+	return nil
 }

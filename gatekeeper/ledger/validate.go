@@ -105,9 +105,21 @@ func (a Admission) Validate() error {
 		if !IsRunID(a.RunID) {
 			return bad("RunID", "is not a run id from NewRunID")
 		}
-	case AdmissionCancelAdmitted, AdmissionCleanupAdmitted:
+	case AdmissionCancelAdmitted, AdmissionCleanupAdmitted, AdmissionRestartAdmitted:
 		if p := idProblem(a.RunID); p != "" {
 			return bad("RunID", p)
+		}
+	case AdmissionStageAdvanced:
+		if p := idProblem(a.RunID); p != "" {
+			return bad("RunID", p)
+		}
+		for _, f := range []struct{ name, v string }{{"Stage", a.Stage}, {"FromStage", a.FromStage}} {
+			if p := idProblem(f.v); p != "" {
+				return bad(f.name, p)
+			}
+		}
+		if a.Stage == a.FromStage {
+			return bad("Stage", "equals FromStage")
 		}
 	case AdmissionReleaseAdmitted:
 	default:
@@ -135,6 +147,15 @@ func (a Admission) Validate() error {
 		}
 	} else if a.GPUs != 0 || a.BookedGPUs != 0 || !a.LiveUntil.IsZero() {
 		return bad("GPUs", "and BookedGPUs, LiveUntil are only for train.create")
+	}
+	if p := textProblem(a.Stage); p != "" {
+		return bad("Stage", p)
+	}
+	if a.CheckpointStep < 0 || (a.CheckpointStep != 0 && a.State != AdmissionRestartAdmitted) {
+		return bad("CheckpointStep", "is negative or set on an admission that is not a restart")
+	}
+	if a.FromStage != "" && a.State != AdmissionStageAdvanced {
+		return bad("FromStage", "is set on an admission that is not a stage advance")
 	}
 	return nil
 }

@@ -99,7 +99,13 @@ func (r *Runner) Run(ctx context.Context, cases []FixtureCase) []Result {
 	}
 	add(check("no caller token", Expect{Status: http.StatusUnauthorized, Codes: []string{"CALLER_UNAUTHENTICATED"}}, a, err))
 
-	// 10. Every fixture manifest with its expected decision.
+	// 10. A run's life: create, stage advances (evals pass; an eval fails,
+	// no override), restart from a checkpoint, cancel, restart refused.
+	for _, res := range r.RunLife(ctx) {
+		add(res)
+	}
+
+	// 11. Every fixture manifest with its expected decision.
 	for _, fc := range cases {
 		m, err := r.LoadManifest(strings.TrimSuffix(fc.Manifest, ".json"))
 		if err != nil {

@@ -81,7 +81,7 @@ func newHarnessServer(t *testing.T, mutate func(*admission.Options), mutateServe
 	t.Cleanup(dl.Close)
 	metrics := server.NewMetrics()
 	opts := admission.Options{
-		Entitlement: ts.Entitlement, Confirmation: ts.Confirmation, Manifests: ts.Manifests,
+		Entitlement: ts.Entitlement, Confirmation: ts.Confirmation, Manifests: ts.Manifests, Evals: ts.Evals,
 		Ledger: store, Policy: func() admission.Decider { return engine }, Logger: log, DecisionLog: dl,
 		OnLedgerError: metrics.LedgerError, Tickets: ts.Tickets,
 	}

@@ -104,7 +104,8 @@ func writeRunLife(tx *bbolt.Tx, a ledger.Admission) error {
 			return abort(err)
 		}
 		r := runRecord{RunID: a.RunID, Account: a.Account, BookingID: a.BookingID, ManifestDigest: a.ManifestDigest,
-			GPUs: a.GPUs, BookedGPUs: a.BookedGPUs, AdmittedAt: a.CreatedAt.UTC(), LiveUntil: a.LiveUntil.UTC()}
+			GPUs: a.GPUs, BookedGPUs: a.BookedGPUs, AdmittedAt: a.CreatedAt.UTC(), LiveUntil: a.LiveUntil.UTC(),
+			Stage: a.Stage}
 		if err := putJSON(recs, []byte(a.RunID), r); err != nil {
 			return err
 		}
@@ -121,6 +122,22 @@ func writeRunLife(tx *bbolt.Tx, a ledger.Admission) error {
 			return abort(fmt.Errorf("ledger: commit: run of another booking or account: %w", ledger.ErrConfirmationMismatch))
 		}
 		return end(r)
+	case "train.stage.advance", "train.restart":
+		if recs.Get([]byte(a.RunID)) == nil {
+			return abort(fmt.Errorf("ledger: commit: run: %w", ledger.ErrNotFound))
+		}
+		r, err := getRun(recs, a.RunID)
+		if err != nil {
+			return err
+		}
+		if err := ledger.CheckRunStep(r.run(), a); err != nil {
+			return abort(err)
+		}
+		if a.Action == "train.restart" {
+			return nil
+		}
+		r.Stage = a.Stage
+		return putJSON(recs, []byte(r.RunID), r)
 	case "booking.release":
 		bookings := tx.Bucket(bucketBookings)
 		if bookings.Get([]byte(a.BookingID)) == nil {

@@ -51,6 +51,9 @@ type admissionRecord struct {
 	BookedGPUs      int                   `json:"booked_gpus,omitempty"`
 	LiveUntil       time.Time             `json:"live_until,omitzero"`
 	Ticket          string                `json:"ticket,omitempty"`
+	Stage           string                `json:"stage,omitempty"`
+	FromStage       string                `json:"from_stage,omitempty"`
+	CheckpointStep  int64                 `json:"checkpoint_step,omitempty"`
 }
 
 type runRecord struct {
@@ -64,6 +67,7 @@ type runRecord struct {
 	LiveUntil      time.Time `json:"live_until"`
 	EndedAt        time.Time `json:"ended_at,omitzero"`
 	EndedBy        string    `json:"ended_by,omitempty"`
+	Stage          string    `json:"stage,omitempty"`
 }
 
 type bookingRecord struct {
@@ -84,7 +88,7 @@ func (r runRecord) run() ledger.RunRecord {
 	return ledger.RunRecord{
 		RunID: r.RunID, Account: r.Account, BookingID: r.BookingID, ManifestDigest: r.ManifestDigest,
 		GPUs: r.GPUs, BookedGPUs: r.BookedGPUs, AdmittedAt: r.AdmittedAt.UTC(), LiveUntil: r.LiveUntil.UTC(),
-		EndedAt: utcOrZero(r.EndedAt), EndedBy: r.EndedBy,
+		EndedAt: utcOrZero(r.EndedAt), EndedBy: r.EndedBy, Stage: r.Stage,
 	}
 }
 
@@ -155,6 +159,9 @@ func admissionToRecord(a ledger.Admission) admissionRecord {
 		BookedGPUs:      a.BookedGPUs,
 		LiveUntil:       utcOrZero(a.LiveUntil),
 		Ticket:          a.Ticket,
+		Stage:           a.Stage,
+		FromStage:       a.FromStage,
+		CheckpointStep:  a.CheckpointStep,
 	}
 }
 
@@ -180,6 +187,9 @@ func (r admissionRecord) admission() ledger.Admission {
 		BookedGPUs:      r.BookedGPUs,
 		LiveUntil:       utcOrZero(r.LiveUntil),
 		Ticket:          r.Ticket,
+		Stage:           r.Stage,
+		FromStage:       r.FromStage,
+		CheckpointStep:  r.CheckpointStep,
 	}
 }
 

@@ -85,6 +85,11 @@ var cases = []struct {
 	{"ConcurrentDepositsOneJTI", testConcurrentDepositsOneJTI},
 	{"ConcurrentSweepAndCommit", testConcurrentSweepAndCommit},
 	{"RunIDReused", testRunIDReused},
+	{"StageAdvance", testStageAdvance},
+	{"StageAdvanceUnknownRun", testStageAdvanceUnknownRun},
+	{"RestartRecordsStep", testRestartRecordsStep},
+	{"EndedRunNeitherAdvancesNorRestarts", testEndedRunNeitherAdvancesNorRestarts},
+	{"ConcurrentStageAdvances", testConcurrentStageAdvances},
 	{"CommitTimePrecision", testCommitTimePrecision},
 	{"LongAndUnicodeIDs", testLongAndUnicodeIDs},
 	{"RunRecordLife", testRunRecordLife},
@@ -193,6 +198,8 @@ func admission(c ledger.Confirmation, key, request string) ledger.Admission {
 		a.State, a.RunID = ledger.AdmissionCleanupAdmitted, c.RunID
 	case "booking.release":
 		a.State, a.RunID = ledger.AdmissionReleaseAdmitted, ""
+	case "train.restart":
+		a.State = ledger.AdmissionRestartAdmitted
 	}
 	return a
 }

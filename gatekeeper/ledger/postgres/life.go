@@ -52,7 +52,7 @@ func (s *Store) commitOnce(ctx context.Context, a ledger.Admission) (ledger.Admi
 	b.Queue(s.q.commit, a.Account, a.IdempotencyKey, a.RequestDigest, a.DecisionID, a.RunID,
 		a.Action, a.BookingID, a.ManifestDigest, a.ConfirmationRef, a.ConfirmationJTI, a.BundleRevision,
 		string(a.State), a.CreatedAt, a.EntitlementJTI, a.CallerKeyID, a.CostMicroUSD, a.GPUs, a.BookedGPUs, liveUntil,
-		kinds, subjects, a.Ticket)
+		kinds, subjects, a.Ticket, a.Stage, a.FromStage, a.CheckpointStep)
 	br := conn.SendBatch(qctx, b)
 	var tag pgconn.CommandTag
 	_, err = br.Exec()
@@ -159,6 +159,16 @@ func (s *Store) explain(qctx, ctx context.Context, conn *pgxpool.Conn, a ledger.
 		if runErr == nil && (run.BookingID != a.BookingID || run.Account != a.Account) {
 			return ledger.Admission{}, false, fmt.Errorf("ledger: commit: run of another booking or account: %w", ledger.ErrConfirmationMismatch)
 		}
+	case "train.stage.advance", "train.restart":
+		switch {
+		case errors.Is(runErr, pgx.ErrNoRows):
+			return ledger.Admission{}, false, fmt.Errorf("ledger: commit: run: %w", ledger.ErrNotFound)
+		case runErr != nil:
+			return ledger.Admission{}, false, s.fault(ctx, "commit", runErr)
+		}
+		if err := ledger.CheckRunStep(run, a); err != nil {
+			return ledger.Admission{}, false, err
+		}
 	}
 	return ledger.Admission{}, false, &retryable{err: errUnexplained}
 }
@@ -177,7 +187,7 @@ func revocationArrays(a ledger.Admission) ([]string, []string) {
 func isDomain(err error) bool {
 	for _, e := range []error{ledger.ErrNotFound, ledger.ErrKeyConflict, ledger.ErrConfirmationMismatch,
 		ledger.ErrCostExceeded, ledger.ErrRevoked, ledger.ErrConfirmationConsumed, ledger.ErrConfirmationExpired,
-		ledger.ErrCapacityExceeded, ledger.ErrBookingReleased} {
+		ledger.ErrCapacityExceeded, ledger.ErrBookingReleased, ledger.ErrRunEnded, ledger.ErrStageConflict} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -277,7 +287,7 @@ func scanRun(row pgx.Row) (ledger.RunRecord, error) {
 		endedBy *string
 	)
 	err := row.Scan(&r.RunID, &r.Account, &r.BookingID, &r.ManifestDigest, &r.GPUs, &r.BookedGPUs,
-		&r.AdmittedAt, &r.LiveUntil, &endedAt, &endedBy)
+		&r.AdmittedAt, &r.LiveUntil, &endedAt, &endedBy, &r.Stage)
 	if err != nil {
 		return ledger.RunRecord{}, err
 	}

@@ -224,8 +224,9 @@ const (
 		booking_id, manifest_digest, run_id, cost_micro_usd`
 	admissionCols = `account, idempotency_key, request_digest, decision_id, run_id, action, booking_id,
 		manifest_digest, confirmation_ref, confirmation_jti, bundle_revision, state, created_at,
-		entitlement_jti, caller_key_id, cost_micro_usd, gpus, booked_gpus, live_until, ticket`
-	runCols        = `run_id, account, booking_id, manifest_digest, gpus, booked_gpus, admitted_at, live_until, ended_at, ended_by`
+		entitlement_jti, caller_key_id, cost_micro_usd, gpus, booked_gpus, live_until, ticket,
+		stage, from_stage, checkpoint_step`
+	runCols        = `run_id, account, booking_id, manifest_digest, gpus, booked_gpus, admitted_at, live_until, ended_at, ended_by, stage`
 	revocationCols = `kind, subject, reason, revoked_by, revoked_at, expires_at`
 )
 
@@ -239,13 +240,16 @@ func newQueries(schema string) queries {
 		lockBooking: `SELECT pg_advisory_xact_lock($1)`,
 		// See Commit. $1..$19 are the admission's columns in {acols} order,
 		// $20/$21 the (kind, subject) pairs that must not be revoked, $22
-		// the admission ticket (the last of {acols}).
+		// the admission ticket, $23..$25 its stage, from_stage and
+		// checkpoint_step: an advance or restart needs its run live on the
+		// booking (an advance: in stage $24), and an advance moves the run
+		// to $23.
 		commit: r.Replace(`WITH consumed AS (
 				UPDATE {s}.confirmations c SET state = 'consumed', consumed_by = $2, consumed_at = $13
 				WHERE c.ref = $9 AND c.state = 'available' AND c.account = $1 AND c.action = $6 AND c.jti = $10
 					AND c.booking_id = $7
 					AND ($6 <> 'train.create' OR c.manifest_digest = $8)
-					AND ($6 NOT IN ('train.cancel', 'train.cleanup') OR c.run_id = $5)
+					AND ($6 NOT IN ('train.cancel', 'train.cleanup', 'train.stage.advance', 'train.restart') OR c.run_id = $5)
 					AND c.cost_micro_usd >= $16
 					AND NOT EXISTS (SELECT 1 FROM {s}.admissions WHERE account = $1 AND idempotency_key = $2)
 					AND NOT EXISTS (SELECT 1 FROM {s}.revocations r
@@ -258,10 +262,17 @@ func newQueries(schema string) queries {
 								AND (ended_at IS NULL OR ended_at > $13)) + $17 <= $18))
 					AND ($6 NOT IN ('train.cancel', 'train.cleanup') OR NOT EXISTS (
 						SELECT 1 FROM {s}.runs WHERE run_id = $5 AND (account <> $1 OR booking_id <> $7)))
+					AND ($6 NOT IN ('train.stage.advance', 'train.restart') OR EXISTS (
+						SELECT 1 FROM {s}.runs WHERE run_id = $5 AND account = $1 AND booking_id = $7
+							AND admitted_at <= $13 AND live_until > $13 AND (ended_at IS NULL OR ended_at > $13)
+							AND ($6 <> 'train.stage.advance' OR stage = $24)))
 				RETURNING c.ref),
 			created AS (
 				INSERT INTO {s}.runs ({rcols})
-				SELECT $5, $1, $7, $8, $17, $18, $13, $19, NULL, NULL FROM consumed WHERE $6 = 'train.create'),
+				SELECT $5, $1, $7, $8, $17, $18, $13, $19, NULL, NULL, $23 FROM consumed WHERE $6 = 'train.create'),
+			staged AS (
+				UPDATE {s}.runs SET stage = $23
+				WHERE run_id = $5 AND $6 = 'train.stage.advance' AND EXISTS (SELECT 1 FROM consumed)),
 			ended AS (
 				UPDATE {s}.runs SET ended_at = $13, ended_by = $6
 				WHERE EXISTS (SELECT 1 FROM consumed) AND ended_at IS NULL AND live_until > $13
@@ -272,14 +283,15 @@ func newQueries(schema string) queries {
 				SELECT $7, $13, $2 FROM consumed WHERE $6 = 'booking.release'
 				ON CONFLICT (booking_id) DO NOTHING)
 			INSERT INTO {s}.admissions ({acols})
-			SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $22 FROM consumed`),
+			SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $22, $23, $24, $25
+			FROM consumed`),
 		confirmationForUpdate: r.Replace(`SELECT {ccols} FROM {s}.confirmations WHERE ref = $1 FOR UPDATE`),
 		revocations:           r.Replace(`SELECT {vcols} FROM {s}.revocations WHERE kind = ANY($1) AND subject = ANY($2)`),
 		bookingRuns: r.Replace(`SELECT {rcols} FROM {s}.runs
 			WHERE booking_id = $1 AND (ended_at IS NULL OR ended_at > $2) AND live_until > $2
 			ORDER BY admitted_at, run_id`),
 		released:  r.Replace(`SELECT released_at FROM {s}.bookings WHERE booking_id = $1`),
-		insertRun: r.Replace(`INSERT INTO {s}.runs ({rcols}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL)`),
+		insertRun: r.Replace(`INSERT INTO {s}.runs ({rcols}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL, $9)`),
 		runRecord: r.Replace(`SELECT {rcols} FROM {s}.runs WHERE run_id = $1`),
 		endRun: r.Replace(`UPDATE {s}.runs SET ended_at = $2, ended_by = $3
 			WHERE run_id = $1 AND ended_at IS NULL AND live_until > $2`),
@@ -290,7 +302,7 @@ func newQueries(schema string) queries {
 		consume: r.Replace(`UPDATE {s}.confirmations SET state = 'consumed', consumed_by = $2, consumed_at = $3
 			WHERE ref = $1 AND state = 'available'`),
 		insertAdmission: r.Replace(`INSERT INTO {s}.admissions ({acols})
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)`),
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)`),
 		revoke: r.Replace(`INSERT INTO {s}.revocations ({vcols}) VALUES ($1, $2, $3, $4, $5, $6)
 			ON CONFLICT (kind, subject) DO NOTHING`),
 		revoked:          r.Replace(`SELECT {vcols} FROM {s}.revocations WHERE kind = $1 AND subject = $2`),
@@ -664,7 +676,8 @@ func scanAdmission(row pgx.Row) (ledger.Admission, error) {
 	)
 	err := row.Scan(&a.Account, &a.IdempotencyKey, &a.RequestDigest, &a.DecisionID, &a.RunID, &a.Action,
 		&a.BookingID, &a.ManifestDigest, &a.ConfirmationRef, &a.ConfirmationJTI, &a.BundleRevision, &state, &a.CreatedAt,
-		&a.EntitlementJTI, &a.CallerKeyID, &a.CostMicroUSD, &a.GPUs, &a.BookedGPUs, &liveUntil, &a.Ticket)
+		&a.EntitlementJTI, &a.CallerKeyID, &a.CostMicroUSD, &a.GPUs, &a.BookedGPUs, &liveUntil, &a.Ticket,
+		&a.Stage, &a.FromStage, &a.CheckpointStep)
 	if err != nil {
 		return ledger.Admission{}, err
 	}

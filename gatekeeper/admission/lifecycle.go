@@ -1,0 +1,148 @@
+package admission
+
+import (
+	"errors"
+	"regexp"
+	"time"
+
+	"github.com/itocompute/itogate/gatekeeper/ledger"
+)
+
+// The run's life after train.create: a stage advance (with the eval
+// authority's report) and a restart from a checkpoint (with its own
+// confirmation). Both act on a live run of the caller's account on the
+// request's booking; the policy decides (ito.lifecycle) and the ledger
+// re-checks the run's state and stage under the commit.
+
+// Codes of the run's life produced in Go.
+const (
+	// CodeEvalReportInvalid: an eval-authority token does not verify with
+	// trust.evals (signature, issuer, audience, typ, expiry), or no eval
+	// authority is configured.
+	CodeEvalReportInvalid = "EVAL_REPORT_INVALID"
+	// CodeStageConflict: the run's stage changed between the policy's read
+	// and the commit (another advance won), or the run is in no stage the
+	// request expects. Nothing was written.
+	CodeStageConflict = "RUN_STAGE_CONFLICT"
+	// CodeRunNotLive: the ledger found the run cancelled, cleaned up or
+	// past its declared end at commit. Nothing was written.
+	CodeRunNotLive = "RUN_NOT_LIVE"
+)
+
+var reStage = regexp.MustCompile(`^[a-z][a-z_]{0,31}$`)
+
+// validateLifecycle checks the fields only the run's life uses: stage for
+// train.stage.advance, checkpoint_step for train.restart, eval reports for a
+// create (ladder decisions) or an advance (its eval report).
+func validateLifecycle(req Request) error {
+	switch req.Action {
+	case ActionTrainStageAdvance:
+		if !reStage.MatchString(req.Stage) {
+			return errors.New("stage: the stage train.stage.advance moves the run to (lowercase letters and _)")
+		}
+		if len(req.Manifest) == 0 {
+			return errors.New("train.stage.advance needs the run's manifest bytes and signature")
+		}
+	case ActionTrainRestart:
+		if req.CheckpointStep < 0 {
+			return errors.New("checkpoint_step must be >= 0")
+		}
+	}
+	if req.Stage != "" && req.Action != ActionTrainStageAdvance {
+		return errors.New("stage is only for train.stage.advance")
+	}
+	if req.CheckpointStep != 0 && req.Action != ActionTrainRestart {
+		return errors.New("checkpoint_step is only for train.restart")
+	}
+	if len(req.EvalReports) > 0 && req.Action != ActionTrainCreate && req.Action != ActionTrainStageAdvance {
+		return errors.New("eval_reports are only for train.create and train.stage.advance")
+	}
+	if len(req.EvalReports) > MaxEvalReports {
+		return errors.New("eval_reports: too many tokens")
+	}
+	for _, t := range req.EvalReports {
+		if t == "" {
+			return errors.New("eval_reports: empty token")
+		}
+	}
+	return nil
+}
+
+// carriesManifest reports whether the action sends manifest bytes: a create,
+// and a stage advance (the run's own manifest again, for its stages and
+// eval gates).
+func carriesManifest(action string) bool {
+	return action == ActionTrainCreate || action == ActionTrainStageAdvance
+}
+
+// actsOnRun reports whether the action names an admitted run.
+func actsOnRun(action string) bool {
+	switch action {
+	case ActionTrainCancel, ActionTrainCleanup, ActionTrainStageAdvance, ActionTrainRestart:
+		return true
+	}
+	return false
+}
+
+// verifyEvalReports verifies every eval-authority token with trust.evals
+// and returns them as input.eval_reports. Any token that does not verify
+// denies the admission (a forged or expired report is not "missing"); a
+// service without an eval authority verifies none.
+func (s *Service) verifyEvalReports(tokens []string, now time.Time, tr *trace) ([]any, Outcome, bool) {
+	out := make([]any, 0, len(tokens))
+	if len(tokens) == 0 {
+		return out, Outcome{}, false
+	}
+	if s.opts.Evals == nil {
+		return nil, denied(CodeEvalReportInvalid, "no eval authority is configured (trust.evals); eval reports cannot be verified"), true
+	}
+	for i, t := range tokens {
+		c, err := s.opts.Evals.Verify([]byte(t), now)
+		if err != nil {
+			o := denied(tokenCode(err), safeTokenMessage("eval report", err))
+			o.Cause = err
+			return nil, o, true
+		}
+		if i == 0 {
+			tr.keyIDs["evals"], tr.jtis["evals"] = c.KeyID, c.JTI
+		}
+		out = append(out, map[string]any{"verified": true, "key_id": c.KeyID, "claims": copyClaims(c.Raw)})
+	}
+	return out, Outcome{}, false
+}
+
+// runFacts sets input.ledger.run for an advance or restart from the run's
+// record (p.target): whether it is live at now ("live", or how it is not:
+// "cancelled", "cleaned_up", "released", "ended" past its declared end,
+// "unknown" without a record), its stage and the manifest it was admitted
+// with (from its train.create admission).
+func (s *Service) runFacts(p *pending, run ledger.Admission) {
+	if p.req.Action != ActionTrainStageAdvance && p.req.Action != ActionTrainRestart {
+		return
+	}
+	rec := p.target
+	state := "unknown"
+	switch {
+	case rec.RunID == "":
+	case rec.Live(p.now):
+		state = "live"
+	case rec.EndedBy == ActionTrainCancel:
+		state = "cancelled"
+	case rec.EndedBy == ActionTrainCleanup:
+		state = "cleaned_up"
+	case rec.EndedBy == ActionBookingRelease:
+		state = "released"
+	default:
+		state = "ended"
+	}
+	p.runStage = rec.Stage
+	p.runInput = map[string]any{"state": state, "stage": rec.Stage, "manifest_digest": run.ManifestDigest}
+}
+
+// firstStage is the stage a created run starts in: its manifest's
+// objective.stage (schema-validated before the policy ran).
+func firstStage(doc map[string]any) string {
+	obj, _ := doc["objective"].(map[string]any)
+	stage, _ := obj["stage"].(string)
+	return stage
+}

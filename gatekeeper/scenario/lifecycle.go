@@ -1,0 +1,160 @@
+package scenario
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/itocompute/itogate/gatekeeper/client"
+	"github.com/itocompute/itogate/gatekeeper/config"
+	"github.com/itocompute/itogate/gatekeeper/manifest"
+	"github.com/itocompute/itogate/gatekeeper/trust"
+)
+
+// EvalReport mints an eval report of the development eval authority
+// (trust.evals) bound to the run, the stage it ends, the manifest and the
+// battery, with one result per metric.
+func (r *Runner) EvalReport(runID, stage, manifestDigest, battery string, results map[string]float64) (string, error) {
+	return r.mint(r.keys.Evals, config.TypeEvals, map[string]any{
+		"iss": trust.DevEvalsIssuer, "aud": trust.DevEvalsAudience, "sub": "eval-authority",
+		"kind": "eval_report", "run_id": runID, "stage": stage, "manifest_digest": manifestDigest,
+		"battery_id": battery, "results": results,
+	}, 10*time.Minute)
+}
+
+// ConfirmRestart mints a train.restart confirmation for runID from
+// checkpoint step and deposits it.
+func (r *Runner) ConfirmRestart(ctx context.Context, runID string, step int64) (string, error) {
+	tok, err := r.mint(r.keys.Confirmation, config.TypeConfirmation, map[string]any{
+		"iss": trust.DevConfirmationIssuer, "aud": trust.DevAudience, "sub": Account,
+		"act": "train.restart", "booking_id": Booking, "manifest_digest": "", "cost_usd": "0.00",
+		"run_id": runID, "checkpoint_step": step,
+	}, 10*time.Minute)
+	if err != nil {
+		return "", err
+	}
+	return r.depositor.DepositRef(ctx, tok)
+}
+
+// Curriculum is the llama3-8b fixture with a staged curriculum (pretrain →
+// long_context → sft) and an eval gate per stage, signed with the
+// development manifest key.
+func (r *Runner) Curriculum() (Manifest, error) {
+	m, err := r.LoadManifest("llama3-8b")
+	if err != nil {
+		return Manifest{}, err
+	}
+	doc := m.Doc
+	doc["name"] = "llama3-8b-curriculum"
+	doc["stages"] = []string{"pretrain", "long_context", "sft"}
+	doc["eval_gates"] = []map[string]any{
+		{"stage": "pretrain", "suite": "ito-evals", "metric": "mmlu_5shot", "min": 0.25},
+		{"stage": "long_context", "suite": "ito-evals", "metric": "ruler_32k", "min": 0.5},
+		{"stage": "sft", "suite": "ito-evals", "metric": "ifeval_prompt_strict", "min": 0.4},
+	}
+	raw, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return Manifest{}, err
+	}
+	out, err := r.SignManifest(raw)
+	out.Name = "llama3-8b-curriculum"
+	return out, err
+}
+
+// AdvanceRequest builds a train.stage.advance of runID to stage carrying
+// the run's manifest m and reports, with a fresh entitlement and its own
+// deposited confirmation.
+func (r *Runner) AdvanceRequest(ctx context.Context, m Manifest, runID, stage string, reports ...string) (client.AdmissionRequest, error) {
+	ref, err := r.Confirm(ctx, "train.stage.advance", "", "0.00", runID)
+	if err != nil {
+		return client.AdmissionRequest{}, err
+	}
+	ent, err := r.EntitlementFor(m, nil)
+	if err != nil {
+		return client.AdmissionRequest{}, err
+	}
+	return client.AdmissionRequest{
+		Action: "train.stage.advance", BookingID: Booking, IdempotencyKey: r.Key("advance"),
+		Manifest: m.Raw, ManifestSignature: m.Signature, EntitlementToken: ent, ConfirmationRef: ref,
+		RunID: runID, Stage: stage, EvalReports: reports,
+	}, nil
+}
+
+// RestartRequest builds a train.restart of runID from checkpoint step with
+// a fresh entitlement (for m's booking) and its own deposited confirmation.
+func (r *Runner) RestartRequest(ctx context.Context, m Manifest, runID string, step int64) (client.AdmissionRequest, error) {
+	ref, err := r.ConfirmRestart(ctx, runID, step)
+	if err != nil {
+		return client.AdmissionRequest{}, err
+	}
+	ent, err := r.EntitlementFor(m, nil)
+	if err != nil {
+		return client.AdmissionRequest{}, err
+	}
+	return client.AdmissionRequest{
+		Action: "train.restart", BookingID: Booking, IdempotencyKey: r.Key("restart"),
+		EntitlementToken: ent, ConfirmationRef: ref, RunID: runID, CheckpointStep: step,
+	}, nil
+}
+
+// RunLife drives one run through its life: create, a stage advance with
+// passing evals, a stage advance with a failed eval (denied; there is no
+// override field to send), a restart from a checkpoint with its own
+// confirmation, a cancel, and a restart of the cancelled run (denied).
+func (r *Runner) RunLife(ctx context.Context) []Result {
+	var out []Result
+	add := func(res Result) { out = append(out, res) }
+	send := func(req client.AdmissionRequest, err error) (Answer, error) {
+		if err != nil {
+			return Answer{}, err
+		}
+		return r.Admit(ctx, req)
+	}
+	m, err := r.Curriculum()
+	if err != nil {
+		return []Result{{Name: "run life: manifest", Got: err.Error()}}
+	}
+	digest := manifest.Digest(m.Raw)
+	created, _, err := r.Create(ctx, m, r.Key("curriculum"))
+	add(check("run life: create (pretrain → long_context → sft)", Expect{Status: 200}, created, err))
+	runID := created.Data.RunID
+	if runID == "" {
+		return out
+	}
+
+	report, err := r.EvalReport(runID, "pretrain", digest, "ito-battery-pretrain-2026.10",
+		map[string]float64{"mmlu_5shot": 0.31, "hellaswag_acc": 0.42})
+	var a Answer
+	if err == nil {
+		a, err = send(r.AdvanceRequest(ctx, m, runID, "long_context", report))
+	}
+	res := check("run life: advance to long_context (evals pass)", Expect{Status: 200}, a, err)
+	res.Detail = "state " + a.Data.State
+	add(res)
+
+	report, err = r.EvalReport(runID, "long_context", digest, "ito-battery-long-context-2026.10",
+		map[string]float64{"ruler_32k": 0.41, "mmlu_5shot": 0.33})
+	if err == nil {
+		a, err = send(r.AdvanceRequest(ctx, m, runID, "sft", report))
+	}
+	add(check("run life: advance to sft, ruler_32k 0.41 < 0.5 (no override)",
+		Expect{Status: 403, Codes: []string{"EVAL_FAILED", "EVAL_FAILED"}}, a, err))
+
+	a, err = send(r.RestartRequest(ctx, m, runID, 500))
+	add(check("run life: restart from step 500 (own confirmation)", Expect{Status: 200}, a, err))
+
+	ref, err := r.Confirm(ctx, "train.cancel", "", "0.00", runID)
+	if err == nil {
+		var ent string
+		ent, err = r.EntitlementFor(m, nil)
+		if err == nil {
+			a, err = r.Admit(ctx, client.AdmissionRequest{Action: "train.cancel", BookingID: Booking,
+				IdempotencyKey: r.Key("cancel"), EntitlementToken: ent, ConfirmationRef: ref, RunID: runID})
+		}
+	}
+	add(check("run life: cancel", Expect{Status: 200}, a, err))
+
+	a, err = send(r.RestartRequest(ctx, m, runID, 500))
+	add(check("run life: restart the cancelled run", Expect{Status: 403, Codes: []string{"RUN_NOT_LIVE"}}, a, err))
+	return out
+}

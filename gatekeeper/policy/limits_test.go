@@ -99,6 +99,10 @@ func limitsManifest(tb testing.TB, kind string) []byte {
 				"method":        pad("13-gram-overlap-", length(append(decon, "method")...)),
 				"report_digest": "sha256:" + strings.Repeat("5f", 32),
 			},
+			// These shards are not on the bundle's approved catalog: custom
+			// data carries its own dedup provenance (ito.datachecks).
+			"dedup": map[string]any{"method": "minhash-lsh", "ratio": 0.05,
+				"report_digest": "sha256:" + strings.Repeat("6d", 32)},
 		}
 	}
 	m["data"] = data

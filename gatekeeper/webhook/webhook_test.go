@@ -32,10 +32,14 @@ type fixture struct {
 	runID  string
 	ticket string
 	runs   webhook.Runs
+	// opts built h, for a handler that differs in one part.
+	opts webhook.Options
+	// keys signed ticket; its JWKS is what GET /v1/tickets/jwks serves.
+	keys *ticket.Signer
 }
 
 // cancel commits an admitted train.cancel of the run: the run record ends.
-func (f *fixture) cancel(t *testing.T) {
+func (f *fixture) cancel(t testing.TB) {
 	t.Helper()
 	ref := ledger.NewConfirmationRef()
 	if err := f.store.DepositConfirmation(t.Context(), ledger.Confirmation{Ref: ref, JTI: "jti-cancel", Account: "acct_a",
@@ -51,7 +55,7 @@ func (f *fixture) cancel(t *testing.T) {
 	}
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	engine, err := policy.New(t.Context(), policy.Options{Bundle: policies.Bundle()})
 	if err != nil {
@@ -95,16 +99,17 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	runs := webhook.LedgerRuns{Store: store}
-	h, err := webhook.New(webhook.Options{
+	opts := webhook.Options{
 		Tickets: tv, Runs: runs, Workloads: store,
 		Policy:     func() webhook.Decider { return engine },
 		Namespaces: map[string]string{"team-a": "acct_a", "team-b": "acct_b"},
 		Now:        func() time.Time { return now },
-	})
+	}
+	h, err := webhook.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{h: h, store: store, runID: runID, ticket: raw, runs: runs}
+	return &fixture{h: h, opts: opts, store: store, runID: runID, ticket: raw, runs: runs, keys: ts.Tickets}
 }
 
 func job(ns, name, uid, ticket string, parallelism, gpusPerPod int) map[string]any {
@@ -131,9 +136,9 @@ func pod(ns, name, uid, ownerUID, ticket string, gpus int) map[string]any {
 			"resources": map[string]any{"limits": map[string]any{"nvidia.com/gpu": gpus}}}}}}
 }
 
-// post sends one AdmissionReview through HTTP and returns the response.
-func post(t *testing.T, h http.Handler, group, version, kind string, obj map[string]any, dryRun bool) *admissionv1.AdmissionResponse {
-	t.Helper()
+// reviewBody is the admission.k8s.io/v1 AdmissionReview of a CREATE of
+// obj, as the apiserver sends it (request uid "req-<name>").
+func reviewBody(group, version, kind string, obj map[string]any, dryRun bool) []byte {
 	raw, _ := json.Marshal(obj)
 	meta := obj["metadata"].(map[string]any)
 	body, _ := json.Marshal(map[string]any{
@@ -146,6 +151,14 @@ func post(t *testing.T, h http.Handler, group, version, kind string, obj map[str
 			"userInfo": map[string]any{"username": "alice"}, "object": json.RawMessage(raw),
 		},
 	})
+	return body
+}
+
+// post sends one AdmissionReview through HTTP and returns the response.
+func post(t testing.TB, h http.Handler, group, version, kind string, obj map[string]any, dryRun bool) *admissionv1.AdmissionResponse {
+	t.Helper()
+	body := reviewBody(group, version, kind, obj, dryRun)
+	meta := obj["metadata"].(map[string]any)
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest(http.MethodPost, "/validate", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
@@ -163,14 +176,14 @@ func post(t *testing.T, h http.Handler, group, version, kind string, obj map[str
 	return out.Response
 }
 
-func wantDenied(t *testing.T, r *admissionv1.AdmissionResponse, code string) {
+func wantDenied(t testing.TB, r *admissionv1.AdmissionResponse, code string) {
 	t.Helper()
 	if r.Allowed || r.Result == nil || r.Result.Code != http.StatusForbidden || !strings.HasPrefix(r.Result.Message, code+": ") {
 		t.Fatalf("response %+v, want 403 with a message starting %q", r.Result, code)
 	}
 }
 
-func wantAllowed(t *testing.T, r *admissionv1.AdmissionResponse) {
+func wantAllowed(t testing.TB, r *admissionv1.AdmissionResponse) {
 	t.Helper()
 	if !r.Allowed {
 		t.Fatalf("denied: %+v", r.Result)

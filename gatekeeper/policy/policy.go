@@ -273,31 +273,44 @@ func (e *Engine) Stale(now time.Time) bool {
 // docs/policy-input.md). Errors are *Error with one of the codes above; a
 // bundle past its maximum age decides nothing (CodeBundleStale).
 func (e *Engine) Decide(ctx context.Context, input map[string]any) (Decision, error) {
+	r, err := e.evalOne(ctx, e.query, input, "decision")
+	if err != nil {
+		return Decision{}, err
+	}
+	d, err := parseDecision(r.Bindings["decision"])
+	if err != nil {
+		return Decision{}, err
+	}
+	d.LogMask, d.LogMaskErr = parseMask(r.Bindings["log_mask"])
+	d.BundleRevision, d.BundleDigest = e.revision, e.digest
+	return d, nil
+}
+
+// evalOne evaluates q for input under the engine's deadline and expects
+// exactly one result. Errors are *Error: CodeBundleStale past the bundle's
+// maximum age, CodeTimeout at the deadline, CodeEvaluationFailed for any
+// other evaluation error, CodeDecisionInvalid when what ("decision") is
+// undefined.
+func (e *Engine) evalOne(ctx context.Context, q rego.PreparedEvalQuery, input map[string]any, what string) (rego.Result, error) {
 	if e.Stale(e.now()) {
-		return Decision{}, &Error{Code: CodeBundleStale,
+		return rego.Result{}, &Error{Code: CodeBundleStale,
 			Err: fmt.Errorf("bundle %s passed its maximum age at %s", e.revision, e.expires.UTC().Format(time.RFC3339))}
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.deadline)
 	defer cancel()
-	rs, err := e.query.Eval(ctx, rego.EvalInput(input))
+	rs, err := q.Eval(ctx, rego.EvalInput(input))
 	if err != nil {
 		var te *topdown.Error
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) ||
 			(errors.As(err, &te) && te.Code == topdown.CancelErr) {
-			return Decision{}, &Error{Code: CodeTimeout, Err: fmt.Errorf("evaluation exceeded %s", e.deadline)}
+			return rego.Result{}, &Error{Code: CodeTimeout, Err: fmt.Errorf("evaluation exceeded %s", e.deadline)}
 		}
-		return Decision{}, &Error{Code: CodeEvaluationFailed, Err: err}
+		return rego.Result{}, &Error{Code: CodeEvaluationFailed, Err: err}
 	}
 	if len(rs) != 1 {
-		return Decision{}, &Error{Code: CodeDecisionInvalid, Err: errors.New("decision is undefined")}
+		return rego.Result{}, &Error{Code: CodeDecisionInvalid, Err: fmt.Errorf("%s is undefined", what)}
 	}
-	d, err := parseDecision(rs[0].Bindings["decision"])
-	if err != nil {
-		return Decision{}, err
-	}
-	d.LogMask, d.LogMaskErr = parseMask(rs[0].Bindings["log_mask"])
-	d.BundleRevision, d.BundleDigest = e.revision, e.digest
-	return d, nil
+	return rs[0], nil
 }
 
 // WorkloadDecision is a validated data.ito.workload.decision.
@@ -314,25 +327,11 @@ type WorkloadDecision struct {
 // DecideWorkload evaluates WorkloadQuery for input (docs/kubernetes.md),
 // with the same deadline, staleness and error codes as Decide.
 func (e *Engine) DecideWorkload(ctx context.Context, input map[string]any) (WorkloadDecision, error) {
-	if e.Stale(e.now()) {
-		return WorkloadDecision{}, &Error{Code: CodeBundleStale,
-			Err: fmt.Errorf("bundle %s passed its maximum age at %s", e.revision, e.expires.UTC().Format(time.RFC3339))}
-	}
-	ctx, cancel := context.WithTimeout(ctx, e.deadline)
-	defer cancel()
-	rs, err := e.workload.Eval(ctx, rego.EvalInput(input))
+	r, err := e.evalOne(ctx, e.workload, input, "workload decision")
 	if err != nil {
-		var te *topdown.Error
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) ||
-			(errors.As(err, &te) && te.Code == topdown.CancelErr) {
-			return WorkloadDecision{}, &Error{Code: CodeTimeout, Err: fmt.Errorf("evaluation exceeded %s", e.deadline)}
-		}
-		return WorkloadDecision{}, &Error{Code: CodeEvaluationFailed, Err: err}
+		return WorkloadDecision{}, err
 	}
-	if len(rs) != 1 {
-		return WorkloadDecision{}, &Error{Code: CodeDecisionInvalid, Err: errors.New("workload decision is undefined")}
-	}
-	raw := rs[0].Bindings["decision"]
+	raw := r.Bindings["decision"]
 	d, err := parseDecision(raw)
 	if err != nil {
 		return WorkloadDecision{}, err

@@ -14,7 +14,8 @@ import (
 
 // outside matches references to documents outside the repository: the
 // design notes the project started from, and absolute workstation paths.
-var outside = regexp.MustCompile(`design §|DESIGN\.md|shared/reference|/work/`)
+// The character classes keep this file itself from matching the pattern.
+var outside = regexp.MustCompile(`design[ ]§|DESIGN\.md|shared/reference|/w[o]rk/`)
 
 // mdLink matches a relative Markdown link target: ](path) or ](path#anchor).
 var mdLink = regexp.MustCompile(`\]\(([^)#:\s]+)(#[^)\s]*)?\)`)

@@ -38,15 +38,8 @@ func TestAllowEverythingBundleCannotSpend(t *testing.T) {
 		t.Fatal(err)
 	}
 	url, logs := startServe(t, &serveOptions{bundleFile: path}, true)
-	r, err := scenario.New(url, fixtures.Manifests())
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, m := scenarioFor(t, url, "llama3-8b")
 	ctx := context.Background()
-	m, err := r.LoadManifest("llama3-8b")
-	if err != nil {
-		t.Fatal(err)
-	}
 	other, err := r.LoadManifest("llama3-70b")
 	if err != nil {
 		t.Fatal(err)
@@ -204,15 +197,8 @@ func TestEvalExplainsCapacity(t *testing.T) {
 // metrics, which carry no booking label.
 func TestCapacityRaceOverHTTP(t *testing.T) {
 	url, _ := startServe(t, &serveOptions{}, true)
-	r, err := scenario.New(url, fixtures.Manifests())
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, m := scenarioFor(t, url, "llama3-8b")
 	ctx := context.Background()
-	m, err := r.LoadManifest("llama3-8b")
-	if err != nil {
-		t.Fatal(err)
-	}
 	digest := manifest.Digest(m.Raw)
 	cost, _ := m.Doc["budget"].(map[string]any)["ceiling_usd"].(string)
 	hw := m.Doc["hardware"].(map[string]any)

@@ -510,3 +510,18 @@ func TestServeShadowBundle(t *testing.T) {
 		t.Fatalf("disagreement not logged: %s", logs.String())
 	}
 }
+
+// scenarioFor returns a scenario runner against the server at url and the
+// fixture manifest name, failing the test if either cannot be had.
+func scenarioFor(t *testing.T, url, name string) (*scenario.Runner, scenario.Manifest) {
+	t.Helper()
+	r, err := scenario.New(url, fixtures.Manifests())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := r.LoadManifest(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, m
+}

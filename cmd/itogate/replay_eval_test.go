@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/itocompute/itogate/fixtures"
 	"github.com/itocompute/itogate/gatekeeper/client"
 	"github.com/itocompute/itogate/gatekeeper/decisionlog"
 	"github.com/itocompute/itogate/gatekeeper/replay"
@@ -49,15 +48,8 @@ func TestReplayBundleArgument(t *testing.T) {
 func TestReplayOfARealLog(t *testing.T) {
 	o := &serveOptions{}
 	url, _ := startServe(t, o, true)
-	r, err := scenario.New(url, fixtures.Manifests())
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, m := scenarioFor(t, url, "llama3-8b")
 	ctx := context.Background()
-	m, err := r.LoadManifest("llama3-8b")
-	if err != nil {
-		t.Fatal(err)
-	}
 	if a, _, err := r.Create(ctx, m, "replay-allow"); err != nil || a.Status != 200 {
 		t.Fatalf("allow: %+v %v", a, err)
 	}

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/itocompute/itogate/fixtures"
 	"github.com/itocompute/itogate/gatekeeper/client"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
@@ -55,15 +54,8 @@ func wantCode(t *testing.T, what string, status int, body string, wantStatus int
 func TestRevocations(t *testing.T) {
 	o := &serveOptions{}
 	url, logs := startServe(t, o, true)
-	r, err := scenario.New(url, fixtures.Manifests())
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, m := scenarioFor(t, url, "llama3-8b")
 	ctx := context.Background()
-	m, err := r.LoadManifest("llama3-8b")
-	if err != nil {
-		t.Fatal(err)
-	}
 	digest := manifest.Digest(m.Raw)
 	cost, _ := m.Doc["budget"].(map[string]any)["ceiling_usd"].(string)
 	revoker, err := r.RevokerToken()

@@ -258,7 +258,7 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 		if cfg.Tickets != nil {
 			leeway = cfg.Tickets.EffectiveLeeway()
 		}
-		stopWebhook, err := startWebhook(ctx, cfg.Webhook, ts, leeway, store, bundles, log)
+		stopWebhook, err := startWebhook(ctx, cfg.Webhook, ts, leeway, store, bundles, metrics, log)
 		if err != nil {
 			return err
 		}

@@ -47,9 +47,10 @@ func devWebhook(o *serveOptions) (*config.Webhook, error) {
 }
 
 // startWebhook runs the admission webhook's own TLS listener until ctx
-// ends. It returns a function that shuts it down.
+// ends; obs (the server's metrics, served on the API listener's /metrics)
+// is told of every review. It returns a function that shuts it down.
 func startWebhook(ctx context.Context, w *config.Webhook, ts *trust.Set, leeway time.Duration, store ledger.Store,
-	bundles *bundle.Manager, log *slog.Logger) (func(), error) {
+	bundles *bundle.Manager, obs webhook.Observer, log *slog.Logger) (func(), error) {
 	if ts.Tickets == nil {
 		return nil, errors.New("webhook: needs tickets (the tickets section)")
 	}
@@ -72,7 +73,7 @@ func startWebhook(ctx context.Context, w *config.Webhook, ts *trust.Set, leeway 
 			}
 			return nil
 		},
-		Namespaces: w.Namespaces, Timeout: w.EffectiveTimeout(), Logger: log,
+		Namespaces: w.Namespaces, Timeout: w.EffectiveTimeout(), Logger: log, Observer: obs,
 	})
 	if err != nil {
 		return nil, err

@@ -35,6 +35,9 @@ type Metrics struct {
 	bundleActivations *prometheus.CounterVec
 	bundleBuiltAt     atomic.Int64 // unix nanoseconds of the signed built_at; 0: unknown
 	bundleAge         prometheus.Collector
+	// the Kubernetes webhook (gatekeeper/webhook), served on this registry
+	webhookReviews  *prometheus.CounterVec
+	webhookDuration *prometheus.HistogramVec
 }
 
 // NewMetrics registers the collectors. Histogram buckets run to 2.5 s:
@@ -94,6 +97,18 @@ func NewMetrics() *Metrics {
 		"Seconds since the active policy bundle was built (the signed built_at in its .manifest); absent for the "+
 			"embedded bundle. Admissions are denied with POLICY_BUNDLE_STALE beyond policy.bundle.max_age.", nil, nil)}
 	m.reg.MustRegister(m.bundleActivations, m.bundleAge)
+	m.webhookReviews = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "itogate_webhook_reviews_total",
+		Help: "Kubernetes admission reviews answered by the webhook, by result (allowed, denied, invalid) and the stable " +
+			"code leading the denial (\"\" when allowed; one count per review).",
+	}, []string{"result", "code"})
+	m.webhookDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "itogate_webhook_review_duration_seconds",
+		Help: "Kubernetes admission review latency in the webhook handler (body read to response written), by result.",
+		// From 0.5 ms (one review's CPU) to the review bound (webhook.timeout, default 2 s) and beyond.
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+	}, []string{"result"})
+	m.reg.MustRegister(m.webhookReviews, m.webhookDuration)
 	m.reg.MustRegister(m.requests, m.duration, m.decisions, m.verifyFail, m.bundleInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -166,6 +181,23 @@ func (m *Metrics) RunGPUs(event string, gpus, held, booked int) {
 	if event == "admitted" && booked > 0 {
 		m.bookingFill.Observe(float64(held) / float64(booked))
 	}
+}
+
+// WebhookReview counts one answered Kubernetes admission review
+// (webhook.Observer). result outside allowed, denied and invalid is
+// labelled "other"; code is a stable code or "other" (codeLabel), "" only
+// when allowed.
+func (m *Metrics) WebhookReview(result, code string, d time.Duration) {
+	switch result {
+	case "allowed":
+		code = ""
+	case "denied", "invalid":
+		code = codeLabel(code)
+	default:
+		result, code = "other", codeLabel(code)
+	}
+	m.webhookReviews.WithLabelValues(result, code).Inc()
+	m.webhookDuration.WithLabelValues(result).Observe(d.Seconds())
 }
 
 // LedgerError counts one ledger failure.

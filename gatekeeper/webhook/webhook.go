@@ -86,8 +86,34 @@ type TicketVerifier interface {
 	Verify(raw []byte, now time.Time) (ticket.Claims, error)
 }
 
-// Options wire a Handler. Every field but Now, Logger and Namespaces is
-// required.
+// Observer is told of every request ServeHTTP answers (itogate serve
+// exports it as Prometheus metrics). It must be safe for concurrent use and
+// must not block.
+type Observer interface {
+	// WebhookReview reports one answered request: result is ResultAllowed,
+	// ResultDenied or ResultInvalid; code is the stable code that leads the
+	// denial's status.message ("" when allowed; CodeReviewInvalid when
+	// invalid); d is the time from the request reaching the handler to the
+	// response being written.
+	WebhookReview(result, code string, d time.Duration)
+}
+
+// Results an Observer is told.
+const (
+	// ResultAllowed: the review was answered allowed.
+	ResultAllowed = "allowed"
+	// ResultDenied: the review was answered not allowed (any code, the
+	// faults' LEDGER_UNAVAILABLE and POLICY_* included).
+	ResultDenied = "denied"
+	// ResultInvalid: the request was not an AdmissionReview the handler
+	// decides (wrong method, media type, size or shape): HTTP 4xx,
+	// nothing decided, and the apiserver's failure policy refuses the
+	// object.
+	ResultInvalid = "invalid"
+)
+
+// Options wire a Handler. Every field but Now, Logger, Observer and
+// Namespaces is required.
 type Options struct {
 	Tickets   TicketVerifier
 	Runs      Runs
@@ -102,6 +128,8 @@ type Options struct {
 	Timeout time.Duration
 	Now     func() time.Time
 	Logger  *slog.Logger
+	// Observer, when set, is told of every answered request.
+	Observer Observer
 }
 
 // Handler serves POST /validate. It is safe for concurrent use.
@@ -138,23 +166,28 @@ func New(opts Options) (*Handler, error) {
 // Fail refuses the object); everything else gets HTTP 200 with the review
 // response, allowed or not.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	invalid := func(msg string, status int) {
+		http.Error(w, CodeReviewInvalid+": "+msg, status)
+		h.observe(ResultInvalid, CodeReviewInvalid, start)
+	}
 	if r.Method != http.MethodPost {
-		http.Error(w, CodeReviewInvalid+": POST an AdmissionReview", http.StatusMethodNotAllowed)
+		invalid("POST an AdmissionReview", http.StatusMethodNotAllowed)
 		return
 	}
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		http.Error(w, CodeReviewInvalid+": Content-Type must be application/json", http.StatusUnsupportedMediaType)
+		invalid("Content-Type must be application/json", http.StatusUnsupportedMediaType)
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxReviewBytes+1))
 	if err != nil || len(body) > MaxReviewBytes {
-		http.Error(w, CodeReviewInvalid+": body unreadable or larger than the limit", http.StatusRequestEntityTooLarge)
+		invalid("body unreadable or larger than the limit", http.StatusRequestEntityTooLarge)
 		return
 	}
 	var review admissionv1.AdmissionReview
 	if err := json.Unmarshal(body, &review); err != nil || review.Request == nil ||
 		review.APIVersion != "admission.k8s.io/v1" || review.Kind != "AdmissionReview" || review.Request.UID == "" {
-		http.Error(w, CodeReviewInvalid+": not an admission.k8s.io/v1 AdmissionReview with a request", http.StatusBadRequest)
+		invalid("not an admission.k8s.io/v1 AdmissionReview with a request", http.StatusBadRequest)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.opts.Timeout)
@@ -166,11 +199,33 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(out); err != nil {
-		http.Error(w, "internal error", http.StatusInternalServerError)
+		// Not reachable with these types; the apiserver fails the call.
+		http.Error(w, "INTERNAL_ERROR: the response did not encode", http.StatusInternalServerError)
+		h.observe(ResultDenied, "INTERNAL_ERROR", start)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(buf.Bytes())
+	if resp.Allowed {
+		h.observe(ResultAllowed, "", start)
+		return
+	}
+	h.observe(ResultDenied, leadingCode(resp), start)
+}
+
+func (h *Handler) observe(result, code string, start time.Time) {
+	if h.opts.Observer != nil {
+		h.opts.Observer.WebhookReview(result, code, time.Since(start))
+	}
+}
+
+// leadingCode is the stable code a denial's status.message starts with.
+func leadingCode(resp *admissionv1.AdmissionResponse) string {
+	if resp.Result == nil {
+		return ""
+	}
+	code, _, _ := strings.Cut(resp.Result.Message, ":")
+	return code
 }
 
 // Review decides one admission request.
@@ -321,10 +376,7 @@ func (h *Handler) finish(req *admissionv1.AdmissionRequest, rv review, f *review
 	if f == nil {
 		f = &reviewFacts{}
 	}
-	code := ""
-	if resp.Result != nil {
-		code, _, _ = strings.Cut(resp.Result.Message, ":")
-	}
+	code := leadingCode(resp)
 	h.opts.Logger.Info("workload review", "uid", string(req.UID), "operation", string(req.Operation),
 		"kind", req.Kind.Group+"/"+req.Kind.Kind, "namespace", req.Namespace, "name", rv.name,
 		"dry_run", req.DryRun != nil && *req.DryRun, "allowed", resp.Allowed, "code", code,

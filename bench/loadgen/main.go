@@ -8,6 +8,10 @@
 //	loadgen -target itogate -url http://127.0.0.1:P -path allow -mode open   -rate 200   -duration 10s
 //	loadgen -target opa     -url http://127.0.0.1:Q -path allow -mode closed -workers 16 -duration 10s
 //
+// -target webhook and -target opa-webhook drive Pod AdmissionReviews over
+// HTTPS against itogate's Kubernetes webhook and its `opa run --server`
+// peer (webhook.go).
+//
 // Closed loop: -workers goroutines each send the next request when the last
 // one answered. Open loop: requests start on a fixed schedule (-rate per
 // second) whatever the answers do, and latency is measured from the scheduled
@@ -39,14 +43,20 @@ import (
 
 type options struct {
 	target, base, path, mode, label string
+	state, caFile                   string // webhook targets
 	workers, rate, max, pool        int
 	duration                        time.Duration
 }
 
 func main() {
 	var o options
-	flag.StringVar(&o.target, "target", "itogate", "itogate or opa")
-	flag.StringVar(&o.base, "url", "", "base URL, loopback only (http://127.0.0.1:PORT)")
+	flag.StringVar(&o.target, "target", "itogate", "itogate, opa, webhook (itogate's Kubernetes webhook) or opa-webhook (its opa run --server peer)")
+	flag.StringVar(&o.base, "url", "", "base URL, loopback only (http://127.0.0.1:PORT; https:// for the webhook targets)")
+	flag.StringVar(&o.state, "state", "", "webhook targets: the file -webhook-setup wrote")
+	flag.StringVar(&o.caFile, "ca-file", "", "webhook targets and -webhook-setup: the PEM certificate the HTTPS server presents (-write-cert)")
+	webhookSetupPath := flag.String("webhook-setup", "", "admit a run through -url (itogate's API), bind its Job through -webhook-url, write the state for the webhook targets to this file and exit")
+	webhookURL := flag.String("webhook-url", "", "-webhook-setup: itogate's webhook listener (https://127.0.0.1:PORT)")
+	certDir := flag.String("write-cert", "", "write a self-signed certificate for 127.0.0.1 (cert.pem, key.pem) to this directory and exit")
 	flag.StringVar(&o.path, "path", "deny", "deny (parallelism deny, no ledger write) or allow (durable commit)")
 	flag.StringVar(&o.mode, "mode", "closed", "closed (workers at max) or open (fixed rate)")
 	flag.IntVar(&o.workers, "workers", 16, "closed loop: concurrent workers")
@@ -61,6 +71,20 @@ func main() {
 	if *writeInput != "" {
 		if err := printInput(*writeInput); err != nil {
 			fmt.Fprintln(os.Stderr, "loadgen:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *certDir != "" {
+		if err := writeCert(*certDir); err != nil {
+			fmt.Fprintln(os.Stderr, "loadgen:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *webhookSetupPath != "" {
+		if err := webhookSetup(*webhookSetupPath, o.base, *webhookURL, o.caFile); err != nil {
+			fmt.Fprintln(os.Stderr, "loadgen: webhook setup:", err)
 			os.Exit(1)
 		}
 		return
@@ -81,18 +105,31 @@ func main() {
 	}
 }
 
-func run(o options) error {
-	u, err := url.Parse(o.base)
-	if err != nil || u.Scheme != "http" {
-		return fmt.Errorf("-url must be http://127.0.0.1:PORT")
+// loopbackURL: raw is scheme://<loopback address>:PORT.
+func loopbackURL(raw, scheme string) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != scheme {
+		return fmt.Errorf("url %q must be %s://127.0.0.1:PORT", raw, scheme)
 	}
 	if ip := net.ParseIP(u.Hostname()); ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("-url %s: only loopback addresses are allowed", o.base)
+		return fmt.Errorf("url %s: only loopback addresses are allowed", raw)
+	}
+	return nil
+}
+
+func run(o options) error {
+	webhookTarget := o.target == "webhook" || o.target == "opa-webhook"
+	scheme := "http"
+	if webhookTarget {
+		scheme = "https"
+	}
+	if err := loopbackURL(o.base, scheme); err != nil {
+		return fmt.Errorf("-url: %w", err)
 	}
 	if o.duration <= 0 || o.duration > 10*time.Minute {
 		return fmt.Errorf("-duration must be in (0, 10m]")
 	}
-	if o.path != "deny" && o.path != "allow" {
+	if o.path != "deny" && o.path != "allow" && !webhookTarget {
 		return fmt.Errorf("-path must be deny or allow")
 	}
 	if o.mode != "closed" && o.mode != "open" {
@@ -106,13 +143,23 @@ func run(o options) error {
 	}}
 	var next func(i int) (*http.Request, error)
 	var want int
+	var err error
+	if webhookTarget {
+		if hc, err = tlsClient(o.caFile); err != nil {
+			return err
+		}
+		// A review is served only when answered allowed, as it must be.
+		okBody = allowedBody
+	}
 	switch o.target {
+	case "webhook", "opa-webhook":
+		next, want, err = webhookRequests(hc, o)
 	case "itogate":
 		next, want, err = itogateRequests(ctx, o)
 	case "opa":
 		next, want, err = opaRequests(o)
 	default:
-		err = fmt.Errorf("-target must be itogate or opa")
+		err = fmt.Errorf("-target must be itogate, opa, webhook or opa-webhook")
 	}
 	if err != nil {
 		return err
@@ -139,6 +186,10 @@ func run(o options) error {
 
 var errPoolEmpty = errors.New("confirmation pool exhausted")
 
+// okBody, when set, must also hold of an answer with the expected status
+// for it to count as served (the webhook targets: allowed).
+var okBody func([]byte) bool
+
 func do(hc *http.Client, req *http.Request) (int, []byte, error) {
 	resp, err := hc.Do(req)
 	if err != nil {
@@ -150,6 +201,9 @@ func do(hc *http.Client, req *http.Request) (int, []byte, error) {
 }
 
 func summary(body []byte) string {
+	if allowed, code, err := reviewVerdict(body); err == nil {
+		return fmt.Sprintf("review allowed=%v %s", allowed, code)
+	}
 	var env struct {
 		Result *struct {
 			Allow      bool `json:"allow"`
@@ -421,7 +475,7 @@ func record(res *result, mu *sync.Mutex, s sample, want int) {
 		}
 	case s.status == http.StatusServiceUnavailable && bytes.Contains(s.body, []byte(`"ADMISSION_OVERLOADED"`)):
 		res.shed++
-	case s.status != want:
+	case s.status != want || (okBody != nil && !okBody(s.body)):
 		res.bad++
 		if res.first == "" {
 			res.first = fmt.Sprintf("HTTP %d %s", s.status, summary(s.body))
@@ -526,6 +580,9 @@ func (r result) print(o options) {
 	label := o.label
 	if label == "" {
 		label = o.target + " " + o.path
+		if o.target == "webhook" || o.target == "opa-webhook" {
+			label = o.target + " Pod review"
+		}
 	}
 	note := ""
 	if r.poolEmpty {

@@ -6,7 +6,6 @@ import (
 	"errors"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // review is what Go reads out of a request before policy: the object as
@@ -36,14 +35,11 @@ func newReview(req *admissionv1.AdmissionRequest) (review, error) {
 	if err := dec.Decode(&obj); err != nil || obj == nil {
 		return review{}, errors.New("the object is not a JSON object")
 	}
-	var meta struct {
-		Metadata metav1.ObjectMeta `json:"metadata"`
-	}
-	if err := json.Unmarshal(req.Object.Raw, &meta); err != nil {
+	m, ok := objectMeta(obj)
+	if !ok {
 		return review{}, errors.New("the object's metadata does not decode")
 	}
-	m := meta.Metadata
-	rv := review{name: m.Name, object: obj, uid: string(m.UID), ticket: m.Annotations[TicketAnnotation]}
+	rv := review{name: m.name, object: obj, uid: m.uid, ticket: m.ticket, ownerUID: m.ownerUID}
 	if rv.name == "" {
 		rv.name = req.Name
 	}
@@ -53,10 +49,77 @@ func newReview(req *admissionv1.AdmissionRequest) (review, error) {
 		rv.uid = string(req.UID)
 	}
 	rv.identity = req.Kind.Group + "/" + req.Kind.Kind + "/" + req.Namespace + "/" + rv.name
-	for _, ref := range m.OwnerReferences {
-		if ref.Controller != nil && *ref.Controller {
-			rv.ownerUID = string(ref.UID)
+	return rv, nil
+}
+
+// meta is what Go reads of an object's metadata.
+type meta struct{ name, uid, ticket, ownerUID string }
+
+// objectMeta reads metadata.name, .uid, .annotations[TicketAnnotation] and
+// the uid of the last ownerReference with controller: true from the object
+// as decoded (the map policy sees), by exact member names: Go and the
+// policy read the same members (decoding into metav1.ObjectMeta would also
+// match "Annotations" or "UID", case-insensitively, and decode the object a
+// second time). Absent or null members are empty; a member of the wrong
+// type (annotations whose values are not all strings, among them) is not
+// ok, as metav1.ObjectMeta would refuse it.
+func objectMeta(obj map[string]any) (meta, bool) {
+	var m meta
+	md, ok := optional[map[string]any](obj, "metadata")
+	if !ok {
+		return m, false
+	}
+	if m.name, ok = optional[string](md, "name"); !ok {
+		return m, false
+	}
+	if m.uid, ok = optional[string](md, "uid"); !ok {
+		return m, false
+	}
+	ann, ok := optional[map[string]any](md, "annotations")
+	if !ok {
+		return m, false
+	}
+	for k, v := range ann {
+		s, isString := v.(string)
+		if !isString {
+			return m, false
+		}
+		if k == TicketAnnotation {
+			m.ticket = s
 		}
 	}
-	return rv, nil
+	refs, ok := optional[[]any](md, "ownerReferences")
+	if !ok {
+		return m, false
+	}
+	for _, r := range refs {
+		ref, isObject := r.(map[string]any)
+		if !isObject {
+			return m, false
+		}
+		controller, ok := optional[bool](ref, "controller")
+		if !ok {
+			return m, false
+		}
+		uid, ok := optional[string](ref, "uid")
+		if !ok {
+			return m, false
+		}
+		if controller {
+			m.ownerUID = uid
+		}
+	}
+	return m, true
+}
+
+// optional is m[k] as a T: the zero T when absent or null, not ok when of
+// another type.
+func optional[T any](m map[string]any, k string) (T, bool) {
+	var zero T
+	v, present := m[k]
+	if !present || v == nil {
+		return zero, true
+	}
+	t, ok := v.(T)
+	return t, ok
 }

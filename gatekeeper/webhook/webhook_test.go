@@ -277,3 +277,43 @@ func TestTicketAnnotationIsBundleData(t *testing.T) {
 		t.Fatalf("bundle says %q, Go reads %q (%v)", table.TicketAnnotation, webhook.TicketAnnotation, err)
 	}
 }
+
+// TestMetadataReadAsPolicyReadsIt: Go reads the ticket, uid and owner by
+// their exact member names, as the policy does: a ticket under
+// "Annotations" is no ticket, and metadata of the wrong shape is not a
+// review the webhook decides.
+func TestMetadataReadAsPolicyReadsIt(t *testing.T) {
+	f := newFixture(t)
+	wantAllowed(t, post(t, f.h, "batch", "v1", "Job", job("team-a", "train", "uid-job", f.ticket, 2, 8), false))
+
+	p := pod("team-a", "p-case", "uid-p", "uid-job", "", 8)
+	meta := p["metadata"].(map[string]any)
+	delete(meta, "annotations")
+	meta["Annotations"] = map[string]any{webhook.TicketAnnotation: f.ticket}
+	wantDenied(t, post(t, f.h, "", "v1", "Pod", p, false), "WORKLOAD_TICKET_MISSING")
+
+	for name, bad := range map[string]func(map[string]any){
+		"uid not a string":            func(m map[string]any) { m["uid"] = []any{"x"} },
+		"annotation value not string": func(m map[string]any) { m["annotations"] = map[string]any{"a": 1} },
+		"ownerReferences not a list":  func(m map[string]any) { m["ownerReferences"] = "uid-job" },
+		"controller not a bool":       func(m map[string]any) { m["ownerReferences"].([]any)[0].(map[string]any)["controller"] = "true" },
+		"owner uid not a string":      func(m map[string]any) { m["ownerReferences"].([]any)[0].(map[string]any)["uid"] = 7 },
+	} {
+		p := pod("team-a", "p-bad", "uid-p", "uid-job", f.ticket, 8)
+		bad(p["metadata"].(map[string]any))
+		r := post(t, f.h, "", "v1", "Pod", p, false)
+		if r.Allowed || r.Result == nil || r.Result.Code != http.StatusBadRequest ||
+			r.Result.Message != "WORKLOAD_REVIEW_INVALID: the object's metadata does not decode" {
+			t.Errorf("%s: %+v", name, r.Result)
+		}
+	}
+
+	// The controller's uid is the last ownerReference with controller: true.
+	p = pod("team-a", "p-owners", "uid-p", "uid-job", f.ticket, 8)
+	refs := p["metadata"].(map[string]any)["ownerReferences"].([]any)
+	p["metadata"].(map[string]any)["ownerReferences"] = append([]any{
+		map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "uid": "uid-other", "controller": false},
+		map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "name": "d", "uid": "uid-other-2", "controller": nil},
+	}, refs...)
+	wantAllowed(t, post(t, f.h, "", "v1", "Pod", p, false))
+}

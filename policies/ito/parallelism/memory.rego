@@ -1,0 +1,132 @@
+# GPU memory per layout: ZeRO/FSDP model states (dense and expert), activations, logits.
+# Part of package ito.parallelism (see parallelism.rego for the model and its inputs).
+package ito.parallelism
+
+_effective_stage(zero, pp) := 1 if {
+	pp > 1
+	zero == 3
+} else := zero
+
+# (stages are matched in the bodies, not the heads, so that OPA's rule index
+# picks the one body of the stage instead of evaluating all four)
+_stage_bytes(stage, _) := 16 if stage == 0
+
+_stage_bytes(stage, n) := 4 + (12 / n) if stage == 1
+
+_stage_bytes(stage, n) := 2 + (14 / n) if stage == 2
+
+_stage_bytes(stage, n) := 16 / n if stage == 3
+
+_bytes_at(zero, pp, n) := b if {
+	b := _bytes_override
+} else := _stage_bytes(_effective_stage(zero, pp), n)
+
+_bytes_per_param(l) := _bytes_at(l.zero_stage, l.pp, _dp(l) * l.cp)
+
+_expert_bytes_per_param(l) := _bytes_at(l.zero_stage, l.pp, _edp_at(_dp(l), l.tp, l.cp, l.ep, l.etp))
+
+# Expert-data-parallel size: the ranks that hold the same experts and shard
+# their gradients and optimizer states, W/(ep·etp·pp) = dp·cp·tp/(ep·etp)
+# (Megatron-LM megatron/core/parallel_state.py, expert data parallel group).
+# At least one rank: when ep·etp does not divide dp·cp·tp (EP_LAYOUT_INVALID)
+# the states are still priced, unsharded, instead of denied a second time.
+_edp_at(dp, tp, cp, ep, etp) := max([1, ((dp * cp) * tp) / (ep * etp)])
+
+_edp(l) := _edp_at(_dp(l), l.tp, l.cp, l.ep, l.etp)
+
+_dense_local(tp, pp) := _dense_params / (tp * pp)
+
+_expert_local(pp, ep, etp) := _expert_params / ((ep * etp) * pp)
+
+_params_local(tp, pp, ep, etp) := _dense_local(tp, pp) + _expert_local(pp, ep, etp)
+
+_params_per_gpu(l) := _params_local(l.tp, l.pp, l.ep, l.etp)
+
+_states_gb(l) := _states_gb_at(_dp(l), l.tp, l.pp, l.cp, l.ep, l.etp, l.zero_stage) * _schedule_states_factor(l.schedule)
+
+# dense states over dp·cp, expert states over edp (Megatron's distributed
+# optimizer and DeepSpeed-MoE shard expert states over the expert-data-parallel
+# group only; with ep = dp·cp·tp that group is one rank and nothing is sharded)
+_states_gb_at(dp, tp, pp, cp, ep, etp, zero) := bytes / 1e9 if {
+	dense := _dense_local(tp, pp) * _bytes_at(zero, pp, dp * cp)
+	bytes := dense + _expert_states_bytes(dp, tp, pp, cp, ep, etp, zero)
+}
+
+_expert_states_bytes(_, _, _, _, _, _, _) := 0 if _expert_params == 0
+
+_expert_states_bytes(dp, tp, pp, cp, ep, etp, zero) := _expert_local(pp, ep, etp) * _bytes_at(zero, pp, _edp_at(dp, tp, cp, ep, etp)) if {
+	_expert_params > 0
+}
+
+_states_limit_gb := _cfg.model_states_max_fraction * _gpu.memory_gb
+
+_states_budget_gb := _states_limit_gb - _cfg.memory_overhead_gb
+
+# Activations (Megatron-LM megatron/training/theoretical_memory_usage.py,
+# sequence parallel + flash attention; Korthikanti et al. 2022, "Reducing
+# Activation Recomputation in Large Transformer Models"). The peak GPU is the
+# first pipeline stage (the most microbatches in flight) or the last one (the
+# fp32 logits); with pp = 1 one GPU holds both.
+_activations_gb(l) := _activations_of(l.schedule, l.tp, l.pp, l.cp, l.v, l.mbs, _microbatches(l), l.checkpointing)
+
+_activations_gb_at(tp, pp, cp, v, mbs, m, ckpt) := _activations_of(_schedule_at(v), tp, pp, cp, v, mbs, m, ckpt)
+
+_activations_of(_, tp, pp, cp, _, mbs, _, ckpt) := bytes / 1e9 if {
+	pp == 1
+	bytes := _stage_activation_bytes(tp, _layers, cp, mbs, 1, ckpt) + _logits(tp, cp, mbs)
+}
+
+_activations_of(schedule, tp, pp, cp, v, mbs, m, ckpt) := max([first, last]) / 1e9 if {
+	pp > 1
+	in_flight := _in_flight(schedule, pp, v, m)
+	first := _stage_activation_bytes(tp, _end_stage_layers("first_stage_layers", pp), cp, mbs, in_flight, ckpt)
+	last := _stage_activation_bytes(tp, _end_stage_layers("last_stage_layers", pp), cp, mbs, 1, ckpt) + _logits(tp, cp, mbs)
+}
+
+# layers on the first/last stage: as pipeline_split declares, else ceil(L/pp)
+_end_stage_layers(key, pp) := n if {
+	n := _count(_split[key])
+	pp > 0
+} else := ceil(_layers / pp)
+
+# Microbatches in flight on the first stage: min(pp, m) with 1F1B; an
+# interleaved schedule (v > 1) holds (1 + (pp−1)/(pp·v)) times as many
+# (Megatron-LM theoretical_memory_usage.py, interleaved schedule penalty;
+# Narayanan et al. SC'21).
+_in_flight(schedule, pp, _, m) := min([pp, m]) if schedule in {"1f1b", "zero_bubble"}
+
+_in_flight(schedule, pp, v, m) := min([pp, m]) * (1 + ((pp - 1) / (pp * v))) if schedule == "interleaved"
+
+# DualPipe: pp + 1 microbatches in flight (DeepSeek-V3 report, Table 2)
+_in_flight(schedule, pp, _, m) := min([pp + 1, m]) if schedule == "dualpipe"
+
+# the layers of one stage for `in_flight` microbatches; full recompute keeps
+# only each layer's input and recomputes one layer at a time
+_stage_activation_bytes(tp, layers, cp, mbs, in_flight, ckpt) := bytes if {
+	ckpt == "full"
+	kept := (layers * _checkpoint_activation(tp, cp, mbs)) * in_flight
+	bytes := kept + _layer_activation(tp, cp, mbs)
+}
+
+_stage_activation_bytes(tp, layers, cp, mbs, in_flight, ckpt) := bytes if {
+	ckpt != "full"
+	bytes := (layers * _layer_activation(tp, cp, mbs)) * in_flight
+}
+
+# Without sequence parallel (tp > 1) the LayerNorm and dropout activations,
+# about 10·(s/cp)·mbs·h bytes per layer, and a recomputed layer's input are
+# not divided by tp (Korthikanti et al. 2022, Table 2)
+_layer_activation(tp, cp, mbs) := (((_seq / cp) * mbs) * _hidden) * (((18 + ((4 * _ffn) / _hidden)) / tp) + (10 * _unsharded(tp)))
+
+_checkpoint_activation(tp, cp, mbs) := ((2 * (_seq / cp)) * mbs) * (_hidden * ((1 / tp) + _unsharded(tp)))
+
+_unsharded(tp) := 1 - (1 / tp) if {
+	_par.sequence_parallel == false
+} else := 0
+
+# fp32 logits of one microbatch: each context-parallel rank holds its own s/cp tokens
+_logits(tp, cp, mbs) := (((4 * (_seq / cp)) * mbs) * _vocab) / tp
+
+_memory_gb(l) := _memory_gb_of(_states_gb(l), _activations_gb(l))
+
+_memory_gb_of(states, activations) := (states + activations) + _cfg.memory_overhead_gb

@@ -272,7 +272,7 @@ type gpuRow struct {
 	Precisions []string `json:"precisions"`
 }
 
-func loadModelTables(t *testing.T) modelTables {
+func loadModelTables(t testing.TB) modelTables {
 	t.Helper()
 	tab := modelTables{gpus: map[string]gpuRow{}, fabrics: map[string]float64{}}
 	mustUnmarshal(t, mustReadFile(t, "ito/tables/gpus/data.json"), &tab.gpus)
@@ -706,4 +706,21 @@ func strOr(x any, def string) string {
 		return s
 	}
 	return def
+}
+
+// BenchmarkIndependentEstimator is the intrinsic cost of the parallelism
+// gate's allow-path arithmetic: estimate() (the second, Go implementation of
+// the formulas TestParallelismModel cross-checks) on the llama3-8b fixture.
+// docs/performance.md sets it beside one evaluation of the whole decision,
+// where OPA's evaluator, not the arithmetic, is the cost.
+func BenchmarkIndependentEstimator(b *testing.B) {
+	tab := loadModelTables(b)
+	m := decode(b, mustReadFile(b, filepath.Join(manifestsDir, "llama3-8b.json"))).(map[string]any)
+	if len(estimate(tab, m)) == 0 {
+		b.Fatal("estimate() computed nothing for llama3-8b")
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		estimate(tab, m)
+	}
 }

@@ -687,7 +687,7 @@ func bundleData(t *testing.T, name string) map[string]any {
 }
 
 // decode keeps numbers as json.Number so nothing is rounded on the way.
-func decode(t *testing.T, raw []byte) any {
+func decode(t testing.TB, raw []byte) any {
 	t.Helper()
 	d := json.NewDecoder(bytes.NewReader(raw))
 	d.UseNumber()
@@ -707,7 +707,7 @@ func nonNil(s []string) []string {
 	return s
 }
 
-func mustReadFile(t *testing.T, name string) []byte {
+func mustReadFile(t testing.TB, name string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(name)
 	if err != nil {
@@ -734,7 +734,7 @@ func mustMarshalIndent(t *testing.T, v any) []byte {
 	return b
 }
 
-func mustUnmarshal(t *testing.T, b []byte, v any) {
+func mustUnmarshal(t testing.TB, b []byte, v any) {
 	t.Helper()
 	if err := json.Unmarshal(b, v); err != nil {
 		t.Fatal(err)

@@ -44,7 +44,7 @@ func Decode(data []byte, maxDepth int) (any, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	v, err := decodeValue(dec, "$", 0, maxDepth)
+	v, err := decodeValue(dec, &jsonPath{}, 0, maxDepth)
 	if err != nil {
 		return nil, err
 	}
@@ -67,31 +67,58 @@ func DecodeObject(data []byte, maxDepth int) (map[string]any, error) {
 	return obj, nil
 }
 
-func decodeValue(dec *json.Decoder, path string, depth, maxDepth int) (any, error) {
+// jsonPath is the path of the value being decoded, one segment per level
+// below the document ($), rendered only when an error names it (building
+// the path string for every member cost more than decoding the member).
+type jsonPath []pathSeg
+
+type pathSeg struct {
+	key     string // a member's name (rendered through safeKey)
+	index   int    // an array element's index, when isIndex
+	isIndex bool
+}
+
+func (p *jsonPath) push(s pathSeg) { *p = append(*p, s) }
+func (p *jsonPath) pop()           { *p = (*p)[:len(*p)-1] }
+
+func (p *jsonPath) String() string {
+	var b strings.Builder
+	b.WriteString("$")
+	for _, s := range *p {
+		if s.isIndex {
+			fmt.Fprintf(&b, "[%d]", s.index)
+		} else {
+			b.WriteString("." + safeKey(s.key))
+		}
+	}
+	return b.String()
+}
+
+func decodeValue(dec *json.Decoder, p *jsonPath, depth, maxDepth int) (any, error) {
 	tok, err := dec.Token()
 	if err != nil {
-		return nil, syntaxErr(path, err)
+		return nil, syntaxErr(p.String(), err)
 	}
 	switch t := tok.(type) {
 	case json.Delim:
 		if depth+1 > maxDepth {
-			return nil, fmt.Errorf("%w: nesting deeper than %d at %s", ErrInvalid, maxDepth, path)
+			return nil, fmt.Errorf("%w: nesting deeper than %d at %s", ErrInvalid, maxDepth, p.String())
 		}
 		switch t {
 		case '{':
-			return decodeObject(dec, path, depth+1, maxDepth)
+			return decodeObject(dec, p, depth+1, maxDepth)
 		case '[':
-			return decodeArray(dec, path, depth+1, maxDepth)
+			return decodeArray(dec, p, depth+1, maxDepth)
 		}
-		return nil, fmt.Errorf("%w: unexpected %q at %s", ErrInvalid, t, path)
+		return nil, fmt.Errorf("%w: unexpected %q at %s", ErrInvalid, t, p.String())
 	case string:
 		if hasLoneSurrogateEscape(t) {
-			return nil, fmt.Errorf("%w: lone UTF-16 surrogate at %s", ErrInvalid, path)
+			return nil, fmt.Errorf("%w: lone UTF-16 surrogate at %s", ErrInvalid, p.String())
 		}
 		return t, nil
 	case json.Number:
 		if beyondFloat64(string(t)) {
-			return nil, fmt.Errorf("%w: number beyond the float64 range at %s", ErrInvalid, path)
+			return nil, fmt.Errorf("%w: number beyond the float64 range at %s", ErrInvalid, p.String())
 		}
 		return t, nil
 	default: // bool, nil
@@ -99,50 +126,53 @@ func decodeValue(dec *json.Decoder, path string, depth, maxDepth int) (any, erro
 	}
 }
 
-func decodeObject(dec *json.Decoder, path string, depth, maxDepth int) (map[string]any, error) {
+func decodeObject(dec *json.Decoder, p *jsonPath, depth, maxDepth int) (map[string]any, error) {
 	obj := map[string]any{}
 	folded := map[string]bool{}
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return nil, syntaxErr(path, err)
+			return nil, syntaxErr(p.String(), err)
 		}
 		key, ok := tok.(string)
 		if !ok {
-			return nil, fmt.Errorf("%w: object key expected at %s", ErrInvalid, path)
+			return nil, fmt.Errorf("%w: object key expected at %s", ErrInvalid, p.String())
 		}
-		child := path + "." + safeKey(key)
+		p.push(pathSeg{key: key})
 		if _, dup := obj[key]; dup {
-			return nil, fmt.Errorf("%w: duplicate key at %s", ErrInvalid, child)
+			return nil, fmt.Errorf("%w: duplicate key at %s", ErrInvalid, p.String())
 		}
 		fk := foldKey(key)
 		if folded[fk] {
-			return nil, fmt.Errorf("%w: key differs from another only by case at %s", ErrInvalid, child)
+			return nil, fmt.Errorf("%w: key differs from another only by case at %s", ErrInvalid, p.String())
 		}
 		folded[fk] = true
-		v, err := decodeValue(dec, child, depth, maxDepth)
+		v, err := decodeValue(dec, p, depth, maxDepth)
+		p.pop()
 		if err != nil {
 			return nil, err
 		}
 		obj[key] = v
 	}
 	if _, err := dec.Token(); err != nil { // closing '}'
-		return nil, syntaxErr(path, err)
+		return nil, syntaxErr(p.String(), err)
 	}
 	return obj, nil
 }
 
-func decodeArray(dec *json.Decoder, path string, depth, maxDepth int) ([]any, error) {
+func decodeArray(dec *json.Decoder, p *jsonPath, depth, maxDepth int) ([]any, error) {
 	arr := []any{}
 	for i := 0; dec.More(); i++ {
-		v, err := decodeValue(dec, fmt.Sprintf("%s[%d]", path, i), depth, maxDepth)
+		p.push(pathSeg{index: i, isIndex: true})
+		v, err := decodeValue(dec, p, depth, maxDepth)
+		p.pop()
 		if err != nil {
 			return nil, err
 		}
 		arr = append(arr, v)
 	}
 	if _, err := dec.Token(); err != nil { // closing ']'
-		return nil, syntaxErr(path, err)
+		return nil, syntaxErr(p.String(), err)
 	}
 	return arr, nil
 }
@@ -179,7 +209,29 @@ func hasLoneSurrogateEscape(s string) bool {
 // foldKey(b) exactly when strings.EqualFold(a, b), which is how
 // encoding/json matches member names to struct fields. strings.ToLower is
 // not enough: "\u017f" (long s) folds to "s" and "\u212a" (Kelvin) to "k".
+//
+// An ASCII key folds to its ASCII upper case: the least rune of each ASCII
+// letter's fold orbit is its capital ('k', 'K' and U+212A fold to 'K'; 's',
+// 'S' and U+017F to 'S'), every other ASCII rune folds to itself.
 func foldKey(key string) string {
+	ascii, lower := true, false
+	for i := range len(key) {
+		c := key[i]
+		ascii = ascii && c < utf8.RuneSelf
+		lower = lower || 'a' <= c && c <= 'z'
+	}
+	if ascii {
+		if !lower {
+			return key
+		}
+		b := []byte(key)
+		for i, c := range b {
+			if 'a' <= c && c <= 'z' {
+				b[i] = c - ('a' - 'A')
+			}
+		}
+		return string(b)
+	}
 	var b strings.Builder
 	b.Grow(len(key))
 	for _, r := range key {

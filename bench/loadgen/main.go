@@ -45,6 +45,7 @@ type options struct {
 	target, base, path, mode, label string
 	state, caFile                   string // webhook targets
 	workers, rate, max, pool        int
+	bookingRuns                     int64
 	duration                        time.Duration
 }
 
@@ -64,6 +65,7 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "timed phase length (at most 10m)")
 	flag.IntVar(&o.max, "max", 100000, "hard cap on requests in the timed phase")
 	flag.IntVar(&o.pool, "pool", 0, "itogate: manifests signed and confirmations deposited before the timed phase (default: enough for the phase; the deny path cycles through them)")
+	flag.Int64Var(&o.bookingRuns, "booking-runs", 2000000, "itogate: concurrent runs the entitlement's booking holds (every allowed run stays live until its declared end, and `make soak` admits 1 M on one booking)")
 	flag.StringVar(&o.label, "label", "", "row label")
 	freePort := flag.Bool("free-port", false, "print a free loopback TCP port and exit")
 	writeInput := flag.String("write-input", "", "print the policy input itogate builds for this fixture (e.g. llama3-8b) at the benchmarks' fixed time and exit (for opa eval / opa bench)")
@@ -269,7 +271,7 @@ func itogateRequests(ctx context.Context, o options) (func(int) (*http.Request, 
 	if err != nil {
 		return nil, 0, err
 	}
-	ent, err := r.EntitlementFor(m, nil)
+	ent, err := r.EntitlementForRuns(m, o.bookingRuns)
 	if err != nil {
 		return nil, 0, err
 	}

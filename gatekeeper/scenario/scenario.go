@@ -267,6 +267,16 @@ func (r *Runner) EntitlementFor(m Manifest, tweak func(map[string]any)) (string,
 	return r.mint(r.keys.Entitlement, config.TypeEntitlement, claims, 5*time.Minute)
 }
 
+// EntitlementForRuns mints an entitlement like EntitlementFor whose booking
+// holds at least runs concurrent runs of m (never fewer than BookingScale).
+// Benchmarks and load tests admit thousands of runs on one booking, and
+// every allowed run holds its GPUs until its declared end: a booking of
+// BookingScale runs would deny the rest BOOKING_CAPACITY_EXCEEDED.
+func (r *Runner) EntitlementForRuns(m Manifest, runs int64) (string, error) {
+	claims := bookingClaims(m.Doc, r.now(), max(BookingScale, runs))
+	return r.mint(r.keys.Entitlement, config.TypeEntitlement, claims, 5*time.Minute)
+}
+
 // Confirm mints a confirmation for act, deposits it and returns its ref.
 func (r *Runner) Confirm(ctx context.Context, act, manifestDigest, cost, runID string) (string, error) {
 	return r.ConfirmWith(ctx, act, manifestDigest, cost, runID, nil)

@@ -42,6 +42,7 @@ type serveOptions struct {
 	bundleFile     string
 	shadowFile     string
 	maxEvaluations int
+	maxQueueWait   time.Duration
 	bundleURL      string
 	bundlePoll     time.Duration
 	bundleMaxAge   time.Duration
@@ -86,7 +87,10 @@ refuses the development keys.`,
 	cmd.Flags().DurationVar(&o.requestTimeout, "request-timeout", 0, "development mode: bound on one request (default 5s)")
 	cmd.Flags().IntVar(&o.maxEvaluations, "max-concurrent-evaluations", 0,
 		"development mode: policy evaluations running at once (0: one per CPU; -1: no bound); up to 64 per slot "+
-			"wait at most 1s, then 503 ADMISSION_OVERLOADED (queue and wait are set in --config: limits.*)")
+			"wait at most --max-queue-wait, then 503 ADMISSION_OVERLOADED (the queue's length is set in --config: limits.*)")
+	cmd.Flags().DurationVar(&o.maxQueueWait, "max-queue-wait", 0,
+		"development mode: bound on an admission's wait for an evaluation slot, beyond which it is answered "+
+			"503 ADMISSION_OVERLOADED (default 1s); under sustained overload it sets the latency of the admissions served")
 	cmd.Flags().StringVar(&o.shadowFile, "shadow-bundle-file", "",
 		"development mode: a signed candidate bundle evaluated beside the enforced one, never enforced")
 	cmd.Flags().StringVar(&o.bundleFile, "bundle-file", "",
@@ -133,6 +137,10 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 			return errors.New("--max-concurrent-evaluations must be -1 (no bound), 0 (one per CPU) or positive")
 		}
 		cfg.Limits.MaxConcurrentEvaluations = o.maxEvaluations
+		if o.maxQueueWait < 0 {
+			return errors.New("--max-queue-wait must not be negative")
+		}
+		cfg.Limits.MaxQueueWait = config.Duration(o.maxQueueWait)
 		if o.bundleFile != "" || o.bundleURL != "" {
 			if o.bundlePoll == 0 {
 				o.bundlePoll = 5 * time.Second
@@ -152,9 +160,9 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 			cfg.Tickets = &dt
 		}
 	} else {
-		if o.ledgerDSN != "" || o.ledgerSchema != "" || o.ledgerTimeout != 0 || o.policyDeadline != 0 || o.requestTimeout != 0 || o.maxEvaluations != 0 ||
+		if o.ledgerDSN != "" || o.ledgerSchema != "" || o.ledgerTimeout != 0 || o.policyDeadline != 0 || o.requestTimeout != 0 || o.maxEvaluations != 0 || o.maxQueueWait != 0 ||
 			o.bundleFile != "" || o.bundleURL != "" || o.bundlePoll != 0 || o.bundleMaxAge != 0 || o.shadowFile != "" {
-			return errors.New("--ledger-dsn, --ledger-schema, --ledger-timeout, --policy-deadline, --request-timeout, --max-concurrent-evaluations and --bundle-* are for development mode; set them in --config")
+			return errors.New("--ledger-dsn, --ledger-schema, --ledger-timeout, --policy-deadline, --request-timeout, --max-concurrent-evaluations, --max-queue-wait and --bundle-* are for development mode; set them in --config")
 		}
 		cfg, err = config.Load(o.configFile)
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+	"time"
 )
 
 func freeAddr(t *testing.T) string {
@@ -54,6 +55,25 @@ func TestTuneGC(t *testing.T) {
 	debug.SetGCPercent(50) // as the runtime would have applied GOGC=50
 	if got := tuneGC(func(k string) string { return map[string]string{"GOGC": "50"}[k] }); got != 50 || debug.SetGCPercent(50) != 50 {
 		t.Fatalf("with GOGC=50: %d, want the operator's 50 left in force", got)
+	}
+}
+
+// TestServeDevelopmentQueueWait: --max-queue-wait reaches the evaluation
+// bound serve enforces (its start-up line reports the effective bound).
+func TestServeDevelopmentQueueWait(t *testing.T) {
+	_, logs := startServe(t, &serveOptions{maxEvaluations: 1, maxQueueWait: 7 * time.Minute}, true)
+	for _, want := range []string{`"evaluation_slots":1`, `"evaluation_queue":64`, `"evaluation_queue_wait":"7m0s"`} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("start-up log lacks %s:\n%s", want, logs.String())
+		}
+	}
+}
+
+func TestServeDevelopmentRefusesNegativeQueueWait(t *testing.T) {
+	err := runServe(context.Background(), &serveOptions{listen: "127.0.0.1:0", dataDir: t.TempDir(), maxQueueWait: -time.Second},
+		slog.New(slog.DiscardHandler))
+	if err == nil || err.Error() != "--max-queue-wait must not be negative" {
+		t.Fatalf("runServe with --max-queue-wait -1s = %v", err)
 	}
 }
 

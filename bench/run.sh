@@ -15,6 +15,7 @@
 #   BENCH_WEBHOOK_RATE=1000     open-loop Pod reviews/s against the webhooks (a 1 024-GPU job's 128 Pods at once)
 #   BENCH_WEBHOOK_LOW_RATE=200  the webhooks' lower open-loop rate, for context
 #   BENCH_ONLY=webhook   only the webhook steps (its in-process benchmark and its load)
+#   BENCH_QUEUE_WAIT=40ms  itogate's --max-queue-wait for a second deny step at BENCH_HIGH_RATE
 #   BENCH_WORKERS=16     closed-loop workers
 #   BENCH_BENCHTIME=1s   go test -benchtime for the stage benchmarks
 #   BENCH_PROFILE_N=1500 admissions in the profiled BenchmarkAdmitAllow
@@ -30,6 +31,7 @@ RATE=${BENCH_RATE:-200}
 HIGH=${BENCH_HIGH_RATE:-1000}
 LOW=${BENCH_LOW_RATE:-40}
 WORKERS=${BENCH_WORKERS:-16}
+QWAIT=${BENCH_QUEUE_WAIT:-40ms}
 WH_RATE=${BENCH_WEBHOOK_RATE:-1000}
 WH_LOW=${BENCH_WEBHOOK_LOW_RATE:-200}
 ONLY=${BENCH_ONLY:-}
@@ -161,6 +163,19 @@ IURL=http://127.0.0.1:$PORT
 shapes itogate "$IURL" "itogate deny" "itogate allow"
 ADMITTED=$(grep -c '"decision":"allow"' "$OUT/serve.log" 2>/dev/null || true)
 echo "itogate after the load: $(rss "$IPID")" >> "$OUT/rss.txt"
+kill "$IPID"; wait "$IPID" 2>/dev/null || true
+
+# The same deny step at HIGH with a short queue: under sustained overload the
+# served rate is the evaluation capacity whatever the queue allows, and the
+# wait bound (limits.max_queue_wait, default 1s) sets the served latency.
+echo "== itogate serve --max-queue-wait $QWAIT" >&2
+PORT=$(bin/loadgen -free-port)
+# shellcheck disable=SC2086
+bin/itogate serve --listen "127.0.0.1:$PORT" --data-dir "$TMP/itogate-qwait" --max-queue-wait "$QWAIT" \
+  ${ITOGATE_SERVE_FLAGS:-} > "$OUT/serve-qwait.log" 2>&1 &
+IPID=$!; PIDS+=("$IPID"); CUR_PID=$IPID
+wait_up "http://127.0.0.1:$PORT/readyz"
+step "itogate deny, max-queue-wait $QWAIT" -target itogate -url "http://127.0.0.1:$PORT" -path deny -mode open -rate "$HIGH" -duration "$DUR"
 kill "$IPID"; wait "$IPID" 2>/dev/null || true
 
 echo "== opa run --server" >&2

@@ -2,7 +2,7 @@ package ledger
 
 import (
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 )
@@ -80,19 +80,22 @@ type BookingUsage struct {
 // Usage returns the booking's usage at now from its runs (any order, any
 // liveness).
 func Usage(bookingID string, runs []RunRecord, released time.Time, now time.Time) BookingUsage {
-	u := BookingUsage{BookingID: bookingID, Released: released}
+	u := BookingUsage{BookingID: bookingID, Released: released, Runs: make([]RunRecord, 0, len(runs))}
 	for _, r := range runs {
 		if r.BookingID == bookingID && r.Live(now) {
 			u.Runs = append(u.Runs, r)
 			u.HeldGPUs += r.GPUs
 		}
 	}
-	sort.Slice(u.Runs, func(i, j int) bool {
-		if !u.Runs[i].AdmittedAt.Equal(u.Runs[j].AdmittedAt) {
-			return u.Runs[i].AdmittedAt.Before(u.Runs[j].AdmittedAt)
+	slices.SortFunc(u.Runs, func(a, b RunRecord) int {
+		if c := a.AdmittedAt.Compare(b.AdmittedAt); c != 0 {
+			return c
 		}
-		return u.Runs[i].RunID < u.Runs[j].RunID
+		return strings.Compare(a.RunID, b.RunID)
 	})
+	if len(u.Runs) == 0 {
+		u.Runs = nil // as before: no live runs is a nil slice
+	}
 	return u
 }
 

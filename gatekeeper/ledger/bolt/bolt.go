@@ -1,23 +1,30 @@
 // Package bolt is the embedded ledger.Store: one bbolt file, every write
 // transaction fsynced before it returns (docs/architecture.md §3).
 //
-// Layout (schema 1), every record JSON-encoded:
+// Layout (schema 2), every record JSON-encoded unless said otherwise:
 //
-//	meta           "schema"              → "1"
+//	meta           "schema"              → "2"
 //	confirmations  ref                   → confirmation record (token dropped when swept)
 //	jtis           jti                   → ref; never deleted, so a jti is never re-deposited
 //	expiries       exp (8-byte BE s)+ref → empty; unswept tokens by expiry, for Sweep
 //	admissions     account NUL key       → admission record
 //	runs           run_id                → account NUL key of the train.create admission
 //	runrecs        run_id                → run record (GPUs held, live until, ended)
-//	bookingruns    booking NUL run_id    → empty; a booking's runs, for the capacity check
+//	bookingruns    booking NUL run_id    → empty; every run of a booking, for Check
+//	liveruns       booking NUL end NUL run_id → the run record, binary (live.go);
+//	                                       runs by when they stop holding GPUs, for
+//	                                       usage and the capacity check
 //	bookings       booking               → booking record (released)
 //	revocations    kind NUL subject      → revocation record, until its expiry
 //	workloads      run_id                → workload binding record (identity, uids)
 //
-// The last five buckets were added to schema 1 without a version change: an
-// older file gains them empty on open. Its confirmations carry no bindings
-// and so match no admission (they fail closed and expire within minutes).
+// Schema 1 lacked liveruns: Open migrates such a file to schema 2 in one
+// transaction, building the index from the run records (an older binary
+// then refuses the file rather than admit runs the index would not count).
+// The buckets from bookings on were added to schema 1 without a version
+// change: an older file gains them empty on open. Its confirmations carry
+// no bindings and so match no admission (they fail closed and expire within
+// minutes).
 //
 // A bbolt file takes an exclusive lock, so one process serves it; several
 // replicas need the PostgreSQL store.
@@ -54,8 +61,9 @@ const DefaultTimeout = time.Second
 const DefaultMaxBatchDelay = time.Millisecond
 
 // schemaVersion is written on first open and checked on every open, so a
-// binary never reads a layout it does not know.
-const schemaVersion = "1"
+// binary never reads a layout it does not know; schema 1 files are migrated
+// (see the package doc).
+const schemaVersion = "2"
 
 // sweepChunk bounds how many tokens one Sweep transaction removes, so a large
 // backlog never holds the single writer lock long enough to stall commits.
@@ -70,6 +78,7 @@ var (
 	bucketRuns          = []byte("runs")
 	bucketRunRecs       = []byte("runrecs")
 	bucketBookingRuns   = []byte("bookingruns")
+	bucketLiveRuns      = []byte("liveruns")
 	bucketBookings      = []byte("bookings")
 	bucketRevocations   = []byte("revocations")
 	bucketWorkloads     = []byte("workloads")
@@ -77,7 +86,7 @@ var (
 
 	allBuckets = [][]byte{
 		bucketMeta, bucketConfirmations, bucketJTIs, bucketExpiries, bucketAdmissions, bucketRuns,
-		bucketRunRecs, bucketBookingRuns, bucketBookings, bucketRevocations, bucketWorkloads,
+		bucketRunRecs, bucketBookingRuns, bucketLiveRuns, bucketBookings, bucketRevocations, bucketWorkloads,
 	}
 )
 
@@ -116,7 +125,9 @@ var (
 // Open opens or creates the ledger file at path (mode 0600) and its buckets.
 // It fails with an error wrapping ledger.ErrUnavailable if the file cannot be
 // opened, stays locked by another process beyond opts.Timeout, or holds an
-// unknown schema version.
+// unknown schema version. A schema 1 file is migrated to schema 2 (the live
+// index built from its run records) before Open returns; if that fails the
+// file is left as it was.
 func Open(path string, opts Options) (*Store, error) {
 	if opts.Timeout < 0 || opts.MaxBatchDelay < 0 {
 		return nil, fmt.Errorf("ledger: bolt: negative timeout or batch delay in %+v", opts)
@@ -145,6 +156,11 @@ func Open(path string, opts Options) (*Store, error) {
 		meta := tx.Bucket(bucketMeta)
 		switch v := meta.Get(keySchema); {
 		case v == nil:
+			return meta.Put(keySchema, []byte(schemaVersion))
+		case string(v) == "1":
+			if err := backfillLive(tx); err != nil {
+				return fmt.Errorf("migrating schema 1 to %s: %w", schemaVersion, err)
+			}
 			return meta.Put(keySchema, []byte(schemaVersion))
 		case string(v) != schemaVersion:
 			return fmt.Errorf("schema version %q, this binary reads %q", v, schemaVersion)
@@ -519,8 +535,9 @@ func expiryKey(t time.Time, ref string) []byte {
 //   - the run index and the jti index point at existing records and cover
 //     every train.create admission and every confirmation;
 //   - the expiry index lists exactly the confirmations that keep a token;
-//   - every run has its record and booking index entry, and no booking ever
-//     held more GPUs than it booked (ledger.CheckHeld).
+//   - every run has its record, booking index entry and one live index
+//     entry that agrees with the record, and no booking ever held more GPUs
+//     than it booked (ledger.CheckHeld).
 func (s *Store) Check(ctx context.Context) (ledger.CheckReport, error) {
 	var (
 		rep      ledger.CheckReport

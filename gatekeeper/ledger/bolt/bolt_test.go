@@ -467,3 +467,223 @@ func TestCheckFindsOverbookedBooking(t *testing.T) {
 		t.Fatalf("Check = %v, want the overbooked booking reported", err)
 	}
 }
+
+// downgrade turns the closed file at path back into schema 1: no live
+// index, the version a binary before it wrote.
+func downgrade(t *testing.T, path string) {
+	t.Helper()
+	db, err := bbolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bbolt.Tx) error {
+		if err := tx.DeleteBucket(bucketLiveRuns); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketMeta).Put(keySchema, []byte("1"))
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMigrateSchema1: a schema 1 file (run records, no live index) opens as
+// schema 2 with the index built from its records, answers every usage and
+// capacity question of ledgertest.BookingHistory as the store that wrote
+// it would, and passes Check.
+func TestMigrateSchema1(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	verify := ledgertest.BookingHistory(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	downgrade(t, path)
+	s, err = Open(path, Options{})
+	if err != nil {
+		t.Fatalf("Open(schema 1): %v", err)
+	}
+	defer s.Close()
+	err = s.db.View(func(tx *bbolt.Tx) error {
+		if v := string(tx.Bucket(bucketMeta).Get(keySchema)); v != schemaVersion {
+			return fmt.Errorf("schema after migration %q, want %q", v, schemaVersion)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Check(t.Context()); err != nil {
+		t.Fatalf("Check after migration: %v", err)
+	}
+	verify(t, s)
+	if _, err := s.Check(t.Context()); err != nil {
+		t.Fatalf("Check after the migrated store committed: %v", err)
+	}
+}
+
+// TestCheckFindsLiveIndexFaults: Check reports a run missing from the live
+// index and an entry under the wrong end; usage fails closed on a corrupt
+// entry.
+func TestCheckFindsLiveIndexFaults(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	at := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	r := runRecord{RunID: ledger.NewRunID(), Account: "acct_42", BookingID: "bk_idx", GPUs: 8, BookedGPUs: 8,
+		AdmittedAt: at, LiveUntil: at.Add(time.Hour)}
+	for _, tc := range []struct {
+		name  string
+		plant func(tx *bbolt.Tx) error
+		want  string
+	}{
+		{"missing", func(tx *bbolt.Tx) error {
+			return tx.Bucket(bucketLiveRuns).Delete(liveKey(r.BookingID, r.LiveUntil, r.RunID))
+		}, "live index has 0 entries for 1 run records"},
+		{"wrong end", func(tx *bbolt.Tx) error {
+			if err := tx.Bucket(bucketLiveRuns).Delete(liveKey(r.BookingID, r.LiveUntil, r.RunID)); err != nil {
+				return err
+			}
+			return tx.Bucket(bucketLiveRuns).Put(liveKey(r.BookingID, at.Add(time.Minute), r.RunID), encodeLive(r))
+		}, "live index entry of run " + r.RunID + " disagrees with its run record"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := s.db.Update(func(tx *bbolt.Tx) error {
+				if err := putRunRec(tx, nil, r); err != nil {
+					return err
+				}
+				if err := tx.Bucket(bucketBookingRuns).Put(joinKey(r.BookingID, r.RunID), nil); err != nil {
+					return err
+				}
+				return tc.plant(tx)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = s.Check(t.Context())
+			if !errors.Is(err, ledger.ErrInconsistent) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Check = %v, want it to report %q", err, tc.want)
+			}
+			// Put it right again for the next case.
+			err = s.db.Update(func(tx *bbolt.Tx) error {
+				c := tx.Bucket(bucketLiveRuns).Cursor()
+				for k, _ := c.First(); k != nil; k, _ = c.First() {
+					if err := c.Delete(); err != nil {
+						return err
+					}
+				}
+				return tx.Bucket(bucketLiveRuns).Put(liveKey(r.BookingID, r.LiveUntil, r.RunID), encodeLive(r))
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	err := s.db.Update(func(tx *bbolt.Tx) error {
+		return tx.Bucket(bucketLiveRuns).Put(liveKey(r.BookingID, r.LiveUntil, r.RunID), []byte{0x80})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.BookingUsage(t.Context(), r.BookingID, at); !errors.Is(err, ledger.ErrUnavailable) {
+		t.Fatalf("BookingUsage over a corrupt live entry = %v, want ErrUnavailable", err)
+	}
+}
+
+// seedBooking writes n runs of 1 GPU on booking "bk_long" in one
+// transaction, admitted a second apart before now; all but live of them
+// were cancelled a second after admission (the rest are live until an hour
+// after now).
+func seedBooking(tb testing.TB, s *Store, n, live int, now time.Time) {
+	tb.Helper()
+	err := s.db.Update(func(tx *bbolt.Tx) error {
+		for i := range n {
+			r := runRecord{RunID: ledger.NewRunID(), Account: []string{"acct_42", "acct_43"}[i%2], BookingID: "bk_long",
+				ManifestDigest: "sha256:" + fmt.Sprintf("%064x", 42), GPUs: 1, BookedGPUs: 1 << 30,
+				AdmittedAt: now.Add(-time.Duration(n-i) * time.Second), LiveUntil: now.Add(time.Hour)}
+			if i < n-live {
+				r.EndedAt, r.EndedBy = r.AdmittedAt.Add(time.Second), "train.cancel"
+			}
+			if err := putRunRec(tx, nil, r); err != nil {
+				return err
+			}
+			if err := tx.Bucket(bucketBookingRuns).Put(joinKey(r.BookingID, r.RunID), nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// BenchmarkBookingUsage is BookingUsage (the read before the policy) and a
+// train.create Commit (the capacity check inside the single writer, with
+// its fsync) on a booking with runs=N runs ever, of which live=M are live.
+// Both cost in proportion to M, not N.
+func BenchmarkBookingUsage(b *testing.B) {
+	now := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	for _, n := range []int{10, 1000, 10000} {
+		lives := []int{10, n}
+		if n == 10 {
+			lives = lives[:1]
+		}
+		for _, live := range lives {
+			name := fmt.Sprintf("runs=%d/live=%d", n, live)
+			b.Run(name+"/usage", func(b *testing.B) {
+				s := openTemp(b)
+				defer s.Close()
+				seedBooking(b, s, n, live, now)
+				b.ReportAllocs()
+				b.ResetTimer()
+				for range b.N {
+					u, err := s.BookingUsage(b.Context(), "bk_long", now)
+					if err != nil || u.HeldGPUs != live {
+						b.Fatalf("BookingUsage = %d held, %v; want %d", u.HeldGPUs, err, live)
+					}
+				}
+			})
+			b.Run(name+"/commit", func(b *testing.B) {
+				s := openTemp(b)
+				defer s.Close()
+				seedBooking(b, s, n, live, now)
+				refs := seed(b, s, b.N)
+				err := s.db.Update(func(tx *bbolt.Tx) error { // bind them to the booking
+					for _, ref := range refs {
+						c, err := decodeConfirmation(tx.Bucket(bucketConfirmations).Get([]byte(ref)))
+						if err != nil {
+							return err
+						}
+						c.BookingID = "bk_long"
+						if err := putJSON(tx.Bucket(bucketConfirmations), []byte(ref), c); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := range b.N {
+					a := ledger.Admission{
+						Account: "acct_42", IdempotencyKey: refs[i], RequestDigest: "sha256:" + fmt.Sprintf("%064x", 42),
+						RunID: ledger.NewRunID(), Action: "train.create", BookingID: "bk_long", ConfirmationRef: refs[i],
+						ConfirmationJTI: refs[i], State: ledger.AdmissionAdmitted, CreatedAt: now,
+						GPUs: 1, BookedGPUs: 1 << 30, LiveUntil: now.Add(time.Hour),
+					}
+					if _, _, err := s.Commit(b.Context(), a); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

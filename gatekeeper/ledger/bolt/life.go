@@ -21,31 +21,6 @@ func joinKey(a, b string) []byte {
 	return append(k, b...)
 }
 
-// bookingRuns returns every run record of booking (any liveness) and when
-// the booking was released (zero if not).
-func bookingRuns(tx *bbolt.Tx, booking string) ([]ledger.RunRecord, time.Time, error) {
-	var released time.Time
-	if v := tx.Bucket(bucketBookings).Get([]byte(booking)); v != nil {
-		var b bookingRecord
-		if err := json.Unmarshal(v, &b); err != nil {
-			return nil, released, fmt.Errorf("corrupt booking record: %w", err)
-		}
-		released = utcOrZero(b.ReleasedAt)
-	}
-	prefix := joinKey(booking, "")
-	recs := tx.Bucket(bucketRunRecs)
-	var out []ledger.RunRecord
-	cur := tx.Bucket(bucketBookingRuns).Cursor()
-	for k, _ := cur.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = cur.Next() {
-		r, err := getRun(recs, string(k[len(prefix):]))
-		if err != nil {
-			return nil, released, err
-		}
-		out = append(out, r.run())
-	}
-	return out, released, nil
-}
-
 func getRun(recs *bbolt.Bucket, runID string) (runRecord, error) {
 	v := recs.Get([]byte(runID))
 	if v == nil {
@@ -91,22 +66,21 @@ func writeRunLife(tx *bbolt.Tx, a ledger.Admission) error {
 		if !r.run().Live(a.CreatedAt) {
 			return nil // already over: keep how it ended
 		}
+		prev := r
 		r.EndedAt, r.EndedBy = a.CreatedAt.UTC(), a.Action
-		return putJSON(recs, []byte(r.RunID), r)
+		return putRunRec(tx, &prev, r)
 	}
 	switch a.Action {
 	case "train.create":
-		runs, released, err := bookingRuns(tx, a.BookingID)
-		if err != nil {
+		// Only the runs live at a.CreatedAt count (ledger.CheckCapacity):
+		// the live index hands over exactly those, whatever the history.
+		if err := checkCapacity(tx, a); err != nil {
 			return err
-		}
-		if err := ledger.CheckCapacity(runs, released, a); err != nil {
-			return abort(err)
 		}
 		r := runRecord{RunID: a.RunID, Account: a.Account, BookingID: a.BookingID, ManifestDigest: a.ManifestDigest,
 			GPUs: a.GPUs, BookedGPUs: a.BookedGPUs, AdmittedAt: a.CreatedAt.UTC(), LiveUntil: a.LiveUntil.UTC(),
 			Stage: a.Stage}
-		if err := putJSON(recs, []byte(a.RunID), r); err != nil {
+		if err := putRunRec(tx, nil, r); err != nil {
 			return err
 		}
 		return tx.Bucket(bucketBookingRuns).Put(joinKey(a.BookingID, a.RunID), nil)
@@ -136,8 +110,9 @@ func writeRunLife(tx *bbolt.Tx, a ledger.Admission) error {
 		if a.Action == "train.restart" {
 			return nil
 		}
+		prev := r
 		r.Stage = a.Stage
-		return putJSON(recs, []byte(r.RunID), r)
+		return putRunRec(tx, &prev, r)
 	case "booking.release":
 		bookings := tx.Bucket(bucketBookings)
 		if bookings.Get([]byte(a.BookingID)) == nil {
@@ -146,12 +121,18 @@ func writeRunLife(tx *bbolt.Tx, a ledger.Admission) error {
 				return err
 			}
 		}
-		runs, _, err := bookingRuns(tx, a.BookingID)
+		// end changes only the runs live at a.CreatedAt: those the live
+		// index lists (collected first: writes invalidate the cursor).
+		var ids []string
+		err := liveRuns(tx, a.BookingID, a.CreatedAt, func(r ledger.RunRecord) error {
+			ids = append(ids, r.RunID)
+			return nil
+		})
 		if err != nil {
 			return err
 		}
-		for _, rr := range runs {
-			r, err := getRun(recs, rr.RunID)
+		for _, id := range ids {
+			r, err := getRun(recs, id)
 			if err != nil {
 				return err
 			}
@@ -184,7 +165,7 @@ func (s *Store) RunRecord(ctx context.Context, runID string) (ledger.RunRecord, 
 func (s *Store) BookingUsage(ctx context.Context, bookingID string, now time.Time) (ledger.BookingUsage, error) {
 	var u ledger.BookingUsage
 	err := s.read(ctx, "booking usage", func(tx *bbolt.Tx) error {
-		runs, released, err := bookingRuns(tx, bookingID)
+		runs, released, err := liveUsage(tx, bookingID, now)
 		u = ledger.Usage(bookingID, runs, released, now)
 		return err
 	})
@@ -313,5 +294,5 @@ func checkRunLife(tx *bbolt.Tx, bad func(string, ...any)) error {
 			bad("booking %s: %s", booking, p)
 		}
 	}
-	return nil
+	return checkLive(tx, bad)
 }

@@ -96,6 +96,8 @@ var cases = []struct {
 	{"Capacity", testCapacity},
 	{"CapacityRaces", testCapacityRaces},
 	{"BookingRelease", testBookingRelease},
+	{"BookingHistory", testBookingHistory},
+	{"EndedRunsStayEnded", testEndedRunsStayEnded},
 	{"Bindings", testBindings},
 	{"Revocations", testRevocations},
 	{"ClosedStore", testClosedStore},

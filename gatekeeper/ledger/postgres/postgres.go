@@ -258,8 +258,9 @@ func newQueries(schema string) queries {
 					AND ($6 <> 'train.create' OR (
 						NOT EXISTS (SELECT 1 FROM {s}.bookings WHERE booking_id = $7)
 						AND (SELECT coalesce(sum(gpus), 0) FROM {s}.runs
-							WHERE booking_id = $7 AND live_until > $13
-								AND (ended_at IS NULL OR ended_at > $13)) + $17 <= $18))
+							WHERE booking_id = $7 AND ended_at IS NULL AND live_until > $13)
+						+ (SELECT coalesce(sum(gpus), 0) FROM {s}.runs
+							WHERE booking_id = $7 AND ended_at > $13 AND live_until > $13) + $17 <= $18))
 					AND ($6 NOT IN ('train.cancel', 'train.cleanup') OR NOT EXISTS (
 						SELECT 1 FROM {s}.runs WHERE run_id = $5 AND (account <> $1 OR booking_id <> $7)))
 					AND ($6 NOT IN ('train.stage.advance', 'train.restart') OR EXISTS (
@@ -287,8 +288,13 @@ func newQueries(schema string) queries {
 			FROM consumed`),
 		confirmationForUpdate: r.Replace(`SELECT {ccols} FROM {s}.confirmations WHERE ref = $1 FOR UPDATE`),
 		revocations:           r.Replace(`SELECT {vcols} FROM {s}.revocations WHERE kind = ANY($1) AND subject = ANY($2)`),
+		// The runs live at $2, in two halves that each use an index
+		// (migration 0005): not ended, and ended after $2.
 		bookingRuns: r.Replace(`SELECT {rcols} FROM {s}.runs
-			WHERE booking_id = $1 AND (ended_at IS NULL OR ended_at > $2) AND live_until > $2
+				WHERE booking_id = $1 AND ended_at IS NULL AND live_until > $2
+			UNION ALL
+			SELECT {rcols} FROM {s}.runs
+				WHERE booking_id = $1 AND ended_at > $2 AND live_until > $2
 			ORDER BY admitted_at, run_id`),
 		released:  r.Replace(`SELECT released_at FROM {s}.bookings WHERE booking_id = $1`),
 		insertRun: r.Replace(`INSERT INTO {s}.runs ({rcols}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL, $9)`),

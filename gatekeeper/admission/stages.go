@@ -280,15 +280,24 @@ func (s *Service) facts(p *pending) {
 }
 
 // usageInput is input.ledger.booking: what the booking has given out at
-// now. Runs of other accounts are counted in held_gpus, never listed.
+// now. Runs of other accounts are counted in held_gpus, never listed; of
+// the account's own, live_runs lists at most ledger.MaxNamedRuns
+// (ledger.NamedRuns, oldest first) and live_run_count counts them all, so
+// the input stays bounded however many runs the booking holds.
 func usageInput(account string, u ledger.BookingUsage) map[string]any {
-	runs := []any{}
+	var own []ledger.RunRecord
 	for _, r := range u.Runs {
 		if r.Account == account {
-			runs = append(runs, map[string]any{"run_id": r.RunID, "gpus": r.GPUs, "live_until": r.LiveUntil.Unix()})
+			own = append(own, r)
 		}
 	}
-	return map[string]any{"held_gpus": u.HeldGPUs, "live_runs": runs, "released": !u.Released.IsZero()}
+	named, _ := ledger.NamedRuns(own)
+	runs := make([]any, 0, len(named))
+	for _, r := range named {
+		runs = append(runs, map[string]any{"run_id": r.RunID, "gpus": r.GPUs, "live_until": r.LiveUntil.Unix()})
+	}
+	return map[string]any{"held_gpus": u.HeldGPUs, "live_runs": runs, "live_run_count": len(own),
+		"released": !u.Released.IsZero()}
 }
 
 // decide evaluates the active bundle on the input within an evaluation slot.
@@ -520,18 +529,23 @@ func (p *pending) refusedAtCommit(status int, code, msg, gate string) Outcome {
 
 // capacityMessage names the account's own live runs that hold the
 // booking's GPUs (run id, GPUs, live until), so the caller knows what to
-// cancel. Other accounts' runs are only counted.
+// cancel: at most ledger.MaxNamedRuns of them (ledger.NamedRuns), then
+// how many more. Other accounts' runs are only counted.
 func capacityMessage(ce *ledger.CapacityError) string {
 	if ce == nil {
 		return "the booking has no GPUs left for this run"
 	}
-	runs := make([]string, 0, len(ce.Runs))
-	for _, r := range ce.Runs {
+	shown, more := ledger.NamedRuns(ce.Runs)
+	runs := make([]string, 0, len(shown))
+	for _, r := range shown {
 		runs = append(runs, fmt.Sprintf("%s (%d GPUs, live until %s)", r.RunID, r.GPUs, r.LiveUntil.UTC().Format(time.RFC3339)))
 	}
 	named := " (none of them this account's)"
 	if len(runs) > 0 {
 		named = ": " + strings.Join(runs, ", ")
+	}
+	if more > 0 {
+		named += fmt.Sprintf(" and %d more of this account's", more)
 	}
 	return fmt.Sprintf("the booking's %d GPUs cannot hold %d more: %d are held by live runs%s",
 		ce.BookedGPUs, ce.WantGPUs, ce.HeldGPUs, named)

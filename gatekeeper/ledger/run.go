@@ -113,12 +113,56 @@ type CapacityError struct {
 }
 
 func (e *CapacityError) Error() string {
-	ids := make([]string, 0, len(e.Runs))
-	for _, r := range e.Runs {
+	named, more := NamedRuns(e.Runs)
+	ids := make([]string, 0, len(named))
+	for _, r := range named {
 		ids = append(ids, fmt.Sprintf("%s (%d GPUs)", r.RunID, r.GPUs))
 	}
-	return fmt.Sprintf("ledger: booking capacity: %d GPUs held + %d wanted > %d booked; live runs: %s",
-		e.HeldGPUs, e.WantGPUs, e.BookedGPUs, strings.Join(ids, ", "))
+	tail := ""
+	if more > 0 {
+		tail = fmt.Sprintf(" and %d more", more)
+	}
+	return fmt.Sprintf("ledger: booking capacity: %d GPUs held + %d wanted > %d booked; live runs: %s%s",
+		e.HeldGPUs, e.WantGPUs, e.BookedGPUs, strings.Join(ids, ", "), tail)
+}
+
+// MaxNamedRuns bounds how many of an account's live runs the policy input
+// (input.ledger.booking.live_runs) and a capacity refusal's message name;
+// the rest are only counted, so neither grows with the booking.
+const MaxNamedRuns = 16
+
+// NamedRuns returns the runs worth naming to free GPUs — at most
+// MaxNamedRuns of runs, the largest first, then the earliest LiveUntil,
+// then the lowest RunID — in runs' own order, and how many are left out.
+// runs with at most MaxNamedRuns elements are returned as they are.
+func NamedRuns(runs []RunRecord) (named []RunRecord, more int) {
+	if len(runs) <= MaxNamedRuns {
+		return runs, 0
+	}
+	idx := make([]int, len(runs))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(i, j int) int {
+		a, b := runs[i], runs[j]
+		if a.GPUs != b.GPUs {
+			return b.GPUs - a.GPUs
+		}
+		if c := a.LiveUntil.Compare(b.LiveUntil); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.RunID, b.RunID); c != 0 {
+			return c
+		}
+		return i - j
+	})
+	idx = idx[:MaxNamedRuns]
+	slices.Sort(idx)
+	named = make([]RunRecord, len(idx))
+	for k, i := range idx {
+		named[k] = runs[i]
+	}
+	return named, len(runs) - MaxNamedRuns
 }
 
 func (e *CapacityError) Unwrap() error { return ErrCapacityExceeded }

@@ -14,7 +14,7 @@ package ito.booking
 
 import data.ito.lib
 
-_booking := object.get(input, ["ledger", "booking"], {"held_gpus": 0, "live_runs": [], "released": false})
+_booking := object.get(input, ["ledger", "booking"], {"held_gpus": 0, "live_runs": [], "live_run_count": 0, "released": false})
 
 _world_size := input.manifest.hardware.nodes * input.manifest.hardware.gpus_per_node if {
 	lib.is_count(input.manifest.hardware.nodes)
@@ -39,7 +39,8 @@ held_gpus := h if {
 # description: >-
 #   For train.create, the GPUs held by the booking's live runs plus this
 #   run's world size must not exceed the booking's GPUs. The message names
-#   the account's own live runs holding them.
+#   the account's own live runs holding them (at most 16, then how many
+#   more).
 # custom:
 #   code: BOOKING_CAPACITY_EXCEEDED
 #   gate: booking
@@ -54,11 +55,24 @@ deny contains v if {
 	))
 }
 
-_runs_text := concat("", [": ", concat(", ", [sprintf("%s (%d GPUs)", [r.run_id, r.gpus]) | some r in _booking.live_runs])]) if {
-	count(_booking.live_runs) > 0
+# At most 16 of the account's live runs are named (Go sends no more: the
+# largest, then the soonest to end); live_run_count counts them all.
+_named := array.slice(_booking.live_runs, 0, 16)
+
+_live_run_count := n if {
+	n := _booking.live_run_count
+	is_number(n)
+} else := count(_booking.live_runs)
+
+_runs_text := concat("", [": ", concat(", ", [sprintf("%s (%d GPUs)", [r.run_id, r.gpus]) | some r in _named]), _more_text]) if {
+	count(_named) > 0
 }
 
-_runs_text := " (none of them this account's)" if count(_booking.live_runs) == 0
+_runs_text := " (none of them this account's)" if count(_named) == 0
+
+_more_text := sprintf(" and %d more of this account's", [_live_run_count - count(_named)]) if {
+	_live_run_count > count(_named)
+} else := ""
 
 # METADATA
 # title: Booking released

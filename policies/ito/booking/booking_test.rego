@@ -59,3 +59,31 @@ test_estimates_without_facts if {
 	e := booking.estimates with input as {"request": {"action": "train.create"}}
 	e == {"held_gpus": 0, "run_grace_seconds": 3600}
 }
+
+# 20 live runs of this account: 16 named (as Go sends them), the rest counted.
+_many := [{"run_id": sprintf("run_%02d", [i]), "gpus": 1, "live_until": 1764500000} | some i in numbers.range(1, 16)]
+
+test_capacity_message_bounds_named_runs if {
+	inp := json.patch(_base, [_set("/ledger/booking", {"held_gpus": 20, "live_runs": _many, "live_run_count": 20, "released": false})])
+	some v in booking.deny with input as inp
+	v.message == concat("", [
+		"the booking's 64 GPUs cannot hold 64 more: 20 are held by live runs: ",
+		"run_01 (1 GPUs), run_02 (1 GPUs), run_03 (1 GPUs), run_04 (1 GPUs), run_05 (1 GPUs), run_06 (1 GPUs), ",
+		"run_07 (1 GPUs), run_08 (1 GPUs), run_09 (1 GPUs), run_10 (1 GPUs), run_11 (1 GPUs), run_12 (1 GPUs), ",
+		"run_13 (1 GPUs), run_14 (1 GPUs), run_15 (1 GPUs), run_16 (1 GPUs) and 4 more of this account's",
+	])
+}
+
+test_capacity_message_with_count_of_named if {
+	inp := json.patch(_base, [_set("/ledger/booking", {"held_gpus": 32, "live_runs": [_run], "live_run_count": 1, "released": false})])
+	some v in booking.deny with input as inp
+	v.message == "the booking's 64 GPUs cannot hold 64 more: 32 are held by live runs: run_01aaaaaaaaaaaaaaaaaaaaaaaa (32 GPUs)"
+}
+
+# An input with more than 16 runs (not what Go sends) still names 16.
+test_capacity_message_names_at_most_16 if {
+	runs := array.concat(_many, [{"run_id": "run_17", "gpus": 1, "live_until": 1764500000}])
+	inp := json.patch(_base, [_set("/ledger/booking", {"held_gpus": 17, "live_runs": runs, "live_run_count": 17, "released": false})])
+	some v in booking.deny with input as inp
+	endswith(v.message, "run_16 (1 GPUs) and 1 more of this account's")
+}

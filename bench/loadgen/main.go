@@ -45,6 +45,7 @@ type options struct {
 	target, base, path, mode, label string
 	state, caFile                   string // webhook targets
 	workers, rate, max, pool        int
+	booking                         string
 	bookingRuns                     int64
 	duration                        time.Duration
 }
@@ -65,7 +66,8 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "timed phase length (at most 10m)")
 	flag.IntVar(&o.max, "max", 100000, "hard cap on requests in the timed phase")
 	flag.IntVar(&o.pool, "pool", 0, "itogate: manifests signed and confirmations deposited before the timed phase (default: enough for the phase; the deny path cycles through them)")
-	flag.Int64Var(&o.bookingRuns, "booking-runs", 2000000, "itogate: concurrent runs the entitlement's booking holds (every allowed run stays live until its declared end, and `make soak` admits 1 M on one booking)")
+	flag.StringVar(&o.booking, "booking", scenario.Booking, "itogate: the booking every request, entitlement and confirmation names")
+	flag.Int64Var(&o.bookingRuns, "booking-runs", 100000, "itogate: concurrent runs the entitlement's booking holds: every allowed run stays live until its declared end (at most 2^20 nodes per booking; `make soak` uses a booking per chunk)")
 	flag.StringVar(&o.label, "label", "", "row label")
 	freePort := flag.Bool("free-port", false, "print a free loopback TCP port and exit")
 	writeInput := flag.String("write-input", "", "print the policy input itogate builds for this fixture (e.g. llama3-8b) at the benchmarks' fixed time and exit (for opa eval / opa bench)")
@@ -271,7 +273,7 @@ func itogateRequests(ctx context.Context, o options) (func(int) (*http.Request, 
 	if err != nil {
 		return nil, 0, err
 	}
-	ent, err := r.EntitlementForRuns(m, o.bookingRuns)
+	ent, err := r.EntitlementForRuns(m, o.booking, o.bookingRuns)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -313,7 +315,8 @@ func itogateRequests(ctx context.Context, o options) (func(int) (*http.Request, 
 					firstErr.CompareAndSwap(nil, err)
 					return
 				}
-				ref, err := r.Confirm(ctx, "train.create", manifest.Digest(v.Raw), cost, "")
+				ref, err := r.ConfirmWith(ctx, "train.create", manifest.Digest(v.Raw), cost, "",
+					func(c map[string]any) { c["booking_id"] = o.booking })
 				if err != nil {
 					firstErr.CompareAndSwap(nil, err)
 					return
@@ -351,7 +354,7 @@ func itogateRequests(ctx context.Context, o options) (func(int) (*http.Request, 
 			}
 		}
 		body, err := json.Marshal(map[string]any{
-			"action": "train.create", "booking_id": scenario.Booking,
+			"action": "train.create", "booking_id": o.booking,
 			"idempotency_key": fmt.Sprintf("lg-%s-%s-%d", o.path, runTag, i),
 			"manifest":        base64.StdEncoding.EncodeToString(p.m.Raw), "manifest_signature": p.m.Signature,
 			"entitlement_token": ent, "confirmation_ref": p.ref,

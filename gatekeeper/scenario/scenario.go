@@ -267,13 +267,18 @@ func (r *Runner) EntitlementFor(m Manifest, tweak func(map[string]any)) (string,
 	return r.mint(r.keys.Entitlement, config.TypeEntitlement, claims, 5*time.Minute)
 }
 
-// EntitlementForRuns mints an entitlement like EntitlementFor whose booking
-// holds at least runs concurrent runs of m (never fewer than BookingScale).
-// Benchmarks and load tests admit thousands of runs on one booking, and
-// every allowed run holds its GPUs until its declared end: a booking of
-// BookingScale runs would deny the rest BOOKING_CAPACITY_EXCEEDED.
-func (r *Runner) EntitlementForRuns(m Manifest, runs int64) (string, error) {
+// EntitlementForRuns mints an entitlement like EntitlementFor, for booking
+// (Booking when empty), whose booking holds at least runs concurrent runs
+// of m (never fewer than BookingScale). Benchmarks and load tests admit
+// thousands of runs on one booking, and every allowed run holds its GPUs
+// until its declared end: a booking of BookingScale runs would deny the
+// rest BOOKING_CAPACITY_EXCEEDED. A booking books at most 2^20 nodes
+// (booking.ForCreate), which bounds runs: beyond it, use more bookings.
+func (r *Runner) EntitlementForRuns(m Manifest, booking string, runs int64) (string, error) {
 	claims := bookingClaims(m.Doc, r.now(), max(BookingScale, runs))
+	if booking != "" {
+		claims["booking_id"] = booking
+	}
 	return r.mint(r.keys.Entitlement, config.TypeEntitlement, claims, 5*time.Minute)
 }
 

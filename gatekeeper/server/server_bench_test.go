@@ -125,7 +125,7 @@ func benchAdmit(b *testing.B, name string, want int) {
 		n = b.N
 	}
 	// every allowed run stays live: book room for all of them
-	ent, err := s.runner.EntitlementForRuns(m, int64(n))
+	ent, err := s.runner.EntitlementForRuns(m, "", int64(n))
 	if err != nil {
 		b.Fatal(err)
 	}

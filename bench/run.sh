@@ -261,7 +261,7 @@ for shape in "open $WH_LOW/s" "open $WH_RATE/s"; do
       for (i = 1; i <= n; i++)
         printf "- %s, %s: p50 %s ms, p99 %s ms, served %s of %s, shed %s, refused or failed %s, server CPU %s ms per served review\n", L[i], shape, p50[i], p99[i], ok[i], req[i], shed[i], bad[i], cpu[i]
       for (i = 2; i <= n; i++)
-        if (p99[1] > 0 && ok[1] > 0 && cpu[1] + 0 > 0)
+        if (p99[1] + 0 > 0 && ok[1] + 0 > 0 && cpu[1] + 0 > 0)
           printf "- %s / %s, %s: p99 %.2fx, served %.2fx, CPU per served review %.2fx\n", L[i], L[1], shape, p99[i] / p99[1], ok[i] / ok[1], cpu[i] / cpu[1]
     }' "$OUT/webhook-rows.md" | tee -a "$SUM"
 done

@@ -58,11 +58,12 @@ admitted=0
 start=$(date +%s)
 while [ "$admitted" -lt "$TOTAL" ]; do
   n=$((TOTAL - admitted < CHUNK ? TOTAL - admitted : CHUNK))
-  # a booking per chunk: every admitted run stays live, and one booking books
+  # a booking per chunk (room for the chunk and loadgen's untimed sample allow):
+  # every admitted run stays live, and one booking books
   # at most 2^20 nodes (131 072 runs of llama3-8b's 8 nodes)
   line=$(timeout 900 bin/loadgen -target itogate -url "http://127.0.0.1:$PORT" -path allow -mode closed \
     -workers "$WORKERS" -duration 10m -max "$n" -pool "$n" -label soak \
-    -booking "bk_soak_$admitted" -booking-runs "$n" 2>>"$OUT/loadgen.log")
+    -booking "bk_soak_$admitted" -booking-runs "$((n + 1))" 2>>"$OUT/loadgen.log")
   echo "$line" >> "$OUT/loadgen.md"
   ok=$(echo "$line" | awk -F'|' '{gsub(/ /, "", $5); print $5 + 0}')
   rate=$(echo "$line" | awk -F'|' '{gsub(/ /, "", $9); print $9}')

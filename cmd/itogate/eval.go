@@ -94,7 +94,7 @@ func (o *evalOptions) run(ctx context.Context, w io.Writer) error {
 	}
 	input := scenario.OfflineInput(raw, doc, ent, conf, now)
 	input["ledger"].(map[string]any)["booking"] = map[string]any{
-		"held_gpus": o.heldGPUs, "live_runs": []any{}, "released": o.released,
+		"held_gpus": o.heldGPUs, "live_runs": []any{}, "live_run_count": 0, "released": o.released,
 	}
 	bundle := policies.Bundle()
 	if o.bundleDir != "" {

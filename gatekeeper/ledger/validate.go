@@ -11,6 +11,12 @@ import (
 // every backend's limits (bbolt: 32 KiB keys; PostgreSQL btree: ~2.7 KiB).
 const MaxIDLen = 256
 
+// MaxGPUs bounds Admission.GPUs and BookedGPUs (2^31-1): the PostgreSQL
+// ledger stores them as integer, the bbolt live index refuses larger
+// values, so a larger count is refused before it is written rather than
+// committed and then unreadable.
+const MaxGPUs = 1<<31 - 1
+
 // maxTextLen bounds the other short string fields (digests, decision ids,
 // bundle revisions).
 const maxTextLen = 1024
@@ -138,10 +144,10 @@ func (a Admission) Validate() error {
 	}
 	if a.State == AdmissionAdmitted {
 		switch {
-		case a.GPUs <= 0:
-			return bad("GPUs", "must be positive for train.create")
-		case a.BookedGPUs <= 0:
-			return bad("BookedGPUs", "must be positive for train.create")
+		case a.GPUs <= 0 || a.GPUs > MaxGPUs:
+			return bad("GPUs", "must be positive and at most 2^31-1 for train.create")
+		case a.BookedGPUs <= 0 || a.BookedGPUs > MaxGPUs:
+			return bad("BookedGPUs", "must be positive and at most 2^31-1 for train.create")
 		case !a.LiveUntil.After(a.CreatedAt):
 			return bad("LiveUntil", "must be after CreatedAt for train.create")
 		}

@@ -19,10 +19,11 @@
 //	workloads      run_id                → workload binding record (identity, uids)
 //
 // Schema 1 lacked liveruns: Open migrates such a file to schema 2 in one
-// transaction, building the index from the run records (an older binary
-// then refuses the file rather than admit runs the index would not count).
-// The buckets from bookings on were added to schema 1 without a version
-// change: an older file gains them empty on open. Its confirmations carry
+// transaction, building the index from bookingruns and the run records (an
+// older binary then refuses the file rather than admit runs the index would
+// not count: the upgrade is one way, keep a copy of the file to go back).
+// runrecs, bookingruns, bookings, revocations and workloads were added to
+// schema 1 without a version change: an older file gains them empty on open. Its confirmations carry
 // no bindings and so match no admission (they fail closed and expire within
 // minutes).
 //

@@ -687,3 +687,65 @@ func BenchmarkBookingUsage(b *testing.B) {
 		}
 	}
 }
+
+// TestMigrateSchema1UnreadableRun: a schema 1 file whose booking index
+// points at an unreadable run record still opens as schema 2. The other
+// bookings answer as before; the broken run's booking fails closed
+// (ErrUnavailable), as its usage did in schema 1, and Check reports it.
+func TestMigrateSchema1UnreadableRun(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	good := runRecord{RunID: ledger.NewRunID(), Account: "acct_42", BookingID: "bk_good", GPUs: 8, BookedGPUs: 64,
+		AdmittedAt: at, LiveUntil: at.Add(time.Hour)}
+	bad := runRecord{RunID: ledger.NewRunID(), Account: "acct_42", BookingID: "bk_bad", GPUs: 8, BookedGPUs: 64,
+		AdmittedAt: at, LiveUntil: at.Add(time.Hour)}
+	err = s.db.Update(func(tx *bbolt.Tx) error {
+		for _, r := range []runRecord{good, bad} {
+			if err := putRunRec(tx, nil, r); err != nil {
+				return err
+			}
+			if err := tx.Bucket(bucketBookingRuns).Put(joinKey(r.BookingID, r.RunID), nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	downgrade(t, path)
+	db, err := bbolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bbolt.Tx) error { return tx.Bucket(bucketRunRecs).Put([]byte(bad.RunID), []byte("{not json")) })
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	s, err = Open(path, Options{})
+	if err != nil {
+		t.Fatalf("Open(schema 1 with an unreadable run record) = %v, want it open", err)
+	}
+	defer s.Close()
+	u, err := s.BookingUsage(t.Context(), good.BookingID, at)
+	if err != nil || u.HeldGPUs != 8 || len(u.Runs) != 1 || u.Runs[0].RunID != good.RunID {
+		t.Fatalf("BookingUsage(%s) = %+v, %v; want its one run of 8 GPUs", good.BookingID, u, err)
+	}
+	if _, err := s.BookingUsage(t.Context(), bad.BookingID, at); !errors.Is(err, ledger.ErrUnavailable) {
+		t.Fatalf("BookingUsage(%s) = %v, want ErrUnavailable", bad.BookingID, err)
+	}
+	if _, err := s.Check(t.Context()); !errors.Is(err, ledger.ErrInconsistent) || !strings.Contains(err.Error(), "live index entry") {
+		t.Fatalf("Check = %v, want it to report the broken run's live index entry", err)
+	}
+}

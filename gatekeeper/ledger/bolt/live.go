@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	bbolt "go.etcd.io/bbolt"
@@ -149,7 +150,7 @@ func liveInt(v []byte, ok bool) (int, []byte, bool) {
 		return 0, nil, false
 	}
 	x, n := binary.Uvarint(v)
-	if n <= 0 || x > 1<<31 {
+	if n <= 0 || x > ledger.MaxGPUs {
 		return 0, nil, false
 	}
 	return int(x), v[n:], true
@@ -300,21 +301,60 @@ func liveUsage(tx *bbolt.Tx, booking string, now time.Time) ([]ledger.RunRecord,
 	return runs, released, err
 }
 
-// backfillLive builds the live index from every run record: the migration
-// from schema 1, run in Open's transaction.
+// backfillLive builds the live index from the schema-1 booking index (the
+// runs each booking's usage counted): the migration from schema 1, run in
+// Open's transaction. The entries are put in key order: bbolt fills a new
+// bucket in one pass that way, where run-id order made the migration
+// quadratic (minutes at 100 000 runs). A run whose record is missing,
+// unreadable or names another run gets a poison entry that sorts after any
+// time and does not decode, so its booking's usage and capacity checks
+// fail closed (ErrUnavailable) and Check reports it, as schema 1 did,
+// instead of the file failing to open.
 func backfillLive(tx *bbolt.Tx) error {
-	live := tx.Bucket(bucketLiveRuns)
-	return tx.Bucket(bucketRunRecs).ForEach(func(k, v []byte) error {
+	type entry struct{ k, v []byte }
+	var entries []entry
+	recs := tx.Bucket(bucketRunRecs)
+	err := tx.Bucket(bucketBookingRuns).ForEach(func(k, _ []byte) error {
+		booking, runID, ok := bytes.Cut(k, []byte{0})
+		if !ok {
+			return fmt.Errorf("booking index key %q has no run id", k)
+		}
 		var r runRecord
-		if err := json.Unmarshal(v, &r); err != nil {
-			return fmt.Errorf("run record %s: %w", k, err)
+		if v := recs.Get(runID); v == nil || json.Unmarshal(v, &r) != nil ||
+			r.RunID != string(runID) || r.BookingID != string(booking) {
+			entries = append(entries, entry{poisonKey(string(booking), string(runID)), poisonValue})
+			return nil
 		}
-		if r.RunID != string(k) {
-			return fmt.Errorf("run record %s names %s", k, r.RunID)
-		}
-		return live.Put(liveKey(r.BookingID, runEnd(r), r.RunID), encodeLive(r))
+		entries = append(entries, entry{liveKey(r.BookingID, runEnd(r), r.RunID), encodeLive(r)})
+		return nil
 	})
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(entries, func(a, b entry) int { return bytes.Compare(a.k, b.k) })
+	live := tx.Bucket(bucketLiveRuns)
+	live.FillPercent = 1 // appended in key order
+	for _, e := range entries {
+		if err := live.Put(e.k, e.v); err != nil {
+			return err
+		}
+	}
+	return nil
 }
+
+// poisonKey is a live index key of booking whose end bytes are all 0xff:
+// after any time timeKey encodes, so every read of the booking visits it.
+// poisonValue never decodes (a uvarint cut short).
+func poisonKey(booking, runID string) []byte {
+	k := make([]byte, 0, len(booking)+2+timeKeyLen+len(runID))
+	k = append(k, booking...)
+	k = append(k, 0)
+	k = append(k, bytes.Repeat([]byte{0xff}, timeKeyLen)...)
+	k = append(k, 0)
+	return append(k, runID...)
+}
+
+var poisonValue = []byte{0xff}
 
 // checkLive is Check's part for the live index: exactly one entry per run
 // record, under the run's end, holding the record.

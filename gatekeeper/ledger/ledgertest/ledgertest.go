@@ -528,6 +528,8 @@ func testCommitInvalid(t *testing.T, f *fixture) {
 		"bad run id":           func(a *ledger.Admission) { a.RunID = "run_1" },
 		"zero created":         func(a *ledger.Admission) { a.CreatedAt = time.Time{} },
 		"cancel without run":   func(a *ledger.Admission) { a.State, a.RunID = ledger.AdmissionCancelAdmitted, "" },
+		"GPUs past 2^31-1":     func(a *ledger.Admission) { a.GPUs = ledger.MaxGPUs + 1 },
+		"booked past 2^31-1":   func(a *ledger.Admission) { a.BookedGPUs = 1 << 40 },
 	} {
 		a := admission(c, "key-1", "req-1")
 		mutate(&a)

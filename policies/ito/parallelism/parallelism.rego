@@ -12,7 +12,7 @@
 #   A layout is an object {nodes, tp, pp, cp, ep, v, mbs, zero_stage,
 #   checkpointing, precision}. Every hard rule is a predicate of a layout
 #   (_tp_exceeds_domain(l), _states_exceed(l), ...), used for the manifest's
-#   own layout (the deny rules below) and for every candidate of the fix
+#   own layout (the deny rules in rules.rego) and for every candidate of the fix
 #   search, so a suggested fix passes exactly the rules that judged the
 #   manifest.
 #

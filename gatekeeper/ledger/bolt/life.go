@@ -63,8 +63,11 @@ func checkRevocations(tx *bbolt.Tx, a ledger.Admission) error {
 func writeRunLife(tx *bbolt.Tx, a ledger.Admission) error {
 	recs := tx.Bucket(bucketRunRecs)
 	end := func(r runRecord) error {
-		if !r.run().Live(a.CreatedAt) {
-			return nil // already over: keep how it ended
+		// Ended already (even by an end decided later than this one that
+		// committed first), or past its declared end: keep how it ended.
+		// The same rule as PostgreSQL's ended_at IS NULL AND live_until > t.
+		if !r.EndedAt.IsZero() || !a.CreatedAt.Before(r.LiveUntil) {
+			return nil
 		}
 		prev := r
 		r.EndedAt, r.EndedBy = a.CreatedAt.UTC(), a.Action

@@ -215,3 +215,22 @@ func testEndedRunsStayEnded(t *testing.T, f *fixture) {
 	}
 	f.wantHeld("bk_ended", relAt.Add(-time.Microsecond), 64)
 }
+
+// testFirstEndStays: two ends of one run that commit out of the order they
+// were decided in (concurrent cancel and cleanup, or replicas' clocks
+// apart) leave the run ended as the first commit ended it: an end decided
+// before the recorded one does not move it earlier.
+func testFirstEndStays(t *testing.T, f *fixture) {
+	a := f.create("acct_42", "bk_first_end", "a", 8, 64)
+	f.commit(a)
+	cancelAt := a.CreatedAt.Add(2 * time.Minute)
+	f.commit(f.lifecycle("acct_42", "train.cancel", "bk_first_end", a.RunID, "cancel-a", cancelAt))
+	f.commit(f.lifecycle("acct_42", "train.cleanup", "bk_first_end", a.RunID, "cleanup-a", cancelAt.Add(-time.Minute)))
+	r, err := f.s.RunRecord(f.ctx, a.RunID)
+	if err != nil || !r.EndedAt.Equal(cancelAt) || r.EndedBy != "train.cancel" {
+		t.Fatalf("RunRecord after a cleanup decided before the committed cancel = %+v, %v; want ended at %s by train.cancel",
+			r, err, cancelAt)
+	}
+	f.wantHeld("bk_first_end", cancelAt.Add(-time.Second), 8)
+	f.wantHeld("bk_first_end", cancelAt, 0)
+}

@@ -98,6 +98,7 @@ var cases = []struct {
 	{"BookingRelease", testBookingRelease},
 	{"BookingHistory", testBookingHistory},
 	{"EndedRunsStayEnded", testEndedRunsStayEnded},
+	{"FirstEndStays", testFirstEndStays},
 	{"Bindings", testBindings},
 	{"Revocations", testRevocations},
 	{"ClosedStore", testClosedStore},

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/open-policy-agent/opa/v1/ast"
-	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/open-policy-agent/opa/v1/rego"
 
 	"github.com/itocompute/itogate/schemas"
@@ -139,23 +137,7 @@ type parallelismResult struct {
 
 func prepareParallelism(t *testing.T) rego.PreparedEvalQuery {
 	t.Helper()
-	loader, err := bundle.NewFSLoader(Bundle())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := bundle.NewCustomReader(loader).WithRegoVersion(ast.RegoV1).WithProcessAnnotations(true).Read()
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, err := rego.New(
-		rego.Query(`x := {"deny": [v.code | some v in data.ito.parallelism.deny], "estimates": data.ito.parallelism.estimates}`),
-		rego.ParsedBundle("itogate", &b),
-		rego.StrictBuiltinErrors(true),
-	).PrepareForEval(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return q
+	return prepareQuery(t, `x := {"deny": [v.code | some v in data.ito.parallelism.deny], "estimates": data.ito.parallelism.estimates}`)
 }
 
 // evalParallelism evaluates the parallelism gate for a manifest (it reads

@@ -102,21 +102,13 @@ func TestOpen(t *testing.T) {
 
 	t.Run("unknown schema", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "ledger.db")
-		db, err := bbolt.Open(path, 0o600, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = db.Update(func(tx *bbolt.Tx) error {
+		rawUpdate(t, path, func(tx *bbolt.Tx) error {
 			b, err := tx.CreateBucket(bucketMeta)
 			if err != nil {
 				return err
 			}
 			return b.Put(keySchema, []byte("99"))
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		db.Close()
 		if _, err := Open(path, Options{}); !errors.Is(err, ledger.ErrUnavailable) {
 			t.Fatalf("Open(schema 99) = %v, want ErrUnavailable", err)
 		}
@@ -472,16 +464,23 @@ func TestCheckFindsOverbookedBooking(t *testing.T) {
 // index, the version a binary before it wrote.
 func downgrade(t *testing.T, path string) {
 	t.Helper()
-	db, err := bbolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = db.Update(func(tx *bbolt.Tx) error {
+	rawUpdate(t, path, func(tx *bbolt.Tx) error {
 		if err := tx.DeleteBucket(bucketLiveRuns); err != nil {
 			return err
 		}
 		return tx.Bucket(bucketMeta).Put(keySchema, []byte("1"))
 	})
+}
+
+// rawUpdate runs fn in one transaction on the closed ledger file at path,
+// opened with bbolt alone (no migration, no checks).
+func rawUpdate(t *testing.T, path string, fn func(tx *bbolt.Tx) error) {
+	t.Helper()
+	db, err := bbolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(fn)
 	if cerr := db.Close(); err == nil {
 		err = cerr
 	}
@@ -721,17 +720,7 @@ func TestMigrateSchema1UnreadableRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	downgrade(t, path)
-	db, err := bbolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = db.Update(func(tx *bbolt.Tx) error { return tx.Bucket(bucketRunRecs).Put([]byte(bad.RunID), []byte("{not json")) })
-	if cerr := db.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	rawUpdate(t, path, func(tx *bbolt.Tx) error { return tx.Bucket(bucketRunRecs).Put([]byte(bad.RunID), []byte("{not json")) })
 
 	s, err = Open(path, Options{})
 	if err != nil {

@@ -84,7 +84,7 @@ FUZZMINIMIZETIME ?= 2s
 FUZZ_TARGETS     := ./gatekeeper/server:FuzzAdmissionRequest ./gatekeeper/server:FuzzDepositRequest \
                     ./gatekeeper/manifest:FuzzParse ./gatekeeper/verify:FuzzTokenVerify \
                     ./gatekeeper/verify:FuzzSignedTokenVerify ./gatekeeper/verify:FuzzManifestVerify \
-                    ./gatekeeper/safefile:FuzzReadManifest
+                    ./gatekeeper/safefile:FuzzReadManifest ./gatekeeper/booking:FuzzMoneyMatchesRego
 
 fuzz:
 	@set -euo pipefail; for t in $(FUZZ_TARGETS); do \

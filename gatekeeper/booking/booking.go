@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/big"
 	"regexp"
 	"strconv"
@@ -70,6 +71,9 @@ func ForCreate(manifest, entitlement map[string]any, now time.Time) (Run, error)
 	if !ok || centiHours <= 0 {
 		return bad("manifest budget.max_wall_clock_hours must be a positive number with at most 2 decimals")
 	}
+	if centiHours > maxCentiHours {
+		return bad("manifest budget.max_wall_clock_hours out of range")
+	}
 	term, _ := entitlement["term"].(map[string]any)
 	termEnd, ok := count(term["end"])
 	if !ok {
@@ -100,6 +104,11 @@ func ForCreate(manifest, entitlement map[string]any, now time.Time) (Run, error)
 		ComputeMicroUSD: cost.Int64(),
 	}, nil
 }
+
+// maxCentiHours is the longest run, in centi-hours (36 s each), whose end
+// now + hours still fits a time.Duration (about 2.56 million hours); beyond
+// it the duration would wrap and put the end in the past.
+const maxCentiHours = int64(math.MaxInt64 / (36 * time.Second))
 
 func ceilDiv(a, b *big.Int) *big.Int {
 	q, m := new(big.Int).QuoRem(a, b, new(big.Int))
@@ -188,15 +197,17 @@ func Grace(estimates map[string]any) time.Duration {
 	default:
 		return DefaultGrace
 	}
-	if secs < 0 || time.Duration(secs)*time.Second > MaxGrace {
+	// compared in seconds: secs × time.Second could wrap to a negative grace
+	if secs < 0 || secs > int64(MaxGrace/time.Second) {
 		return DefaultGrace
 	}
 	return time.Duration(secs) * time.Second
 }
 
-// EstimateMicroUSD returns the larger of compute (Go's own compute cost) and
-// the bundle's estimates["total_cost_micro_usd"] when that is a whole
-// number: the cost the confirmation must cover at commit.
+// EstimateMicroUSD returns, in micro-USD, the larger of compute (Go's own
+// compute cost, micro-USD) and the bundle's estimates["total_cost_micro_usd"]
+// when that is a whole number: the cost the confirmation must cover at
+// commit.
 func EstimateMicroUSD(compute int64, estimates map[string]any) int64 {
 	var total int64
 	switch n := estimates["total_cost_micro_usd"].(type) {

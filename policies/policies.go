@@ -6,8 +6,10 @@
 // Layout (OPA bundle convention: a data.json file's directory is its data path):
 //
 //	ito/<gate>/<gate>.rego        package ito.<gate>; gates: entitlement, confirmation,
-//	                              idempotency, budget, data, parallelism, manifest,
+//	                              idempotency, budget, booking, parallelism, manifest,
 //	                              lifecycle, checkpoint, datachecks, rlvr
+//	ito/datasets/datasets.rego    package ito.datasets; the data gate (a package named
+//	                              data would shadow the root data document)
 //	ito/admission/admission.rego  package ito.admission; the entrypoint
 //	                              data.ito.admission.decision
 //	ito/workload/workload.rego    package ito.workload; the webhook's entrypoint

@@ -18,7 +18,7 @@ var RequiredRules = []string{
 	"data.ito.idempotency.deny",
 	"data.ito.budget.deny",
 	"data.ito.booking.deny",
-	"data.ito.data.deny",
+	"data.ito.datasets.deny",
 	"data.ito.parallelism.deny",
 	"data.ito.manifest.deny",
 	"data.ito.lifecycle.deny",

@@ -136,12 +136,12 @@ func TestIncompleteBundleIsRefused(t *testing.T) {
 		t.Fatalf("the embedded bundle: %v", err)
 	}
 	for p := range full {
-		if strings.HasPrefix(p, "ito/data/") {
+		if strings.HasPrefix(p, "ito/datasets/") {
 			delete(full, p)
 		}
 	}
 	_, err = New(context.Background(), Options{Deadline: patience.Deadline, Bundle: full})
-	if err == nil || !strings.Contains(err.Error(), "no rule data.ito.data.deny") {
+	if err == nil || !strings.Contains(err.Error(), "no rule data.ito.datasets.deny") {
 		t.Fatalf("New without the data gate = %v", err)
 	}
 }

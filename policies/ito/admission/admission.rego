@@ -15,8 +15,8 @@ import data.ito.booking
 import data.ito.budget
 import data.ito.checkpoint
 import data.ito.confirmation
-import data.ito.data as datagate
 import data.ito.datachecks
+import data.ito.datasets
 import data.ito.entitlement
 import data.ito.idempotency
 import data.ito.lib
@@ -95,7 +95,7 @@ _violations contains v if {
 
 _violations contains v if {
 	lib.is_train_create
-	some v in datagate.deny
+	some v in datasets.deny
 }
 
 _violations contains v if {
@@ -142,7 +142,7 @@ _warnings contains v if {
 
 _warnings contains v if {
 	lib.is_train_create
-	some v in datagate.warn
+	some v in datasets.warn
 }
 
 _warnings contains v if {

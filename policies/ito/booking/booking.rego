@@ -14,7 +14,9 @@ package ito.booking
 
 import data.ito.lib
 
-_booking := object.get(input, ["ledger", "booking"], {"held_gpus": 0, "live_runs": [], "live_run_count": 0, "released": false})
+_booking := object.get(input, ["ledger", "booking"], {
+	"held_gpus": 0, "live_runs": [], "live_run_count": 0, "released": false,
+})
 
 _world_size := input.manifest.hardware.nodes * input.manifest.hardware.gpus_per_node if {
 	lib.is_count(input.manifest.hardware.nodes)
@@ -64,7 +66,11 @@ _live_run_count := n if {
 	is_number(n)
 } else := count(_booking.live_runs)
 
-_runs_text := concat("", [": ", concat(", ", [sprintf("%s (%d GPUs)", [r.run_id, r.gpus]) | some r in _named]), _more_text]) if {
+_runs_text := concat("", [
+	": ",
+	concat(", ", [sprintf("%s (%d GPUs)", [r.run_id, r.gpus]) | some r in _named]),
+	_more_text,
+]) if {
 	count(_named) > 0
 }
 

@@ -281,7 +281,10 @@ _faster_tier_fix := sprintf("use a faster storage tier (%s)", [concat(", ", _fas
 	count(_fast_enough_tiers) > 0
 }
 
-_faster_tier_fix := "no storage tier resumes this checkpoint in time: shrink it (fewer optimizer states) or add nodes" if {
+_faster_tier_fix := concat("", [
+	"no storage tier resumes this checkpoint in time: ",
+	"shrink it (fewer optimizer states) or add nodes",
+]) if {
 	count(_fast_enough_tiers) == 0
 }
 
@@ -334,9 +337,10 @@ _stall_message := sprintf("each synchronous checkpoint stops training for %v s o
 	lib.round2(_stall_seconds), lib.round2(interval_seconds),
 ])
 
-_stall_fix := sprintf("set checkpoint.async to true, or raise interval_steps to at least %d, or use a faster storage tier", [
-	ceil(_stall_seconds / (_cfg.sync_overhead_warn_fraction * _step_seconds)),
-])
+_stall_fix := sprintf(
+	"set checkpoint.async to true, or raise interval_steps to at least %d, or use a faster storage tier",
+	[ceil(_stall_seconds / (_cfg.sync_overhead_warn_fraction * _step_seconds))],
+)
 
 # METADATA
 # title: Too much work lost to failures
@@ -364,15 +368,24 @@ warn contains v if {
 	v := lib.violation_fix(rego.metadata.rule(), _lost_message, _lost_fix)
 }
 
-_lost_message := sprintf("a failure loses %v s of %d GPUs (interval %v s, detection %v s, resume %v s): %v %% of the run is expected lost", [
-	lib.round2(lost_seconds), _world_size, lib.round2(interval_seconds), detection_seconds,
-	lib.round2(resume_seconds), lib.round2(lost_fraction * 100),
-])
+_lost_message := sprintf(
+	"a failure loses %v s of %d GPUs (interval %v s, detection %v s, resume %v s): %v %% of the run is expected lost",
+	[
+		lib.round2(lost_seconds), _world_size, lib.round2(interval_seconds), detection_seconds,
+		lib.round2(resume_seconds), lib.round2(lost_fraction * 100),
+	],
+)
 
-# the largest interval keeping lost_fraction at the warn fraction
-_max_interval_seconds := 2 * (((((_cfg.lost_work_warn_fraction * _cfg.gpu_hours_between_failures) * 3600) / _world_size) - detection_seconds) - resume_seconds)
+# the seconds a failure may lose with lost_fraction at the warn fraction
+_lost_seconds_at_warn := ((_cfg.lost_work_warn_fraction * _cfg.gpu_hours_between_failures) * 3600) / _world_size
 
-_lost_fix := sprintf("lower checkpoint.interval_steps to at most %d", [floor(_max_interval_seconds / _step_seconds)]) if {
+# the largest interval keeping lost_fraction at the warn fraction (lost_s = interval_s / 2 + detection_s + resume_s)
+_max_interval_seconds := 2 * ((_lost_seconds_at_warn - detection_seconds) - resume_seconds)
+
+_lost_fix := sprintf(
+	"lower checkpoint.interval_steps to at most %d",
+	[floor(_max_interval_seconds / _step_seconds)],
+) if {
 	_max_interval_seconds >= _step_seconds
 }
 
@@ -413,7 +426,8 @@ deny contains v if {
 #   fix: Keep checkpoints in the booking's region (checkpoint.storage_region).
 warn contains v if {
 	storage_region != input.entitlement.region
-	v := lib.violation(rego.metadata.rule(), sprintf("checkpoints go to region %s, the booking is in %s (%v GiB cross regions)", [
-		lib.show(storage_region), lib.show(input.entitlement.region), remote_write_gib,
-	]))
+	v := lib.violation(rego.metadata.rule(), sprintf(
+		"checkpoints go to region %s, the booking is in %s (%v GiB cross regions)",
+		[lib.show(storage_region), lib.show(input.entitlement.region), remote_write_gib],
+	))
 }

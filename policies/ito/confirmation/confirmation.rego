@@ -196,7 +196,9 @@ _is_short_lived if {
 
 # METADATA
 # title: Confirmation expired
-# description: The confirmation's exp, plus the clock leeway, must be after now (exp + leeway_seconds.confirmation > now), as Go verified it.
+# description: >-
+#   The confirmation's exp, plus the clock leeway, must be after now
+#   (exp + leeway_seconds.confirmation > now), as Go verified it.
 # custom:
 #   code: CONFIRMATION_EXPIRED
 #   gate: confirmation
@@ -259,10 +261,13 @@ deny contains v if {
 deny contains v if {
 	_action == "train.restart"
 	not _is_same_checkpoint
-	v := lib.violation(rego.metadata.rule(), sprintf("the confirmation is for checkpoint step %s, the restart asks for %s", [
-		lib.show(lib.value_at(input, ["confirmation", "checkpoint_step"], null)),
-		lib.show(lib.value_at(input, ["request", "checkpoint_step"], null)),
-	]))
+	v := lib.violation(rego.metadata.rule(), sprintf(
+		"the confirmation is for checkpoint step %s, the restart asks for %s",
+		[
+			lib.show(lib.value_at(input, ["confirmation", "checkpoint_step"], null)),
+			lib.show(lib.value_at(input, ["request", "checkpoint_step"], null)),
+		],
+	))
 }
 
 _is_same_checkpoint if {

@@ -169,9 +169,10 @@ deny contains v if {
 	some i in _custom
 	some r in _decision_for(_datasets[i].digest)
 	not _is_recent(r.claims)
-	v := lib.violation(rego.metadata.rule(), sprintf("the ladder decision for data[%d] was issued at %s, more than %d s ago", [
-		i, lib.show(lib.value_at(r, ["claims", "iat"], null)), _cfg.ladder_max_age_seconds,
-	]))
+	v := lib.violation(rego.metadata.rule(), sprintf(
+		"the ladder decision for data[%d] was issued at %s, more than %d s ago",
+		[i, lib.show(lib.value_at(r, ["claims", "iat"], null)), _cfg.ladder_max_age_seconds],
+	))
 }
 
 _is_recent(claims) if {

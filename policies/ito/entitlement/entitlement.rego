@@ -68,7 +68,10 @@ deny contains v if {
 
 # METADATA
 # title: Entitlement stale
-# description: The entitlement must be fresh, now - iat <= max_age_seconds (bundle data), and not issued further in the future than the clock leeway (iat - now <= leeway_seconds.entitlement).
+# description: >-
+#   The entitlement must be fresh, now - iat <= max_age_seconds (bundle data),
+#   and not issued further in the future than the clock leeway
+#   (iat - now <= leeway_seconds.entitlement).
 # custom:
 #   code: ENTITLEMENT_STALE
 #   gate: entitlement
@@ -91,7 +94,9 @@ _is_fresh if {
 
 # METADATA
 # title: Entitlement expired
-# description: The entitlement's exp, plus the clock leeway, must be after now (exp + leeway_seconds.entitlement > now), as Go verified it.
+# description: >-
+#   The entitlement's exp, plus the clock leeway, must be after now
+#   (exp + leeway_seconds.entitlement > now), as Go verified it.
 # custom:
 #   code: ENTITLEMENT_EXPIRED
 #   gate: entitlement

@@ -60,7 +60,10 @@ scaled(s, places) := n if {
 	unit := _units[places]
 
 	# "1" + the fraction padded to `places` digits, minus 10^places: keeps leading zeros ("05" -> 50000)
-	n := (to_number(whole) * unit) + (to_number(concat("", ["1", substring(concat("", [fraction, "000000"]), 0, places)])) - unit)
+	n := (to_number(whole) * unit) + (to_number(concat("", [
+		"1",
+		substring(concat("", [fraction, "000000"]), 0, places),
+	])) - unit)
 }
 
 # Per number of places (1..6): the whole part and the fraction digits (empty

@@ -276,11 +276,21 @@ deny contains v if {
 }
 
 # the evals a stage must pass: the bundle's battery and the manifest's own gates
-_required_evals contains {"metric": e.metric, "min": object.get(e, "min", null), "max": object.get(e, "max", null), "by": "battery"} if {
+_required_evals contains {
+	"metric": e.metric,
+	"min": object.get(e, "min", null),
+	"max": object.get(e, "max", null),
+	"by": "battery",
+} if {
 	some e in _battery.evals
 }
 
-_required_evals contains {"metric": g.metric, "min": object.get(g, "min", null), "max": object.get(g, "max", null), "by": "manifest"} if {
+_required_evals contains {
+	"metric": g.metric,
+	"min": object.get(g, "min", null),
+	"max": object.get(g, "max", null),
+	"by": "manifest",
+} if {
 	some g in _m.eval_gates
 	g.stage == _current
 }
@@ -294,7 +304,9 @@ else := {}
 
 # METADATA
 # title: Eval result missing
-# description: An eval of the stage's battery, or an eval gate the manifest declares for the stage, has no result in the report.
+# description: >-
+#   An eval of the stage's battery, or an eval gate the manifest declares for
+#   the stage, has no result in the report.
 # custom:
 #   code: EVAL_RESULT_MISSING
 #   gate: lifecycle
@@ -317,7 +329,9 @@ deny contains v if {
 # custom:
 #   code: EVAL_FAILED
 #   gate: lifecycle
-#   fix: Stay in the current stage (or restart from a checkpoint) until the stage's evals pass; a failed gate has no override.
+#   fix: >-
+#     Stay in the current stage (or restart from a checkpoint) until the
+#     stage's evals pass; a failed gate has no override.
 deny contains v if {
 	_action == "train.stage.advance"
 	some msg in _eval_failures

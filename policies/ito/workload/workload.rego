@@ -198,7 +198,10 @@ _ticket_ok if {
 deny contains v if {
 	requests_gpus
 	object.get(input.namespace, "account", "") == ""
-	v := lib.violation(rego.metadata.rule(), sprintf("namespace %v is bound to no account", [lib.show(input.review.namespace)]))
+	v := lib.violation(
+		rego.metadata.rule(),
+		sprintf("namespace %v is bound to no account", [lib.show(input.review.namespace)]),
+	)
 }
 
 # METADATA
@@ -277,7 +280,10 @@ deny contains v if {
 	requests_gpus
 	_ticket_ok
 	not _run_matches
-	v := lib.violation(rego.metadata.rule(), sprintf("run %v is not admitted for this account and booking", [lib.show(_claims.run_id)]))
+	v := lib.violation(
+		rego.metadata.rule(),
+		sprintf("run %v is not admitted for this account and booking", [lib.show(_claims.run_id)]),
+	)
 }
 
 _run_matches if {
@@ -331,7 +337,10 @@ deny contains v if {
 	_ticket_ok
 	some s in pod_sets
 	s.per_pod > _claims.gpus_per_node
-	v := lib.violation(rego.metadata.rule(), sprintf("a Pod asks for %v GPUs, a node has %v", [s.per_pod, _claims.gpus_per_node]))
+	v := lib.violation(
+		rego.metadata.rule(),
+		sprintf("a Pod asks for %v GPUs, a node has %v", [s.per_pod, _claims.gpus_per_node]),
+	)
 }
 
 # METADATA

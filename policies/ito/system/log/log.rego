@@ -18,6 +18,6 @@ mask contains pointer if {
 }
 
 mask contains "/manifest" if {
-	some v in data.ito.data.deny
+	some v in data.ito.datasets.deny
 	v.code == "MANIFEST_CREDENTIAL_DETECTED"
 }

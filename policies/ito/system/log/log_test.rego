@@ -8,10 +8,10 @@ test_always_masks_the_confirmation_ref if {
 
 test_masks_the_manifest_holding_a_credential if {
 	log.mask == {"/confirmation/ref", "/manifest"} with input as {"manifest": {"data": [{"uri": "https://u:p@host/x"}]}}
-		with data.ito.data.deny as {{"code": "MANIFEST_CREDENTIAL_DETECTED", "gate": "data", "message": "m"}}
+		with data.ito.datasets.deny as {{"code": "MANIFEST_CREDENTIAL_DETECTED", "gate": "data", "message": "m"}}
 }
 
 test_other_denies_keep_the_manifest if {
 	log.mask == {"/confirmation/ref"} with input as {"manifest": {}}
-		with data.ito.data.deny as {{"code": "DATA_PII_NOT_ALLOWED", "gate": "data", "message": "m"}}
+		with data.ito.datasets.deny as {{"code": "DATA_PII_NOT_ALLOWED", "gate": "data", "message": "m"}}
 }

@@ -5,7 +5,7 @@
 #   eval suite and version, an allowed license and no PII (unless bundle data
 #   allows it); and no credential may appear anywhere in the manifest, neither
 #   as a value nor as a key. Messages name JSON paths, never the secret.
-package ito.data
+package ito.datasets
 
 import data.ito.lib
 

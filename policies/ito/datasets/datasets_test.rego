@@ -1,6 +1,6 @@
-package ito.data_test
+package ito.datasets_test
 
-import data.ito.data as datagate
+import data.ito.datasets
 
 _base := data.ito.testdata.base.input
 
@@ -11,8 +11,8 @@ _remove(path) := {"op": "remove", "path": path}
 test_data_codes[name] if {
 	some name, tc in _cases
 	inp := json.patch(_base, tc.patch)
-	got := {v.code | some v in datagate.deny with input as inp}
-	warned := {v.code | some v in datagate.warn with input as inp}
+	got := {v.code | some v in datasets.deny with input as inp}
+	warned := {v.code | some v in datasets.warn with input as inp}
 	print(name, "got", got, "warned", warned)
 	got == tc.want
 	warned == object.get(tc, "warn", set())
@@ -62,12 +62,12 @@ _cases := {
 
 test_pii_allowed_by_bundle_data if {
 	inp := json.patch(_base, [_set("/manifest/data/0/pii", true)])
-	count(datagate.deny) == 0 with input as inp with data.ito.config.data.pii_allowed as true
+	count(datasets.deny) == 0 with input as inp with data.ito.config.data.pii_allowed as true
 }
 
 test_stale_message if {
 	inp := json.patch(_base, [_set("/manifest/data/0/decontamination/eval_suite_version", "2026.04")])
-	[v.message | some v in datagate.deny with input as inp] == [
+	[v.message | some v in datasets.deny with input as inp] == [
 		`dataset data[0] was decontaminated against "ito-evals" "2026.04", not ito-evals 2026.10`,
 	]
 }
@@ -104,7 +104,7 @@ _credential_cases := {
 test_credential_detected[name] if {
 	some name, tc in _credential_cases
 	inp := json.patch(_base, [_set(tc.path, tc.value)])
-	violations := [v | some v in datagate.deny with input as inp]
+	violations := [v | some v in datasets.deny with input as inp]
 	print(name, violations)
 	[v.code | some v in violations] == ["MANIFEST_CREDENTIAL_DETECTED"]
 	some v in violations
@@ -126,12 +126,12 @@ test_credential_not_detected[name] if {
 		"public key": {"path": "/manifest/source", "value": "-----BEGIN PUBLIC KEY-----"},
 	}
 	inp := json.patch(_base, [_set(tc.path, tc.value)])
-	count(datagate.deny) == 0 with input as inp
+	count(datasets.deny) == 0 with input as inp
 }
 
 test_several_kinds_at_one_path if {
 	inp := json.patch(_base, [_set("/manifest/source", "AKIAIOSFODNN7EXAMPLE https://u:p@h/")])
-	[v.message | some v in datagate.deny with input as inp] == [
+	[v.message | some v in datasets.deny with input as inp] == [
 		"manifest /source holds what looks like a credential (URL userinfo, aws access key id); it is not shown",
 	]
 }
@@ -150,10 +150,10 @@ test_patterns_are_line_safe[pattern] if {
 
 # a manifest without anything credential-shaped is not scanned path by path
 test_clean_manifest_skips_the_scan if {
-	not datagate._may_hold_credential with input as _base
+	not datasets._may_hold_credential with input as _base
 }
 
 test_credential_cases_are_scanned[name] if {
 	some name, tc in _credential_cases
-	datagate._may_hold_credential with input as json.patch(_base, [_set(tc.path, tc.value)])
+	datasets._may_hold_credential with input as json.patch(_base, [_set(tc.path, tc.value)])
 }

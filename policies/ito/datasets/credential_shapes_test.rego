@@ -1,6 +1,6 @@
-package ito.data_test
+package ito.datasets_test
 
-import data.ito.data
+import data.ito.datasets
 
 # Shapes found by review: userinfo without a password or with an encoded
 # colon, current API secret-key prefixes, and inline base64 data URIs.
@@ -14,12 +14,12 @@ credential_shapes := {
 
 test_credential_shapes_detected[name] if {
 	some name, uri in credential_shapes
-	codes := {v.code | some v in data.deny} with input as {"manifest": {"data": [{"uri": uri}]}}
+	codes := {v.code | some v in datasets.deny} with input as {"manifest": {"data": [{"uri": uri}]}}
 	"MANIFEST_CREDENTIAL_DETECTED" in codes
 }
 
 test_plain_uris_pass[uri] if {
 	some uri in ["s3://ito-datasets/fineweb-edu/", "hf://datasets/allenai/c4", "gs://b/p@v2/shard"]
-	codes := {v.code | some v in data.deny} with input as {"manifest": {"data": [{"uri": uri}]}}
+	codes := {v.code | some v in datasets.deny} with input as {"manifest": {"data": [{"uri": uri}]}}
 	not "MANIFEST_CREDENTIAL_DETECTED" in codes
 }

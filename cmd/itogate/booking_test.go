@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/itocompute/itogate/fixtures"
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/bundle/bundletest"
-	"github.com/itocompute/itogate/gatekeeper/client"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
 	"github.com/itocompute/itogate/internal/patience"
@@ -55,8 +55,8 @@ func TestAllowEverythingBundleCannotSpend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	createReq := func(ref, key string) client.AdmissionRequest {
-		return client.AdmissionRequest{Action: "train.create", BookingID: scenario.Booking, IdempotencyKey: key,
+	createReq := func(ref, key string) api.AdmissionRequest {
+		return api.AdmissionRequest{Action: "train.create", BookingID: scenario.Booking, IdempotencyKey: key,
 			Manifest: m.Raw, ManifestSignature: m.Signature, EntitlementToken: ent, ConfirmationRef: ref}
 	}
 	// The one confirmation every mismatch tries to spend.
@@ -64,13 +64,13 @@ func TestAllowEverythingBundleCannotSpend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	expect := func(name string, req client.AdmissionRequest, status int, code string) {
+	expect := func(name string, req api.AdmissionRequest, status int, code string) {
 		t.Helper()
 		a, err := r.Admit(ctx, req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if a.Status != status || a.Error == nil || a.Error.Code != code {
+		if a.Status != status || a.Error == nil || string(a.Error.Code) != code {
 			t.Fatalf("%s: %d %+v, want %d %s\n%s", name, a.Status, a.Error, status, code, logs.String())
 		}
 		if s, _ := r.Status(ctx, req.IdempotencyKey); s.Status != 404 {
@@ -143,7 +143,7 @@ func TestAllowEverythingBundleCannotSpend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	expect("a cancel bound to another run", client.AdmissionRequest{Action: "train.cancel", BookingID: scenario.Booking,
+	expect("a cancel bound to another run", api.AdmissionRequest{Action: "train.cancel", BookingID: scenario.Booking,
 		IdempotencyKey: "cancel-other", EntitlementToken: ent, ConfirmationRef: otherRun, RunID: run}, 403, "CONFIRMATION_INVALID")
 
 	// Cancelling the run frees the booking for the refused one.
@@ -151,7 +151,7 @@ func TestAllowEverythingBundleCannotSpend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a, err := r.Admit(ctx, client.AdmissionRequest{Action: "train.cancel", BookingID: scenario.Booking,
+	if a, err := r.Admit(ctx, api.AdmissionRequest{Action: "train.cancel", BookingID: scenario.Booking,
 		IdempotencyKey: "cancel", EntitlementToken: ent, ConfirmationRef: cancel, RunID: run}); err != nil || a.Status != 200 {
 		t.Fatalf("cancel: %+v %v", a, err)
 	}
@@ -207,13 +207,13 @@ func TestCapacityRaceOverHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 10
-	reqs := make([]client.AdmissionRequest, n)
+	reqs := make([]api.AdmissionRequest, n)
 	for i := range reqs {
 		ref, err := r.Confirm(ctx, "train.create", digest, cost, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		reqs[i] = client.AdmissionRequest{Action: "train.create", BookingID: scenario.Booking,
+		reqs[i] = api.AdmissionRequest{Action: "train.create", BookingID: scenario.Booking,
 			IdempotencyKey: "race-" + strconv.Itoa(i), Manifest: m.Raw, ManifestSignature: m.Signature,
 			EntitlementToken: ent, ConfirmationRef: ref}
 	}

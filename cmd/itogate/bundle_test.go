@@ -18,9 +18,9 @@ import (
 	"time"
 
 	"github.com/itocompute/itogate/fixtures"
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/bundle"
 	"github.com/itocompute/itogate/gatekeeper/bundle/bundletest"
-	"github.com/itocompute/itogate/gatekeeper/client"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
 	"github.com/itocompute/itogate/internal/patience"
@@ -152,7 +152,7 @@ func admitLlama(ctx context.Context, r *scenario.Runner, m scenario.Manifest, ke
 	if err != nil {
 		return 0, "", "", err
 	}
-	status, body := r.Raw(ctx, client.AdmissionRequest{
+	status, body := r.Raw(ctx, api.AdmissionRequest{
 		Action: "train.create", BookingID: scenario.Booking, IdempotencyKey: key,
 		Manifest: m.Raw, ManifestSignature: m.Signature, EntitlementToken: ent, ConfirmationRef: ref,
 	})

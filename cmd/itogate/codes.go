@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/codes"
 	"github.com/itocompute/itogate/policies"
 )
@@ -19,7 +20,7 @@ func newCodesCmd(stdout io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			_, err = stdout.Write(codes.Markdown(pc, codes.Go()))
+			_, err = stdout.Write(codes.Markdown(pc, api.Registry()))
 			return err
 		},
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/gatekeeper/safefile"
@@ -129,7 +130,7 @@ func (o *evalOptions) run(ctx context.Context, w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	for _, group := range []struct {
 		title string
-		fs    []policy.Finding
+		fs    []api.Finding
 	}{{"VIOLATION", d.Violations}, {"WARNING", d.Warnings}} {
 		for _, f := range group.fs {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", group.title, f.Code, f.Gate, f.Message)

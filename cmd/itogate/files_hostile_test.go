@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/itocompute/itogate/gatekeeper/safefile"
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/internal/patience"
 )
 
@@ -73,16 +73,16 @@ func TestCLIFilesAreReadSafely(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		run  func() cliResult
-		code string
+		code api.Code
 	}{
-		{"signature is a FIFO", func() cliResult { return train(tok, ent, fifo) }, safefile.CodeNotRegular},
-		{"token file is a FIFO", func() cliResult { return train(fifo, ent, sig) }, safefile.CodeNotRegular},
-		{"entitlement file is a FIFO", func() cliResult { return train(tok, fifo, sig) }, safefile.CodeNotRegular},
-		{"signature is a symlink", func() cliResult { return train(tok, ent, link) }, safefile.CodeSymlink},
-		{"token file is a symlink", func() cliResult { return train(link, ent, sig) }, safefile.CodeSymlink},
+		{"signature is a FIFO", func() cliResult { return train(tok, ent, fifo) }, api.CodeManifestNotRegular},
+		{"token file is a FIFO", func() cliResult { return train(fifo, ent, sig) }, api.CodeManifestNotRegular},
+		{"entitlement file is a FIFO", func() cliResult { return train(tok, fifo, sig) }, api.CodeManifestNotRegular},
+		{"signature is a symlink", func() cliResult { return train(tok, ent, link) }, api.CodeManifestPathSymlink},
+		{"token file is a symlink", func() cliResult { return train(link, ent, sig) }, api.CodeManifestPathSymlink},
 		{"status token file is a FIFO", func() cliResult {
 			return runCLI(t, "status", "--server", sink.srv.URL, "--token-file", fifo, "--idempotency-key", "k-files")
-		}, safefile.CodeNotRegular},
+		}, api.CodeManifestNotRegular},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			done := make(chan cliResult, 1)
@@ -93,7 +93,7 @@ func TestCLIFilesAreReadSafely(t *testing.T) {
 			case <-time.After(patience.Wait):
 				t.Fatal("the CLI blocked on the file")
 			}
-			if res.exit != exitFailed || !strings.Contains(res.stderr, tc.code) {
+			if res.exit != exitFailed || !strings.Contains(res.stderr, string(tc.code)) {
 				t.Fatalf("exit %d, stderr %q; want %d and %s", res.exit, res.stderr, exitFailed, tc.code)
 			}
 		})

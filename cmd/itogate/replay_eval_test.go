@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/itocompute/itogate/gatekeeper/client"
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/decisionlog"
 	"github.com/itocompute/itogate/gatekeeper/replay"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
@@ -77,7 +77,7 @@ func TestReplayOfARealLog(t *testing.T) {
 		t.Fatalf("credential: %+v %v", a, err)
 	}
 	// Refused before the policy: a bad signature.
-	if status, _ := r.Raw(ctx, client.AdmissionRequest{Action: "train.create", BookingID: scenario.Booking, IdempotencyKey: "replay-sig",
+	if status, _ := r.Raw(ctx, api.AdmissionRequest{Action: "train.create", BookingID: scenario.Booking, IdempotencyKey: "replay-sig",
 		Manifest: m.Raw, ManifestSignature: cred.Signature, EntitlementToken: "x", ConfirmationRef: "cfr_" + strings.Repeat("0", 32)}); status != 403 {
 		t.Fatalf("bad signature: %d", status)
 	}

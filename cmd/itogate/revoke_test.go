@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/itocompute/itogate/gatekeeper/client"
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
 	"github.com/itocompute/itogate/internal/patience"
@@ -72,7 +72,7 @@ func TestRevocations(t *testing.T) {
 	}
 	exp := time.Now().Add(time.Hour).Unix()
 	create := func(ent, ref, key string) (int, string) {
-		return r.Raw(ctx, client.AdmissionRequest{Action: "train.create", BookingID: scenario.Booking, IdempotencyKey: key,
+		return r.Raw(ctx, api.AdmissionRequest{Action: "train.create", BookingID: scenario.Booking, IdempotencyKey: key,
 			Manifest: m.Raw, ManifestSignature: m.Signature, EntitlementToken: ent, ConfirmationRef: ref})
 	}
 	ent, err := r.EntitlementFor(m, nil)
@@ -149,7 +149,7 @@ func TestRevocations(t *testing.T) {
 	status, body = create(ent, ref3, "booking-revoked")
 	wantCode(t, "revoked booking", status, body, 403, "ENTITLEMENT_REVOKED")
 	cancel, _ := r.Confirm(ctx, "train.cancel", "", "0", run)
-	if a, err := r.Admit(ctx, client.AdmissionRequest{Action: "train.cancel", BookingID: scenario.Booking,
+	if a, err := r.Admit(ctx, api.AdmissionRequest{Action: "train.cancel", BookingID: scenario.Booking,
 		IdempotencyKey: "cancel-revoked-booking", EntitlementToken: ent, ConfirmationRef: cancel, RunID: run}); err != nil || a.Status != 200 {
 		t.Fatalf("cancel on a revoked booking: %+v %v", a, err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/client"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/safefile"
@@ -38,19 +39,10 @@ const (
 	exitRevoked         = 7
 )
 
-// Codes of refusals the client makes itself; with --json they arrive in the
-// same envelope as the server's.
-const (
-	codeClientInput     = "CLIENT_INPUT_INVALID"
-	codeClientTransport = "CLIENT_TRANSPORT_FAILED"
-	codeClientTimeout   = "CLIENT_TIMEOUT"
-	codeClientResponse  = "CLIENT_RESPONSE_INVALID"
-)
-
 // revokedCodes end the client at once (exit 7): the credential will not
 // become valid by trying again.
-var revokedCodes = map[string]bool{
-	"CALLER_REVOKED": true, "CONFIRMATION_REVOKED": true, "ENTITLEMENT_REVOKED": true,
+var revokedCodes = map[api.Code]bool{
+	api.CodeCallerRevoked: true, api.CodeConfirmationRevoked: true, api.CodeEntitlementRevoked: true,
 }
 
 type connOptions struct {
@@ -102,11 +94,9 @@ func (c *connOptions) withDeadline(ctx context.Context) (context.Context, contex
 
 // localErr reports a refusal the client made itself: with --json an
 // envelope on stdout, else "itogate: CODE: message" on stderr.
-func (c *connOptions) localErr(stdout, stderr io.Writer, code, msg string, exit int) error {
+func (c *connOptions) localErr(stdout, stderr io.Writer, code api.Code, msg string, exit int) error {
 	if c.jsonOut {
-		env := map[string]any{"ok": false, "live_api_contacted": false, "notice": "",
-			"error": map[string]any{"code": code, "message": msg}}
-		b, _ := json.Marshal(env)
+		b, _ := json.Marshal(api.Envelope[any]{Error: &api.ErrorBody{Code: code, Message: msg}})
 		fmt.Fprintln(stdout, string(b))
 	} else {
 		fmt.Fprintf(stderr, "itogate: %s: %s\n", code, msg)
@@ -117,7 +107,7 @@ func (c *connOptions) localErr(stdout, stderr io.Writer, code, msg string, exit 
 // inputErr is localErr for bad input: the code of a typed file error
 // (safefile), else CLIENT_INPUT_INVALID.
 func (c *connOptions) inputErr(stdout, stderr io.Writer, err error) error {
-	code := codeClientInput
+	code := api.CodeClientInput
 	var fe *safefile.Error
 	if errors.As(err, &fe) && fe.Code != "" {
 		code = fe.Code
@@ -127,9 +117,9 @@ func (c *connOptions) inputErr(stdout, stderr io.Writer, err error) error {
 
 // transportErr is localErr for a request with no definite answer.
 func (c *connOptions) transportErr(ctx context.Context, stdout, stderr io.Writer, err error) error {
-	code := codeClientTransport
+	code := api.CodeClientTransport
 	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
-		code = codeClientTimeout
+		code = api.CodeClientTimeout
 	}
 	return c.localErr(stdout, stderr, code, err.Error()+
 		"; the outcome is unknown: ask itogate status with the same idempotency key before retrying", exitUnavailable)
@@ -170,7 +160,7 @@ on stdout.`,
 	}
 	o.conn.bind(cmd)
 	f := cmd.Flags()
-	f.StringVar(&o.action, "action", "train.create", "train.create, train.cancel, train.cleanup or booking.release")
+	f.StringVar(&o.action, "action", string(api.TrainCreate), api.ActionNames())
 	f.StringVar(&o.booking, "booking", "", "booking id")
 	f.StringVar(&o.manifestPath, "manifest", "", "training manifest (JSON), train.create only")
 	f.StringVar(&o.signaturePath, "signature", "", "detached manifest signature file (default <manifest>.sig)")
@@ -187,18 +177,18 @@ on stdout.`,
 
 func (o *trainOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	usageErr := func(_ io.Writer, msg string) error {
-		return o.conn.localErr(stdout, stderr, codeClientInput, msg, exitFailed)
+		return o.conn.localErr(stdout, stderr, api.CodeClientInput, msg, exitFailed)
 	}
 	if err := o.conn.validate(); err != nil {
 		return usageErr(stderr, err.Error())
 	}
-	req := client.AdmissionRequest{
-		Action: o.action, BookingID: o.booking, IdempotencyKey: o.idempotencyKey,
+	req := api.AdmissionRequest{
+		Action: api.Action(o.action), BookingID: o.booking, IdempotencyKey: o.idempotencyKey,
 		ConfirmationRef: o.confirmationRef, RunID: o.runID, ReleasesBooking: o.releaseBooking,
 	}
-	if o.action == "train.create" {
+	if req.Action.CarriesManifest() {
 		if o.manifestPath == "" {
-			return usageErr(stderr, "--manifest is required for train.create")
+			return usageErr(stderr, "--manifest is required for "+o.action)
 		}
 		data, digest, err := safefile.ReadManifest(o.manifestPath, manifest.MaxBytes)
 		if err != nil {
@@ -256,7 +246,7 @@ With --json every outcome is one envelope on stdout.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := o.conn.client()
 			if err != nil {
-				return o.conn.localErr(stdout, stderr, codeClientInput, err.Error(), exitFailed)
+				return o.conn.localErr(stdout, stderr, api.CodeClientInput, err.Error(), exitFailed)
 			}
 			ctx, cancel := o.conn.withDeadline(cmd.Context())
 			defer cancel()
@@ -276,51 +266,32 @@ With --json every outcome is one envelope on stdout.`,
 // render prints the envelope (unchanged with --json) and maps the status and
 // code to the exit code.
 func render(w, stderr io.Writer, resp client.Response, raw bool) error {
-	var probe struct {
-		Error *struct {
-			Code string `json:"code"`
-		} `json:"error"`
-	}
-	isEnvelope := json.Unmarshal(resp.Body, &probe) == nil
-	if raw {
-		if !isEnvelope {
-			env, _ := json.Marshal(map[string]any{"ok": false, "live_api_contacted": false, "notice": "",
-				"error": map[string]any{"code": codeClientResponse,
-					"message": fmt.Sprintf("HTTP %d: the response is not an itogate envelope", resp.Status)}})
-			fmt.Fprintln(w, string(env))
-			return exitError{exitUnavailable}
+	var env api.Envelope[*api.AdmissionData]
+	isEnvelope := json.Unmarshal(resp.Body, &env) == nil
+	if !isEnvelope {
+		if raw {
+			b, _ := json.Marshal(api.Envelope[any]{Error: &api.ErrorBody{Code: api.CodeClientResponse,
+				Message: fmt.Sprintf("HTTP %d: the response is not an itogate envelope", resp.Status)}})
+			fmt.Fprintln(w, string(b))
+		} else {
+			fmt.Fprintf(stderr, "itogate: %s: HTTP %d: the response is not an itogate envelope\n", api.CodeClientResponse, resp.Status)
 		}
+		return exitError{exitUnavailable}
+	}
+	if raw {
 		_, _ = w.Write(resp.Body)
 	} else {
-		var env struct {
-			OK     bool           `json:"ok"`
-			Notice string         `json:"notice"`
-			Data   map[string]any `json:"data"`
-			Error  *struct {
-				Code       string `json:"code"`
-				Message    string `json:"message"`
-				DecisionID string `json:"decision_id"`
-				Violations []struct {
-					Code, Gate, Message, Fix string
-				} `json:"violations"`
-			} `json:"error"`
-		}
-		if err := json.Unmarshal(resp.Body, &env); err != nil {
-			fmt.Fprintf(stderr, "itogate: %s: HTTP %d: the response is not an itogate envelope\n", codeClientResponse, resp.Status)
-			return exitError{exitUnavailable}
-		}
-		switch {
-		case env.OK && env.Data != nil:
-			fmt.Fprintf(w, "ALLOW  %v  run_id=%v  state=%v  decision_id=%v\n",
-				env.Data["action"], env.Data["run_id"], env.Data["state"], env.Data["decision_id"])
+		switch d := env.Data; {
+		case env.OK && d != nil:
+			fmt.Fprintf(w, "ALLOW  %s  run_id=%s  state=%s  decision_id=%s\n", d.Action, d.RunID, d.State, d.DecisionID)
 			// What was admitted, each fact on its own line: compare the
 			// digest with the manifest you would send before retrying.
-			for _, f := range []struct{ label, key string }{
-				{"manifest", "manifest_digest"}, {"booking", "booking_id"},
-				{"idempotency_key", "idempotency_key"}, {"bundle_revision", "bundle_revision"},
+			for _, f := range []struct{ label, v string }{
+				{"manifest", d.ManifestDigest}, {"booking", d.BookingID},
+				{"idempotency_key", d.IdempotencyKey}, {"bundle_revision", d.BundleRevision},
 			} {
-				if v, ok := env.Data[f.key].(string); ok && v != "" {
-					fmt.Fprintf(w, "  %s %s\n", f.label, v)
+				if f.v != "" {
+					fmt.Fprintf(w, "  %s %s\n", f.label, f.v)
 				}
 			}
 		case env.Error != nil && resp.Status == 404:
@@ -341,15 +312,15 @@ func render(w, stderr io.Writer, resp client.Response, raw bool) error {
 			fmt.Fprintf(w, "  note: %s\n", env.Notice)
 		}
 	}
-	code := ""
-	if probe.Error != nil {
-		code = probe.Error.Code
+	var code api.Code
+	if env.Error != nil {
+		code = env.Error.Code
 	}
 	return exitError{exitFor(resp.Status, code)}
 }
 
 // exitFor maps an answer to the documented exit code (see the constants).
-func exitFor(status int, code string) int {
+func exitFor(status int, code api.Code) int {
 	switch {
 	case revokedCodes[code]:
 		return exitRevoked

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/itocompute/itogate/gatekeeper/api"
 )
 
 // stub is an itogate stand-in answering every request with one status and
@@ -59,12 +61,12 @@ func cancelArgs(url, tokenFile, entFile string, extra ...string) []string {
 		"--confirmation-ref", "cfr_" + strings.Repeat("0", 32), "--idempotency-key", "k1"}, extra...)
 }
 
-func wantEnvelope(t *testing.T, stdout, code string) {
+func wantEnvelope(t *testing.T, stdout string, code api.Code) {
 	t.Helper()
 	var env struct {
 		OK    bool `json:"ok"`
 		Error *struct {
-			Code string `json:"code"`
+			Code api.Code `json:"code"`
 		} `json:"error"`
 	}
 	if err := json.Unmarshal([]byte(stdout), &env); err != nil || env.OK || env.Error == nil || env.Error.Code != code {
@@ -78,7 +80,7 @@ func TestTrainExitCodes(t *testing.T) {
 	tok, ent := exitClientFiles(t)
 	for _, tc := range []struct {
 		status int
-		code   string
+		code   api.Code
 		exit   int
 	}{
 		{200, "", 0},
@@ -93,8 +95,8 @@ func TestTrainExitCodes(t *testing.T) {
 		{403, "CONFIRMATION_REVOKED", exitRevoked},
 		{403, "ENTITLEMENT_REVOKED", exitRevoked},
 	} {
-		t.Run(tc.code, func(t *testing.T) {
-			s := newStub(t, tc.status, tc.code)
+		t.Run(string(tc.code), func(t *testing.T) {
+			s := newStub(t, tc.status, string(tc.code))
 			res := runCLI(t, cancelArgs(s.srv.URL, tok, ent, "--json")...)
 			if res.exit != tc.exit {
 				t.Fatalf("exit %d, want %d (stderr %q)", res.exit, tc.exit, res.stderr)
@@ -116,7 +118,7 @@ func TestStatusExitCodes(t *testing.T) {
 	tok, _ := exitClientFiles(t)
 	for _, tc := range []struct {
 		status int
-		code   string
+		code   api.Code
 		exit   int
 	}{
 		{200, "", 0},
@@ -124,7 +126,7 @@ func TestStatusExitCodes(t *testing.T) {
 		{401, "CALLER_REVOKED", exitRevoked},
 		{401, "CALLER_UNAUTHENTICATED", exitUnauthenticated},
 	} {
-		s := newStub(t, tc.status, tc.code)
+		s := newStub(t, tc.status, string(tc.code))
 		res := runCLI(t, "status", "--server", s.srv.URL, "--token-file", tok, "--idempotency-key", "k1", "--json")
 		if res.exit != tc.exit || s.gets.Load() != 1 {
 			t.Fatalf("%s: exit %d after %d GETs, want %d after one", tc.code, res.exit, s.gets.Load(), tc.exit)
@@ -144,7 +146,7 @@ func TestClientLocalFailuresJSON(t *testing.T) {
 	if res.exit != exitFailed || s.posts.Load() != 0 {
 		t.Fatalf("bad flag: exit %d, %d posts", res.exit, s.posts.Load())
 	}
-	wantEnvelope(t, res.stdout, codeClientInput)
+	wantEnvelope(t, res.stdout, api.CodeClientInput)
 
 	res = runCLI(t, "train", "--server", s.srv.URL, "--token-file", tok, "--entitlement-file", ent,
 		"--booking", "bk_1", "--confirmation-ref", "cfr_"+strings.Repeat("0", 32), "--idempotency-key", "k1",
@@ -169,10 +171,10 @@ func TestClientLocalFailuresJSON(t *testing.T) {
 		t.Fatalf("dead server: exit %d (%q %q)", res.exit, res.stdout, res.stderr)
 	}
 	var e struct {
-		Error struct{ Code, Message string } `json:"error"`
+		Error api.ErrorBody `json:"error"`
 	}
 	if err := json.Unmarshal([]byte(res.stdout), &e); err != nil ||
-		(e.Error.Code != codeClientTransport && e.Error.Code != codeClientTimeout) || !strings.Contains(e.Error.Message, "status") {
+		(e.Error.Code != api.CodeClientTransport && e.Error.Code != api.CodeClientTimeout) || !strings.Contains(e.Error.Message, "status") {
 		t.Fatalf("dead server: stdout %q", res.stdout)
 	}
 	res = runCLI(t, cancelArgs(dead, tok, ent, "--timeout", "5s")...)
@@ -198,7 +200,7 @@ func TestClientOverallTimeout(t *testing.T) {
 	if res.exit != exitUnavailable {
 		t.Fatalf("exit %d (%q)", res.exit, res.stdout)
 	}
-	wantEnvelope(t, res.stdout, codeClientTimeout)
+	wantEnvelope(t, res.stdout, api.CodeClientTimeout)
 }
 
 // TestClientNonEnvelopeAnswer: an answer that is not an envelope (a proxy's
@@ -215,5 +217,5 @@ func TestClientNonEnvelopeAnswer(t *testing.T) {
 	if res.exit != exitUnavailable {
 		t.Fatalf("exit %d (%q)", res.exit, res.stdout)
 	}
-	wantEnvelope(t, res.stdout, codeClientResponse)
+	wantEnvelope(t, res.stdout, api.CodeClientResponse)
 }

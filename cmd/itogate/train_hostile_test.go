@@ -30,8 +30,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/itocompute/itogate/fixtures/keys"
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
-	"github.com/itocompute/itogate/gatekeeper/safefile"
 	"github.com/itocompute/itogate/internal/patience"
 )
 
@@ -183,28 +183,29 @@ func TestCLIHostileManifestPaths(t *testing.T) {
 	canChown := os.Chown(foreign, 4242, 4242) == nil
 
 	cases := []struct {
-		name, path, code string
+		name, path string
+		code       api.Code
 		needChown        bool
 	}{
-		{"symlink as the file", filepath.Join(dir, "link.json"), safefile.CodeSymlink, false},
-		{"relative in-tree symlink as the file", filepath.Join(dir, "rel-link.json"), safefile.CodeSymlink, false},
-		{"symlink in a parent directory", filepath.Join(dir, "alias", "m.json"), safefile.CodeSymlink, false},
-		{"symlink erased by ..", filepath.Join(dir, "alias") + "/../m.json", safefile.CodeSymlink, false},
-		{"self symlink in the path", filepath.Join(dir, "self", "self", "m.json"), safefile.CodeSymlink, false},
-		{"trailing slash", filepath.Join(dir, "m.json") + "/", safefile.CodePathInvalid, false},
-		{"trailing slash on a symlink", filepath.Join(dir, "link.json") + "/", safefile.CodePathInvalid, false},
-		{"final ..", filepath.Join(dir, "real") + "/..", safefile.CodePathInvalid, false},
-		{"NUL byte", filepath.Join(dir, "m.json") + "\x00.txt", safefile.CodePathInvalid, false},
-		{"FIFO", filepath.Join(dir, "fifo.json"), safefile.CodeNotRegular, false},
-		{"character device", "/dev/null", safefile.CodeNotRegular, false},
-		{"directory", filepath.Join(dir, "real"), safefile.CodeNotRegular, false},
-		{"sparse file of 1 TiB", sparse, safefile.CodeTooLarge, false},
-		{"1 MiB + 1 byte", filepath.Join(dir, "big.json"), safefile.CodeTooLarge, false},
-		{"group-writable file", filepath.Join(dir, "group-writable.json"), safefile.CodePermissions, false},
-		{"world-writable file", filepath.Join(dir, "world-writable.json"), safefile.CodePermissions, false},
-		{"world-writable directory without sticky bit", filepath.Join(dir, "open", "m.json"), safefile.CodePermissions, false},
-		{"owned by another user", foreign, safefile.CodeOwner, true},
-		{"missing", filepath.Join(dir, "nope.json"), safefile.CodeNotFound, false},
+		{"symlink as the file", filepath.Join(dir, "link.json"), api.CodeManifestPathSymlink, false},
+		{"relative in-tree symlink as the file", filepath.Join(dir, "rel-link.json"), api.CodeManifestPathSymlink, false},
+		{"symlink in a parent directory", filepath.Join(dir, "alias", "m.json"), api.CodeManifestPathSymlink, false},
+		{"symlink erased by ..", filepath.Join(dir, "alias") + "/../m.json", api.CodeManifestPathSymlink, false},
+		{"self symlink in the path", filepath.Join(dir, "self", "self", "m.json"), api.CodeManifestPathSymlink, false},
+		{"trailing slash", filepath.Join(dir, "m.json") + "/", api.CodeManifestPathInvalid, false},
+		{"trailing slash on a symlink", filepath.Join(dir, "link.json") + "/", api.CodeManifestPathInvalid, false},
+		{"final ..", filepath.Join(dir, "real") + "/..", api.CodeManifestPathInvalid, false},
+		{"NUL byte", filepath.Join(dir, "m.json") + "\x00.txt", api.CodeManifestPathInvalid, false},
+		{"FIFO", filepath.Join(dir, "fifo.json"), api.CodeManifestNotRegular, false},
+		{"character device", "/dev/null", api.CodeManifestNotRegular, false},
+		{"directory", filepath.Join(dir, "real"), api.CodeManifestNotRegular, false},
+		{"sparse file of 1 TiB", sparse, api.CodeManifestTooLarge, false},
+		{"1 MiB + 1 byte", filepath.Join(dir, "big.json"), api.CodeManifestTooLarge, false},
+		{"group-writable file", filepath.Join(dir, "group-writable.json"), api.CodeManifestPermissions, false},
+		{"world-writable file", filepath.Join(dir, "world-writable.json"), api.CodeManifestPermissions, false},
+		{"world-writable directory without sticky bit", filepath.Join(dir, "open", "m.json"), api.CodeManifestPermissions, false},
+		{"owned by another user", foreign, api.CodeManifestOwner, true},
+		{"missing", filepath.Join(dir, "nope.json"), api.CodeManifestNotFound, false},
 	}
 	sink := newSink(t)
 	for _, tc := range cases {
@@ -220,7 +221,7 @@ func TestCLIHostileManifestPaths(t *testing.T) {
 			case <-time.After(patience.Wait):
 				t.Fatal("itogate train hung on the path")
 			}
-			if res.exit != exitFailed || !strings.Contains(res.stderr, tc.code) {
+			if res.exit != exitFailed || !strings.Contains(res.stderr, string(tc.code)) {
 				t.Fatalf("train: exit %d, stderr %q; want exit %d and %s", res.exit, res.stderr, exitFailed, tc.code)
 			}
 			if strings.Contains(res.stderr, `"schema"`) || strings.Contains(res.stderr, "llama") {
@@ -229,7 +230,7 @@ func TestCLIHostileManifestPaths(t *testing.T) {
 			sigOut := filepath.Join(t.TempDir(), "out.sig")
 			res = runCLI(t, "sign", "--key", filepath.Join("..", "..", "fixtures", "keys", "dev-manifest-ecdsa.key.pem"),
 				"--output-signature", sigOut, tc.path)
-			if res.exit != 1 || !strings.Contains(res.stderr, tc.code) {
+			if res.exit != 1 || !strings.Contains(res.stderr, string(tc.code)) {
 				t.Fatalf("sign: exit %d, stderr %q; want exit 1 and %s", res.exit, res.stderr, tc.code)
 			}
 			if _, err := os.Stat(sigOut); !errors.Is(err, os.ErrNotExist) {
@@ -255,7 +256,7 @@ func TestCLIHostileManifestPaths(t *testing.T) {
 	t.Run("relative path through a symlink", func(t *testing.T) {
 		t.Chdir(dir)
 		res := sink.train(t, dir, "alias/m.json", "k-rel")
-		if res.exit != exitFailed || !strings.Contains(res.stderr, safefile.CodeSymlink) {
+		if res.exit != exitFailed || !strings.Contains(res.stderr, string(api.CodeManifestPathSymlink)) {
 			t.Fatalf("train: exit %d, stderr %q", res.exit, res.stderr)
 		}
 	})
@@ -325,7 +326,7 @@ func TestCLIManifestSwapRace(t *testing.T) {
 		key := "k-race-" + hex.EncodeToString([]byte{byte(i >> 8), byte(i)})
 		res := sink.train(t, dir, path, key)
 		switch {
-		case res.exit == exitFailed && strings.Contains(res.stderr, safefile.CodeSymlink):
+		case res.exit == exitFailed && strings.Contains(res.stderr, string(api.CodeManifestPathSymlink)):
 			refused++
 		case res.exit == 0:
 			got, ok := sink.manifest(key)
@@ -340,7 +341,7 @@ func TestCLIManifestSwapRace(t *testing.T) {
 		_ = os.Remove(sigOut)
 		res = runCLI(t, "sign", "--key", keyFile, "--output-signature", sigOut, path)
 		switch {
-		case res.exit == 1 && strings.Contains(res.stderr, safefile.CodeSymlink):
+		case res.exit == 1 && strings.Contains(res.stderr, string(api.CodeManifestPathSymlink)):
 			refused++
 		case res.exit == 0:
 			sig, err := os.ReadFile(sigOut)

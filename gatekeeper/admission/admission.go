@@ -18,37 +18,16 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"strings"
 	"time"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/booking"
 	"github.com/itocompute/itogate/gatekeeper/decisionlog"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/gatekeeper/verify"
 )
-
-// Actions an admission may ask for (README, API).
-const (
-	ActionTrainCreate    = "train.create"
-	ActionTrainCancel    = "train.cancel"
-	ActionTrainCleanup   = "train.cleanup"
-	ActionBookingRelease = "booking.release"
-	// ActionTrainStageAdvance moves a live run to the next stage its
-	// manifest declares, with the eval authority's report.
-	ActionTrainStageAdvance = "train.stage.advance"
-	// ActionTrainRestart restarts a live run from a checkpoint step.
-	ActionTrainRestart = "train.restart"
-)
-
-var states = map[string]ledger.AdmissionState{
-	ActionTrainCreate:    ledger.AdmissionAdmitted,
-	ActionTrainCancel:    ledger.AdmissionCancelAdmitted,
-	ActionTrainCleanup:   ledger.AdmissionCleanupAdmitted,
-	ActionBookingRelease: ledger.AdmissionReleaseAdmitted,
-
-	ActionTrainStageAdvance: ledger.AdmissionStageAdvanced,
-	ActionTrainRestart:      ledger.AdmissionRestartAdmitted,
-}
 
 // Caller is an authenticated identity. It is identity, never authority: only a
 // confirmation authorizes an action.
@@ -58,31 +37,9 @@ type Caller struct {
 	KeyID   string
 }
 
-// Request is a decoded admission request. Manifest holds the exact manifest
-// bytes (already base64-decoded); it is empty for actions other than
-// train.create.
-type Request struct {
-	Action            string
-	BookingID         string
-	IdempotencyKey    string
-	Manifest          []byte
-	ManifestSignature string
-	EntitlementToken  string
-	ConfirmationRef   string
-	RunID             string
-	ReleasesBooking   bool
-	// Stage is the stage train.stage.advance moves the run to.
-	Stage string
-	// CheckpointStep is the step train.restart restarts from (>= 0).
-	CheckpointStep int64
-	// EvalReports are eval-authority tokens (compact JWS), at most
-	// MaxEvalReports: the eval report that ends a stage (train.stage.advance)
-	// and 150M-ladder decisions for custom datasets (train.create).
-	EvalReports []string
-}
-
-// MaxEvalReports bounds the eval-authority tokens of one request.
-const MaxEvalReports = 16
+// Request is a decoded admission request (api.AdmissionRequest): Manifest
+// holds the exact manifest bytes, already base64-decoded.
+type Request = api.AdmissionRequest
 
 // TokenVerifier verifies one purpose's JWTs.
 type TokenVerifier interface {
@@ -167,9 +124,9 @@ var (
 )
 
 func validate(req Request) error {
-	if _, ok := states[req.Action]; !ok {
-		return errors.New("action must be train.create, train.stage.advance, train.restart, train.cancel, " +
-			"train.cleanup or booking.release")
+	spec, ok := req.Action.Spec()
+	if !ok {
+		return errors.New("action must be " + api.ActionNames())
 	}
 	if !reID.MatchString(req.BookingID) {
 		return errors.New("booking_id: 1-128 characters of [A-Za-z0-9._:-]")
@@ -184,20 +141,21 @@ func validate(req Request) error {
 		return errors.New("entitlement_token is required")
 	}
 	switch {
-	case actsOnRun(req.Action):
+	case req.Action.ActsOnRun():
 		if !reID.MatchString(req.RunID) {
-			return errors.New("run_id is required for " + req.Action)
+			return errors.New("run_id is required for " + string(req.Action))
 		}
 	case req.RunID != "":
 		return errors.New("run_id is only for actions on an admitted run")
 	}
-	if req.ReleasesBooking && req.Action != ActionTrainCleanup {
-		return errors.New("releases_booking is only for train.cleanup")
+	if req.ReleasesBooking && !spec.ReleasesBooking {
+		return errors.New("releases_booking is only for " + api.ActionsWhere(func(s api.ActionSpec) bool { return s.ReleasesBooking }))
 	}
-	if !carriesManifest(req.Action) && (len(req.Manifest) > 0 || req.ManifestSignature != "") {
-		return errors.New("manifest is only for train.create and train.stage.advance")
+	if !spec.Manifest && (len(req.Manifest) > 0 || req.ManifestSignature != "") {
+		return errors.New("manifest is only for " + strings.ReplaceAll(
+			api.ActionsWhere(func(s api.ActionSpec) bool { return s.Manifest }), " or ", " and "))
 	}
-	return validateLifecycle(req)
+	return validateLifecycle(req, spec)
 }
 
 // RequestDigest is "sha256:<hex>" over the fields that make two requests the
@@ -213,9 +171,9 @@ func RequestDigest(caller Caller, req Request, manifestDigest string) string {
 	// Appended for these actions only, so every other request keeps the
 	// digest it was stored under. The eval reports are left out like the
 	// entitlement token: a retry may carry a freshly minted one.
-	case ActionTrainStageAdvance:
+	case api.TrainStageAdvance:
 		fields = append(fields, req.Stage)
-	case ActionTrainRestart:
+	case api.TrainRestart:
 		fields = append(fields, req.CheckpointStep)
 	}
 	canon, _ := json.Marshal(fields)
@@ -248,12 +206,12 @@ type trace struct {
 // Status answers GET /v1/admissions/{key} for the account that owns the key.
 func (s *Service) Status(ctx context.Context, caller Caller, key string) Outcome {
 	if !reKey.MatchString(key) {
-		return fail(http.StatusBadRequest, CodeRequestInvalid, "idempotency_key: 1-128 characters of [A-Za-z0-9._:-]")
+		return fail(api.CodeRequestInvalid, "idempotency_key: 1-128 characters of [A-Za-z0-9._:-]")
 	}
 	a, err := s.opts.Ledger.Admission(ctx, caller.Account, key)
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
-		return fail(http.StatusNotFound, CodeAdmissionNotFound,
+		return fail(api.CodeAdmissionNotFound,
 			"no admission under this idempotency key for this account; nothing was admitted")
 	case err != nil:
 		return s.ledgerFault("status lookup", err)
@@ -267,7 +225,7 @@ func (s *Service) Status(ctx context.Context, caller Caller, key string) Outcome
 // reference. The token is verified again when an admission uses it.
 func (s *Service) Deposit(ctx context.Context, token string) Outcome {
 	if token == "" {
-		return fail(http.StatusBadRequest, CodeRequestInvalid, "confirmation_token is required")
+		return fail(api.CodeRequestInvalid, "confirmation_token is required")
 	}
 	now := s.opts.Now()
 	// A token refused at deposit answers like the same token at use (403,
@@ -275,26 +233,25 @@ func (s *Service) Deposit(ctx context.Context, token string) Outcome {
 	// without any token is malformed (400).
 	cc, err := s.opts.Confirmation.Verify([]byte(token), now)
 	if err != nil {
-		return fail(http.StatusForbidden, tokenCode(err), safeTokenMessage("confirmation", err))
+		return fail(tokenCode(err), safeTokenMessage("confirmation", err))
 	}
 	if cc.JTI == "" || cc.Subject == "" {
-		return fail(http.StatusForbidden, CodeConfirmationInvalid, "confirmation token needs jti and sub")
+		return fail(api.CodeConfirmationInvalid, "confirmation token needs jti and sub")
 	}
 	// The ledger keys on jti and account: one it cannot hold is the
 	// token's fault, answered alike on every backend, never a ledger fault.
 	for _, f := range []struct{ name, v string }{{"jti", cc.JTI}, {"sub", cc.Subject}} {
 		if p := ledger.IDProblem(f.v); p != "" {
-			return fail(http.StatusForbidden, CodeConfirmationInvalid, "confirmation "+f.name+" "+p)
+			return fail(api.CodeConfirmationInvalid, "confirmation "+f.name+" "+p)
 		}
 	}
-	act, _ := cc.Raw["act"].(string)
-	if _, ok := states[act]; !ok {
-		return fail(http.StatusForbidden, CodeConfirmationInvalid, "confirmation act is not a known action")
+	actClaim, _ := cc.Raw["act"].(string)
+	act := api.Action(actClaim)
+	if !act.Valid() {
+		return fail(api.CodeConfirmationInvalid, "confirmation act is not a known action")
 	}
+	// A revoked confirmation answers like the same token at use.
 	if o, done := s.revoked(ctx, ledger.RevokeConfirmation, cc.JTI); done {
-		if o.Code == CodeConfirmationRevoked {
-			o.Status = http.StatusBadRequest // like every refused deposit
-		}
 		return o
 	}
 	// The bindings the ledger re-checks at commit. A claim missing or
@@ -316,7 +273,7 @@ func (s *Service) Deposit(ctx context.Context, token string) Outcome {
 	})
 	switch {
 	case errors.Is(err, ledger.ErrConfirmationDuplicate):
-		return fail(http.StatusConflict, CodeConfirmationDuplicate, "a confirmation with this jti was already deposited")
+		return fail(api.CodeConfirmationDuplicate, "a confirmation with this jti was already deposited")
 	case err != nil:
 		return s.ledgerFault("deposit", err)
 	}
@@ -324,8 +281,8 @@ func (s *Service) Deposit(ctx context.Context, token string) Outcome {
 	// log names the confirmation by its jti only.
 	s.opts.Logger.Info("confirmation deposited", "jti", decisionlog.Redact(cc.JTI),
 		"account", decisionlog.Redact(cc.Subject), "act", act)
-	return Outcome{Status: http.StatusCreated, Extra: map[string]any{
-		"confirmation_ref": ref, "jti": cc.JTI, "act": act, "expires_at": cc.Expiry.Unix(),
+	return Outcome{Status: http.StatusCreated, Extra: api.Deposit{
+		ConfirmationRef: ref, JTI: cc.JTI, Act: act, ExpiresAt: cc.Expiry.Unix(),
 	}}
 }
 
@@ -341,18 +298,18 @@ func (s *Service) sameRequestWon(ctx context.Context, caller Caller, key, digest
 	return replayed(a), true
 }
 
-func onlyReplayed(vs []Finding) bool {
-	return len(vs) == 1 && vs[0].Code == CodeConfirmationReplayed
+func onlyReplayed(vs []api.Finding) bool {
+	return len(vs) == 1 && vs[0].Code == api.CodeConfirmationReplayed
 }
 
 func replayed(a ledger.Admission) Outcome {
 	return Outcome{
 		Status: http.StatusOK,
 		Notice: "idempotent replay: this request was already admitted; nothing new was consumed",
-		Data: &Data{
+		Data: &api.AdmissionData{
 			Decision: "allow", DecisionID: a.DecisionID, Action: a.Action, BookingID: a.BookingID,
 			RunID: a.RunID, ManifestDigest: a.ManifestDigest, IdempotencyKey: a.IdempotencyKey,
-			State: string(a.State), BundleRevision: a.BundleRevision,
+			State: a.State, BundleRevision: a.BundleRevision,
 			GPUs: a.GPUs, LiveUntil: unixOrZero(a.LiveUntil), Ticket: a.Ticket,
 		},
 	}
@@ -363,7 +320,7 @@ func (s *Service) ledgerFault(op string, err error) Outcome {
 	if s.opts.OnLedgerError != nil {
 		s.opts.OnLedgerError(op)
 	}
-	return fail(http.StatusServiceUnavailable, CodeLedgerUnavailable, "the ledger is unavailable; denied, nothing was written")
+	return fail(api.CodeLedgerUnavailable, "the ledger is unavailable; denied, nothing was written")
 }
 
 func tokenDenied(err error, purpose string) Outcome {

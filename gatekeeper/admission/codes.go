@@ -3,6 +3,7 @@ package admission
 import (
 	"errors"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/verify"
 )
 
@@ -20,7 +21,7 @@ const (
 	CodeManifestSignature     = "MANIFEST_SIGNATURE_INVALID"
 	CodeEntitlementInvalid    = "ENTITLEMENT_INVALID"
 	CodeEntitlementExpired    = "ENTITLEMENT_EXPIRED"
-	// CodeEntitlementStale is the policy's freshness code, answered by Go
+	// api.CodeEntitlementStale is the policy's freshness code, answered by Go
 	// too for an iat further in the future than the leeway.
 	CodeEntitlementStale      = "ENTITLEMENT_STALE"
 	CodeConfirmationNotFound  = "CONFIRMATION_NOT_FOUND"
@@ -58,36 +59,36 @@ const (
 //
 // tokenCode maps a token verification failure to its stable code: one place,
 // so every route reports the same code for the same fault.
-func tokenCode(err error) string {
+func tokenCode(err error) api.Code {
 	var ve *verify.Error
 	if !errors.As(err, &ve) {
-		return CodeInternal
+		return api.CodeInternal
 	}
 	expired := ve.Kind == verify.KindExpired
 	switch ve.Purpose {
 	case verify.PurposeCaller:
-		return CodeCallerUnauthenticated
+		return api.CodeCallerUnauthenticated
 	case verify.PurposeDepositor:
-		return CodeDepositorUnauthorized
+		return api.CodeDepositorUnauthorized
 	case verify.PurposeRevoker:
-		return CodeRevokerUnauthenticated
+		return api.CodeRevokerUnauthenticated
 	case verify.PurposeEntitlement:
 		if expired {
-			return CodeEntitlementExpired
+			return api.CodeEntitlementExpired
 		}
 		if ve.Kind == verify.KindIssuedInFuture {
 			// Issued further in the future than the leeway: the policy's
 			// freshness code (the same boundary; see leewaySeconds).
-			return CodeEntitlementStale
+			return api.CodeEntitlementStale
 		}
-		return CodeEntitlementInvalid
+		return api.CodeEntitlementInvalid
 	case verify.PurposeConfirmation:
 		if expired {
-			return CodeConfirmationExpired
+			return api.CodeConfirmationExpired
 		}
-		return CodeConfirmationInvalid
+		return api.CodeConfirmationInvalid
 	case verify.PurposeEvals:
-		return CodeEvalReportInvalid
+		return api.CodeEvalReportInvalid
 	}
-	return CodeInternal
+	return api.CodeInternal
 }

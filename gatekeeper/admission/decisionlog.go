@@ -15,9 +15,9 @@ func (s *Service) logDecision(ctx context.Context, caller Caller, req Request, t
 		return
 	}
 	ev := decisionlog.Event{
-		DecisionID: tr.decisionID, Time: s.opts.Now().UTC(), Account: caller.Account, Action: req.Action,
+		DecisionID: tr.decisionID, Time: s.opts.Now().UTC(), Account: caller.Account, Action: string(req.Action),
 		IdempotencyKey: req.IdempotencyKey, RequestDigest: tr.requestDigest, ManifestDigest: tr.manifestDigest,
-		JTIs: tr.jtis, KeyIDs: tr.keyIDs, Status: out.Status, LatencySeconds: took.Seconds(), Result: "deny",
+		JTIs: tr.jtis, KeyIDs: tr.keyIDs, Status: out.HTTPStatus(), LatencySeconds: took.Seconds(), Result: "deny",
 	}
 	if out.OK() {
 		ev.Result = "allow"
@@ -30,10 +30,10 @@ func (s *Service) logDecision(ctx context.Context, caller Caller, req Request, t
 		}
 	}
 	for _, v := range out.Violations {
-		ev.Codes = append(ev.Codes, v.Code)
+		ev.Codes = append(ev.Codes, string(v.Code))
 	}
 	if !out.OK() && len(ev.Codes) == 0 {
-		ev.Codes = []string{out.Code}
+		ev.Codes = []string{string(out.Code)}
 	}
 	var masker decisionlog.Masker
 	if tr.decider == nil {
@@ -57,11 +57,11 @@ func (s *Service) logDecision(ctx context.Context, caller Caller, req Request, t
 			ev.PolicyResult = "allow"
 		}
 		for _, v := range tr.decision.Violations {
-			ev.PolicyCodes = append(ev.PolicyCodes, v.Code)
+			ev.PolicyCodes = append(ev.PolicyCodes, string(v.Code))
 		}
 		ev.PolicyWarnings = []string{} // the policy ran: [] means none
 		for _, w := range tr.decision.Warnings {
-			ev.PolicyWarnings = append(ev.PolicyWarnings, w.Code)
+			ev.PolicyWarnings = append(ev.PolicyWarnings, string(w.Code))
 		}
 	}
 	if s.opts.DecisionLog.Prepare(ctx, masker, &ev) {

@@ -3,8 +3,10 @@ package admission
 import (
 	"errors"
 	"regexp"
+	"strings"
 	"time"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 )
 
@@ -14,50 +16,33 @@ import (
 // request's booking; the policy decides (ito.lifecycle) and the ledger
 // re-checks the run's state and stage under the commit.
 
-// Codes of the run's life produced in Go.
-const (
-	// CodeEvalReportInvalid: an eval-authority token does not verify with
-	// trust.evals (signature, issuer, audience, typ, expiry), or no eval
-	// authority is configured.
-	CodeEvalReportInvalid = "EVAL_REPORT_INVALID"
-	// CodeStageConflict: the run's stage changed between the policy's read
-	// and the commit (another advance won), or the run is in no stage the
-	// request expects. Nothing was written.
-	CodeStageConflict = "RUN_STAGE_CONFLICT"
-	// CodeRunNotLive: the ledger found the run cancelled, cleaned up or
-	// past its declared end at commit. Nothing was written.
-	CodeRunNotLive = "RUN_NOT_LIVE"
-)
-
 var reStage = regexp.MustCompile(`^[a-z][a-z_]{0,31}$`)
 
-// validateLifecycle checks the fields only the run's life uses: stage for
-// train.stage.advance, checkpoint_step for train.restart, eval reports for a
-// create (ladder decisions) or an advance (its eval report).
-func validateLifecycle(req Request) error {
-	switch req.Action {
-	case ActionTrainStageAdvance:
-		if !reStage.MatchString(req.Stage) {
-			return errors.New("stage: the stage train.stage.advance moves the run to (lowercase letters and _)")
-		}
-		if len(req.Manifest) == 0 {
-			return errors.New("train.stage.advance needs the run's manifest bytes and signature")
-		}
-	case ActionTrainRestart:
-		if req.CheckpointStep < 0 {
-			return errors.New("checkpoint_step must be >= 0")
-		}
+// validateLifecycle checks the fields only some actions take (spec): stage
+// for train.stage.advance, checkpoint_step for train.restart, eval reports
+// for a create (ladder decisions) or an advance (its eval report).
+func validateLifecycle(req Request, spec api.ActionSpec) error {
+	only := func(has func(api.ActionSpec) bool) string { return api.ActionsWhere(has) }
+	if spec.Stage && !reStage.MatchString(req.Stage) {
+		return errors.New("stage: the stage " + string(req.Action) + " moves the run to (lowercase letters and _)")
 	}
-	if req.Stage != "" && req.Action != ActionTrainStageAdvance {
-		return errors.New("stage is only for train.stage.advance")
+	if spec.Stage && len(req.Manifest) == 0 {
+		return errors.New(string(req.Action) + " needs the run's manifest bytes and signature")
 	}
-	if req.CheckpointStep != 0 && req.Action != ActionTrainRestart {
-		return errors.New("checkpoint_step is only for train.restart")
+	if spec.CheckpointStep && req.CheckpointStep < 0 {
+		return errors.New("checkpoint_step must be >= 0")
 	}
-	if len(req.EvalReports) > 0 && req.Action != ActionTrainCreate && req.Action != ActionTrainStageAdvance {
-		return errors.New("eval_reports are only for train.create and train.stage.advance")
+	if req.Stage != "" && !spec.Stage {
+		return errors.New("stage is only for " + only(func(s api.ActionSpec) bool { return s.Stage }))
 	}
-	if len(req.EvalReports) > MaxEvalReports {
+	if req.CheckpointStep != 0 && !spec.CheckpointStep {
+		return errors.New("checkpoint_step is only for " + only(func(s api.ActionSpec) bool { return s.CheckpointStep }))
+	}
+	if len(req.EvalReports) > 0 && !spec.EvalReports {
+		return errors.New("eval_reports are only for " + strings.ReplaceAll(
+			only(func(s api.ActionSpec) bool { return s.EvalReports }), " or ", " and "))
+	}
+	if len(req.EvalReports) > api.MaxEvalReports {
 		return errors.New("eval_reports: too many tokens")
 	}
 	for _, t := range req.EvalReports {
@@ -66,22 +51,6 @@ func validateLifecycle(req Request) error {
 		}
 	}
 	return nil
-}
-
-// carriesManifest reports whether the action sends manifest bytes: a create,
-// and a stage advance (the run's own manifest again, for its stages and
-// eval gates).
-func carriesManifest(action string) bool {
-	return action == ActionTrainCreate || action == ActionTrainStageAdvance
-}
-
-// actsOnRun reports whether the action names an admitted run.
-func actsOnRun(action string) bool {
-	switch action {
-	case ActionTrainCancel, ActionTrainCleanup, ActionTrainStageAdvance, ActionTrainRestart:
-		return true
-	}
-	return false
 }
 
 // verifyEvalReports verifies every eval-authority token with trust.evals
@@ -94,7 +63,7 @@ func (s *Service) verifyEvalReports(tokens []string, now time.Time, tr *trace) (
 		return out, Outcome{}, false
 	}
 	if s.opts.Evals == nil {
-		return nil, denied(CodeEvalReportInvalid, "no eval authority is configured (trust.evals); eval reports cannot be verified"), true
+		return nil, denied(api.CodeEvalReportInvalid, "no eval authority is configured (trust.evals); eval reports cannot be verified"), true
 	}
 	for i, t := range tokens {
 		c, err := s.opts.Evals.Verify([]byte(t), now)
@@ -117,7 +86,7 @@ func (s *Service) verifyEvalReports(tokens []string, now time.Time, tr *trace) (
 // "unknown" without a record), its stage and the manifest it was admitted
 // with (from its train.create admission).
 func (s *Service) runFacts(p *pending, run ledger.Admission) {
-	if p.req.Action != ActionTrainStageAdvance && p.req.Action != ActionTrainRestart {
+	if p.req.Action.Effect() != api.EffectStepRun {
 		return
 	}
 	rec := p.target
@@ -126,11 +95,11 @@ func (s *Service) runFacts(p *pending, run ledger.Admission) {
 	case rec.RunID == "":
 	case rec.Live(p.now):
 		state = "live"
-	case rec.EndedBy == ActionTrainCancel:
+	case rec.EndedBy == api.TrainCancel:
 		state = "cancelled"
-	case rec.EndedBy == ActionTrainCleanup:
+	case rec.EndedBy == api.TrainCleanup:
 		state = "cleaned_up"
-	case rec.EndedBy == ActionBookingRelease:
+	case rec.EndedBy == api.BookingRelease:
 		state = "released"
 	default:
 		state = "ended"

@@ -2,9 +2,10 @@ package admission
 
 import (
 	"context"
-	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/itocompute/itogate/gatekeeper/api"
 )
 
 // CodeOverloaded: every evaluation slot was busy and the wait queue full, or
@@ -27,7 +28,7 @@ const (
 // them at once than there are cores only stretches every one of them past
 // its deadline and multiplies the heap. Slots hand the cores to a few
 // evaluations at a time; a bounded FIFO queue absorbs bursts; past it, the
-// request is shed at once with CodeOverloaded (cheap, retryable) instead of
+// request is shed at once with api.CodeOverloaded (cheap, retryable) instead of
 // queueing without bound.
 type Evaluations struct {
 	// Slots is the number of evaluations that run at once; 0 or less
@@ -116,7 +117,7 @@ func overloaded(early bool) Outcome {
 	if early {
 		msg = "every policy evaluation slot is busy and the queue is full; nothing was verified, evaluated or consumed: retry with the same idempotency key"
 	}
-	o := fail(http.StatusServiceUnavailable, CodeOverloaded, msg)
+	o := fail(api.CodeOverloaded, msg)
 	o.RetryAfter = time.Second
 	return o
 }

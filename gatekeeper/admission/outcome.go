@@ -4,58 +4,26 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/itocompute/itogate/gatekeeper/policy"
+	"github.com/itocompute/itogate/gatekeeper/api"
 )
 
-// State is the lifecycle state reported for an admission (data.state).
-//
-//	admitted          train.create allowed: the caller may create the run
-//	cancel_admitted   train.cancel allowed
-//	cleanup_admitted  train.cleanup allowed
-//	release_admitted  booking.release allowed
-//	denied            nothing was written; the confirmation stays usable
-type State = string
-
-// StateDenied is reported on every deny.
-const StateDenied State = "denied"
-
-// Data is the admission part of a response envelope.
-type Data struct {
-	Decision       string `json:"decision"` // "allow" or "deny"
-	DecisionID     string `json:"decision_id"`
-	Action         string `json:"action"`
-	BookingID      string `json:"booking_id"`
-	RunID          string `json:"run_id,omitempty"`
-	ManifestDigest string `json:"manifest_digest,omitempty"`
-	IdempotencyKey string `json:"idempotency_key"`
-	State          State  `json:"state"`
-	BundleRevision string `json:"bundle_revision,omitempty"`
-	// GPUs is, for train.create, the GPUs the run holds of its booking (its
-	// world size) and LiveUntil (unix seconds) when it stops holding them at
-	// the latest (declared wall-clock end + grace); absent otherwise.
-	GPUs      int            `json:"gpus,omitempty"`
-	LiveUntil int64          `json:"live_until,omitempty"`
-	Warnings  []Finding      `json:"warnings,omitempty"`
-	Estimates map[string]any `json:"estimates,omitempty"`
-	// Ticket is the admission ticket of an allowed train.create (compact
-	// JWS, docs/tickets.md): the same on a replay and a status lookup.
-	Ticket string `json:"ticket,omitempty"`
-}
-
-// Finding is a violation or warning as the API reports it.
-type Finding = policy.Finding
-
-// Outcome is the result of one admission, status lookup or deposit, ready for
-// the HTTP edge to render. A zero Code means success.
+// Outcome is the result of one admission, status lookup, deposit or
+// revocation, ready for the HTTP edge to render. A zero Code means success.
+// A failure's HTTP status is never chosen here: it is the code's, from the
+// registry (HTTPStatus).
 type Outcome struct {
-	Status     int
-	Code       string // stable error code; empty on success
-	Message    string // safe: never token, signature or key bytes
-	Notice     string
-	Data       *Data
-	Violations []Finding
-	// Extra is route-specific success data (the deposit's ref).
-	Extra map[string]any
+	// Status is the status of a success (200, or 201 for something new
+	// stored); unused on a failure.
+	Status  int
+	Code    api.Code // stable error code; empty on success
+	Message string   // safe: never token, signature or key bytes
+	Notice  string
+	Data    *api.AdmissionData
+	// Violations are every violated rule of a deny; the lead one (api.Lead)
+	// is Code.
+	Violations []api.Finding
+	// Extra is route-specific success data (a deposit, a revocation).
+	Extra any
 	// RetryAfter, when positive, is sent as the Retry-After header (whole
 	// seconds): the deny is transient (CodeOverloaded).
 	RetryAfter time.Duration
@@ -71,8 +39,29 @@ type Outcome struct {
 // OK reports success.
 func (o Outcome) OK() bool { return o.Code == "" }
 
-func fail(status int, code, msg string) Outcome {
-	return Outcome{Status: status, Code: code, Message: msg}
+// HTTPStatus is the status the outcome answers: a failure's is its code's
+// (api.StatusOf), a success's is Status (default 200).
+func (o Outcome) HTTPStatus() int {
+	switch {
+	case !o.OK():
+		return api.StatusOf(o.Code)
+	case o.Status == 0:
+		return http.StatusOK
+	}
+	return o.Status
 }
 
-func denied(code, msg string) Outcome { return fail(http.StatusForbidden, code, msg) }
+// Fail is a failure with code and a safe message; its status is the code's.
+func Fail(code api.Code, msg string) Outcome { return Outcome{Code: code, Message: msg} }
+
+// fail and denied are Fail (the status comes from the code either way).
+func fail(code api.Code, msg string) Outcome { return Fail(code, msg) }
+
+func denied(code api.Code, msg string) Outcome { return Fail(code, msg) }
+
+// deny is a deny with every violation: the lead one (api.Lead: a key bound
+// to another request leads, else the first) names the code and message.
+func deny(prefix string, violations []api.Finding, data *api.AdmissionData) Outcome {
+	lead, _ := api.Lead(violations)
+	return Outcome{Code: lead.Code, Message: prefix + lead.Message, Data: data, Violations: violations}
+}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/decisionlog"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 )
@@ -37,21 +38,21 @@ func revokedOutcome(r ledger.Revocation) Outcome {
 	at := r.RevokedAt.UTC().Format("2006-01-02T15:04:05Z")
 	switch r.Kind {
 	case ledger.RevokeConfirmation:
-		return Outcome{Status: http.StatusForbidden, Code: CodeConfirmationRevoked,
+		return Outcome{Code: api.CodeConfirmationRevoked,
 			Message: "the confirmation was revoked by its authority at " + at,
-			Violations: []Finding{{Code: CodeConfirmationRevoked, Gate: "confirmation",
+			Violations: []api.Finding{{Code: api.CodeConfirmationRevoked, Gate: "confirmation",
 				Message: "the confirmation was revoked before use"}}}
 	case ledger.RevokeEntitlement, ledger.RevokeBooking:
 		what := "the entitlement"
 		if r.Kind == ledger.RevokeBooking {
 			what = "every entitlement of this booking"
 		}
-		return Outcome{Status: http.StatusForbidden, Code: CodeEntitlementRevoked,
+		return Outcome{Code: api.CodeEntitlementRevoked,
 			Message: what + " was revoked by its issuer at " + at,
-			Violations: []Finding{{Code: CodeEntitlementRevoked, Gate: "entitlement",
+			Violations: []api.Finding{{Code: api.CodeEntitlementRevoked, Gate: "entitlement",
 				Message: what + " was revoked"}}}
 	}
-	return Outcome{Status: http.StatusUnauthorized, Code: CodeCallerRevoked,
+	return Outcome{Code: api.CodeCallerRevoked,
 		Message: "the caller key was withdrawn from trust at " + at}
 }
 
@@ -111,28 +112,28 @@ func (s *Service) Revoke(ctx context.Context, rv Revocation) Outcome {
 func (s *Service) revoke(ctx context.Context, rv Revocation) Outcome {
 	now := s.opts.Now()
 	if !rv.Kind.Valid() {
-		return fail(http.StatusBadRequest, CodeRequestInvalid, "kind must be confirmation, entitlement, booking or caller_key")
+		return fail(api.CodeRequestInvalid, "kind must be confirmation, entitlement, booking or caller_key")
 	}
 	switch {
 	case rv.Kind == ledger.RevokeConfirmation && rv.Identity != "depositor":
-		return fail(http.StatusForbidden, CodeRevokerUnauthorized,
+		return fail(api.CodeRevokerUnauthorized,
 			"confirmations are revoked by the confirmation authority (POST /v1/confirmations/revocations)")
 	case rv.Kind != ledger.RevokeConfirmation && rv.Identity != "revoker":
-		return fail(http.StatusForbidden, CodeRevokerUnauthorized,
+		return fail(api.CodeRevokerUnauthorized,
 			"entitlements, bookings and caller keys are revoked by the revoker identity (POST /v1/revocations)")
 	}
 	expires := time.Unix(rv.ExpiresAt, 0)
 	if rv.Kind == ledger.RevokeConfirmation && rv.Ref != "" {
 		if rv.Subject != "" {
-			return fail(http.StatusBadRequest, CodeRequestInvalid, "give ref or subject (jti), not both")
+			return fail(api.CodeRequestInvalid, "give ref or subject (jti), not both")
 		}
 		if !reConfRef.MatchString(rv.Ref) {
-			return fail(http.StatusBadRequest, CodeRequestInvalid, "ref: cfr_ followed by 32 lowercase hex digits")
+			return fail(api.CodeRequestInvalid, "ref: cfr_ followed by 32 lowercase hex digits")
 		}
 		c, err := s.opts.Ledger.Confirmation(ctx, rv.Ref)
 		switch {
 		case errors.Is(err, ledger.ErrNotFound):
-			return fail(http.StatusNotFound, CodeConfirmationNotFound, "no confirmation is deposited under this reference")
+			return fail(api.CodeRevocationRefNotFound, "no confirmation is deposited under this reference")
 		case err != nil:
 			return s.ledgerFault("revocation", err)
 		}
@@ -142,19 +143,19 @@ func (s *Service) revoke(ctx context.Context, rv Revocation) Outcome {
 		}
 	}
 	if rv.Subject == "" || len(rv.Subject) > ledger.MaxIDLen || boundText(rv.Subject) != rv.Subject {
-		return fail(http.StatusBadRequest, CodeRequestInvalid, "subject: the jti, booking id or key id, at most 256 bytes")
+		return fail(api.CodeRequestInvalid, "subject: the jti, booking id or key id, at most 256 bytes")
 	}
 	if rv.ExpiresAt == 0 && expires.Unix() == 0 {
-		return fail(http.StatusBadRequest, CodeRequestInvalid, "expires_at (unix seconds, the revoked token's exp) is required")
+		return fail(api.CodeRequestInvalid, "expires_at (unix seconds, the revoked token's exp) is required")
 	}
 	if !expires.After(now) {
-		return fail(http.StatusBadRequest, CodeRequestInvalid, "expires_at is not in the future: the token no longer verifies anyway")
+		return fail(api.CodeRequestInvalid, "expires_at is not in the future: the token no longer verifies anyway")
 	}
 	if expires.Sub(now) > MaxRevocationLifetime {
-		return fail(http.StatusBadRequest, CodeRequestInvalid, "expires_at is more than 366 days ahead")
+		return fail(api.CodeRequestInvalid, "expires_at is more than 366 days ahead")
 	}
 	if len(rv.Reason) > 512 || boundText(rv.Reason) != rv.Reason {
-		return fail(http.StatusBadRequest, CodeRequestInvalid, "reason: at most 512 bytes of text")
+		return fail(api.CodeRequestInvalid, "reason: at most 512 bytes of text")
 	}
 	by := rv.By
 	if by == "" {
@@ -164,7 +165,7 @@ func (s *Service) revoke(ctx context.Context, rv Revocation) Outcome {
 		Reason: rv.Reason, RevokedBy: boundText(by), RevokedAt: now, ExpiresAt: expires})
 	switch {
 	case errors.Is(err, ledger.ErrInvalid):
-		return fail(http.StatusBadRequest, CodeRequestInvalid, "the revocation is malformed")
+		return fail(api.CodeRequestInvalid, "the revocation is malformed")
 	case err != nil:
 		return s.ledgerFault("revocation", err)
 	}
@@ -174,9 +175,9 @@ func (s *Service) revoke(ctx context.Context, rv Revocation) Outcome {
 	}
 	s.opts.Logger.Info("revocation", "kind", stored.Kind, "subject", stored.Subject, "revoked_by", stored.RevokedBy,
 		"created", created, "expires_at", stored.ExpiresAt.Unix())
-	return Outcome{Status: status, Notice: notice, Extra: map[string]any{
-		"kind": string(stored.Kind), "subject": stored.Subject, "revoked_by": stored.RevokedBy,
-		"revoked_at": stored.RevokedAt.Unix(), "expires_at": stored.ExpiresAt.Unix(), "created": created,
+	return Outcome{Status: status, Notice: notice, Extra: api.Revoked{
+		Kind: string(stored.Kind), Subject: stored.Subject, RevokedBy: stored.RevokedBy,
+		RevokedAt: stored.RevokedAt.Unix(), ExpiresAt: stored.ExpiresAt.Unix(), Created: created,
 	}}
 }
 
@@ -194,13 +195,13 @@ func (s *Service) logRevocation(rv Revocation, out Outcome) {
 		return
 	}
 	ev := decisionlog.Event{DecisionID: NewDecisionID(), Time: s.opts.Now().UTC(), Account: rv.By,
-		Action: "revoke." + string(rv.Kind), Status: out.Status, Result: "revoked",
+		Action: "revoke." + string(rv.Kind), Status: out.HTTPStatus(), Result: "revoked",
 		KeyIDs: map[string]string{"revoker": rv.KeyID}}
-	if subject, ok := out.Extra["subject"].(string); ok {
-		ev.JTIs = map[string]string{string(rv.Kind): subject}
+	if r, ok := out.Extra.(api.Revoked); ok {
+		ev.JTIs = map[string]string{string(rv.Kind): r.Subject}
 	}
 	if !out.OK() {
-		ev.Result, ev.Codes = "refused", []string{out.Code}
+		ev.Result, ev.Codes = "refused", []string{string(out.Code)}
 	}
 	if s.opts.DecisionLog.Prepare(context.Background(), nil, &ev) {
 		s.opts.DecisionLog.Log(ev)

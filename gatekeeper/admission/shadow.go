@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/policy"
 )
 
@@ -73,10 +74,10 @@ func (s *Service) shadow(ctx context.Context, tr *trace, enforced policy.Decisio
 	}()
 }
 
-func codesOf(fs []Finding) []string {
+func codesOf(fs []api.Finding) []string {
 	out := make([]string, 0, len(fs))
 	for _, f := range fs {
-		out = append(out, f.Code)
+		out = append(out, string(f.Code))
 	}
 	slices.Sort(out)
 	return slices.Compact(out)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/booking"
 	"github.com/itocompute/itogate/gatekeeper/decisionlog"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
@@ -88,16 +89,16 @@ func (s *Service) precheck(ctx context.Context, p *pending) (Outcome, bool) {
 	req := p.req
 	p.tr.keyIDs["caller"] = p.caller.KeyID
 	if err := validate(req); err != nil {
-		return fail(http.StatusBadRequest, CodeRequestInvalid, err.Error()), true
+		return fail(api.CodeRequestInvalid, err.Error()), true
 	}
 	p.now = s.opts.Now()
 
-	if carriesManifest(req.Action) {
+	if req.Action.CarriesManifest() {
 		if len(req.Manifest) == 0 {
-			return fail(http.StatusBadRequest, CodeManifestRequired, req.Action+" needs the manifest bytes"), true
+			return fail(api.CodeManifestRequired, string(req.Action)+" needs the manifest bytes"), true
 		}
 		if len(req.Manifest) > manifest.MaxBytes {
-			return fail(http.StatusRequestEntityTooLarge, manifest.CodeTooLarge,
+			return fail(api.CodeManifestTooLarge,
 				fmt.Sprintf("manifest larger than %d bytes", manifest.MaxBytes)), true
 		}
 		p.manifestDigest = manifest.Digest(req.Manifest)
@@ -133,10 +134,10 @@ func (s *Service) verify(ctx context.Context, p *pending) (Outcome, bool) {
 		"caller": map[string]any{"verified": true, "key_id": p.caller.KeyID},
 	}
 	p.manifest = map[string]any{}
-	if carriesManifest(req.Action) {
+	if req.Action.CarriesManifest() {
 		keyID, err := s.opts.Manifests.Verify(req.Manifest, req.ManifestSignature)
 		if err != nil {
-			o := denied(CodeManifestSignature, "the manifest signature does not verify with any pinned signer key")
+			o := denied(api.CodeManifestSignature, "the manifest signature does not verify with any pinned signer key")
 			o.Cause = err
 			return o, true
 		}
@@ -146,9 +147,9 @@ func (s *Service) verify(ctx context.Context, p *pending) (Outcome, bool) {
 		if err != nil {
 			var me *manifest.Error
 			if errors.As(err, &me) {
-				return fail(http.StatusBadRequest, me.Code, me.Error()), true
+				return fail(me.Code, me.Error()), true
 			}
-			return fail(http.StatusInternalServerError, CodeInternal, "manifest schema unavailable"), true
+			return fail(api.CodeInternal, "manifest schema unavailable"), true
 		}
 	}
 
@@ -159,12 +160,12 @@ func (s *Service) verify(ctx context.Context, p *pending) (Outcome, bool) {
 	// The ledger records and revokes entitlements by jti: one it cannot
 	// hold (over-long, NUL) is the token's fault, alike on every backend.
 	if pr := ledger.IDProblem(ent.JTI); pr != "" {
-		return denied(CodeEntitlementInvalid, "entitlement jti "+pr), true
+		return denied(api.CodeEntitlementInvalid, "entitlement jti "+pr), true
 	}
 	p.entitlement = ent
 	p.verified["entitlement"] = map[string]any{"verified": true, "key_id": ent.KeyID}
 	tr.keyIDs["entitlement"], tr.jtis["entitlement"] = ent.KeyID, ent.JTI
-	if req.Action == ActionTrainCreate {
+	if req.Action == api.TrainCreate {
 		if o, done := s.revoked(ctx, ledger.RevokeBooking, req.BookingID); done {
 			return o, true
 		}
@@ -183,7 +184,7 @@ func (s *Service) verify(ctx context.Context, p *pending) (Outcome, bool) {
 	conf, err := s.opts.Ledger.Confirmation(ctx, req.ConfirmationRef)
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
-		return denied(CodeConfirmationNotFound, "no confirmation is deposited under this reference"), true
+		return denied(api.CodeConfirmationNotFound, "no confirmation is deposited under this reference"), true
 	case err != nil:
 		return s.ledgerFault("confirmation lookup", err), true
 	}
@@ -191,9 +192,9 @@ func (s *Service) verify(ctx context.Context, p *pending) (Outcome, bool) {
 	if len(conf.Token) == 0 {
 		// Swept after expiry: only the tombstone is left.
 		if p.consumed {
-			return denied(CodeConfirmationReplayed, "this confirmation was already used"), true
+			return denied(api.CodeConfirmationReplayed, "this confirmation was already used"), true
 		}
-		return denied(CodeConfirmationExpired, "this confirmation expired"), true
+		return denied(api.CodeConfirmationExpired, "this confirmation expired"), true
 	}
 	cc, err := s.opts.Confirmation.Verify(conf.Token, p.now)
 	if err != nil {
@@ -211,12 +212,12 @@ func (s *Service) verify(ctx context.Context, p *pending) (Outcome, bool) {
 	// booking of the same account never reach a run elsewhere. Another
 	// account's run and a run on another booking answer exactly like an
 	// unknown run id, so the answer reveals nothing about them.
-	if actsOnRun(req.Action) {
+	if req.Action.ActsOnRun() {
 		run, err := s.opts.Ledger.Run(ctx, req.RunID)
 		switch {
 		case errors.Is(err, ledger.ErrNotFound) ||
 			(err == nil && (run.Account != p.caller.Account || run.BookingID != req.BookingID)):
-			return denied(CodeRunNotFound, "no run with this id was admitted for this account on this booking"), true
+			return denied(api.CodeRunNotFound, "no run with this id was admitted for this account on this booking"), true
 		case err != nil:
 			return s.ledgerFault("run lookup", err), true
 		}
@@ -271,7 +272,7 @@ func (s *Service) facts(p *pending) {
 			"idempotency":           map[string]any{"seen": p.keySeen, "same_request": false},
 		},
 	}
-	if req.Action == ActionTrainCreate {
+	if req.Action == api.TrainCreate {
 		p.input["ledger"].(map[string]any)["booking"] = usageInput(p.caller.Account, p.usage)
 	}
 	if p.runInput != nil {
@@ -306,7 +307,7 @@ func usageInput(account string, u ledger.BookingUsage) map[string]any {
 func (s *Service) decide(ctx context.Context, p *pending) (Outcome, bool) {
 	decider := s.opts.Policy()
 	if decider == nil {
-		return fail(http.StatusServiceUnavailable, policy.CodeNotReady, "no verified policy bundle is active"), true
+		return fail(api.CodePolicyNotReady, "no verified policy bundle is active"), true
 	}
 	if !s.limit.acquire(ctx) {
 		return overloaded(false), true
@@ -318,7 +319,7 @@ func (s *Service) decide(ctx context.Context, p *pending) (Outcome, bool) {
 		return decider.Decide(ctx, p.input)
 	}()
 	if err != nil {
-		code := policy.CodeEvaluationFailed
+		code := api.CodePolicyEvaluationFailed
 		var pe *policy.Error
 		if errors.As(err, &pe) {
 			code = pe.Code
@@ -327,10 +328,10 @@ func (s *Service) decide(ctx context.Context, p *pending) (Outcome, bool) {
 		// string that holds a credential): redacted like the decision log.
 		s.opts.Logger.Error("policy evaluation failed", "decision_id", p.tr.decisionID, "code", code,
 			"err", decisionlog.Redact(err.Error()))
-		out := fail(http.StatusServiceUnavailable, code, "the policy produced no usable decision; denied")
-		out.Data = &Data{Decision: "deny", DecisionID: p.tr.decisionID, Action: p.req.Action,
+		out := fail(code, "the policy produced no usable decision; denied")
+		out.Data = &api.AdmissionData{Decision: "deny", DecisionID: p.tr.decisionID, Action: p.req.Action,
 			BookingID: p.req.BookingID, ManifestDigest: p.manifestDigest, IdempotencyKey: p.req.IdempotencyKey,
-			State: StateDenied, BundleRevision: decider.Revision()}
+			State: api.StateDenied, BundleRevision: decider.Revision()}
 		return out, true
 	}
 	p.decision = dec
@@ -340,8 +341,8 @@ func (s *Service) decide(ctx context.Context, p *pending) (Outcome, bool) {
 }
 
 // data is the response data every outcome after the policy starts from.
-func (p *pending) data() *Data {
-	return &Data{
+func (p *pending) data() *api.AdmissionData {
+	return &api.AdmissionData{
 		DecisionID: p.tr.decisionID, Action: p.req.Action, BookingID: p.req.BookingID,
 		ManifestDigest: p.manifestDigest, IdempotencyKey: p.req.IdempotencyKey,
 		BundleRevision: p.decider.Revision(), Warnings: p.decision.Warnings, Estimates: p.decision.Estimates,
@@ -359,18 +360,11 @@ func (s *Service) refused(ctx context.Context, p *pending) Outcome {
 		}
 	}
 	data := p.data()
-	data.Decision, data.State = "deny", StateDenied
-	// The top-level code is the first violation's, except that a key bound
-	// to another request makes the answer 409 IDEMPOTENCY_KEY_CONFLICT:
-	// status and code always agree (every violation stays listed).
-	status, first := http.StatusForbidden, dec.Violations[0]
-	for _, v := range dec.Violations {
-		if v.Code == CodeIdempotencyConflict {
-			status, first = http.StatusConflict, v
-		}
-	}
-	return Outcome{Status: status, Code: first.Code,
-		Message: "denied by policy: " + first.Message, Data: data, Violations: dec.Violations}
+	data.Decision, data.State = "deny", api.StateDenied
+	// The lead code and so the status follow api.Lead: a key bound to
+	// another request makes the answer 409 IDEMPOTENCY_KEY_CONFLICT, else
+	// the first violation's 403; every violation stays listed.
+	return deny("denied by policy: ", dec.Violations, data)
 }
 
 // commit records an allowed admission: one transaction consumes the
@@ -379,26 +373,27 @@ func (s *Service) refused(ctx context.Context, p *pending) Outcome {
 // so a race lost here is a deny, never a second allow.
 func (s *Service) commit(ctx context.Context, p *pending) Outcome {
 	req := p.req
+	spec, _ := req.Action.Spec()
 	runID := req.RunID
-	if req.Action == ActionTrainCreate {
+	if spec.Effect == api.EffectCreateRun {
 		runID = ledger.NewRunID()
 	}
 	rec := ledger.Admission{
 		Account: p.caller.Account, IdempotencyKey: req.IdempotencyKey, RequestDigest: p.requestDigest,
 		DecisionID: p.tr.decisionID, RunID: runID, Action: req.Action, BookingID: req.BookingID,
 		ManifestDigest: p.manifestDigest, ConfirmationRef: req.ConfirmationRef, ConfirmationJTI: p.confirmation.JTI,
-		BundleRevision: p.decider.Revision(), State: states[req.Action], CreatedAt: p.now,
+		BundleRevision: p.decider.Revision(), State: spec.State, CreatedAt: p.now,
 		EntitlementJTI: p.entitlement.JTI, CallerKeyID: p.caller.KeyID,
 	}
-	if req.Action == ActionTrainCreate {
+	if req.Action == api.TrainCreate {
 		// Whatever the bundle decided: the run's facts must be computable
 		// and it must end within the term (the policy says so first).
 		if p.runErr != nil {
-			return p.refusedAtCommit(http.StatusForbidden, CodeBookingFactsInvalid,
+			return p.refusedAtCommit(api.CodeBookingFactsInvalid,
 				"the run's GPUs, hours or price could not be computed from the manifest and entitlement", "booking")
 		}
 		if p.run.End.After(p.run.TermEnd) {
-			return p.refusedAtCommit(http.StatusForbidden, CodeRunPastTerm,
+			return p.refusedAtCommit(api.CodeRunPastTerm,
 				"the run's declared wall-clock end is after the booking term", "budget")
 		}
 		rec.GPUs, rec.BookedGPUs = p.run.GPUs, p.run.BookedGPUs
@@ -406,14 +401,14 @@ func (s *Service) commit(ctx context.Context, p *pending) Outcome {
 		rec.CostMicroUSD = booking.EstimateMicroUSD(p.run.ComputeMicroUSD, p.decision.Estimates)
 	}
 	switch req.Action {
-	case ActionTrainCreate:
+	case api.TrainCreate:
 		rec.Stage = firstStage(p.manifest)
-	case ActionTrainStageAdvance:
+	case api.TrainStageAdvance:
 		rec.Stage, rec.FromStage = req.Stage, p.runStage
-	case ActionTrainRestart:
+	case api.TrainRestart:
 		rec.CheckpointStep = req.CheckpointStep
 	}
-	if req.Action == ActionTrainCreate && s.opts.Tickets != nil {
+	if req.Action == api.TrainCreate && s.opts.Tickets != nil {
 		// Signed before the commit and stored by it, so the caller, a
 		// replay and a status lookup all get this very ticket.
 		tc, err := ticketClaims(rec, p.manifest, p.entitlement.Raw)
@@ -423,8 +418,8 @@ func (s *Service) commit(ctx context.Context, p *pending) Outcome {
 		if err != nil {
 			s.opts.Logger.Error("ticket not signed", "decision_id", rec.DecisionID, "err", err)
 			data := p.data()
-			data.Decision, data.State = "deny", StateDenied
-			return Outcome{Status: http.StatusServiceUnavailable, Code: CodeTicketUnavailable,
+			data.Decision, data.State = "deny", api.StateDenied
+			return Outcome{Code: api.CodeTicketUnavailable,
 				Message: "allowed by policy, but the admission ticket could not be signed; denied, nothing was consumed", Data: data}
 		}
 	}
@@ -440,51 +435,51 @@ func (s *Service) committed(ctx context.Context, p *pending, stored ledger.Admis
 		if o, ok := s.sameRequestWon(ctx, p.caller, p.req.IdempotencyKey, p.requestDigest); ok {
 			return o
 		}
-		data.Decision, data.State = "deny", StateDenied
-		return Outcome{Status: http.StatusForbidden, Code: CodeConfirmationReplayed,
+		data.Decision, data.State = "deny", api.StateDenied
+		return Outcome{Code: api.CodeConfirmationReplayed,
 			Message: "this confirmation was already used", Data: data,
-			Violations: []Finding{{Code: CodeConfirmationReplayed, Gate: "confirmation",
+			Violations: []api.Finding{{Code: api.CodeConfirmationReplayed, Gate: "confirmation",
 				Message: "the confirmation was consumed by another admission"}}}
 	case errors.Is(err, ledger.ErrConfirmationExpired):
-		data.Decision, data.State = "deny", StateDenied
-		return Outcome{Status: http.StatusForbidden, Code: CodeConfirmationExpired,
+		data.Decision, data.State = "deny", api.StateDenied
+		return Outcome{Code: api.CodeConfirmationExpired,
 			Message: "this confirmation expired", Data: data}
 	case errors.Is(err, ledger.ErrCapacityExceeded):
 		var ce *ledger.CapacityError
 		errors.As(err, &ce)
-		return p.refusedAtCommit(http.StatusForbidden, CodeBookingCapacityExceeded, capacityMessage(ce), "booking")
+		return p.refusedAtCommit(api.CodeBookingCapacityExceeded, capacityMessage(ce), "booking")
 	case errors.Is(err, ledger.ErrBookingReleased):
-		return p.refusedAtCommit(http.StatusForbidden, CodeBookingReleased,
+		return p.refusedAtCommit(api.CodeBookingReleased,
 			"the booking was released; no run is admitted on it", "booking")
 	case errors.Is(err, ledger.ErrRevoked):
 		var re *ledger.RevocationError
 		errors.As(err, &re)
 		o := revokedOutcome(re.Revocation)
-		data.Decision, data.State = "deny", StateDenied
+		data.Decision, data.State = "deny", api.StateDenied
 		o.Data = data
 		return o
 	case errors.Is(err, ledger.ErrCostExceeded):
-		return p.refusedAtCommit(http.StatusForbidden, CodeConfirmationCostBelowEstimate,
+		return p.refusedAtCommit(api.CodeConfirmationCostBelowEstimate,
 			"the confirmed cost is below the run's estimated cost", "confirmation")
 	case errors.Is(err, ledger.ErrRunEnded),
-		(p.req.Action == ActionTrainStageAdvance || p.req.Action == ActionTrainRestart) && errors.Is(err, ledger.ErrNotFound):
-		return p.refusedAtCommit(http.StatusForbidden, CodeRunNotLive,
+		p.req.Action.Effect() == api.EffectStepRun && errors.Is(err, ledger.ErrNotFound):
+		return p.refusedAtCommit(api.CodeRunNotLive,
 			"the ledger found the run not live when this admission committed; nothing was written", "lifecycle")
 	case errors.Is(err, ledger.ErrStageConflict):
-		return p.refusedAtCommit(http.StatusConflict, CodeStageConflict,
+		return p.refusedAtCommit(api.CodeStageConflict,
 			"the run is no longer in the stage this advance leaves (another advance won); nothing was written",
 			"lifecycle")
 	case errors.Is(err, ledger.ErrConfirmationMismatch), errors.Is(err, ledger.ErrNotFound):
 		// The stored record changed between lookup and commit, or disagrees
 		// with the verified token: never allow on a disagreement.
-		data.Decision, data.State = "deny", StateDenied
-		return Outcome{Status: http.StatusForbidden, Code: CodeConfirmationInvalid,
+		data.Decision, data.State = "deny", api.StateDenied
+		return Outcome{Code: api.CodeConfirmationInvalid,
 			Message: "the stored confirmation does not match this admission", Data: data}
 	case errors.Is(err, ledger.ErrKeyConflict):
-		data.Decision, data.State = "deny", StateDenied
-		return Outcome{Status: http.StatusConflict, Code: CodeIdempotencyConflict,
+		data.Decision, data.State = "deny", api.StateDenied
+		return Outcome{Code: api.CodeIdempotencyConflict,
 			Message: "this idempotency key was used for a different request", Data: data,
-			Violations: []Finding{{Code: CodeIdempotencyConflict, Gate: "idempotency",
+			Violations: []api.Finding{{Code: api.CodeIdempotencyConflict, Gate: "idempotency",
 				Message: "the idempotency key is bound to another request"}}}
 	case err != nil:
 		// A fault during the commit leaves its outcome unknown to us (the
@@ -496,7 +491,7 @@ func (s *Service) committed(ctx context.Context, p *pending, stored ledger.Admis
 	case wasReplay:
 		return replayed(stored)
 	}
-	data.Decision, data.State, data.RunID = "allow", string(stored.State), stored.RunID
+	data.Decision, data.State, data.RunID = "allow", stored.State, stored.RunID
 	data.GPUs, data.LiveUntil, data.Ticket = stored.GPUs, unixOrZero(stored.LiveUntil), stored.Ticket
 	s.countGPUs(p, stored)
 	return Outcome{Status: http.StatusOK, Data: data}
@@ -509,9 +504,9 @@ func (s *Service) countGPUs(p *pending, a ledger.Admission) {
 		return
 	}
 	switch a.Action {
-	case ActionTrainCreate:
+	case api.TrainCreate:
 		s.opts.OnRunGPUs("admitted", a.GPUs, p.usage.HeldGPUs+a.GPUs, a.BookedGPUs)
-	case ActionTrainCancel, ActionTrainCleanup:
+	case api.TrainCancel, api.TrainCleanup:
 		if p.target.Live(p.now) {
 			s.opts.OnRunGPUs("released", p.target.GPUs, 0, 0)
 		}
@@ -520,11 +515,11 @@ func (s *Service) countGPUs(p *pending, a ledger.Admission) {
 
 // refusedAtCommit is a deny decided after the policy allowed: by Go's own
 // checks before the commit or by the ledger in it. Nothing was written.
-func (p *pending) refusedAtCommit(status int, code, msg, gate string) Outcome {
+func (p *pending) refusedAtCommit(code api.Code, msg, gate string) Outcome {
 	data := p.data()
-	data.Decision, data.State = "deny", StateDenied
-	return Outcome{Status: status, Code: code, Message: msg, Data: data,
-		Violations: []Finding{{Code: code, Gate: gate, Message: msg}}}
+	data.Decision, data.State = "deny", api.StateDenied
+	return Outcome{Code: code, Message: msg, Data: data,
+		Violations: []api.Finding{{Code: code, Gate: gate, Message: msg}}}
 }
 
 // capacityMessage names the account's own live runs that hold the

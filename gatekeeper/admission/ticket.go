@@ -38,7 +38,7 @@ func ticketClaims(rec ledger.Admission, doc, entitlement map[string]any) (ticket
 	}
 	return ticket.Claims{
 		Account: rec.Account, ID: rec.DecisionID, RunID: rec.RunID, BookingID: rec.BookingID,
-		Action: rec.Action, ManifestDigest: rec.ManifestDigest,
+		Action: string(rec.Action), ManifestDigest: rec.ManifestDigest,
 		WorldSize: nodes * perNode, Nodes: nodes, GPUsPerNode: perNode, GPUType: gpuType, Region: region,
 		BundleRevision: rec.BundleRevision,
 		IssuedAt:       rec.CreatedAt,

@@ -47,7 +47,7 @@ type Options struct {
 	Deadline time.Duration
 	// MaxAge, when positive, is how long after its built_at a bundle is
 	// enforced: older bundles are not activated, and the active one stops
-	// deciding (policy.CodeBundleStale) and fails Ready.
+	// deciding (api.CodePolicyBundleStale) and fails Ready.
 	MaxAge time.Duration
 	// MaxClockSkew tolerates a built_at this far in the future (default
 	// DefaultMaxClockSkew).

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/bundle"
 	"github.com/itocompute/itogate/gatekeeper/bundle/bundletest"
 	"github.com/itocompute/itogate/gatekeeper/policy"
@@ -204,7 +205,7 @@ func TestManagerMaxAge(t *testing.T) {
 	}
 	d, err := decide(t, m)
 	var pe *policy.Error
-	if !errors.As(err, &pe) || pe.Code != policy.CodeBundleStale || d.Allow {
+	if !errors.As(err, &pe) || pe.Code != api.CodePolicyBundleStale || d.Allow {
 		t.Fatalf("stale decide = %+v, %v", d, err)
 	}
 

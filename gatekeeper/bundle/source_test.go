@@ -286,7 +286,7 @@ func TestHotSwapUnderLoad(t *testing.T) {
 					continue
 				}
 				wantAllow := i%2 == 1
-				if dec.Allow != wantAllow || (!wantAllow && (len(dec.Violations) != 1 || dec.Violations[0].Code != fmt.Sprintf("REV_%d", i))) {
+				if dec.Allow != wantAllow || (!wantAllow && (len(dec.Violations) != 1 || string(dec.Violations[0].Code) != fmt.Sprintf("REV_%d", i))) {
 					report("revision r%d decided allow=%v %v: a mix or a tampered bundle", i, dec.Allow, dec.Violations)
 				}
 				decisions.Add(1)

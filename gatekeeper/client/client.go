@@ -7,7 +7,6 @@ package client
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +16,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/itocompute/itogate/gatekeeper/api"
 )
 
 // MaxResponseBytes bounds a response body read by the client (1 MiB).
@@ -68,28 +69,6 @@ func New(opts Options) (*Client, error) {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}, nil
 }
 
-// AdmissionRequest is the body of POST /v1/admissions. Manifest holds the raw
-// bytes; the client base64-encodes them.
-type AdmissionRequest struct {
-	Action            string
-	BookingID         string
-	IdempotencyKey    string
-	Manifest          []byte
-	ManifestSignature string
-	EntitlementToken  string
-	ConfirmationRef   string
-	RunID             string
-	ReleasesBooking   bool
-	// Stage is the stage a train.stage.advance moves the run to.
-	Stage string
-	// CheckpointStep is the step a train.restart restarts from; sent only
-	// for train.restart.
-	CheckpointStep int64
-	// EvalReports are eval-authority tokens: the eval report of a stage
-	// advance, ladder decisions for custom data on a create.
-	EvalReports []string
-}
-
 // Response is one answer: the HTTP status and the envelope bytes unchanged.
 type Response struct {
 	Status int
@@ -102,31 +81,10 @@ type Response struct {
 // Admit posts the admission. On a transport error (the server may or may not
 // have committed) it looks the key up: a stored admission is the answer; a
 // 404 means nothing was admitted and the POST is retried, up to Attempts.
-func (c *Client) Admit(ctx context.Context, req AdmissionRequest) (Response, error) {
-	body := map[string]any{
-		"action": req.Action, "booking_id": req.BookingID, "idempotency_key": req.IdempotencyKey,
-		"entitlement_token": req.EntitlementToken, "confirmation_ref": req.ConfirmationRef,
-	}
-	if len(req.Manifest) > 0 {
-		body["manifest"] = base64.StdEncoding.EncodeToString(req.Manifest)
-		body["manifest_signature"] = req.ManifestSignature
-	}
-	if req.RunID != "" {
-		body["run_id"] = req.RunID
-	}
-	if req.ReleasesBooking {
-		body["releases_booking"] = true
-	}
-	if req.Stage != "" {
-		body["stage"] = req.Stage
-	}
-	if req.Action == "train.restart" {
-		body["checkpoint_step"] = req.CheckpointStep
-	}
-	if len(req.EvalReports) > 0 {
-		body["eval_reports"] = req.EvalReports
-	}
-	payload, err := json.Marshal(body)
+func (c *Client) Admit(ctx context.Context, req api.AdmissionRequest) (Response, error) {
+	// encoding/json writes the manifest bytes as standard base64, the wire
+	// form (api.AdmissionRequest).
+	payload, err := json.Marshal(req)
 	if err != nil {
 		return Response{}, err
 	}

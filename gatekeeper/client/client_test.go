@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/internal/patience"
 )
 
@@ -37,7 +38,7 @@ func TestLostResponseQueriesStatusBeforeRetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := c.Admit(context.Background(), AdmissionRequest{Action: "train.create", IdempotencyKey: "run-1", Manifest: []byte("{}")})
+	resp, err := c.Admit(context.Background(), api.AdmissionRequest{Action: "train.create", IdempotencyKey: "run-1", Manifest: []byte("{}")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func TestNothingCommittedRetries(t *testing.T) {
 	}))
 	defer srv.Close()
 	c, _ := New(Options{BaseURL: srv.URL, Bearer: "tok"})
-	resp, err := c.Admit(context.Background(), AdmissionRequest{Action: "train.create", IdempotencyKey: "run-2"})
+	resp, err := c.Admit(context.Background(), api.AdmissionRequest{Action: "train.create", IdempotencyKey: "run-2"})
 	if err != nil || resp.Status != 200 || resp.Recovered || posts.Load() != 2 {
 		t.Fatalf("resp=%+v err=%v posts=%d", resp, err, posts.Load())
 	}
@@ -86,7 +87,7 @@ func TestDefiniteAnswerIsNotRetried(t *testing.T) {
 	}))
 	defer srv.Close()
 	c, _ := New(Options{BaseURL: srv.URL, Bearer: "tok"})
-	resp, err := c.Admit(context.Background(), AdmissionRequest{IdempotencyKey: "k"})
+	resp, err := c.Admit(context.Background(), api.AdmissionRequest{IdempotencyKey: "k"})
 	if err != nil || resp.Status != 503 || posts.Load() != 1 {
 		t.Fatalf("resp=%+v err=%v posts=%d", resp, err, posts.Load())
 	}

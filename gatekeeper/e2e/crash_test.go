@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/itocompute/itogate/fixtures"
-	"github.com/itocompute/itogate/gatekeeper/client"
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 	"github.com/itocompute/itogate/gatekeeper/ledger/bolt"
 	"github.com/itocompute/itogate/gatekeeper/ledger/postgres"
@@ -30,7 +30,7 @@ const (
 
 // attempt is one admission a load worker made and what it heard back.
 type attempt struct {
-	req    client.AdmissionRequest
+	req    api.AdmissionRequest
 	status int    // 0: no answer (transport failure: outcome unknown)
 	code   string // error code of a non-200 answer
 	runID  string
@@ -79,7 +79,7 @@ func startLoad(t *testing.T, base, prefix string) *load {
 				if err == nil {
 					at.status, at.runID, at.decID = a.Status, a.Data.RunID, a.Data.DecisionID
 					if a.Error != nil {
-						at.code = a.Error.Code
+						at.code = string(a.Error.Code)
 					}
 					l.answers.Add(1)
 					if a.Status == http.StatusOK {

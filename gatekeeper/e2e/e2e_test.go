@@ -30,6 +30,7 @@ import (
 	"github.com/itocompute/itogate/fixtures"
 	"github.com/itocompute/itogate/fixtures/keys"
 	"github.com/itocompute/itogate/gatekeeper/admission"
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/client"
 	"github.com/itocompute/itogate/gatekeeper/config"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
@@ -232,7 +233,7 @@ func (a *actor) entitlement(t testing.TB, tweak func(map[string]any)) string {
 
 // confirmation mints and deposits a confirmation for act and returns its
 // reference. claims override the defaults (a nil value removes one).
-func (a *actor) confirmation(t testing.TB, act string, claims map[string]any) string {
+func (a *actor) confirmation(t testing.TB, act api.Action, claims map[string]any) string {
 	t.Helper()
 	ref, err := a.tryConfirmation(context.Background(), act, claims)
 	if err != nil {
@@ -241,13 +242,13 @@ func (a *actor) confirmation(t testing.TB, act string, claims map[string]any) st
 	return ref
 }
 
-func (a *actor) tryConfirmation(ctx context.Context, act string, override map[string]any) (string, error) {
+func (a *actor) tryConfirmation(ctx context.Context, act api.Action, override map[string]any) (string, error) {
 	now := time.Now().Unix()
 	c := map[string]any{
 		"iss": trust.DevConfirmationIssuer, "aud": trust.DevAudience, "sub": a.account, "act": act,
 		"booking_id": a.booking, "cost_usd": "0.00", "iat": now, "exp": now + 600,
 	}
-	if act == admission.ActionTrainCreate {
+	if act == api.TrainCreate {
 		c["manifest_digest"], c["cost_usd"] = manifest.Digest(a.m.Raw), "2000.00"
 	}
 	for k, v := range override {
@@ -265,9 +266,9 @@ func (a *actor) tryConfirmation(ctx context.Context, act string, override map[st
 }
 
 // create is a train.create request for the actor's manifest.
-func (a *actor) create(ent, ref, key string) client.AdmissionRequest {
-	return client.AdmissionRequest{
-		Action: admission.ActionTrainCreate, BookingID: a.booking, IdempotencyKey: key,
+func (a *actor) create(ent, ref, key string) api.AdmissionRequest {
+	return api.AdmissionRequest{
+		Action: api.TrainCreate, BookingID: a.booking, IdempotencyKey: key,
 		Manifest: a.m.Raw, ManifestSignature: a.m.Signature, EntitlementToken: ent, ConfirmationRef: ref,
 	}
 }
@@ -278,7 +279,7 @@ type answer struct {
 	Body []byte
 }
 
-func (r answer) code() string {
+func (r answer) code() api.Code {
 	if r.Error == nil {
 		return ""
 	}
@@ -301,7 +302,7 @@ func parse(resp client.Response, err error) (answer, error) {
 	return a, nil
 }
 
-func (a *actor) admit(ctx context.Context, req client.AdmissionRequest) (answer, error) {
+func (a *actor) admit(ctx context.Context, req api.AdmissionRequest) (answer, error) {
 	return parse(a.caller.Admit(ctx, req))
 }
 
@@ -311,7 +312,7 @@ func (a *actor) status(ctx context.Context, key string) (answer, error) {
 
 // mustAdmit admits req and fails t unless the answer has status and code
 // ("" for an allow).
-func (a *actor) mustAdmit(t *testing.T, req client.AdmissionRequest, status int, code string) answer {
+func (a *actor) mustAdmit(t *testing.T, req api.AdmissionRequest, status int, code api.Code) answer {
 	t.Helper()
 	r, err := a.admit(context.Background(), req)
 	if err != nil {

@@ -8,8 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/itocompute/itogate/gatekeeper/admission"
-	"github.com/itocompute/itogate/gatekeeper/client"
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 )
 
@@ -26,8 +25,8 @@ func TestLifecycle(t *testing.T) {
 		created := a.mustAdmit(t, a.create(ent, a.confirmation(t, "train.create", nil), "create-1"), http.StatusOK, "")
 		runID := created.Data.RunID
 
-		lifecycle := func(action, key, ref, run string) client.AdmissionRequest {
-			return client.AdmissionRequest{Action: action, BookingID: a.booking, IdempotencyKey: key,
+		lifecycle := func(action api.Action, key, ref, run string) api.AdmissionRequest {
+			return api.AdmissionRequest{Action: action, BookingID: a.booking, IdempotencyKey: key,
 				EntitlementToken: ent, ConfirmationRef: ref, RunID: run}
 		}
 		forRun := map[string]any{"run_id": runID}
@@ -74,7 +73,7 @@ func TestLifecycle(t *testing.T) {
 			// confirmation for it: still not a way to reach this run.
 			a2 := newActor(t, base, a.account, "bk_life_02")
 			ref := a2.confirmation(t, "train.cancel", forRun)
-			a2.mustAdmit(t, client.AdmissionRequest{Action: "train.cancel", BookingID: a2.booking,
+			a2.mustAdmit(t, api.AdmissionRequest{Action: "train.cancel", BookingID: a2.booking,
 				IdempotencyKey: "cancel-other-booking", EntitlementToken: a2.entitlement(t, nil),
 				ConfirmationRef: ref, RunID: runID}, http.StatusForbidden, "RUN_NOT_FOUND")
 			wantAvailable(t, store, ref)
@@ -83,7 +82,7 @@ func TestLifecycle(t *testing.T) {
 		t.Run("cancel of another account's run", func(t *testing.T) {
 			b := newActor(t, base, "acct_intruder", "bk_intruder_01")
 			ref := b.confirmation(t, "train.cancel", forRun)
-			req := client.AdmissionRequest{Action: "train.cancel", BookingID: b.booking, IdempotencyKey: "steal-1",
+			req := api.AdmissionRequest{Action: "train.cancel", BookingID: b.booking, IdempotencyKey: "steal-1",
 				EntitlementToken: b.entitlement(t, nil), ConfirmationRef: ref, RunID: runID}
 			theirs := b.mustAdmit(t, req, http.StatusForbidden, "RUN_NOT_FOUND")
 			// Exactly what an unknown run id gets: nothing about a's run leaks.
@@ -152,7 +151,7 @@ func TestStatusScopedByAccount(t *testing.T) {
 			t.Fatalf("owner's status: %v %v", r, err)
 		}
 		theirs, err := other.status(ctx, "shared-key")
-		if err != nil || theirs.Status != http.StatusNotFound || theirs.code() != admission.CodeAdmissionNotFound {
+		if err != nil || theirs.Status != http.StatusNotFound || theirs.code() != api.CodeAdmissionNotFound {
 			t.Fatalf("other account's status: %v %v; want 404 ADMISSION_NOT_FOUND", theirs, err)
 		}
 		never, err := other.status(ctx, "never-used-key")

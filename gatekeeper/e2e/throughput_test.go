@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/itocompute/itogate/gatekeeper/client"
+	"github.com/itocompute/itogate/gatekeeper/api"
 )
 
 // cpuTime is the user+system CPU this process has used.
@@ -95,7 +95,7 @@ func benchAdmissions(b *testing.B, be backend) {
 			mine := make([]time.Duration, 0, len(refs[w]))
 			for j, ref := range refs[w] {
 				t0 := time.Now()
-				r, err := a.admit(context.Background(), client.AdmissionRequest{
+				r, err := a.admit(context.Background(), api.AdmissionRequest{
 					Action: "train.create", BookingID: a.booking, IdempotencyKey: fmt.Sprintf("load-%d", j),
 					Manifest: a.m.Raw, ManifestSignature: a.m.Signature, EntitlementToken: ents[w], ConfirmationRef: ref,
 				})

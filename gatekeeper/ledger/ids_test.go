@@ -84,16 +84,3 @@ func TestShapes(t *testing.T) {
 		}
 	}
 }
-
-func TestAdmissionStateValid(t *testing.T) {
-	for _, s := range []AdmissionState{AdmissionAdmitted, AdmissionCancelAdmitted, AdmissionCleanupAdmitted, AdmissionReleaseAdmitted} {
-		if !s.Valid() {
-			t.Errorf("%q not valid", s)
-		}
-	}
-	for _, s := range []AdmissionState{"", "allowed", "ADMITTED"} {
-		if s.Valid() {
-			t.Errorf("%q valid", s)
-		}
-	}
-}

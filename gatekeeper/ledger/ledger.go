@@ -29,6 +29,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/itocompute/itogate/gatekeeper/api"
 )
 
 // Errors returned by Store methods. Implementations wrap them, so test with
@@ -149,7 +151,7 @@ type Store interface {
 	Commit(ctx context.Context, a Admission) (stored Admission, replayed bool, err error)
 
 	// Run returns the admission that created runID (the train.create one,
-	// State AdmissionAdmitted), or ErrNotFound. The server uses it to check a
+	// State api.StateAdmitted), or ErrNotFound. The server uses it to check a
 	// cancel or cleanup targets a run of the caller's own account.
 	Run(ctx context.Context, runID string) (Admission, error)
 
@@ -213,7 +215,7 @@ type Confirmation struct {
 	// Account is the token's sub.
 	Account string
 	// Action is the token's act, e.g. "train.create".
-	Action string
+	Action api.Action
 	// Token is the compact JWS as deposited; it is verified again at use.
 	// Nil in a swept tombstone.
 	Token []byte
@@ -237,39 +239,6 @@ type Confirmation struct {
 	CostMicroUSD   int64
 }
 
-// AdmissionState is what an allowed admission permits the caller to do
-// next. It is the "state" field of the admission response (README, API).
-type AdmissionState string
-
-const (
-	// AdmissionAdmitted: train.create was allowed; the caller may create the
-	// run RunID (a new id from NewRunID).
-	AdmissionAdmitted AdmissionState = "admitted"
-	// AdmissionCancelAdmitted: train.cancel of the run RunID was allowed.
-	AdmissionCancelAdmitted AdmissionState = "cancel_admitted"
-	// AdmissionCleanupAdmitted: train.cleanup of the run RunID was allowed;
-	// it never releases the booking by itself.
-	AdmissionCleanupAdmitted AdmissionState = "cleanup_admitted"
-	// AdmissionReleaseAdmitted: booking.release of BookingID was allowed.
-	AdmissionReleaseAdmitted AdmissionState = "release_admitted"
-	// AdmissionStageAdvanced: train.stage.advance of the run RunID from
-	// FromStage to Stage was allowed and recorded.
-	AdmissionStageAdvanced AdmissionState = "stage_advanced"
-	// AdmissionRestartAdmitted: train.restart of the run RunID from
-	// checkpoint CheckpointStep was allowed.
-	AdmissionRestartAdmitted AdmissionState = "restart_admitted"
-)
-
-// Valid reports whether s is one of the documented states.
-func (s AdmissionState) Valid() bool {
-	switch s {
-	case AdmissionAdmitted, AdmissionCancelAdmitted, AdmissionCleanupAdmitted, AdmissionReleaseAdmitted,
-		AdmissionStageAdvanced, AdmissionRestartAdmitted:
-		return true
-	}
-	return false
-}
-
 // Admission is an allowed admission, stored under (Account, IdempotencyKey).
 // Only allows are stored; a deny writes nothing.
 type Admission struct {
@@ -285,13 +254,13 @@ type Admission struct {
 	// NewRunID); for cancel and cleanup, the target run; empty for
 	// booking.release.
 	RunID           string
-	Action          string
+	Action          api.Action
 	BookingID       string
 	ManifestDigest  string
 	ConfirmationRef string
 	ConfirmationJTI string
 	BundleRevision  string
-	State           AdmissionState
+	State           api.AdmissionState
 	// CreatedAt is the decision time; it also stamps ConsumedAt and is the
 	// "now" of the capacity check.
 	CreatedAt time.Time

@@ -3,6 +3,8 @@ package ledger
 import (
 	"fmt"
 	"time"
+
+	"github.com/itocompute/itogate/gatekeeper/api"
 )
 
 // RevocationKind names what a revocation withdraws. Its Subject is:
@@ -86,7 +88,7 @@ func (e *RevocationError) Unwrap() error { return ErrRevoked }
 // booking's consent.
 func revocationSubjects(a Admission) [][2]string {
 	out := [][2]string{{string(RevokeConfirmation), a.ConfirmationJTI}}
-	if a.Action == "train.create" {
+	if a.Action.Effect() == api.EffectCreateRun {
 		out = append(out, [2]string{string(RevokeBooking), a.BookingID})
 		if a.EntitlementJTI != "" {
 			out = append(out, [2]string{string(RevokeEntitlement), a.EntitlementJTI})

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/itocompute/itogate/gatekeeper/api"
 )
 
 // A run's life in the ledger. A train.create admission creates a RunRecord;
@@ -45,7 +47,7 @@ type RunRecord struct {
 	// (train.cancel, train.cleanup or booking.release); zero and "" while it
 	// was not ended that way.
 	EndedAt time.Time
-	EndedBy string
+	EndedBy api.Action
 	// Stage is the curriculum stage the run is in: its manifest's
 	// objective.stage at train.create, moved one step by each
 	// train.stage.advance ("" when the manifest named none).
@@ -172,7 +174,7 @@ func (e *CapacityError) Unwrap() error { return ErrCapacityExceeded }
 // a.CreatedAt plus a.GPUs must not exceed a.BookedGPUs, and the booking must
 // not be released. runs are the booking's runs (any liveness).
 func CheckCapacity(runs []RunRecord, released time.Time, a Admission) error {
-	if a.Action != "train.create" {
+	if a.Action.Effect() != api.EffectCreateRun {
 		return nil
 	}
 	// A release stored before this commit wins whatever the decision
@@ -214,15 +216,12 @@ func CheckBindings(c Confirmation, a Admission) error {
 	case c.BookingID != a.BookingID:
 		return mismatch("booking")
 	}
-	switch a.Action {
-	case "train.create":
-		if c.ManifestDigest != a.ManifestDigest {
-			return mismatch("manifest digest")
-		}
-	case "train.cancel", "train.cleanup", "train.stage.advance", "train.restart":
-		if c.RunID != a.RunID {
-			return mismatch("run id")
-		}
+	spec, _ := a.Action.Spec()
+	if spec.Effect == api.EffectCreateRun && c.ManifestDigest != a.ManifestDigest {
+		return mismatch("manifest digest")
+	}
+	if a.Action.ActsOnRun() && c.RunID != a.RunID {
+		return mismatch("run id")
 	}
 	if a.CostMicroUSD > c.CostMicroUSD {
 		return fmt.Errorf("ledger: commit: estimated cost %d µUSD above the confirmed %d µUSD: %w",
@@ -264,8 +263,15 @@ func CheckRunStep(r RunRecord, a Admission) error {
 		return fmt.Errorf("ledger: commit: run of another booking or account: %w", ErrConfirmationMismatch)
 	case !r.Live(a.CreatedAt):
 		return fmt.Errorf("ledger: commit: %w", ErrRunEnded)
-	case a.State == AdmissionStageAdvanced && r.Stage != a.FromStage:
+	case movesStage(a.Action) && r.Stage != a.FromStage:
 		return fmt.Errorf("ledger: commit: %w", ErrStageConflict)
 	}
 	return nil
+}
+
+// movesStage reports whether the action moves its run's stage (it carries
+// the stage it moves to: a stage advance).
+func movesStage(a api.Action) bool {
+	spec, _ := a.Spec()
+	return spec.Stage
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/itocompute/itogate/gatekeeper/api"
 )
 
 // MaxIDLen bounds, in bytes, every identifier the ledger keys or indexes on
@@ -36,7 +38,7 @@ func (c Confirmation) Validate() error {
 	if !IsConfirmationRef(c.Ref) {
 		return bad("Ref", "is not cfr_ followed by 32 lowercase hex digits")
 	}
-	for _, f := range []struct{ name, v string }{{"JTI", c.JTI}, {"Account", c.Account}, {"Action", c.Action}} {
+	for _, f := range []struct{ name, v string }{{"JTI", c.JTI}, {"Account", c.Account}, {"Action", string(c.Action)}} {
 		if p := idProblem(f.v); p != "" {
 			return bad(f.name, p)
 		}
@@ -70,7 +72,7 @@ func (c Confirmation) Validate() error {
 // Validate reports whether a may be committed: Account, IdempotencyKey,
 // Action and ConfirmationJTI non-empty within MaxIDLen; RequestDigest "sha256:<64 lowercase
 // hex>"; ConfirmationRef in the NewConfirmationRef shape; a documented State;
-// for AdmissionAdmitted a RunID in the NewRunID shape, for cancel and cleanup
+// for api.StateAdmitted a RunID in the NewRunID shape, for cancel and cleanup
 // a non-empty RunID; CreatedAt set. Every string must be valid UTF-8 without
 // NUL or other control characters, which keeps keys unambiguous (bbolt joins
 // account and key with NUL) and storable as PostgreSQL text. The error wraps
@@ -80,7 +82,7 @@ func (a Admission) Validate() error {
 		return fmt.Errorf("ledger: admission %s %s: %w", field, problem, ErrInvalid)
 	}
 	for _, f := range []struct{ name, v string }{
-		{"Account", a.Account}, {"IdempotencyKey", a.IdempotencyKey}, {"Action", a.Action},
+		{"Account", a.Account}, {"IdempotencyKey", a.IdempotencyKey}, {"Action", string(a.Action)},
 		{"ConfirmationJTI", a.ConfirmationJTI},
 	} {
 		if p := idProblem(f.v); p != "" {
@@ -107,15 +109,15 @@ func (a Admission) Validate() error {
 		return bad("ConfirmationRef", "is not cfr_ followed by 32 lowercase hex digits")
 	}
 	switch a.State {
-	case AdmissionAdmitted:
+	case api.StateAdmitted:
 		if !IsRunID(a.RunID) {
 			return bad("RunID", "is not a run id from NewRunID")
 		}
-	case AdmissionCancelAdmitted, AdmissionCleanupAdmitted, AdmissionRestartAdmitted:
+	case api.StateCancelAdmitted, api.StateCleanupAdmitted, api.StateRestartAdmitted:
 		if p := idProblem(a.RunID); p != "" {
 			return bad("RunID", p)
 		}
-	case AdmissionStageAdvanced:
+	case api.StateStageAdvanced:
 		if p := idProblem(a.RunID); p != "" {
 			return bad("RunID", p)
 		}
@@ -127,7 +129,7 @@ func (a Admission) Validate() error {
 		if a.Stage == a.FromStage {
 			return bad("Stage", "equals FromStage")
 		}
-	case AdmissionReleaseAdmitted:
+	case api.StateReleaseAdmitted:
 	default:
 		return bad("State", "is not a documented admission state")
 	}
@@ -142,7 +144,7 @@ func (a Admission) Validate() error {
 	if a.CostMicroUSD < 0 {
 		return bad("CostMicroUSD", "is negative")
 	}
-	if a.State == AdmissionAdmitted {
+	if a.State == api.StateAdmitted {
 		switch {
 		case a.GPUs <= 0 || a.GPUs > MaxGPUs:
 			return bad("GPUs", "must be positive and at most 2^31-1 for train.create")
@@ -157,10 +159,10 @@ func (a Admission) Validate() error {
 	if p := textProblem(a.Stage); p != "" {
 		return bad("Stage", p)
 	}
-	if a.CheckpointStep < 0 || (a.CheckpointStep != 0 && a.State != AdmissionRestartAdmitted) {
+	if a.CheckpointStep < 0 || (a.CheckpointStep != 0 && a.State != api.StateRestartAdmitted) {
 		return bad("CheckpointStep", "is negative or set on an admission that is not a restart")
 	}
-	if a.FromStage != "" && a.State != AdmissionStageAdvanced {
+	if a.FromStage != "" && a.State != api.StateStageAdvanced {
 		return bad("FromStage", "is set on an admission that is not a stage advance")
 	}
 	return nil

@@ -21,6 +21,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/strictjson"
 	"github.com/itocompute/itogate/schemas"
 )
@@ -28,23 +29,17 @@ import (
 // MaxBytes is the largest manifest accepted: 1 MiB.
 const MaxBytes = 1 << 20
 
-// Error codes returned in *Error.
-const (
-	CodeTooLarge      = "MANIFEST_TOO_LARGE"
-	CodeMalformed     = "MANIFEST_MALFORMED"
-	CodeSchemaInvalid = "MANIFEST_SCHEMA_INVALID"
-	// CodeLimitExceeded: a list or a string is longer than the schema's
-	// maxItems or maxLength (datasets, eval gates, URIs, names). The bounds
-	// keep every manifest the schema accepts decidable well within the
-	// policy deadline (docs/performance.md); the same manifest never passes
-	// on a retry.
-	CodeLimitExceeded = "MANIFEST_LIMIT_EXCEEDED"
-)
+// The codes of *Error are api.CodeManifestTooLarge, CodeManifestMalformed,
+// CodeManifestSchemaInvalid and CodeManifestLimitExceeded: a list or a
+// string longer than the schema's maxItems or maxLength (datasets, eval
+// gates, URIs, names). Those bounds keep every manifest the schema accepts
+// decidable well within the policy deadline (docs/performance.md); the same
+// manifest never passes on a retry.
 
 // Error is a manifest that cannot be used. Message names JSON paths and schema
 // keywords only, never values, because a value may be a credential.
 type Error struct {
-	Code    string
+	Code    api.Code
 	Message string
 	Err     error
 }
@@ -87,11 +82,11 @@ func compiled() (*jsonschema.Schema, error) {
 // json.Number) ready to become policy input. Errors are *Error.
 func Parse(raw []byte) (map[string]any, error) {
 	if len(raw) > MaxBytes {
-		return nil, &Error{Code: CodeTooLarge, Message: fmt.Sprintf("larger than %d bytes", MaxBytes)}
+		return nil, &Error{Code: api.CodeManifestTooLarge, Message: fmt.Sprintf("larger than %d bytes", MaxBytes)}
 	}
 	doc, err := strictjson.DecodeObject(raw, 0)
 	if err != nil {
-		return nil, &Error{Code: CodeMalformed, Message: err.Error(), Err: err}
+		return nil, &Error{Code: api.CodeManifestMalformed, Message: err.Error(), Err: err}
 	}
 	sch, err := compiled()
 	if err != nil {
@@ -100,13 +95,13 @@ func Parse(raw []byte) (map[string]any, error) {
 	if err := sch.Validate(any(doc)); err != nil {
 		var ve *jsonschema.ValidationError
 		if errors.As(err, &ve) {
-			code := CodeSchemaInvalid
+			code := api.CodeManifestSchemaInvalid
 			if exceedsLimit(ve) {
-				code = CodeLimitExceeded
+				code = api.CodeManifestLimitExceeded
 			}
 			return nil, &Error{Code: code, Message: describe(ve), Err: err}
 		}
-		return nil, &Error{Code: CodeSchemaInvalid, Message: "does not match the schema", Err: err}
+		return nil, &Error{Code: api.CodeManifestSchemaInvalid, Message: "does not match the schema", Err: err}
 	}
 	return doc, nil
 }

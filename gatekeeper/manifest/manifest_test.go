@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/itocompute/itogate/gatekeeper/api"
 )
 
 func fixture(t *testing.T, name string) []byte {
@@ -51,28 +53,28 @@ func TestParseRejects(t *testing.T) {
 	cases := []struct {
 		name string
 		raw  []byte
-		code string
+		code api.Code
 		msg  string
 	}{
-		{"unknown top-level field", edit(func(m map[string]any) { m["allow"] = true }), CodeSchemaInvalid, `/: unknown field "allow"`},
-		{"unknown nested field", edit(func(m map[string]any) { m["model"].(map[string]any)["revison"] = "x" }), CodeSchemaInvalid, `/model: unknown field "revison"`},
-		{"missing required", edit(func(m map[string]any) { delete(m, "budget") }), CodeSchemaInvalid, `/: missing "budget"`},
-		{"wrong type", edit(func(m map[string]any) { m["hardware"].(map[string]any)["nodes"] = "8" }), CodeSchemaInvalid, "/hardware/nodes: want integer"},
-		{"bad enum", edit(func(m map[string]any) { m["parallelism"].(map[string]any)["precision"] = "fp64" }), CodeSchemaInvalid, "/parallelism/precision"},
-		{"wrong schema id", edit(func(m map[string]any) { m["schema"] = "ito.training/v2" }), CodeSchemaInvalid, "/schema"},
-		{"duplicate key", append([]byte(`{"schema":"ito.training/v1","schema":"x",`), good[1:]...), CodeMalformed, "duplicate key"},
-		{"not json", []byte("schema: ito.training/v1"), CodeMalformed, "syntax error"},
-		{"too large", bytes.Repeat([]byte(" "), MaxBytes+1), CodeTooLarge, "larger than"},
+		{"unknown top-level field", edit(func(m map[string]any) { m["allow"] = true }), api.CodeManifestSchemaInvalid, `/: unknown field "allow"`},
+		{"unknown nested field", edit(func(m map[string]any) { m["model"].(map[string]any)["revison"] = "x" }), api.CodeManifestSchemaInvalid, `/model: unknown field "revison"`},
+		{"missing required", edit(func(m map[string]any) { delete(m, "budget") }), api.CodeManifestSchemaInvalid, `/: missing "budget"`},
+		{"wrong type", edit(func(m map[string]any) { m["hardware"].(map[string]any)["nodes"] = "8" }), api.CodeManifestSchemaInvalid, "/hardware/nodes: want integer"},
+		{"bad enum", edit(func(m map[string]any) { m["parallelism"].(map[string]any)["precision"] = "fp64" }), api.CodeManifestSchemaInvalid, "/parallelism/precision"},
+		{"wrong schema id", edit(func(m map[string]any) { m["schema"] = "ito.training/v2" }), api.CodeManifestSchemaInvalid, "/schema"},
+		{"duplicate key", append([]byte(`{"schema":"ito.training/v1","schema":"x",`), good[1:]...), api.CodeManifestMalformed, "duplicate key"},
+		{"not json", []byte("schema: ito.training/v1"), api.CodeManifestMalformed, "syntax error"},
+		{"too large", bytes.Repeat([]byte(" "), MaxBytes+1), api.CodeManifestTooLarge, "larger than"},
 		{"too many datasets", edit(func(m map[string]any) {
 			d := m["data"].([]any)
 			for len(d) <= 64 {
 				d = append(d, d[0])
 			}
 			m["data"] = d
-		}), CodeLimitExceeded, `/data: fails "maxItems"`},
+		}), api.CodeManifestLimitExceeded, `/data: fails "maxItems"`},
 		{"dataset uri too long", edit(func(m map[string]any) {
 			m["data"].([]any)[0].(map[string]any)["uri"] = "s3://b/" + strings.Repeat("x", 512)
-		}), CodeLimitExceeded, `/data/0/uri: fails "maxLength"`},
+		}), api.CodeManifestLimitExceeded, `/data/0/uri: fails "maxLength"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

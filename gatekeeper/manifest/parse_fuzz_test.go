@@ -14,6 +14,7 @@ import (
 	"unicode"
 
 	"github.com/itocompute/itogate/fixtures"
+	"github.com/itocompute/itogate/gatekeeper/api"
 )
 
 // credentialLike are strings an error message must never echo: long, with a
@@ -76,7 +77,7 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("error %v (%T) is not a *manifest.Error", err, err)
 			}
 			switch me.Code {
-			case CodeMalformed, CodeSchemaInvalid, CodeTooLarge:
+			case api.CodeManifestMalformed, api.CodeManifestSchemaInvalid, api.CodeManifestTooLarge:
 			default:
 				t.Fatalf("unknown code %q", me.Code)
 			}

@@ -140,7 +140,7 @@ func code(err error) string {
 	case err == nil:
 		return ""
 	case errors.As(err, &pe):
-		return pe.Code
+		return string(pe.Code)
 	}
 	return err.Error()
 }

@@ -156,10 +156,10 @@ func TestLimitsManifestsAreDecided(t *testing.T) {
 		var codes []string
 		seen := map[string]int{}
 		for _, v := range d.Violations {
-			if seen[v.Code] == 0 {
-				codes = append(codes, v.Code)
+			if seen[string(v.Code)] == 0 {
+				codes = append(codes, string(v.Code))
 			}
-			seen[v.Code]++
+			seen[string(v.Code)]++
 		}
 		if fmt.Sprint(codes) != fmt.Sprint(want[kind]) {
 			t.Errorf("%s: violations %v, want %v", kind, codes, want[kind])

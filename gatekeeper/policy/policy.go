@@ -23,6 +23,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/open-policy-agent/opa/v1/rego"
@@ -34,7 +35,7 @@ const Query = "data.ito.admission.decision"
 
 // WorkloadQuery is the Kubernetes admission webhook's decision
 // (gatekeeper/webhook). A bundle without it decides no workload: every
-// review is denied with CodeDecisionInvalid.
+// review is denied with api.CodePolicyDecisionInvalid.
 const WorkloadQuery = "data.ito.workload.decision"
 
 // MaskQuery names the JSON pointers to remove from an input before it is
@@ -49,44 +50,27 @@ const MaskQuery = "data.ito.system.log.mask"
 // undefined: it yields [] when undefined and [value] otherwise.
 const evalQuery = "decision := " + Query + "; log_mask := [m | m := " + MaskQuery + "]"
 
-// Stable codes for evaluation failures; each is a deny.
-const (
-	CodeNotReady         = "POLICY_NOT_READY"
-	CodeEvaluationFailed = "POLICY_EVALUATION_FAILED"
-	CodeTimeout          = "POLICY_TIMEOUT"
-	CodeDecisionInvalid  = "POLICY_DECISION_INVALID"
-	// CodeBundleStale: the active bundle is older than its maximum age
-	// (policy.bundle.max_age) and no longer enforced.
-	CodeBundleStale = "POLICY_BUNDLE_STALE"
-)
-
 // DefaultDeadline bounds one evaluation. The bundled policy evaluates in well
 // under a millisecond; the deadline only stops a runaway bundle.
 const DefaultDeadline = 250 * time.Millisecond
 
-// Error is an evaluation that produced no usable decision.
+// Error is an evaluation that produced no usable decision. Code is one of
+// api.CodePolicyNotReady, CodePolicyBundleStale, CodePolicyEvaluationFailed,
+// CodePolicyTimeout and CodePolicyDecisionInvalid.
 type Error struct {
-	Code string
+	Code api.Code
 	Err  error
 }
 
-func (e *Error) Error() string { return "policy: " + e.Code + ": " + e.Err.Error() }
+func (e *Error) Error() string { return "policy: " + string(e.Code) + ": " + e.Err.Error() }
 func (e *Error) Unwrap() error { return e.Err }
-
-// Finding is one violation or warning, as the policy reports it.
-type Finding struct {
-	Code    string `json:"code"`
-	Gate    string `json:"gate"`
-	Message string `json:"message"`
-	Fix     string `json:"fix,omitempty"`
-}
 
 // Decision is a validated result of the entrypoint. Allow is true exactly
 // when Violations is empty.
 type Decision struct {
 	Allow      bool           `json:"allow"`
-	Violations []Finding      `json:"violations"`
-	Warnings   []Finding      `json:"warnings"`
+	Violations []api.Finding  `json:"violations"`
+	Warnings   []api.Finding  `json:"warnings"`
 	Estimates  map[string]any `json:"estimates,omitempty"`
 	// BundleRevision and BundleDigest name the bundle that made this
 	// decision (its Engine's Revision and Digest), for decision records.
@@ -124,7 +108,7 @@ type Options struct {
 	// a digest prefix.
 	Revision string
 	// Expires, when not zero, is the instant after which the Engine stops
-	// deciding: Decide returns CodeBundleStale (the bundle's maximum age).
+	// deciding: Decide returns api.CodePolicyBundleStale (the bundle's maximum age).
 	Expires time.Time
 	// Now is the clock for Expires (default time.Now).
 	Now func() time.Time
@@ -271,7 +255,7 @@ func (e *Engine) Stale(now time.Time) bool {
 
 // Decide evaluates the decision for input (the document of
 // docs/policy-input.md). Errors are *Error with one of the codes above; a
-// bundle past its maximum age decides nothing (CodeBundleStale).
+// bundle past its maximum age decides nothing (api.CodePolicyBundleStale).
 func (e *Engine) Decide(ctx context.Context, input map[string]any) (Decision, error) {
 	r, err := e.evalOne(ctx, e.query, input, "decision")
 	if err != nil {
@@ -287,13 +271,13 @@ func (e *Engine) Decide(ctx context.Context, input map[string]any) (Decision, er
 }
 
 // evalOne evaluates q for input under the engine's deadline and expects
-// exactly one result. Errors are *Error: CodeBundleStale past the bundle's
-// maximum age, CodeTimeout at the deadline, CodeEvaluationFailed for any
-// other evaluation error, CodeDecisionInvalid when what ("decision") is
+// exactly one result. Errors are *Error: api.CodePolicyBundleStale past the bundle's
+// maximum age, api.CodePolicyTimeout at the deadline, api.CodePolicyEvaluationFailed for any
+// other evaluation error, api.CodePolicyDecisionInvalid when what ("decision") is
 // undefined.
 func (e *Engine) evalOne(ctx context.Context, q rego.PreparedEvalQuery, input map[string]any, what string) (rego.Result, error) {
 	if e.Stale(e.now()) {
-		return rego.Result{}, &Error{Code: CodeBundleStale,
+		return rego.Result{}, &Error{Code: api.CodePolicyBundleStale,
 			Err: fmt.Errorf("bundle %s passed its maximum age at %s", e.revision, e.expires.UTC().Format(time.RFC3339))}
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.deadline)
@@ -303,12 +287,12 @@ func (e *Engine) evalOne(ctx context.Context, q rego.PreparedEvalQuery, input ma
 		var te *topdown.Error
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) ||
 			(errors.As(err, &te) && te.Code == topdown.CancelErr) {
-			return rego.Result{}, &Error{Code: CodeTimeout, Err: fmt.Errorf("evaluation exceeded %s", e.deadline)}
+			return rego.Result{}, &Error{Code: api.CodePolicyTimeout, Err: fmt.Errorf("evaluation exceeded %s", e.deadline)}
 		}
-		return rego.Result{}, &Error{Code: CodeEvaluationFailed, Err: err}
+		return rego.Result{}, &Error{Code: api.CodePolicyEvaluationFailed, Err: err}
 	}
 	if len(rs) != 1 {
-		return rego.Result{}, &Error{Code: CodeDecisionInvalid, Err: fmt.Errorf("%s is undefined", what)}
+		return rego.Result{}, &Error{Code: api.CodePolicyDecisionInvalid, Err: fmt.Errorf("%s is undefined", what)}
 	}
 	return rs[0], nil
 }
@@ -342,17 +326,17 @@ func (e *Engine) DecideWorkload(ctx context.Context, input map[string]any) (Work
 	case "root", "child", "none":
 		wd.Bind = b
 	default:
-		return WorkloadDecision{}, &Error{Code: CodeDecisionInvalid, Err: errors.New("bind is not root, child or none")}
+		return WorkloadDecision{}, &Error{Code: api.CodePolicyDecisionInvalid, Err: errors.New("bind is not root, child or none")}
 	}
 	switch g := obj["gpus"].(type) {
 	case json.Number:
 		n, err := g.Int64()
 		if err != nil || n < 0 {
-			return WorkloadDecision{}, &Error{Code: CodeDecisionInvalid, Err: errors.New("gpus is not a non-negative integer")}
+			return WorkloadDecision{}, &Error{Code: api.CodePolicyDecisionInvalid, Err: errors.New("gpus is not a non-negative integer")}
 		}
 		wd.GPUs = n
 	default:
-		return WorkloadDecision{}, &Error{Code: CodeDecisionInvalid, Err: errors.New("gpus is not a number")}
+		return WorkloadDecision{}, &Error{Code: api.CodePolicyDecisionInvalid, Err: errors.New("gpus is not a number")}
 	}
 	wd.BundleRevision, wd.BundleDigest = e.revision, e.digest
 	return wd, nil
@@ -387,7 +371,7 @@ func parseMask(v any) ([]string, error) {
 
 func parseDecision(v any) (Decision, error) {
 	invalid := func(why string) (Decision, error) {
-		return Decision{}, &Error{Code: CodeDecisionInvalid, Err: errors.New(why)}
+		return Decision{}, &Error{Code: api.CodePolicyDecisionInvalid, Err: errors.New(why)}
 	}
 	obj, ok := v.(map[string]any)
 	if !ok {
@@ -415,15 +399,15 @@ func parseDecision(v any) (Decision, error) {
 	return d, nil
 }
 
-func findings(v any, required bool) ([]Finding, error) {
+func findings(v any, required bool) ([]api.Finding, error) {
 	if v == nil && !required {
-		return []Finding{}, nil
+		return []api.Finding{}, nil
 	}
 	arr, ok := v.([]any)
 	if !ok {
 		return nil, errors.New("not an array")
 	}
-	out := make([]Finding, 0, len(arr))
+	out := make([]api.Finding, 0, len(arr))
 	for _, item := range arr {
 		m, ok := item.(map[string]any)
 		if !ok {
@@ -436,7 +420,7 @@ func findings(v any, required bool) ([]Finding, error) {
 		if code == "" || gate == "" {
 			return nil, errors.New("item without code or gate")
 		}
-		out = append(out, Finding{Code: code, Gate: gate, Message: msg, Fix: fix})
+		out = append(out, api.Finding{Code: api.Code(code), Gate: gate, Message: msg, Fix: fix})
 	}
 	sort.SliceStable(out, func(i, j int) bool {
 		if out[i].Code != out[j].Code {

@@ -9,6 +9,7 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/policies"
 
 	"github.com/itocompute/itogate/internal/patience"
@@ -26,23 +27,23 @@ func TestDecideValidatesTheDecision(t *testing.T) {
 		name     string
 		rego     string
 		deadline time.Duration
-		want     string // code, or "" for a valid decision
+		want     api.Code // code, or "" for a valid decision
 		allow    bool
 	}{
 		{"allow", `decision := {"allow": true, "violations": [], "warnings": []}`, 0, "", true},
 		{"deny", `decision := {"allow": false, "violations": [{"code": "X", "gate": "g", "message": "m"}]}`, 0, "", false},
-		{"undefined", `decision := d if { d := {"allow": true}; input.never }`, 0, CodeDecisionInvalid, false},
-		{"misspelt entrypoint", `decison := {"allow": true, "violations": []}`, 0, CodeDecisionInvalid, false},
-		{"not an object", `decision := true`, 0, CodeDecisionInvalid, false},
-		{"allow is a string", `decision := {"allow": "true", "violations": []}`, 0, CodeDecisionInvalid, false},
-		{"allow without violations field", `decision := {"allow": true}`, 0, CodeDecisionInvalid, false},
-		{"allow with violations", `decision := {"allow": true, "violations": [{"code": "X", "gate": "g", "message": "m"}]}`, 0, CodeDecisionInvalid, false},
-		{"deny without violations", `decision := {"allow": false, "violations": []}`, 0, CodeDecisionInvalid, false},
-		{"violation without code", `decision := {"allow": false, "violations": [{"gate": "g"}]}`, 0, CodeDecisionInvalid, false},
-		{"runtime error", `decision := {"allow": 1 / input.zero == 1, "violations": []}`, 0, CodeEvaluationFailed, false},
-		{"conflict error", "decision := {\"allow\": true, \"violations\": []} if input.a\ndecision := {\"allow\": false, \"violations\": []} if input.a", 0, CodeEvaluationFailed, false},
+		{"undefined", `decision := d if { d := {"allow": true}; input.never }`, 0, api.CodePolicyDecisionInvalid, false},
+		{"misspelt entrypoint", `decison := {"allow": true, "violations": []}`, 0, api.CodePolicyDecisionInvalid, false},
+		{"not an object", `decision := true`, 0, api.CodePolicyDecisionInvalid, false},
+		{"allow is a string", `decision := {"allow": "true", "violations": []}`, 0, api.CodePolicyDecisionInvalid, false},
+		{"allow without violations field", `decision := {"allow": true}`, 0, api.CodePolicyDecisionInvalid, false},
+		{"allow with violations", `decision := {"allow": true, "violations": [{"code": "X", "gate": "g", "message": "m"}]}`, 0, api.CodePolicyDecisionInvalid, false},
+		{"deny without violations", `decision := {"allow": false, "violations": []}`, 0, api.CodePolicyDecisionInvalid, false},
+		{"violation without code", `decision := {"allow": false, "violations": [{"gate": "g"}]}`, 0, api.CodePolicyDecisionInvalid, false},
+		{"runtime error", `decision := {"allow": 1 / input.zero == 1, "violations": []}`, 0, api.CodePolicyEvaluationFailed, false},
+		{"conflict error", "decision := {\"allow\": true, \"violations\": []} if input.a\ndecision := {\"allow\": false, \"violations\": []} if input.a", 0, api.CodePolicyEvaluationFailed, false},
 		{"timeout", `decision := {"allow": count([x | some x in numbers.range(1, 100000000); x % 7 == 0]) > 0, "violations": []}`,
-			20 * time.Millisecond, CodeTimeout, false},
+			20 * time.Millisecond, api.CodePolicyTimeout, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -110,7 +111,7 @@ func TestViolationsAreSorted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := d.Violations[0].Code + d.Violations[1].Code + d.Violations[1].Message + d.Violations[2].Message
+	got := string(d.Violations[0].Code) + string(d.Violations[1].Code) + d.Violations[1].Message + d.Violations[2].Message
 	if got != "AB12" {
 		t.Fatalf("order %v", d.Violations)
 	}

@@ -92,7 +92,7 @@ func Run(ctx context.Context, d Decider, events []decisionlog.Event) Report {
 		}
 		after := map[string]bool{}
 		for _, v := range dec.Violations {
-			after[v.Code] = true
+			after[string(v.Code)] = true
 		}
 		outcome := "allow"
 		if !dec.Allow {
@@ -103,7 +103,7 @@ func Run(ctx context.Context, d Decider, events []decisionlog.Event) Report {
 		if ev.PolicyWarnings != nil { // logs before warnings were recorded: not compared
 			afterW := map[string]bool{}
 			for _, w := range dec.Warnings {
-				afterW[w.Code] = true
+				afterW[string(w.Code)] = true
 			}
 			wAdded, wRemoved = diff(set(ev.PolicyWarnings), afterW)
 		}

@@ -48,7 +48,7 @@ func events(t *testing.T, e *policy.Engine, xs ...int) []decisionlog.Event {
 			ev.PolicyResult = "deny"
 		}
 		for _, v := range d.Violations {
-			ev.PolicyCodes = append(ev.PolicyCodes, v.Code)
+			ev.PolicyCodes = append(ev.PolicyCodes, string(v.Code))
 		}
 		out = append(out, ev)
 	}

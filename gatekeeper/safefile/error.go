@@ -5,49 +5,37 @@
 // the bytes that are sent.
 package safefile
 
-// Stable failure codes, one per refusal. The CLI prints them and scripts
-// match on them; once released they never change.
-const (
-	// CodePathInvalid: empty path, NUL byte, or a path that names a
-	// directory by its form (trailing slash, final "." or "..").
-	CodePathInvalid = "MANIFEST_PATH_INVALID"
-	// CodeNotFound: a component of the path does not exist or is not a
-	// directory.
-	CodeNotFound = "MANIFEST_NOT_FOUND"
-	// CodeSymlink: some component of the path, including the last, is a
-	// symbolic link.
-	CodeSymlink = "MANIFEST_PATH_SYMLINK"
-	// CodeNotRegular: the file is a directory, FIFO, socket or device.
-	CodeNotRegular = "MANIFEST_NOT_REGULAR"
-	// CodePermissions: the file is group- or world-writable, or a directory
-	// on the path is world-writable without the sticky bit.
-	CodePermissions = "MANIFEST_PERMISSIONS"
-	// CodeOwner: the file is owned by neither the caller nor root.
-	CodeOwner = "MANIFEST_OWNER"
-	// CodeTooLarge: the file holds more bytes than the limit.
-	CodeTooLarge = "MANIFEST_TOO_LARGE"
-	// CodeUnreadable: any other failure to open, stat or read (permission
-	// denied, I/O error, unsupported platform).
-	CodeUnreadable = "MANIFEST_UNREADABLE"
-)
+import "github.com/itocompute/itogate/gatekeeper/api"
+
+// Each refusal has its stable code in the api registry (the CLI prints them
+// and scripts match on them): api.CodeManifestPathInvalid (empty path, NUL
+// byte, or a path that names a directory by its form), CodeManifestNotFound
+// (a component does not exist or is not a directory),
+// CodeManifestPathSymlink (a component, the last included, is a symbolic
+// link), CodeManifestNotRegular (a directory, FIFO, socket or device),
+// CodeManifestPermissions (group- or world-writable, or a world-writable
+// directory on the path without the sticky bit), CodeManifestOwner (owned
+// by neither the caller nor root), CodeManifestTooLarge (more bytes than
+// the limit) and CodeManifestUnreadable (any other failure to open, stat or
+// read).
 
 // Sentinels for errors.Is: an *Error matches the sentinel with its Code, as
 // in errors.Is(err, safefile.ErrTooLarge).
 var (
-	ErrPathInvalid = &Error{Code: CodePathInvalid}
-	ErrNotFound    = &Error{Code: CodeNotFound}
-	ErrSymlink     = &Error{Code: CodeSymlink}
-	ErrNotRegular  = &Error{Code: CodeNotRegular}
-	ErrPermissions = &Error{Code: CodePermissions}
-	ErrOwner       = &Error{Code: CodeOwner}
-	ErrTooLarge    = &Error{Code: CodeTooLarge}
-	ErrUnreadable  = &Error{Code: CodeUnreadable}
+	ErrPathInvalid = &Error{Code: api.CodeManifestPathInvalid}
+	ErrNotFound    = &Error{Code: api.CodeManifestNotFound}
+	ErrSymlink     = &Error{Code: api.CodeManifestPathSymlink}
+	ErrNotRegular  = &Error{Code: api.CodeManifestNotRegular}
+	ErrPermissions = &Error{Code: api.CodeManifestPermissions}
+	ErrOwner       = &Error{Code: api.CodeManifestOwner}
+	ErrTooLarge    = &Error{Code: api.CodeManifestTooLarge}
+	ErrUnreadable  = &Error{Code: api.CodeManifestUnreadable}
 )
 
 // Error is every refusal ReadManifest returns. Map it to output by Code.
 type Error struct {
-	// Code is one of the Code constants.
-	Code string
+	// Code is one of the codes above.
+	Code api.Code
 	// Path is the canonical absolute path being read, or the path as given
 	// when it could not be made absolute.
 	Path string
@@ -59,7 +47,7 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	msg := "safefile: " + e.Code
+	msg := "safefile: " + string(e.Code)
 	if e.Path != "" {
 		msg += ": " + e.Path
 	}

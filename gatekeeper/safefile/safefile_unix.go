@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"golang.org/x/sys/unix"
 )
 
@@ -28,16 +29,16 @@ const fileOpenFlags = unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O
 //
 // It refuses, with an *Error carrying a stable Code:
 //   - a path that is empty, holds a NUL, or ends in "/", "/." or "/.."
-//     (CodePathInvalid);
+//     (api.CodeManifestPathInvalid);
 //   - a symbolic link in any component, including components a lexical
-//     Clean would erase such as "link/.." (CodeSymlink);
-//   - anything but a regular file (CodeNotRegular), without blocking on a
+//     Clean would erase such as "link/.." (api.CodeManifestPathSymlink);
+//   - anything but a regular file (api.CodeManifestNotRegular), without blocking on a
 //     FIFO and without opening devices when they can be told apart first;
 //   - a file owned by someone other than the caller (effective uid) or root
-//     (CodeOwner);
+//     (api.CodeManifestOwner);
 //   - a group- or world-writable file, or a world-writable directory without
-//     the sticky bit anywhere on the path (CodePermissions);
-//   - more than limit bytes (CodeTooLarge).
+//     the sticky bit anywhere on the path (api.CodeManifestPermissions);
+//   - more than limit bytes (api.CodeManifestTooLarge).
 //
 // Every check is made on the open descriptor, and the bytes hashed are the
 // bytes read from that descriptor, so swapping the file between the checks
@@ -68,18 +69,18 @@ func ReadManifest(path string, limit int64) (data []byte, digest string, err err
 
 	var st unix.Stat_t
 	if err := unix.Fstat(f, &st); err != nil {
-		return nil, "", &Error{Code: CodeUnreadable, Path: canon, Detail: "fstat", Err: err}
+		return nil, "", &Error{Code: api.CodeManifestUnreadable, Path: canon, Detail: "fstat", Err: err}
 	}
 	if err := checkFile(&st, canon, limit); err != nil {
 		return nil, "", err
 	}
 	data, err = readAtMost(f, limit, st.Size)
 	if err != nil {
-		return nil, "", &Error{Code: CodeUnreadable, Path: canon, Detail: "read", Err: err}
+		return nil, "", &Error{Code: api.CodeManifestUnreadable, Path: canon, Detail: "read", Err: err}
 	}
 	if int64(len(data)) > limit {
 		// The file grew after fstat; the bytes past limit were never kept.
-		return nil, "", &Error{Code: CodeTooLarge, Path: canon, Detail: fmt.Sprintf("more than %d bytes", limit)}
+		return nil, "", &Error{Code: api.CodeManifestTooLarge, Path: canon, Detail: fmt.Sprintf("more than %d bytes", limit)}
 	}
 	sum := sha256.Sum256(data)
 	return data, "sha256:" + hex.EncodeToString(sum[:]), nil
@@ -115,7 +116,7 @@ func Open(path string) (*os.File, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
-		return nil, &Error{Code: CodeUnreadable, Path: canon, Detail: "fstat", Err: err}
+		return nil, &Error{Code: api.CodeManifestUnreadable, Path: canon, Detail: "fstat", Err: err}
 	}
 	if err := checkFile(&st, canon, math.MaxInt64); err != nil {
 		unix.Close(fd)
@@ -128,7 +129,7 @@ func Open(path string) (*os.File, error) {
 // cleaning it: the walk must see every component the caller wrote.
 func absolute(path string) (string, error) {
 	bad := func(detail string) error {
-		return &Error{Code: CodePathInvalid, Path: path, Detail: detail}
+		return &Error{Code: api.CodeManifestPathInvalid, Path: path, Detail: detail}
 	}
 	switch {
 	case path == "":
@@ -149,7 +150,7 @@ func absolute(path string) (string, error) {
 	}
 	wd, err := unix.Getwd()
 	if err != nil {
-		return "", &Error{Code: CodeUnreadable, Path: path, Detail: "working directory", Err: err}
+		return "", &Error{Code: api.CodeManifestUnreadable, Path: path, Detail: "working directory", Err: err}
 	}
 	return wd + "/" + path, nil
 }
@@ -164,7 +165,7 @@ func openParent(abs, canon string) (int, string, error) {
 	name := parts[len(parts)-1]
 	dir, err := unix.Open("/", dirOpenFlags|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return -1, "", &Error{Code: CodeUnreadable, Path: canon, Detail: "open /", Err: err}
+		return -1, "", &Error{Code: api.CodeManifestUnreadable, Path: canon, Detail: "open /", Err: err}
 	}
 	if err := checkDir(dir, "/", canon); err != nil {
 		unix.Close(dir)
@@ -202,18 +203,18 @@ func openParent(abs, canon string) (int, string, error) {
 func checkDir(fd int, where, canon string) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return &Error{Code: CodeUnreadable, Path: canon, Detail: fmt.Sprintf("fstat %q", where), Err: err}
+		return &Error{Code: api.CodeManifestUnreadable, Path: canon, Detail: fmt.Sprintf("fstat %q", where), Err: err}
 	}
 	mode := uint32(st.Mode)
 	switch mode & unix.S_IFMT {
 	case unix.S_IFDIR:
 	case unix.S_IFLNK:
-		return &Error{Code: CodeSymlink, Path: canon, Detail: fmt.Sprintf("%q is a symbolic link", where)}
+		return &Error{Code: api.CodeManifestPathSymlink, Path: canon, Detail: fmt.Sprintf("%q is a symbolic link", where)}
 	default:
-		return &Error{Code: CodeNotFound, Path: canon, Detail: fmt.Sprintf("%q is not a directory", where)}
+		return &Error{Code: api.CodeManifestNotFound, Path: canon, Detail: fmt.Sprintf("%q is not a directory", where)}
 	}
 	if mode&0o002 != 0 && mode&unix.S_ISVTX == 0 {
-		return &Error{Code: CodePermissions, Path: canon, Detail: fmt.Sprintf("directory %q is world-writable without the sticky bit (fix: chmod o-w or chmod +t that directory, or move the file)", where)}
+		return &Error{Code: api.CodeManifestPermissions, Path: canon, Detail: fmt.Sprintf("directory %q is world-writable without the sticky bit (fix: chmod o-w or chmod +t that directory, or move the file)", where)}
 	}
 	return nil
 }
@@ -225,19 +226,19 @@ func checkDir(fd int, where, canon string) error {
 func componentError(dir int, part, where, canon string, err error) error {
 	var st unix.Stat_t
 	if lerr := unix.Fstatat(dir, part, &st, unix.AT_SYMLINK_NOFOLLOW); lerr == nil && uint32(st.Mode)&unix.S_IFMT == unix.S_IFLNK {
-		return &Error{Code: CodeSymlink, Path: canon, Detail: fmt.Sprintf("%q is a symbolic link", where)}
+		return &Error{Code: api.CodeManifestPathSymlink, Path: canon, Detail: fmt.Sprintf("%q is a symbolic link", where)}
 	}
 	switch {
 	case errors.Is(err, unix.ELOOP):
-		return &Error{Code: CodeSymlink, Path: canon, Detail: fmt.Sprintf("%q is a symbolic link", where), Err: err}
+		return &Error{Code: api.CodeManifestPathSymlink, Path: canon, Detail: fmt.Sprintf("%q is a symbolic link", where), Err: err}
 	case errors.Is(err, unix.ENOENT):
-		return &Error{Code: CodeNotFound, Path: canon, Detail: fmt.Sprintf("%q does not exist", where), Err: err}
+		return &Error{Code: api.CodeManifestNotFound, Path: canon, Detail: fmt.Sprintf("%q does not exist", where), Err: err}
 	case errors.Is(err, unix.ENOTDIR):
 		// Only a directory component can be "not a directory": the final
 		// open does not ask for one.
-		return &Error{Code: CodeNotFound, Path: canon, Detail: fmt.Sprintf("%q is not a directory", where), Err: err}
+		return &Error{Code: api.CodeManifestNotFound, Path: canon, Detail: fmt.Sprintf("%q is not a directory", where), Err: err}
 	}
-	return &Error{Code: CodeUnreadable, Path: canon, Detail: fmt.Sprintf("open %q", where), Err: err}
+	return &Error{Code: api.CodeManifestUnreadable, Path: canon, Detail: fmt.Sprintf("open %q", where), Err: err}
 }
 
 // openFinal opens the manifest itself. An lstat first refuses links and
@@ -264,17 +265,17 @@ func checkType(mode uint32, canon string) error {
 	case unix.S_IFREG:
 		return nil
 	case unix.S_IFLNK:
-		return &Error{Code: CodeSymlink, Path: canon, Detail: "the file is a symbolic link"}
+		return &Error{Code: api.CodeManifestPathSymlink, Path: canon, Detail: "the file is a symbolic link"}
 	case unix.S_IFDIR:
-		return &Error{Code: CodeNotRegular, Path: canon, Detail: "is a directory"}
+		return &Error{Code: api.CodeManifestNotRegular, Path: canon, Detail: "is a directory"}
 	case unix.S_IFIFO:
-		return &Error{Code: CodeNotRegular, Path: canon, Detail: "is a FIFO"}
+		return &Error{Code: api.CodeManifestNotRegular, Path: canon, Detail: "is a FIFO"}
 	case unix.S_IFCHR, unix.S_IFBLK:
-		return &Error{Code: CodeNotRegular, Path: canon, Detail: "is a device"}
+		return &Error{Code: api.CodeManifestNotRegular, Path: canon, Detail: "is a device"}
 	case unix.S_IFSOCK:
-		return &Error{Code: CodeNotRegular, Path: canon, Detail: "is a socket"}
+		return &Error{Code: api.CodeManifestNotRegular, Path: canon, Detail: "is a socket"}
 	}
-	return &Error{Code: CodeNotRegular, Path: canon, Detail: "is not a regular file"}
+	return &Error{Code: api.CodeManifestNotRegular, Path: canon, Detail: "is not a regular file"}
 }
 
 func checkFile(st *unix.Stat_t, canon string, limit int64) error {
@@ -284,15 +285,15 @@ func checkFile(st *unix.Stat_t, canon string, limit int64) error {
 	}
 	// The effective uid is the identity the kernel checks our access with.
 	if uid := uint32(os.Geteuid()); st.Uid != uid && st.Uid != 0 {
-		return &Error{Code: CodeOwner, Path: canon, Detail: fmt.Sprintf("owned by uid %d, not by uid %d or root (copy it to a file of your own: cp %s ./)", st.Uid, uid, canon)}
+		return &Error{Code: api.CodeManifestOwner, Path: canon, Detail: fmt.Sprintf("owned by uid %d, not by uid %d or root (copy it to a file of your own: cp %s ./)", st.Uid, uid, canon)}
 	}
 	if mode&0o022 != 0 {
-		return &Error{Code: CodePermissions, Path: canon, Detail: fmt.Sprintf("mode %04o is group- or world-writable, so another user could change it after it was checked (fix: chmod go-w %s)", mode&0o7777, canon)}
+		return &Error{Code: api.CodeManifestPermissions, Path: canon, Detail: fmt.Sprintf("mode %04o is group- or world-writable, so another user could change it after it was checked (fix: chmod go-w %s)", mode&0o7777, canon)}
 	}
 	if st.Size > limit {
 		// Refused before reading: no need to pull limit+1 bytes of a huge
 		// (or sparse) file to learn what fstat already says.
-		return &Error{Code: CodeTooLarge, Path: canon, Detail: fmt.Sprintf("%d bytes, limit %d", st.Size, limit)}
+		return &Error{Code: api.CodeManifestTooLarge, Path: canon, Detail: fmt.Sprintf("%d bytes, limit %d", st.Size, limit)}
 	}
 	return nil
 }

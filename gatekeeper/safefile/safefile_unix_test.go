@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/internal/patience"
 )
 
@@ -63,7 +64,7 @@ func TestReadManifest(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		setup func(t *testing.T, dir string) string // returns the path to read
-		code  string                                // "" for success with content
+		code  api.Code                                // "" for success with content
 	}{
 		{"good file", func(t *testing.T, dir string) string {
 			return filepath.Join(dir, "m.json")
@@ -87,43 +88,43 @@ func TestReadManifest(t *testing.T) {
 		{"symlink as file", func(t *testing.T, dir string) string {
 			mustDo(t, os.Symlink(filepath.Join(dir, "m.json"), filepath.Join(dir, "link.json")))
 			return filepath.Join(dir, "link.json")
-		}, CodeSymlink},
+		}, api.CodeManifestPathSymlink},
 		{"relative in-tree symlink", func(t *testing.T, dir string) string {
 			mustDo(t, os.Symlink("./m.json", filepath.Join(dir, "link.json")))
 			return filepath.Join(dir, "link.json")
-		}, CodeSymlink},
+		}, api.CodeManifestPathSymlink},
 		{"symlink in parent directory", func(t *testing.T, dir string) string {
 			mustDo(t, os.Symlink("real", filepath.Join(dir, "alias")))
 			return filepath.Join(dir, "alias", "m.json")
-		}, CodeSymlink},
+		}, api.CodeManifestPathSymlink},
 		{"symlink erased by a lexical clean", func(t *testing.T, dir string) string {
 			mustDo(t, os.Symlink("/etc", filepath.Join(dir, "alias")))
 			return dir + "/alias/../m.json"
-		}, CodeSymlink},
+		}, api.CodeManifestPathSymlink},
 		{"dangling symlink", func(t *testing.T, dir string) string {
 			mustDo(t, os.Symlink("nowhere.json", filepath.Join(dir, "link.json")))
 			return filepath.Join(dir, "link.json")
-		}, CodeSymlink},
+		}, api.CodeManifestPathSymlink},
 		{"trailing slash", func(t *testing.T, dir string) string {
 			return filepath.Join(dir, "m.json") + "/"
-		}, CodePathInvalid},
+		}, api.CodeManifestPathInvalid},
 		{"trailing slash on a symlink to a directory", func(t *testing.T, dir string) string {
 			mustDo(t, os.Symlink("real", filepath.Join(dir, "alias")))
 			return filepath.Join(dir, "alias") + "/"
-		}, CodePathInvalid},
-		{"final dot", func(t *testing.T, dir string) string { return dir + "/real/." }, CodePathInvalid},
-		{"final dot-dot", func(t *testing.T, dir string) string { return dir + "/real/.." }, CodePathInvalid},
-		{"empty path", func(t *testing.T, dir string) string { return "" }, CodePathInvalid},
-		{"NUL in path", func(t *testing.T, dir string) string { return dir + "/m.json\x00x" }, CodePathInvalid},
+		}, api.CodeManifestPathInvalid},
+		{"final dot", func(t *testing.T, dir string) string { return dir + "/real/." }, api.CodeManifestPathInvalid},
+		{"final dot-dot", func(t *testing.T, dir string) string { return dir + "/real/.." }, api.CodeManifestPathInvalid},
+		{"empty path", func(t *testing.T, dir string) string { return "" }, api.CodeManifestPathInvalid},
+		{"NUL in path", func(t *testing.T, dir string) string { return dir + "/m.json\x00x" }, api.CodeManifestPathInvalid},
 		{"FIFO", func(t *testing.T, dir string) string {
 			p := filepath.Join(dir, "fifo.json")
 			mustDo(t, unix.Mkfifo(p, 0o600))
 			return p
-		}, CodeNotRegular},
+		}, api.CodeManifestNotRegular},
 		{"directory", func(t *testing.T, dir string) string {
 			return filepath.Join(dir, "real")
-		}, CodeNotRegular},
-		{"device /dev/null", func(t *testing.T, dir string) string { return "/dev/null" }, CodeNotRegular},
+		}, api.CodeManifestNotRegular},
+		{"device /dev/null", func(t *testing.T, dir string) string { return "/dev/null" }, api.CodeManifestNotRegular},
 		{"socket", func(t *testing.T, dir string) string {
 			p := filepath.Join(dir, "s.sock")
 			fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
@@ -131,45 +132,45 @@ func TestReadManifest(t *testing.T) {
 			t.Cleanup(func() { unix.Close(fd) })
 			mustDo(t, unix.Bind(fd, &unix.SockaddrUnix{Name: p}))
 			return p
-		}, CodeNotRegular},
+		}, api.CodeManifestNotRegular},
 		{"group-writable", func(t *testing.T, dir string) string {
 			mustDo(t, os.Chmod(filepath.Join(dir, "m.json"), 0o620))
 			return filepath.Join(dir, "m.json")
-		}, CodePermissions},
+		}, api.CodeManifestPermissions},
 		{"world-writable", func(t *testing.T, dir string) string {
 			mustDo(t, os.Chmod(filepath.Join(dir, "m.json"), 0o602))
 			return filepath.Join(dir, "m.json")
-		}, CodePermissions},
+		}, api.CodeManifestPermissions},
 		{"world-writable directory without sticky bit", func(t *testing.T, dir string) string {
 			mustDo(t, os.Chmod(filepath.Join(dir, "real"), 0o777))
 			return filepath.Join(dir, "real", "m.json")
-		}, CodePermissions},
+		}, api.CodeManifestPermissions},
 		{"world-writable ancestor without sticky bit", func(t *testing.T, dir string) string {
 			mustDo(t, os.MkdirAll(filepath.Join(dir, "open", "inner"), 0o700))
 			mustDo(t, os.Chmod(filepath.Join(dir, "open"), 0o777))
 			write(t, filepath.Join(dir, "open", "inner", "m.json"), content, 0o600)
 			return filepath.Join(dir, "open", "inner", "m.json")
-		}, CodePermissions},
+		}, api.CodeManifestPermissions},
 		{"missing file", func(t *testing.T, dir string) string {
 			return filepath.Join(dir, "absent.json")
-		}, CodeNotFound},
+		}, api.CodeManifestNotFound},
 		{"missing directory", func(t *testing.T, dir string) string {
 			return filepath.Join(dir, "absent", "m.json")
-		}, CodeNotFound},
+		}, api.CodeManifestNotFound},
 		{"file used as directory", func(t *testing.T, dir string) string {
 			return filepath.Join(dir, "m.json", "x.json")
-		}, CodeNotFound},
+		}, api.CodeManifestNotFound},
 		{"sparse file far over the limit", func(t *testing.T, dir string) string {
 			p := filepath.Join(dir, "big.json")
 			write(t, p, "", 0o600)
 			mustDo(t, os.Truncate(p, 1<<30))
 			return p
-		}, CodeTooLarge},
+		}, api.CodeManifestTooLarge},
 		{"one byte over the limit", func(t *testing.T, dir string) string {
 			p := filepath.Join(dir, "over.json")
 			write(t, p, strings.Repeat("x", limit+1), 0o600)
 			return p
-		}, CodeTooLarge},
+		}, api.CodeManifestTooLarge},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -205,7 +206,7 @@ func TestReadManifest(t *testing.T) {
 			if !errors.As(r.err, &e) || e.Code != tc.code {
 				t.Fatalf("ReadManifest(%q) = %v; want code %s", path, r.err, tc.code)
 			}
-			if !errors.Is(r.err, &Error{Code: tc.code}) || !strings.Contains(r.err.Error(), tc.code) {
+			if !errors.Is(r.err, &Error{Code: tc.code}) || !strings.Contains(r.err.Error(), string(tc.code)) {
 				t.Fatalf("error %q does not match or name its code %s", r.err, tc.code)
 			}
 			if r.data != nil || r.digest != "" {
@@ -241,7 +242,7 @@ func TestReadManifestOwner(t *testing.T) {
 	mustDo(t, os.Chown(p, 12345, 12345))
 	_, _, err := ReadManifest(p, 1<<20)
 	if !errors.Is(err, ErrOwner) {
-		t.Fatalf("ReadManifest(uid 12345) = %v, want %s", err, CodeOwner)
+		t.Fatalf("ReadManifest(uid 12345) = %v, want %s", err, api.CodeManifestOwner)
 	}
 	// Group ownership alone does not matter.
 	mustDo(t, os.Chown(p, 0, 12345))
@@ -257,12 +258,12 @@ func TestReadManifestRelative(t *testing.T) {
 	mustDo(t, os.Symlink("real", filepath.Join(dir, "alias")))
 	t.Chdir(filepath.Join(dir, "real"))
 
-	for path, code := range map[string]string{
+	for path, code := range map[string]api.Code{
 		"m.json":          "",
 		"./m.json":        "",
 		"../m.json":       "",
-		"../alias/m.json": CodeSymlink,
-		"../real/m.json/": CodePathInvalid,
+		"../alias/m.json": api.CodeManifestPathSymlink,
+		"../real/m.json/": api.CodeManifestPathInvalid,
 	} {
 		data, _, err := ReadManifest(path, 1<<20)
 		switch {
@@ -325,7 +326,7 @@ func TestFIFOOpenDoesNotBlock(t *testing.T) {
 	select {
 	case err := <-done:
 		if !errors.Is(err, ErrNotRegular) {
-			t.Fatalf("FIFO = %v, want %s", err, CodeNotRegular)
+			t.Fatalf("FIFO = %v, want %s", err, api.CodeManifestNotRegular)
 		}
 	case <-time.After(patience.Wait):
 		t.Fatal("opening a FIFO blocked")

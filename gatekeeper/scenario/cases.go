@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/client"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 )
@@ -86,7 +87,7 @@ func (r *Runner) Run(ctx context.Context, cases []FixtureCase) []Result {
 		ent, err = r.EntitlementFor(m8b, nil)
 	}
 	if err == nil {
-		a, err = r.Admit(ctx, client.AdmissionRequest{Action: "train.cancel", BookingID: Booking,
+		a, err = r.Admit(ctx, api.AdmissionRequest{Action: "train.cancel", BookingID: Booking,
 			IdempotencyKey: r.Key("cancel"), EntitlementToken: ent, ConfirmationRef: ref, RunID: first.Data.RunID})
 	}
 	add(check("cancel the admitted run", Expect{Status: 200}, a, err))

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/itocompute/itogate/gatekeeper/client"
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/config"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/trust"
@@ -64,16 +64,16 @@ func (r *Runner) Curriculum() (Manifest, error) {
 // AdvanceRequest builds a train.stage.advance of runID to stage carrying
 // the run's manifest m and reports, with a fresh entitlement and its own
 // deposited confirmation.
-func (r *Runner) AdvanceRequest(ctx context.Context, m Manifest, runID, stage string, reports ...string) (client.AdmissionRequest, error) {
+func (r *Runner) AdvanceRequest(ctx context.Context, m Manifest, runID, stage string, reports ...string) (api.AdmissionRequest, error) {
 	ref, err := r.Confirm(ctx, "train.stage.advance", "", "0.00", runID)
 	if err != nil {
-		return client.AdmissionRequest{}, err
+		return api.AdmissionRequest{}, err
 	}
 	ent, err := r.EntitlementFor(m, nil)
 	if err != nil {
-		return client.AdmissionRequest{}, err
+		return api.AdmissionRequest{}, err
 	}
-	return client.AdmissionRequest{
+	return api.AdmissionRequest{
 		Action: "train.stage.advance", BookingID: Booking, IdempotencyKey: r.Key("advance"),
 		Manifest: m.Raw, ManifestSignature: m.Signature, EntitlementToken: ent, ConfirmationRef: ref,
 		RunID: runID, Stage: stage, EvalReports: reports,
@@ -82,16 +82,16 @@ func (r *Runner) AdvanceRequest(ctx context.Context, m Manifest, runID, stage st
 
 // RestartRequest builds a train.restart of runID from checkpoint step with
 // a fresh entitlement (for m's booking) and its own deposited confirmation.
-func (r *Runner) RestartRequest(ctx context.Context, m Manifest, runID string, step int64) (client.AdmissionRequest, error) {
+func (r *Runner) RestartRequest(ctx context.Context, m Manifest, runID string, step int64) (api.AdmissionRequest, error) {
 	ref, err := r.ConfirmRestart(ctx, runID, step)
 	if err != nil {
-		return client.AdmissionRequest{}, err
+		return api.AdmissionRequest{}, err
 	}
 	ent, err := r.EntitlementFor(m, nil)
 	if err != nil {
-		return client.AdmissionRequest{}, err
+		return api.AdmissionRequest{}, err
 	}
-	return client.AdmissionRequest{
+	return api.AdmissionRequest{
 		Action: "train.restart", BookingID: Booking, IdempotencyKey: r.Key("restart"),
 		EntitlementToken: ent, ConfirmationRef: ref, RunID: runID, CheckpointStep: step,
 	}, nil
@@ -104,7 +104,7 @@ func (r *Runner) RestartRequest(ctx context.Context, m Manifest, runID string, s
 func (r *Runner) RunLife(ctx context.Context) []Result {
 	var out []Result
 	add := func(res Result) { out = append(out, res) }
-	send := func(req client.AdmissionRequest, err error) (Answer, error) {
+	send := func(req api.AdmissionRequest, err error) (Answer, error) {
 		if err != nil {
 			return Answer{}, err
 		}
@@ -129,7 +129,7 @@ func (r *Runner) RunLife(ctx context.Context) []Result {
 		a, err = send(r.AdvanceRequest(ctx, m, runID, "long_context", report))
 	}
 	res := check("run life: advance to long_context (evals pass)", Expect{Status: 200}, a, err)
-	res.Detail = "state " + a.Data.State
+	res.Detail = "state " + string(a.Data.State)
 	add(res)
 
 	report, err = r.EvalReport(runID, "long_context", digest, "ito-battery-long-context-2026.10",
@@ -148,7 +148,7 @@ func (r *Runner) RunLife(ctx context.Context) []Result {
 		var ent string
 		ent, err = r.EntitlementFor(m, nil)
 		if err == nil {
-			a, err = r.Admit(ctx, client.AdmissionRequest{Action: "train.cancel", BookingID: Booking,
+			a, err = r.Admit(ctx, api.AdmissionRequest{Action: "train.cancel", BookingID: Booking,
 				IdempotencyKey: r.Key("cancel"), EntitlementToken: ent, ConfirmationRef: ref, RunID: runID})
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/itocompute/itogate/fixtures/keys"
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/client"
 	"github.com/itocompute/itogate/gatekeeper/config"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
@@ -161,7 +162,7 @@ func (r *Runner) SignManifest(raw []byte) (Manifest, error) {
 }
 
 // Raw posts an admission and returns the status and the envelope text.
-func (r *Runner) Raw(ctx context.Context, req client.AdmissionRequest) (int, string) {
+func (r *Runner) Raw(ctx context.Context, req api.AdmissionRequest) (int, string) {
 	resp, err := r.caller.Admit(ctx, req)
 	if err != nil {
 		return 0, err.Error()
@@ -310,21 +311,7 @@ func (r *Runner) ConfirmWith(ctx context.Context, act, manifestDigest, cost, run
 // Answer is a parsed envelope.
 type Answer struct {
 	Status int
-	OK     bool   `json:"ok"`
-	Notice string `json:"notice"`
-	Data   struct {
-		Decision   string `json:"decision"`
-		DecisionID string `json:"decision_id"`
-		RunID      string `json:"run_id"`
-		State      string `json:"state"`
-		Ticket     string `json:"ticket"`
-	} `json:"data"`
-	Error *struct {
-		Code       string `json:"code"`
-		Violations []struct {
-			Code string `json:"code"`
-		} `json:"violations"`
-	} `json:"error"`
+	api.Envelope[api.AdmissionData]
 }
 
 // Codes are the violation codes (or the error code when there are none).
@@ -334,17 +321,17 @@ func (a Answer) Codes() []string {
 	}
 	var out []string
 	for _, v := range a.Error.Violations {
-		out = append(out, v.Code)
+		out = append(out, string(v.Code))
 	}
 	if len(out) == 0 {
-		out = []string{a.Error.Code}
+		out = []string{string(a.Error.Code)}
 	}
 	sort.Strings(out)
 	return out
 }
 
 // Admit posts an admission as the demo caller.
-func (r *Runner) Admit(ctx context.Context, req client.AdmissionRequest) (Answer, error) {
+func (r *Runner) Admit(ctx context.Context, req api.AdmissionRequest) (Answer, error) {
 	resp, err := r.caller.Admit(ctx, req)
 	if err != nil {
 		return Answer{}, err
@@ -378,18 +365,18 @@ func (r *Runner) Key(prefix string) string {
 
 // Create admits train.create for a fixture manifest with its own fresh
 // entitlement and confirmation (cost = the manifest's ceiling).
-func (r *Runner) Create(ctx context.Context, m Manifest, key string) (Answer, client.AdmissionRequest, error) {
+func (r *Runner) Create(ctx context.Context, m Manifest, key string) (Answer, api.AdmissionRequest, error) {
 	ent, err := r.EntitlementFor(m, nil)
 	if err != nil {
-		return Answer{}, client.AdmissionRequest{}, err
+		return Answer{}, api.AdmissionRequest{}, err
 	}
 	budget, _ := m.Doc["budget"].(map[string]any)
 	cost, _ := budget["ceiling_usd"].(string)
 	ref, err := r.Confirm(ctx, "train.create", manifest.Digest(m.Raw), cost, "")
 	if err != nil {
-		return Answer{}, client.AdmissionRequest{}, err
+		return Answer{}, api.AdmissionRequest{}, err
 	}
-	req := client.AdmissionRequest{
+	req := api.AdmissionRequest{
 		Action: "train.create", BookingID: Booking, IdempotencyKey: key,
 		Manifest: m.Raw, ManifestSignature: m.Signature, EntitlementToken: ent, ConfirmationRef: ref,
 	}

@@ -7,33 +7,11 @@ import (
 	"strconv"
 
 	"github.com/itocompute/itogate/gatekeeper/admission"
+	"github.com/itocompute/itogate/gatekeeper/api"
 )
 
-// Envelope is every response body (README, API). Exactly one of Data and Error
-// is set.
-type Envelope struct {
-	OK bool `json:"ok"`
-	// LiveAPIContacted is true only when itogate itself called a live backend
-	// (the booking or billing API) while answering. itogate never does today:
-	// every fact arrives signed in the request or sits in the ledger. The
-	// field lets callers assert that a gate decision had no side effects.
-	LiveAPIContacted bool       `json:"live_api_contacted"`
-	Notice           string     `json:"notice"`
-	Data             any        `json:"data,omitempty"`
-	Error            *ErrorBody `json:"error,omitempty"`
-}
-
-// ErrorBody is the error part of an envelope. Message is always safe: no
-// token, signature, key or credential bytes.
-type ErrorBody struct {
-	Code           string              `json:"code"`
-	Message        string              `json:"message"`
-	DecisionID     string              `json:"decision_id,omitempty"`
-	BundleRevision string              `json:"bundle_revision,omitempty"`
-	Violations     []admission.Finding `json:"violations,omitempty"`
-	Warnings       []admission.Finding `json:"warnings,omitempty"`
-	Estimates      map[string]any      `json:"estimates,omitempty"`
-}
+// Envelope is every response body (api.Envelope).
+type Envelope = api.Envelope[any]
 
 func envelopeOf(o admission.Outcome) Envelope {
 	env := Envelope{OK: o.OK(), LiveAPIContacted: o.Live, Notice: o.Notice}
@@ -48,7 +26,7 @@ func envelopeOf(o admission.Outcome) Envelope {
 		}
 		return env
 	}
-	eb := &ErrorBody{Code: o.Code, Message: o.Message, Violations: o.Violations}
+	eb := &api.ErrorBody{Code: o.Code, Message: o.Message, Violations: o.Violations}
 	if o.Data != nil {
 		eb.DecisionID = o.Data.DecisionID
 		eb.BundleRevision = o.Data.BundleRevision
@@ -63,11 +41,12 @@ func writeOutcome(w http.ResponseWriter, o admission.Outcome) {
 	if o.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(o.RetryAfter.Seconds()))))
 	}
-	writeJSON(w, o.Status, envelopeOf(o))
+	writeJSON(w, o.HTTPStatus(), envelopeOf(o))
 }
 
-func writeError(w http.ResponseWriter, status int, code, msg string) {
-	writeOutcome(w, admission.Outcome{Status: status, Code: code, Message: msg})
+// writeError answers a coded error; its status is the code's (api.StatusOf).
+func writeError(w http.ResponseWriter, code api.Code, msg string) {
+	writeOutcome(w, admission.Fail(code, msg))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/itocompute/itogate/gatekeeper/admission"
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
@@ -56,9 +57,9 @@ const slowRule = `count([x | some x in numbers.range(1, 100000000); x % 7 == 0])
 func TestHostilePolicyFailures(t *testing.T) {
 	var active swappable
 	h := newHostile(t, hostileOptions{policy: active.decider})
-	invalid := want{http.StatusServiceUnavailable, policy.CodeDecisionInvalid}
-	failed := want{http.StatusServiceUnavailable, policy.CodeEvaluationFailed}
-	timeout := want{http.StatusServiceUnavailable, policy.CodeTimeout}
+	invalid := want{http.StatusServiceUnavailable, api.CodePolicyDecisionInvalid}
+	failed := want{http.StatusServiceUnavailable, api.CodePolicyEvaluationFailed}
+	timeout := want{http.StatusServiceUnavailable, api.CodePolicyTimeout}
 	for _, tc := range []struct {
 		name     string
 		rego     string
@@ -128,7 +129,7 @@ func TestHostilePolicyRequestDeadline(t *testing.T) {
 	}
 	active.p.Store(e)
 	r := h.admit(t, h.body(t, f, nil))
-	h.expect(t, r, want{http.StatusServiceUnavailable, policy.CodeTimeout}, f.ent, f.conf)
+	h.expect(t, r, want{http.StatusServiceUnavailable, api.CodePolicyTimeout}, f.ent, f.conf)
 	h.untouched(t, f.ref, f.key)
 	h.finish(t)
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/itocompute/itogate/fixtures"
 	"github.com/itocompute/itogate/fixtures/keys"
 	"github.com/itocompute/itogate/gatekeeper/admission"
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/config"
 	"github.com/itocompute/itogate/gatekeeper/decisionlog"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
@@ -231,7 +232,7 @@ type reply struct {
 	raw    string
 }
 
-func (r reply) code() string { return errCode(r.env) }
+func (r reply) code() api.Code { return api.Code(errCode(r.env)) }
 
 func (r reply) message() string {
 	e, _ := r.env["error"].(map[string]any)
@@ -251,7 +252,7 @@ func (r reply) codes() []string {
 		}
 	}
 	if len(out) == 0 && r.code() != "" {
-		out = append(out, r.code())
+		out = append(out, string(r.code()))
 	}
 	return out
 }
@@ -310,16 +311,21 @@ func (h *hostile) send(t testing.TB, req *http.Request) reply {
 // want is an expected answer; code "" with status 200/201 is a success.
 type want struct {
 	status int
-	code   string
+	code   api.Code
 }
 
-func (w want) String() string { return http.StatusText(w.status) + " " + w.code }
+func (w want) String() string { return http.StatusText(w.status) + " " + string(w.code) }
 
 // expect fails unless r is w, and checks that r holds none of the secrets.
 func (h *hostile) expect(t testing.TB, r reply, w want, secrets ...string) {
 	t.Helper()
 	if r.status != w.status || r.code() != w.code {
 		t.Fatalf("got %d %s, want %d %s: %.400s", r.status, r.code(), w.status, w.code, r.raw)
+	}
+	// One status per code: an expectation that disagrees with the
+	// registry is itself wrong.
+	if w.code != "" && api.StatusOf(w.code) != w.status {
+		t.Fatalf("want %d %s, but the registry answers %s with %d", w.status, w.code, w.code, api.StatusOf(w.code))
 	}
 	assertNoSecrets(t, r.raw, secrets...)
 }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/itocompute/itogate/fixtures/keys"
 	"github.com/itocompute/itogate/gatekeeper/admission"
-	"github.com/itocompute/itogate/gatekeeper/client"
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/config"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
@@ -37,7 +37,7 @@ func lifeRun(t *testing.T, h *harness) (scenario.Manifest, string, string) {
 	return m, a.Data.RunID, report
 }
 
-func wantAnswer(t *testing.T, what string, a scenario.Answer, err error, status int, codes ...string) {
+func wantAnswer(t *testing.T, what string, a scenario.Answer, err error, status int, codes ...api.Code) {
 	t.Helper()
 	if err != nil {
 		t.Fatalf("%s: %v", what, err)
@@ -47,7 +47,7 @@ func wantAnswer(t *testing.T, what string, a scenario.Answer, err error, status 
 		t.Fatalf("%s: HTTP %d %v, want %d %v", what, a.Status, got, status, codes)
 	}
 	for i := range codes {
-		if got[i] != codes[i] {
+		if got[i] != string(codes[i]) {
 			t.Fatalf("%s: HTTP %d %v, want %d %v", what, a.Status, got, status, codes)
 		}
 	}
@@ -98,7 +98,7 @@ func TestConcurrentStageAdvancesCommitOnce(t *testing.T) {
 	ctx := context.Background()
 	m, run, report := lifeRun(t, h)
 	const n = 8
-	reqs := make([]client.AdmissionRequest, n)
+	reqs := make([]api.AdmissionRequest, n)
 	for i := range reqs {
 		var err error
 		if reqs[i], err = h.runner.AdvanceRequest(ctx, m, run, "long_context", report); err != nil {
@@ -120,7 +120,7 @@ func TestConcurrentStageAdvancesCommitOnce(t *testing.T) {
 		switch codes := a.Codes(); {
 		case a.Status == 200:
 			allowed++
-		case a.Status == 409 && len(codes) == 1 && codes[0] == admission.CodeStageConflict:
+		case a.Status == 409 && len(codes) == 1 && codes[0] == string(api.CodeStageConflict):
 		case a.Status == 403 && len(codes) == 5 && codes[4] == "STAGE_NOT_NEXT":
 			// evaluated after the winner committed
 		default:
@@ -152,13 +152,13 @@ func TestEvalReportTrust(t *testing.T) {
 			t.Fatal(err)
 		}
 		a, err := h.runner.Admit(ctx, must(h.runner.AdvanceRequest(ctx, m, run, "long_context", string(forged))))
-		wantAnswer(t, "forged report", a, err, 403, admission.CodeEvalReportInvalid)
+		wantAnswer(t, "forged report", a, err, 403, api.CodeEvalReportInvalid)
 	})
 	t.Run("no eval authority configured", func(t *testing.T) {
 		h := newHarness(t, func(o *admission.Options) { o.Evals = nil })
 		m, run, report := lifeRun(t, h)
 		a, err := h.runner.Admit(ctx, must(h.runner.AdvanceRequest(ctx, m, run, "long_context", report)))
-		wantAnswer(t, "no trust.evals", a, err, 403, admission.CodeEvalReportInvalid)
+		wantAnswer(t, "no trust.evals", a, err, 403, api.CodeEvalReportInvalid)
 		if rec, err := h.store.RunRecord(ctx, run); err != nil || rec.Stage != "pretrain" {
 			t.Fatalf("ledger stage %+v, %v; want pretrain", rec, err)
 		}
@@ -204,21 +204,21 @@ func TestLifecycleFieldsValidated(t *testing.T) {
 	h := newHarness(t, nil)
 	ctx := context.Background()
 	m, run, report := lifeRun(t, h)
-	for name, tweak := range map[string]func(*client.AdmissionRequest){
-		"stage on a restart":          func(r *client.AdmissionRequest) { r.Stage = "sft" },
-		"eval reports on a restart":   func(r *client.AdmissionRequest) { r.EvalReports = []string{report} },
-		"negative checkpoint step":    func(r *client.AdmissionRequest) { r.CheckpointStep = -1 },
-		"restart without a run":       func(r *client.AdmissionRequest) { r.RunID = "" },
-		"restart carrying a manifest": func(r *client.AdmissionRequest) { r.Manifest, r.ManifestSignature = m.Raw, m.Signature },
-		"advance without a stage":     func(r *client.AdmissionRequest) { r.Action, r.CheckpointStep = "train.stage.advance", 0 },
-		"advance without its manifest": func(r *client.AdmissionRequest) {
+	for name, tweak := range map[string]func(*api.AdmissionRequest){
+		"stage on a restart":          func(r *api.AdmissionRequest) { r.Stage = "sft" },
+		"eval reports on a restart":   func(r *api.AdmissionRequest) { r.EvalReports = []string{report} },
+		"negative checkpoint step":    func(r *api.AdmissionRequest) { r.CheckpointStep = -1 },
+		"restart without a run":       func(r *api.AdmissionRequest) { r.RunID = "" },
+		"restart carrying a manifest": func(r *api.AdmissionRequest) { r.Manifest, r.ManifestSignature = m.Raw, m.Signature },
+		"advance without a stage":     func(r *api.AdmissionRequest) { r.Action, r.CheckpointStep = "train.stage.advance", 0 },
+		"advance without its manifest": func(r *api.AdmissionRequest) {
 			r.Action, r.Stage, r.CheckpointStep = "train.stage.advance", "sft", 0
 		},
 	} {
 		req := must(h.runner.RestartRequest(ctx, m, run, 500))
 		tweak(&req)
 		a, err := h.runner.Admit(ctx, req)
-		wantAnswer(t, name, a, err, 400, admission.CodeRequestInvalid)
+		wantAnswer(t, name, a, err, 400, api.CodeRequestInvalid)
 	}
 }
 

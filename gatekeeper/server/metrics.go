@@ -300,11 +300,11 @@ func (m *Metrics) decision(o admission.Outcome) {
 		return
 	}
 	if len(o.Violations) == 0 {
-		m.decisions.WithLabelValues("deny", codeLabel(o.Code)).Inc()
+		m.decisions.WithLabelValues("deny", codeLabel(string(o.Code))).Inc()
 		return
 	}
 	for _, v := range o.Violations {
-		m.decisions.WithLabelValues("deny", codeLabel(v.Code)).Inc()
+		m.decisions.WithLabelValues("deny", codeLabel(string(v.Code))).Inc()
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/itocompute/itogate/gatekeeper/admission"
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/internal/patience"
 )
@@ -71,8 +72,8 @@ func TestOverloadShedsBeforeAnything(t *testing.T) {
 	h.waitForMetric(t, `itogate_policy_evaluations_in_flight{state="running"} 1`)
 
 	r := h.admit(t, h.body(t, shed, nil))
-	if r.status != http.StatusServiceUnavailable || r.code() != admission.CodeOverloaded {
-		t.Fatalf("with the slot and the queue full: %d %s, want 503 %s", r.status, r.raw, admission.CodeOverloaded)
+	if r.status != http.StatusServiceUnavailable || r.code() != api.CodeOverloaded {
+		t.Fatalf("with the slot and the queue full: %d %s, want 503 %s", r.status, r.raw, api.CodeOverloaded)
 	}
 	if got := r.header.Get("Retry-After"); got != "1" {
 		t.Fatalf("Retry-After %q, want 1", got)
@@ -110,8 +111,8 @@ func TestOverloadWaitIsBounded(t *testing.T) {
 	<-held.entered
 
 	r := h.admit(t, h.body(t, waiting, nil))
-	if r.status != http.StatusServiceUnavailable || r.code() != admission.CodeOverloaded {
-		t.Fatalf("after the queue wait: %d %s, want 503 %s", r.status, r.raw, admission.CodeOverloaded)
+	if r.status != http.StatusServiceUnavailable || r.code() != api.CodeOverloaded {
+		t.Fatalf("after the queue wait: %d %s, want 503 %s", r.status, r.raw, api.CodeOverloaded)
 	}
 	h.untouched(t, waiting.ref, waiting.key)
 	close(held.release)
@@ -176,8 +177,8 @@ func TestPanicFreesTheSlot(t *testing.T) {
 	})
 	d.inner = h.engine
 	first, second := h.fixture(t), h.fixture(t)
-	if r := h.admit(t, h.body(t, first, nil)); r.status != http.StatusInternalServerError || r.code() != admission.CodeInternal {
-		t.Fatalf("the panicking evaluation: %d %s, want 500 %s", r.status, r.raw, admission.CodeInternal)
+	if r := h.admit(t, h.body(t, first, nil)); r.status != http.StatusInternalServerError || r.code() != api.CodeInternal {
+		t.Fatalf("the panicking evaluation: %d %s, want 500 %s", r.status, r.raw, api.CodeInternal)
 	}
 	h.untouched(t, first.ref, first.key)
 	h.allowed(t, second)

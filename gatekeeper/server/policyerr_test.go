@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/itocompute/itogate/gatekeeper/policy"
+	"github.com/itocompute/itogate/gatekeeper/api"
 )
 
 // TestPolicyErrorLogIsRedacted: a runtime error that quotes the input it
@@ -34,7 +34,7 @@ func TestPolicyErrorLogIsRedacted(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := h.admit(t, h.body(t, f, map[string]any{"manifest": base64.StdEncoding.EncodeToString(m.Raw), "manifest_signature": m.Signature}))
-	h.expect(t, r, want{http.StatusServiceUnavailable, policy.CodeEvaluationFailed})
+	h.expect(t, r, want{http.StatusServiceUnavailable, api.CodePolicyEvaluationFailed})
 	if !strings.Contains(h.logs.String(), "policy evaluation failed") || strings.Contains(h.logs.String(), "hunter2") {
 		t.Fatalf("server log: %s", h.logs.String())
 	}

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/itocompute/itogate/gatekeeper/admission"
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
 )
@@ -41,7 +41,7 @@ func fuzzAnswer(t *testing.T, h *hostile, rec *httptest.ResponseRecorder) {
 		t.Fatalf("ok=%v with %d", ok, rec.Code)
 	case !ok && errCode(env) == "":
 		t.Fatalf("%d without a code: %s", rec.Code, rec.Body.Bytes())
-	case errCode(env) == admission.CodeInternal:
+	case errCode(env) == string(api.CodeInternal):
 		t.Fatalf("internal error: %s", rec.Body.Bytes())
 	}
 	if d, _ := env["data"].(map[string]any); d != nil {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/itocompute/itogate/fixtures"
 	"github.com/itocompute/itogate/gatekeeper/admission"
-	"github.com/itocompute/itogate/gatekeeper/client"
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/decisionlog"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
@@ -294,7 +294,7 @@ func TestDenyWritesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	stale, _ := h.runner.EntitlementFor(m, func(c map[string]any) { c["iat"] = time.Now().Unix() - 600 })
-	req := client.AdmissionRequest{Action: "train.create", BookingID: scenario.Booking, IdempotencyKey: "k-deny",
+	req := api.AdmissionRequest{Action: "train.create", BookingID: scenario.Booking, IdempotencyKey: "k-deny",
 		Manifest: m.Raw, ManifestSignature: m.Signature, EntitlementToken: stale, ConfirmationRef: ref}
 	a, err := h.runner.Admit(ctx, req)
 	if err != nil || a.Status != 403 || a.Error.Code != "ENTITLEMENT_STALE" {
@@ -332,7 +332,7 @@ func TestConcurrentAdmissionsOneConfirmation(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			results[i], errs[i] = h.runner.Admit(ctx, client.AdmissionRequest{Action: "train.create",
+			results[i], errs[i] = h.runner.Admit(ctx, api.AdmissionRequest{Action: "train.create",
 				BookingID: scenario.Booking, IdempotencyKey: "race-" + string(rune('a'+i%26)) + string(rune('a'+i/26)),
 				Manifest: m.Raw, ManifestSignature: m.Signature, EntitlementToken: ent, ConfirmationRef: ref})
 		}(i)
@@ -369,7 +369,7 @@ func TestStoreFaultsDeny(t *testing.T) {
 		}
 		ent, _ := h.runner.EntitlementFor(m, nil)
 		h.store.Close()
-		a, err := h.runner.Admit(ctx, client.AdmissionRequest{Action: "train.create", BookingID: scenario.Booking,
+		a, err := h.runner.Admit(ctx, api.AdmissionRequest{Action: "train.create", BookingID: scenario.Booking,
 			IdempotencyKey: "k-fault", Manifest: m.Raw, ManifestSignature: m.Signature, EntitlementToken: ent, ConfirmationRef: ref})
 		if err != nil || a.Status != 503 || a.Error.Code != "LEDGER_UNAVAILABLE" {
 			t.Fatalf("got %+v %v", a, err)
@@ -536,7 +536,7 @@ func TestIdenticalRetriesRacing(t *testing.T) {
 		t.Fatal(err)
 	}
 	ent, _ := h.runner.EntitlementFor(m, nil)
-	req := client.AdmissionRequest{Action: "train.create", BookingID: scenario.Booking, IdempotencyKey: "same-key",
+	req := api.AdmissionRequest{Action: "train.create", BookingID: scenario.Booking, IdempotencyKey: "same-key",
 		Manifest: m.Raw, ManifestSignature: m.Signature, EntitlementToken: ent, ConfirmationRef: ref}
 	const n = 20
 	answers := make([]scenario.Answer, n)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/itocompute/itogate/gatekeeper/admission"
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
 	"github.com/itocompute/itogate/gatekeeper/server"
@@ -120,8 +121,8 @@ func TestTicketSigningFailureDenies(t *testing.T) {
 	h := newHarness(t, func(o *admission.Options) { o.Tickets = failingSigner{} })
 	body, key := fixtureRequest(t, h, "megatron-llama3-8b-h100-fp8", "121.94")
 	status, env := post(t, h, "/v1/admissions", "application/json", callerToken(t, h), body)
-	if status != 503 || errCode(env) != admission.CodeTicketUnavailable {
-		t.Fatalf("status %d %v, want 503 %s", status, env["error"], admission.CodeTicketUnavailable)
+	if status != 503 || errCode(env) != string(api.CodeTicketUnavailable) {
+		t.Fatalf("status %d %v, want 503 %s", status, env["error"], api.CodeTicketUnavailable)
 	}
 	if _, err := h.store.Admission(t.Context(), scenario.Account, key); !errors.Is(err, ledger.ErrNotFound) {
 		t.Fatalf("an admission was written: %v", err)
@@ -131,7 +132,7 @@ func TestTicketSigningFailureDenies(t *testing.T) {
 func TestTicketsDisabled(t *testing.T) {
 	h := newHarnessServer(t, func(o *admission.Options) { o.Tickets = nil }, func(o *server.Options) { o.TicketJWKS = nil })
 	resp, body := getRaw(t, h.srv.URL+"/v1/tickets/jwks")
-	if resp.StatusCode != 404 || !strings.Contains(string(body), server.CodeTicketsDisabled) {
+	if resp.StatusCode != 404 || !strings.Contains(string(body), string(api.CodeTicketsDisabled)) {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
 	status, env := admitFixture(t, h, "megatron-llama3-8b-h100-fp8", "121.94")

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/server"
 	"github.com/itocompute/itogate/gatekeeper/webhook"
 )
@@ -25,7 +26,7 @@ func TestWebhookReviewMetrics(t *testing.T) {
 	m.WebhookReview(webhook.ResultDenied, "WORKLOAD_TICKET_MISSING", 700*time.Microsecond)
 	m.WebhookReview(webhook.ResultDenied, "WORKLOAD_TICKET_MISSING", 40*time.Millisecond)
 	m.WebhookReview(webhook.ResultDenied, "not a code {x}", time.Millisecond)
-	m.WebhookReview(webhook.ResultInvalid, webhook.CodeReviewInvalid, 3*time.Second)
+	m.WebhookReview(webhook.ResultInvalid, string(api.CodeReviewInvalid), 3*time.Second)
 	m.WebhookReview("invented", "LEDGER_UNAVAILABLE", 6*time.Second)
 
 	rec := httptest.NewRecorder()

@@ -9,6 +9,7 @@ import (
 	"github.com/lestrrat-go/jwx/v3/jwk"
 	"github.com/sigstore/sigstore/pkg/cryptoutils"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/verify"
 )
 
@@ -139,7 +140,7 @@ func (e *MismatchError) Error() string {
 func (c Claims) Check(e Expect) error {
 	action := e.Action
 	if action == "" {
-		action = "train.create"
+		action = string(api.TrainCreate)
 	}
 	strs := []struct{ name, want, got string }{
 		{"sub", e.Account, c.Account}, {"run_id", e.RunID, c.RunID}, {"booking_id", e.BookingID, c.BookingID},

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/webhook"
 )
 
@@ -60,9 +61,9 @@ func TestObserver(t *testing.T) {
 	want := []observed{
 		{webhook.ResultAllowed, ""},
 		{webhook.ResultDenied, "WORKLOAD_TICKET_MISSING"},
-		{webhook.ResultInvalid, webhook.CodeReviewInvalid},
-		{webhook.ResultInvalid, webhook.CodeReviewInvalid},
-		{webhook.ResultInvalid, webhook.CodeReviewInvalid},
+		{webhook.ResultInvalid, string(api.CodeMethodNotAllowed)},
+		{webhook.ResultInvalid, string(api.CodeContentType)},
+		{webhook.ResultInvalid, string(api.CodeReviewInvalid)},
 	}
 	if !slices.Equal(rec.got, want) {
 		t.Fatalf("observed %v, want %v", rec.got, want)

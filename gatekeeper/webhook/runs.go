@@ -19,7 +19,7 @@ func (l LedgerRuns) RunFacts(ctx context.Context, runID string, now time.Time) (
 	if err != nil {
 		return RunFacts{}, err
 	}
-	f := RunFacts{Account: r.Account, BookingID: r.BookingID, Live: r.Live(now), EndedBy: r.EndedBy}
+	f := RunFacts{Account: r.Account, BookingID: r.BookingID, Live: r.Live(now), EndedBy: string(r.EndedBy)}
 	if !f.Live && f.EndedBy == "" {
 		f.EndedBy = "past its declared end"
 	}

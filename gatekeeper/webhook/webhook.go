@@ -30,6 +30,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/gatekeeper/ticket"
@@ -40,22 +41,6 @@ import (
 // ticket (data.ticket of its train.create). Pod templates carry it too, so
 // the Pods a controller creates present the same ticket.
 const TicketAnnotation = "itogate.io/ticket"
-
-// Codes the webhook answers with besides the policy's WORKLOAD_* codes.
-const (
-	// CodeReviewInvalid: the request is not one admission.k8s.io/v1
-	// AdmissionReview with a request (HTTP 400; the apiserver then applies
-	// the failure policy: Fail).
-	CodeReviewInvalid = "WORKLOAD_REVIEW_INVALID"
-	// CodeLedgerUnavailable is admission's LEDGER_UNAVAILABLE: a run, a
-	// binding or a bind could not be read or written; denied.
-	CodeLedgerUnavailable = "LEDGER_UNAVAILABLE"
-	// CodeTicketBound and CodeOwnerUnbound are the policy's codes, also
-	// answered when the ledger refuses a bind the policy allowed (a race
-	// with another object lost).
-	CodeTicketBound  = "WORKLOAD_TICKET_BOUND"
-	CodeOwnerUnbound = "WORKLOAD_OWNER_UNBOUND"
-)
 
 // MaxReviewBytes bounds a review body: Kubernetes objects are at most
 // ~1.5 MiB in etcd; the review wraps the object once (twice for UPDATE).
@@ -92,7 +77,7 @@ type TicketVerifier interface {
 type Observer interface {
 	// WebhookReview reports one answered request: result is ResultAllowed,
 	// ResultDenied or ResultInvalid; code is the stable code that leads the
-	// denial's status.message ("" when allowed; CodeReviewInvalid when
+	// denial's status.message ("" when allowed; api.CodeReviewInvalid when
 	// invalid); d is the time from the request reaching the handler to the
 	// response being written.
 	WebhookReview(result, code string, d time.Duration)
@@ -167,27 +152,33 @@ func New(opts Options) (*Handler, error) {
 // response, allowed or not.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	invalid := func(msg string, status int) {
-		http.Error(w, CodeReviewInvalid+": "+msg, status)
-		h.observe(ResultInvalid, CodeReviewInvalid, start)
+	// A request that is no review gets a plain HTTP error led by its code,
+	// with the code's status (api.StatusOf).
+	invalid := func(code api.Code, msg string) {
+		http.Error(w, string(code)+": "+msg, api.StatusOf(code))
+		h.observe(ResultInvalid, string(code), start)
 	}
 	if r.Method != http.MethodPost {
-		invalid("POST an AdmissionReview", http.StatusMethodNotAllowed)
+		invalid(api.CodeMethodNotAllowed, "POST an AdmissionReview")
 		return
 	}
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		invalid("Content-Type must be application/json", http.StatusUnsupportedMediaType)
+		invalid(api.CodeContentType, "Content-Type must be application/json")
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxReviewBytes+1))
-	if err != nil || len(body) > MaxReviewBytes {
-		invalid("body unreadable or larger than the limit", http.StatusRequestEntityTooLarge)
+	switch {
+	case err != nil:
+		invalid(api.CodeReviewInvalid, "body unreadable")
+		return
+	case len(body) > MaxReviewBytes:
+		invalid(api.CodeRequestTooLarge, fmt.Sprintf("body larger than %d bytes", MaxReviewBytes))
 		return
 	}
 	var review admissionv1.AdmissionReview
 	if err := json.Unmarshal(body, &review); err != nil || review.Request == nil ||
 		review.APIVersion != "admission.k8s.io/v1" || review.Kind != "AdmissionReview" || review.Request.UID == "" {
-		invalid("not an admission.k8s.io/v1 AdmissionReview with a request", http.StatusBadRequest)
+		invalid(api.CodeReviewInvalid, "not an admission.k8s.io/v1 AdmissionReview with a request")
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.opts.Timeout)
@@ -200,8 +191,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(out); err != nil {
 		// Not reachable with these types; the apiserver fails the call.
-		http.Error(w, "INTERNAL_ERROR: the response did not encode", http.StatusInternalServerError)
-		h.observe(ResultDenied, "INTERNAL_ERROR", start)
+		http.Error(w, string(api.CodeInternal)+": the response did not encode", api.StatusOf(api.CodeInternal))
+		h.observe(ResultDenied, string(api.CodeInternal), start)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -234,7 +225,7 @@ func (h *Handler) Review(ctx context.Context, req *admissionv1.AdmissionRequest)
 	now := h.opts.Now()
 	rv, err := newReview(req)
 	if err != nil {
-		return h.finish(req, rv, nil, deny(http.StatusBadRequest, CodeReviewInvalid, err.Error()), start)
+		return h.finish(req, rv, nil, deny(api.CodeReviewInvalid, err.Error()), start)
 	}
 	input, facts, out := h.facts(ctx, req, rv, now)
 	if out != nil {
@@ -242,17 +233,17 @@ func (h *Handler) Review(ctx context.Context, req *admissionv1.AdmissionRequest)
 	}
 	decider := h.opts.Policy()
 	if decider == nil {
-		return h.finish(req, rv, facts, deny(http.StatusServiceUnavailable, policy.CodeNotReady, "no verified policy bundle is active"), start)
+		return h.finish(req, rv, facts, deny(api.CodePolicyNotReady, "no verified policy bundle is active"), start)
 	}
 	d, err := decider.DecideWorkload(ctx, input)
 	if err != nil {
-		code := policy.CodeEvaluationFailed
+		code := api.CodePolicyEvaluationFailed
 		var pe *policy.Error
 		if errors.As(err, &pe) {
 			code = pe.Code
 		}
 		h.opts.Logger.Error("workload policy failed", "uid", string(req.UID), "code", code, "err", err)
-		return h.finish(req, rv, facts, deny(http.StatusServiceUnavailable, code, "the policy produced no usable decision; denied"), start)
+		return h.finish(req, rv, facts, deny(code, "the policy produced no usable decision; denied"), start)
 	}
 	facts.bundleRevision = d.BundleRevision
 	if !d.Allow {
@@ -351,18 +342,18 @@ func (h *Handler) bind(ctx context.Context, req *admissionv1.AdmissionRequest, r
 	case err == nil:
 		return nil
 	case errors.Is(err, ledger.ErrWorkloadBound):
-		return deny(http.StatusForbidden, CodeTicketBound, "the ticket already created another workload")
+		return deny(api.CodeWorkloadTicketBound, "the ticket already created another workload")
 	case errors.Is(err, ledger.ErrWorkloadOwnerUnbound):
-		return deny(http.StatusForbidden, CodeOwnerUnbound, "the object's controller is not the workload this ticket created")
+		return deny(api.CodeWorkloadOwnerUnbound, "the object's controller is not the workload this ticket created")
 	case errors.Is(err, ledger.ErrNotFound):
-		return deny(http.StatusForbidden, "WORKLOAD_RUN_NOT_FOUND", "the run is not admitted")
+		return deny(api.CodeWorkloadRunNotFound, "the run is not admitted")
 	}
 	return h.ledgerFault(req, "bind", err)
 }
 
 func (h *Handler) ledgerFault(req *admissionv1.AdmissionRequest, op string, err error) *admissionv1.AdmissionResponse {
 	h.opts.Logger.Error("ledger unavailable", "op", op, "uid", string(req.UID), "err", err)
-	return deny(http.StatusServiceUnavailable, CodeLedgerUnavailable, "the ledger is unavailable; denied")
+	return deny(api.CodeLedgerUnavailable, "the ledger is unavailable; denied")
 }
 
 // reviewFacts are what the log line names (never the ticket).
@@ -385,22 +376,31 @@ func (h *Handler) finish(req *admissionv1.AdmissionRequest, rv review, f *review
 	return resp
 }
 
-// deny is a response whose message starts with the stable code.
-func deny(status int32, code, msg string) *admissionv1.AdmissionResponse {
+// deny is a response whose message starts with the stable code; its
+// status.code is the code's (api.StatusOf).
+func deny(code api.Code, msg string) *admissionv1.AdmissionResponse {
+	status := int32(api.StatusOf(code))
 	return &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{
-		Status: metav1.StatusFailure, Code: status, Reason: reasonFor(status), Message: code + ": " + msg,
+		Status: metav1.StatusFailure, Code: status, Reason: reasonFor(status), Message: string(code) + ": " + msg,
 	}}
 }
 
-// denyFindings answers a policy deny: the first violation's code leads the
-// message, every violation follows as "CODE: message".
-func denyFindings(vs []policy.Finding) *admissionv1.AdmissionResponse {
-	parts := make([]string, len(vs))
-	for i, v := range vs {
-		parts[i] = v.Code + ": " + v.Message
+// denyFindings answers a policy deny: the lead violation (api.Lead) sets the
+// status and leads the message, every other follows as "CODE: message".
+func denyFindings(vs []api.Finding) *admissionv1.AdmissionResponse {
+	lead, _ := api.Lead(vs)
+	parts := []string{string(lead.Code) + ": " + lead.Message}
+	skipped := false
+	for _, v := range vs {
+		if v == lead && !skipped {
+			skipped = true
+			continue
+		}
+		parts = append(parts, string(v.Code)+": "+v.Message)
 	}
+	status := int32(api.StatusOf(lead.Code))
 	return &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{
-		Status: metav1.StatusFailure, Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden,
+		Status: metav1.StatusFailure, Code: status, Reason: reasonFor(status),
 		Message: strings.Join(parts, "; "),
 	}}
 }

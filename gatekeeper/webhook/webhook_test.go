@@ -13,6 +13,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 	"github.com/itocompute/itogate/gatekeeper/ledger/bolt"
 	"github.com/itocompute/itogate/gatekeeper/policy"
@@ -50,7 +51,7 @@ func (f *fixture) cancel(t testing.TB) {
 	if _, _, err := f.store.Commit(t.Context(), ledger.Admission{Account: "acct_a", IdempotencyKey: "k-cancel",
 		RequestDigest: "sha256:" + strings.Repeat("2", 64), DecisionID: "dec_00000000000000000000000000000002",
 		RunID: f.runID, Action: "train.cancel", BookingID: "bk_a", ConfirmationRef: ref, ConfirmationJTI: "jti-cancel",
-		BundleRevision: "r", State: ledger.AdmissionCancelAdmitted, CreatedAt: now}); err != nil {
+		BundleRevision: "r", State: api.StateCancelAdmitted, CreatedAt: now}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -90,7 +91,7 @@ func newFixture(t testing.TB) *fixture {
 	if _, _, err := store.Commit(t.Context(), ledger.Admission{Account: "acct_a", IdempotencyKey: "k1",
 		RequestDigest: "sha256:" + strings.Repeat("1", 64), DecisionID: c.ID, RunID: runID, Action: "train.create",
 		BookingID: "bk_a", ManifestDigest: c.ManifestDigest, ConfirmationRef: ref, ConfirmationJTI: "jti-1",
-		BundleRevision: "r", State: ledger.AdmissionAdmitted, CreatedAt: now, Ticket: raw,
+		BundleRevision: "r", State: api.StateAdmitted, CreatedAt: now, Ticket: raw,
 		CostMicroUSD: 1_000_000, GPUs: 16, BookedGPUs: 16, LiveUntil: now.Add(7 * time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
@@ -235,12 +236,12 @@ func TestFailClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := post(t, noPolicy, "batch", "v1", "Job", job("team-a", "train", "u", f.ticket, 1, 8), false)
-	if r.Allowed || r.Result.Code != http.StatusServiceUnavailable || !strings.HasPrefix(r.Result.Message, policy.CodeNotReady+": ") {
+	if r.Allowed || r.Result.Code != http.StatusServiceUnavailable || !strings.HasPrefix(r.Result.Message, string(api.CodePolicyNotReady)+": ") {
 		t.Fatalf("no bundle: %+v", r.Result)
 	}
 	f.store.Close()
 	r = post(t, f.h, "batch", "v1", "Job", job("team-a", "train", "u", f.ticket, 1, 8), false)
-	if r.Allowed || r.Result.Code != http.StatusServiceUnavailable || !strings.HasPrefix(r.Result.Message, webhook.CodeLedgerUnavailable+": ") {
+	if r.Allowed || r.Result.Code != http.StatusServiceUnavailable || !strings.HasPrefix(r.Result.Message, string(api.CodeLedgerUnavailable)+": ") {
 		t.Fatalf("closed ledger: %+v", r.Result)
 	}
 	for name, body := range map[string]string{
@@ -253,7 +254,7 @@ func TestFailClosed(t *testing.T) {
 		req := httptest.NewRequest(http.MethodPost, "/validate", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		f.h.ServeHTTP(rec, req)
-		if rec.Code != http.StatusBadRequest || !strings.HasPrefix(rec.Body.String(), webhook.CodeReviewInvalid) {
+		if rec.Code != http.StatusBadRequest || !strings.HasPrefix(rec.Body.String(), string(api.CodeReviewInvalid)) {
 			t.Errorf("%s: HTTP %d %s", name, rec.Code, rec.Body)
 		}
 	}

@@ -43,7 +43,7 @@ import (
 
 	"github.com/itocompute/itogate/fixtures"
 	"github.com/itocompute/itogate/fixtures/keys"
-	"github.com/itocompute/itogate/gatekeeper/client"
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
 	"github.com/itocompute/itogate/gatekeeper/ticket"
 	"github.com/itocompute/itogate/gatekeeper/trust"
@@ -357,7 +357,7 @@ func cancelRun(t *testing.T, ctx context.Context, r *scenario.Runner, runID stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := r.Admit(ctx, client.AdmissionRequest{Action: "train.cancel", BookingID: scenario.Booking,
+	a, err := r.Admit(ctx, api.AdmissionRequest{Action: "train.cancel", BookingID: scenario.Booking,
 		IdempotencyKey: r.Key("cancel"), EntitlementToken: ent, ConfirmationRef: ref, RunID: runID})
 	if err != nil || a.Status != http.StatusOK {
 		t.Fatalf("cancel: %d %v %v", a.Status, a.Codes(), err)

@@ -45,6 +45,7 @@ import (
 	bbolt "go.etcd.io/bbolt"
 	bbolterrors "go.etcd.io/bbolt/errors"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 )
 
@@ -357,7 +358,7 @@ func (s *Store) Commit(ctx context.Context, a ledger.Admission) (ledger.Admissio
 			return err
 		}
 
-		if a.State == ledger.AdmissionAdmitted {
+		if a.State == api.StateAdmitted {
 			runs := tx.Bucket(bucketRuns)
 			if runs.Get([]byte(a.RunID)) != nil {
 				return abort(fmt.Errorf("ledger: commit: run id already admitted: %w", ledger.ErrInvalid))
@@ -641,14 +642,14 @@ func (s *Store) Check(ctx context.Context) (ledger.CheckReport, error) {
 				bad("admission (%s, %s): confirmation %s missing", a.Account, a.IdempotencyKey, a.ConfirmationRef)
 			case c.State != ledger.ConfirmationConsumed || c.ConsumedBy != a.IdempotencyKey:
 				bad("admission (%s, %s): confirmation %s is %q by %q", a.Account, a.IdempotencyKey, a.ConfirmationRef, c.State, c.ConsumedBy)
-			case c.Account != a.Account || c.Action != a.Action || c.JTI != a.ConfirmationJTI:
+			case c.Account != a.Account || api.Action(c.Action) != a.Action || c.JTI != a.ConfirmationJTI:
 				bad("admission (%s, %s): confirmation %s belongs to another account, action or jti", a.Account, a.IdempotencyKey, a.ConfirmationRef)
 			}
 			if prev, dup := consumers[a.ConfirmationRef]; dup {
 				bad("confirmation %s consumed by both %s and %s", a.ConfirmationRef, prev, a.IdempotencyKey)
 			}
 			consumers[a.ConfirmationRef] = a.IdempotencyKey
-			if a.State == ledger.AdmissionAdmitted {
+			if a.State == api.StateAdmitted {
 				rep.Runs++
 				if got := tx.Bucket(bucketRuns).Get([]byte(a.RunID)); !bytes.Equal(got, k) {
 					bad("run %s is not indexed to (%s, %s)", a.RunID, a.Account, a.IdempotencyKey)

@@ -15,6 +15,7 @@ import (
 
 	bbolt "go.etcd.io/bbolt"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 	"github.com/itocompute/itogate/gatekeeper/ledger/ledgertest"
 	"github.com/itocompute/itogate/internal/patience"
@@ -150,7 +151,7 @@ func TestCorruptRecord(t *testing.T) {
 		Account: "acct_42", IdempotencyKey: "k", Action: "train.create",
 		RequestDigest:   "sha256:" + fmt.Sprintf("%064x", 1),
 		RunID:           ledger.NewRunID(),
-		ConfirmationRef: ref, ConfirmationJTI: "j", State: ledger.AdmissionAdmitted, CreatedAt: time.Now(),
+		ConfirmationRef: ref, ConfirmationJTI: "j", State: api.StateAdmitted, CreatedAt: time.Now(),
 		GPUs: 1, BookedGPUs: 1, LiveUntil: time.Now().Add(time.Hour),
 	}
 	if _, _, err := s.Commit(t.Context(), a); !errors.Is(err, ledger.ErrUnavailable) {
@@ -178,7 +179,7 @@ func TestBatchRerunResetsOutputs(t *testing.T) {
 	a := ledger.Admission{
 		Account: "acct_42", IdempotencyKey: "key-1", RequestDigest: "sha256:" + fmt.Sprintf("%064x", 7),
 		RunID: ledger.NewRunID(), Action: "train.create", ConfirmationRef: refs[0], ConfirmationJTI: refs[0],
-		State: ledger.AdmissionAdmitted, CreatedAt: time.Now().UTC(),
+		State: api.StateAdmitted, CreatedAt: time.Now().UTC(),
 		GPUs: 1, BookedGPUs: 1 << 20, LiveUntil: time.Now().Add(time.Hour).UTC(),
 	}
 	ghost := a
@@ -343,7 +344,7 @@ func benchStore(b *testing.B, opts Options, apply func(*Store)) (*Store, func() 
 		a := ledger.Admission{
 			Account: "acct_42", IdempotencyKey: refs[i], RequestDigest: digest,
 			RunID: ledger.NewRunID(), Action: "train.create", ConfirmationRef: refs[i],
-			ConfirmationJTI: refs[i], State: ledger.AdmissionAdmitted, CreatedAt: created,
+			ConfirmationJTI: refs[i], State: api.StateAdmitted, CreatedAt: created,
 			GPUs: 1, BookedGPUs: 1 << 30, LiveUntil: created.Add(time.Hour),
 		}
 		_, replayed, err := s.Commit(ctx, a)
@@ -388,7 +389,7 @@ func TestCheckFindsHalfWrites(t *testing.T) {
 		a := ledger.Admission{
 			Account: "acct_42", IdempotencyKey: "half", RequestDigest: "sha256:" + fmt.Sprintf("%064x", 1),
 			RunID: ledger.NewRunID(), Action: "train.create", ConfirmationRef: refs[1], ConfirmationJTI: refs[1],
-			State: ledger.AdmissionAdmitted, CreatedAt: time.Now(),
+			State: api.StateAdmitted, CreatedAt: time.Now(),
 		}
 		v, _ = json.Marshal(admissionToRecord(a))
 		return tx.Bucket(bucketAdmissions).Put(admissionKey(a.Account, a.IdempotencyKey), v)
@@ -675,7 +676,7 @@ func BenchmarkBookingUsage(b *testing.B) {
 					a := ledger.Admission{
 						Account: "acct_42", IdempotencyKey: refs[i], RequestDigest: "sha256:" + fmt.Sprintf("%064x", 42),
 						RunID: ledger.NewRunID(), Action: "train.create", BookingID: "bk_long", ConfirmationRef: refs[i],
-						ConfirmationJTI: refs[i], State: ledger.AdmissionAdmitted, CreatedAt: now,
+						ConfirmationJTI: refs[i], State: api.StateAdmitted, CreatedAt: now,
 						GPUs: 1, BookedGPUs: 1 << 30, LiveUntil: now.Add(time.Hour),
 					}
 					if _, _, err := s.Commit(b.Context(), a); err != nil {

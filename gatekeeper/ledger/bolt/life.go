@@ -9,6 +9,7 @@ import (
 
 	bbolt "go.etcd.io/bbolt"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 )
 
@@ -70,11 +71,11 @@ func writeRunLife(tx *bbolt.Tx, a ledger.Admission) error {
 			return nil
 		}
 		prev := r
-		r.EndedAt, r.EndedBy = a.CreatedAt.UTC(), a.Action
+		r.EndedAt, r.EndedBy = a.CreatedAt.UTC(), string(a.Action)
 		return putRunRec(tx, &prev, r)
 	}
-	switch a.Action {
-	case "train.create":
+	switch a.Action.Effect() {
+	case api.EffectCreateRun:
 		// Only the runs live at a.CreatedAt count (ledger.CheckCapacity):
 		// the live index hands over exactly those, whatever the history.
 		if err := checkCapacity(tx, a); err != nil {
@@ -87,7 +88,7 @@ func writeRunLife(tx *bbolt.Tx, a ledger.Admission) error {
 			return err
 		}
 		return tx.Bucket(bucketBookingRuns).Put(joinKey(a.BookingID, a.RunID), nil)
-	case "train.cancel", "train.cleanup":
+	case api.EffectEndRun:
 		if recs.Get([]byte(a.RunID)) == nil {
 			return nil // the server checked the run exists; nothing is held
 		}
@@ -99,7 +100,7 @@ func writeRunLife(tx *bbolt.Tx, a ledger.Admission) error {
 			return abort(fmt.Errorf("ledger: commit: run of another booking or account: %w", ledger.ErrConfirmationMismatch))
 		}
 		return end(r)
-	case "train.stage.advance", "train.restart":
+	case api.EffectStepRun:
 		if recs.Get([]byte(a.RunID)) == nil {
 			return abort(fmt.Errorf("ledger: commit: run: %w", ledger.ErrNotFound))
 		}
@@ -110,13 +111,13 @@ func writeRunLife(tx *bbolt.Tx, a ledger.Admission) error {
 		if err := ledger.CheckRunStep(r.run(), a); err != nil {
 			return abort(err)
 		}
-		if a.Action == "train.restart" {
-			return nil
+		if spec, _ := a.Action.Spec(); !spec.Stage {
+			return nil // a step that keeps the stage (a restart)
 		}
 		prev := r
 		r.Stage = a.Stage
 		return putRunRec(tx, &prev, r)
-	case "booking.release":
+	case api.EffectReleaseBooking:
 		bookings := tx.Bucket(bucketBookings)
 		if bookings.Get([]byte(a.BookingID)) == nil {
 			err := putJSON(bookings, []byte(a.BookingID), bookingRecord{ReleasedAt: a.CreatedAt.UTC(), ReleasedBy: a.IdempotencyKey})

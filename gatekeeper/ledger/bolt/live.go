@@ -11,6 +11,7 @@ import (
 
 	bbolt "go.etcd.io/bbolt"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 )
 
@@ -127,7 +128,7 @@ func (d *liveDecoder) decode(booking string, k, v []byte) (ledger.RunRecord, err
 	b, v, ok = liveBytes(v, ok)
 	r.ManifestDigest = d.str(b)
 	b, v, ok = liveBytes(v, ok)
-	r.EndedBy = d.str(b)
+	r.EndedBy = api.Action(d.str(b))
 	b, v, ok = liveBytes(v, ok)
 	r.Stage = d.str(b)
 	if !ok || len(v) != 0 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 )
 
@@ -31,29 +32,29 @@ type confirmationRecord struct {
 }
 
 type admissionRecord struct {
-	Account         string                `json:"account"`
-	IdempotencyKey  string                `json:"idempotency_key"`
-	RequestDigest   string                `json:"request_digest"`
-	DecisionID      string                `json:"decision_id,omitempty"`
-	RunID           string                `json:"run_id,omitempty"`
-	Action          string                `json:"action"`
-	BookingID       string                `json:"booking_id,omitempty"`
-	ManifestDigest  string                `json:"manifest_digest,omitempty"`
-	ConfirmationRef string                `json:"confirmation_ref"`
-	ConfirmationJTI string                `json:"confirmation_jti"`
-	BundleRevision  string                `json:"bundle_revision,omitempty"`
-	State           ledger.AdmissionState `json:"state"`
-	CreatedAt       time.Time             `json:"created_at"`
-	EntitlementJTI  string                `json:"entitlement_jti,omitempty"`
-	CallerKeyID     string                `json:"caller_key_id,omitempty"`
-	CostMicroUSD    int64                 `json:"cost_micro_usd,omitempty"`
-	GPUs            int                   `json:"gpus,omitempty"`
-	BookedGPUs      int                   `json:"booked_gpus,omitempty"`
-	LiveUntil       time.Time             `json:"live_until,omitzero"`
-	Ticket          string                `json:"ticket,omitempty"`
-	Stage           string                `json:"stage,omitempty"`
-	FromStage       string                `json:"from_stage,omitempty"`
-	CheckpointStep  int64                 `json:"checkpoint_step,omitempty"`
+	Account         string             `json:"account"`
+	IdempotencyKey  string             `json:"idempotency_key"`
+	RequestDigest   string             `json:"request_digest"`
+	DecisionID      string             `json:"decision_id,omitempty"`
+	RunID           string             `json:"run_id,omitempty"`
+	Action          string             `json:"action"`
+	BookingID       string             `json:"booking_id,omitempty"`
+	ManifestDigest  string             `json:"manifest_digest,omitempty"`
+	ConfirmationRef string             `json:"confirmation_ref"`
+	ConfirmationJTI string             `json:"confirmation_jti"`
+	BundleRevision  string             `json:"bundle_revision,omitempty"`
+	State           api.AdmissionState `json:"state"`
+	CreatedAt       time.Time          `json:"created_at"`
+	EntitlementJTI  string             `json:"entitlement_jti,omitempty"`
+	CallerKeyID     string             `json:"caller_key_id,omitempty"`
+	CostMicroUSD    int64              `json:"cost_micro_usd,omitempty"`
+	GPUs            int                `json:"gpus,omitempty"`
+	BookedGPUs      int                `json:"booked_gpus,omitempty"`
+	LiveUntil       time.Time          `json:"live_until,omitzero"`
+	Ticket          string             `json:"ticket,omitempty"`
+	Stage           string             `json:"stage,omitempty"`
+	FromStage       string             `json:"from_stage,omitempty"`
+	CheckpointStep  int64              `json:"checkpoint_step,omitempty"`
 }
 
 type runRecord struct {
@@ -88,7 +89,7 @@ func (r runRecord) run() ledger.RunRecord {
 	return ledger.RunRecord{
 		RunID: r.RunID, Account: r.Account, BookingID: r.BookingID, ManifestDigest: r.ManifestDigest,
 		GPUs: r.GPUs, BookedGPUs: r.BookedGPUs, AdmittedAt: r.AdmittedAt.UTC(), LiveUntil: r.LiveUntil.UTC(),
-		EndedAt: utcOrZero(r.EndedAt), EndedBy: r.EndedBy, Stage: r.Stage,
+		EndedAt: utcOrZero(r.EndedAt), EndedBy: api.Action(r.EndedBy), Stage: r.Stage,
 	}
 }
 
@@ -102,7 +103,7 @@ func confirmationToRecord(c ledger.Confirmation) confirmationRecord {
 		Ref:         c.Ref,
 		JTI:         c.JTI,
 		Account:     c.Account,
-		Action:      c.Action,
+		Action:      string(c.Action),
 		Token:       c.Token,
 		ExpiresAt:   c.ExpiresAt.UTC(),
 		DepositedAt: c.DepositedAt.UTC(),
@@ -122,7 +123,7 @@ func (r confirmationRecord) confirmation() ledger.Confirmation {
 		Ref:         r.Ref,
 		JTI:         r.JTI,
 		Account:     r.Account,
-		Action:      r.Action,
+		Action:      api.Action(r.Action),
 		Token:       r.Token,
 		ExpiresAt:   r.ExpiresAt.UTC(),
 		DepositedAt: r.DepositedAt.UTC(),
@@ -144,7 +145,7 @@ func admissionToRecord(a ledger.Admission) admissionRecord {
 		RequestDigest:   a.RequestDigest,
 		DecisionID:      a.DecisionID,
 		RunID:           a.RunID,
-		Action:          a.Action,
+		Action:          string(a.Action),
 		BookingID:       a.BookingID,
 		ManifestDigest:  a.ManifestDigest,
 		ConfirmationRef: a.ConfirmationRef,
@@ -172,7 +173,7 @@ func (r admissionRecord) admission() ledger.Admission {
 		RequestDigest:   r.RequestDigest,
 		DecisionID:      r.DecisionID,
 		RunID:           r.RunID,
-		Action:          r.Action,
+		Action:          api.Action(r.Action),
 		BookingID:       r.BookingID,
 		ManifestDigest:  r.ManifestDigest,
 		ConfirmationRef: r.ConfirmationRef,

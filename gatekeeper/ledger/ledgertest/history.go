@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 )
 
@@ -56,7 +57,7 @@ func BookingHistory(t *testing.T, s ledger.Store) func(t *testing.T, s ledger.St
 		h.instants = append(h.instants, a.CreatedAt.Add(10*time.Second))
 		switch i % 4 {
 		case 0, 1: // ended 30 s after admission by the account's cancel or cleanup
-			action := []string{"train.cancel", "train.cleanup"}[i%4]
+			action := []api.Action{api.TrainCancel, api.TrainCleanup}[i%4]
 			end := a.CreatedAt.Add(30 * time.Second)
 			f.commit(f.lifecycle(account, action, h.booking, a.RunID, fmt.Sprintf("hist-end-%d", i), end))
 			r.EndedAt, r.EndedBy = end, action
@@ -67,7 +68,7 @@ func BookingHistory(t *testing.T, s ledger.Store) func(t *testing.T, s ledger.St
 			if i%8 == 7 { // live, moved on a stage
 				adv := f.lifecycle(account, "train.stage.advance", h.booking, a.RunID, fmt.Sprintf("hist-adv-%d", i), a.CreatedAt.Add(time.Second))
 				adv.RunID, adv.ManifestDigest = a.RunID, ""
-				adv.State, adv.FromStage, adv.Stage = ledger.AdmissionStageAdvanced, "pretrain", "sft"
+				adv.State, adv.FromStage, adv.Stage = api.StateStageAdvanced, "pretrain", "sft"
 				f.commit(adv)
 				r.Stage = "sft"
 			}
@@ -183,7 +184,7 @@ func testEndedRunsStayEnded(t *testing.T, f *fixture) {
 	f.wantHeld("bk_ended", cancelAt.Add(-time.Microsecond), 48) // decided before the cancel
 	restart := f.lifecycle("acct_42", "train.restart", "bk_ended", a.RunID, "restart-a", cancelAt.Add(2*time.Minute))
 	restart.RunID, restart.ManifestDigest = a.RunID, ""
-	restart.State, restart.CheckpointStep = ledger.AdmissionRestartAdmitted, 1
+	restart.State, restart.CheckpointStep = api.StateRestartAdmitted, 1
 	_, _, err := f.s.Commit(f.ctx, restart)
 	wantErr(t, "restart of the cancelled run", err, ledger.ErrRunEnded)
 	f.wantHeld("bk_ended", cancelAt.Add(3*time.Minute), 16)

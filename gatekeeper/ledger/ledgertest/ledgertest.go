@@ -29,6 +29,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 )
 
@@ -122,7 +123,7 @@ type fixture struct {
 }
 
 // confirmation returns a valid, not yet deposited confirmation for account.
-func (f *fixture) confirmation(account, action string) ledger.Confirmation {
+func (f *fixture) confirmation(account string, action api.Action) ledger.Confirmation {
 	n := f.seq.Add(1)
 	c := ledger.Confirmation{
 		Ref:         ledger.NewConfirmationRef(),
@@ -144,7 +145,7 @@ func (f *fixture) confirmation(account, action string) ledger.Confirmation {
 }
 
 // depositFor deposits a cancel or cleanup confirmation bound to runID.
-func (f *fixture) depositFor(account, action, runID string) ledger.Confirmation {
+func (f *fixture) depositFor(account string, action api.Action, runID string) ledger.Confirmation {
 	f.t.Helper()
 	c := f.confirmation(account, action)
 	c.RunID = runID
@@ -156,7 +157,7 @@ func (f *fixture) depositFor(account, action, runID string) ledger.Confirmation 
 }
 
 // deposit deposits a fresh confirmation and returns it as stored.
-func (f *fixture) deposit(account, action string) ledger.Confirmation {
+func (f *fixture) deposit(account string, action api.Action) ledger.Confirmation {
 	f.t.Helper()
 	c := f.confirmation(account, action)
 	if err := f.s.DepositConfirmation(f.ctx, c); err != nil {
@@ -181,7 +182,7 @@ func admission(c ledger.Confirmation, key, request string) ledger.Admission {
 		ConfirmationRef: c.Ref,
 		ConfirmationJTI: c.JTI,
 		BundleRevision:  "rev-7",
-		State:           ledger.AdmissionAdmitted,
+		State:           api.StateAdmitted,
 		CreatedAt:       base.Add(2*time.Second + 5678*time.Microsecond),
 		EntitlementJTI:  "ent-jti-1",
 		CallerKeyID:     "caller-key-1",
@@ -196,13 +197,13 @@ func admission(c ledger.Confirmation, key, request string) ledger.Admission {
 		// byte for byte (any compact-JWS-shaped string will do here).
 		a.Ticket = "eyJhbGciOiJFZERTQSIsInR5cCI6Iml0by10aWNrZXQrand0In0.eyJqdGkiOiIx" + digest(key)[7:] + "." + strings.Repeat("A", 86)
 	case "train.cancel":
-		a.State, a.RunID = ledger.AdmissionCancelAdmitted, c.RunID
+		a.State, a.RunID = api.StateCancelAdmitted, c.RunID
 	case "train.cleanup":
-		a.State, a.RunID = ledger.AdmissionCleanupAdmitted, c.RunID
+		a.State, a.RunID = api.StateCleanupAdmitted, c.RunID
 	case "booking.release":
-		a.State, a.RunID = ledger.AdmissionReleaseAdmitted, ""
+		a.State, a.RunID = api.StateReleaseAdmitted, ""
 	case "train.restart":
-		a.State = ledger.AdmissionRestartAdmitted
+		a.State = api.StateRestartAdmitted
 	}
 	return a
 }
@@ -404,7 +405,7 @@ func testCommitNonCreateKeepsRunIndex(t *testing.T, f *fixture) {
 	create := f.commit(admission(f.deposit("acct_42", "train.create"), "create", "req-create"))
 
 	for _, action := range []string{"train.cancel", "train.cleanup"} {
-		a := admission(f.depositFor("acct_42", action, create.RunID), action, "req-"+action)
+		a := admission(f.depositFor("acct_42", api.Action(action), create.RunID), action, "req-"+action)
 		f.commit(a)
 		f.wantAdmission("acct_42", action, a)
 	}
@@ -498,7 +499,7 @@ func testConfirmationMismatch(t *testing.T, f *fixture) {
 	for name, mutate := range map[string]func(a *ledger.Admission){
 		"other account": func(a *ledger.Admission) { a.Account = "acct_43" },
 		"other action": func(a *ledger.Admission) {
-			a.Action, a.State = "train.cancel", ledger.AdmissionCancelAdmitted
+			a.Action, a.State = "train.cancel", api.StateCancelAdmitted
 			a.GPUs, a.BookedGPUs, a.LiveUntil = 0, 0, time.Time{}
 		},
 		"other jti": func(a *ledger.Admission) { a.ConfirmationJTI = "jti-other" },
@@ -528,7 +529,7 @@ func testCommitInvalid(t *testing.T, f *fixture) {
 		"unknown state":        func(a *ledger.Admission) { a.State = "allowed" },
 		"bad run id":           func(a *ledger.Admission) { a.RunID = "run_1" },
 		"zero created":         func(a *ledger.Admission) { a.CreatedAt = time.Time{} },
-		"cancel without run":   func(a *ledger.Admission) { a.State, a.RunID = ledger.AdmissionCancelAdmitted, "" },
+		"cancel without run":   func(a *ledger.Admission) { a.State, a.RunID = api.StateCancelAdmitted, "" },
 		"GPUs past 2^31-1":     func(a *ledger.Admission) { a.GPUs = ledger.MaxGPUs + 1 },
 		"booked past 2^31-1":   func(a *ledger.Admission) { a.BookedGPUs = 1 << 40 },
 	} {

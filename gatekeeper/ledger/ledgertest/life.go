@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 )
 
@@ -27,7 +28,7 @@ func (f *fixture) create(account, booking, key string, gpus, booked int) ledger.
 
 // lifecycle returns a cancel, cleanup or release admission of run on
 // booking at t, consuming a fresh confirmation bound to it.
-func (f *fixture) lifecycle(account, action, booking, runID, key string, t time.Time) ledger.Admission {
+func (f *fixture) lifecycle(account string, action api.Action, booking, runID, key string, t time.Time) ledger.Admission {
 	f.t.Helper()
 	c := f.confirmation(account, action)
 	c.BookingID, c.RunID = booking, runID
@@ -191,7 +192,7 @@ func testBindings(t *testing.T, f *fixture) {
 	create := f.create("acct_42", "bk_bind", "run", 8, 64)
 	f.commit(create)
 	for name, tc := range map[string]struct {
-		action string
+		action api.Action
 		mutate func(a *ledger.Admission)
 		want   error
 	}{

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 )
 
@@ -25,17 +26,17 @@ func (f *fixture) createWithStage(key, stage string) ledger.Admission {
 // a train.restart of run, with a deposited confirmation bound to it.
 func (f *fixture) runStep(run, key, from, to string) ledger.Admission {
 	f.t.Helper()
-	action := "train.stage.advance"
+	action := api.TrainStageAdvance
 	if from == "" {
-		action = "train.restart"
+		action = api.TrainRestart
 	}
 	a := f.lifecycle("acct_42", action, "bk_01", run, key, base.Add(3*time.Second))
 	a.RunID, a.ManifestDigest = run, ""
 	if from == "" {
-		a.State, a.CheckpointStep = ledger.AdmissionRestartAdmitted, 500
+		a.State, a.CheckpointStep = api.StateRestartAdmitted, 500
 		return a
 	}
-	a.State, a.FromStage, a.Stage = ledger.AdmissionStageAdvanced, from, to
+	a.State, a.FromStage, a.Stage = api.StateStageAdvanced, from, to
 	return a
 }
 
@@ -105,7 +106,7 @@ func testStageAdvanceUnknownRun(t *testing.T, f *fixture) {
 func testEndedRunNeitherAdvancesNorRestarts(t *testing.T, f *fixture) {
 	for _, end := range []string{"train.cancel", "train.cleanup"} {
 		create := f.createWithStage("create-"+end, "pretrain")
-		f.commit(f.lifecycle("acct_42", end, "bk_01", create.RunID, end, base.Add(3*time.Second)))
+		f.commit(f.lifecycle("acct_42", api.Action(end), "bk_01", create.RunID, end, base.Add(3*time.Second)))
 		for _, from := range []string{"pretrain", ""} {
 			a := f.runStep(create.RunID, "after-"+end+"-"+from, from, "sft")
 			_, _, err := f.s.Commit(f.ctx, a)
@@ -127,13 +128,13 @@ func testRestartRecordsStep(t *testing.T, f *fixture) {
 	// restart, a negative step, an advance that does not move: invalid.
 	for name, tweak := range map[string]func(*ledger.Admission){
 		"negative step":     func(a *ledger.Admission) { a.CheckpointStep = -1 },
-		"step on a cancel":  func(a *ledger.Admission) { a.State, a.CheckpointStep = ledger.AdmissionCancelAdmitted, 5 },
+		"step on a cancel":  func(a *ledger.Admission) { a.State, a.CheckpointStep = api.StateCancelAdmitted, 5 },
 		"from on a restart": func(a *ledger.Admission) { a.FromStage = "pretrain" },
 		"advance in place": func(a *ledger.Admission) {
-			a.State, a.CheckpointStep, a.FromStage, a.Stage = ledger.AdmissionStageAdvanced, 0, "sft", "sft"
+			a.State, a.CheckpointStep, a.FromStage, a.Stage = api.StateStageAdvanced, 0, "sft", "sft"
 		},
 		"advance without from": func(a *ledger.Admission) {
-			a.State, a.CheckpointStep, a.Stage = ledger.AdmissionStageAdvanced, 0, "sft"
+			a.State, a.CheckpointStep, a.Stage = api.StateStageAdvanced, 0, "sft"
 		},
 	} {
 		bad := f.runStep(create.RunID, "bad-"+name, "", "")

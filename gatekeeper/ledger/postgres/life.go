@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 )
 
@@ -43,6 +44,7 @@ func (s *Store) commitOnce(ctx context.Context, a ledger.Admission) (ledger.Admi
 	// the conditional write, whose snapshot is taken after the lock. The
 	// lock is held inside the server only, never across a round trip.
 	kinds, subjects := revocationArrays(a)
+	spec, _ := a.Action.Spec()
 	var liveUntil *time.Time
 	if !a.LiveUntil.IsZero() {
 		liveUntil = &a.LiveUntil
@@ -52,7 +54,7 @@ func (s *Store) commitOnce(ctx context.Context, a ledger.Admission) (ledger.Admi
 	b.Queue(s.q.commit, a.Account, a.IdempotencyKey, a.RequestDigest, a.DecisionID, a.RunID,
 		a.Action, a.BookingID, a.ManifestDigest, a.ConfirmationRef, a.ConfirmationJTI, a.BundleRevision,
 		string(a.State), a.CreatedAt, a.EntitlementJTI, a.CallerKeyID, a.CostMicroUSD, a.GPUs, a.BookedGPUs, liveUntil,
-		kinds, subjects, a.Ticket, a.Stage, a.FromStage, a.CheckpointStep)
+		kinds, subjects, a.Ticket, a.Stage, a.FromStage, a.CheckpointStep, spec.Effect.String(), spec.Stage)
 	br := conn.SendBatch(qctx, b)
 	var tag pgconn.CommandTag
 	_, err = br.Exec()
@@ -146,8 +148,8 @@ func (s *Store) explain(qctx, ctx context.Context, conn *pgxpool.Conn, a ledger.
 	if err := confirmationOutcome(c, a); err != nil {
 		return ledger.Admission{}, false, err
 	}
-	switch a.Action {
-	case "train.create":
+	switch a.Action.Effect() {
+	case api.EffectCreateRun:
 		runs, released, err := s.bookingRuns(qctx, conn, a.BookingID, a.CreatedAt)
 		if err != nil {
 			return ledger.Admission{}, false, s.fault(ctx, "commit", err)
@@ -155,11 +157,11 @@ func (s *Store) explain(qctx, ctx context.Context, conn *pgxpool.Conn, a ledger.
 		if err := ledger.CheckCapacity(runs, released, a); err != nil {
 			return ledger.Admission{}, false, err
 		}
-	case "train.cancel", "train.cleanup":
+	case api.EffectEndRun:
 		if runErr == nil && (run.BookingID != a.BookingID || run.Account != a.Account) {
 			return ledger.Admission{}, false, fmt.Errorf("ledger: commit: run of another booking or account: %w", ledger.ErrConfirmationMismatch)
 		}
-	case "train.stage.advance", "train.restart":
+	case api.EffectStepRun:
 		switch {
 		case errors.Is(runErr, pgx.ErrNoRows):
 			return ledger.Admission{}, false, fmt.Errorf("ledger: commit: run: %w", ledger.ErrNotFound)
@@ -296,7 +298,7 @@ func scanRun(row pgx.Row) (ledger.RunRecord, error) {
 		r.EndedAt = endedAt.UTC()
 	}
 	if endedBy != nil {
-		r.EndedBy = *endedBy
+		r.EndedBy = api.Action(*endedBy)
 	}
 	return r, nil
 }

@@ -43,6 +43,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 )
 
@@ -241,47 +242,49 @@ func newQueries(schema string) queries {
 		// See Commit. $1..$19 are the admission's columns in {acols} order,
 		// $20/$21 the (kind, subject) pairs that must not be revoked, $22
 		// the admission ticket, $23..$25 its stage, from_stage and
-		// checkpoint_step: an advance or restart needs its run live on the
-		// booking (an advance: in stage $24), and an advance moves the run
-		// to $23.
+		// checkpoint_step, $26 the action's effect (api.Effect: what the
+		// statement does is decided by the effect, never by an action's
+		// name) and $27 whether it moves the run's stage: a step needs its
+		// run live on the booking (one that moves the stage: in stage $24,
+		// and it moves the run to $23).
 		commit: r.Replace(`WITH consumed AS (
 				UPDATE {s}.confirmations c SET state = 'consumed', consumed_by = $2, consumed_at = $13
 				WHERE c.ref = $9 AND c.state = 'available' AND c.account = $1 AND c.action = $6 AND c.jti = $10
 					AND c.booking_id = $7
-					AND ($6 <> 'train.create' OR c.manifest_digest = $8)
-					AND ($6 NOT IN ('train.cancel', 'train.cleanup', 'train.stage.advance', 'train.restart') OR c.run_id = $5)
+					AND ($26 <> 'create_run' OR c.manifest_digest = $8)
+					AND ($26 NOT IN ('step_run', 'end_run') OR c.run_id = $5)
 					AND c.cost_micro_usd >= $16
 					AND NOT EXISTS (SELECT 1 FROM {s}.admissions WHERE account = $1 AND idempotency_key = $2)
 					AND NOT EXISTS (SELECT 1 FROM {s}.revocations r
 						JOIN unnest($20::text[], $21::text[]) AS x(kind, subject)
 						ON r.kind = x.kind AND r.subject = x.subject)
-					AND ($6 <> 'train.create' OR (
+					AND ($26 <> 'create_run' OR (
 						NOT EXISTS (SELECT 1 FROM {s}.bookings WHERE booking_id = $7)
 						AND (SELECT coalesce(sum(gpus), 0) FROM {s}.runs
 							WHERE booking_id = $7 AND ended_at IS NULL AND live_until > $13)
 						+ (SELECT coalesce(sum(gpus), 0) FROM {s}.runs
 							WHERE booking_id = $7 AND ended_at > $13 AND live_until > $13) + $17 <= $18))
-					AND ($6 NOT IN ('train.cancel', 'train.cleanup') OR NOT EXISTS (
+					AND ($26 <> 'end_run' OR NOT EXISTS (
 						SELECT 1 FROM {s}.runs WHERE run_id = $5 AND (account <> $1 OR booking_id <> $7)))
-					AND ($6 NOT IN ('train.stage.advance', 'train.restart') OR EXISTS (
+					AND ($26 <> 'step_run' OR EXISTS (
 						SELECT 1 FROM {s}.runs WHERE run_id = $5 AND account = $1 AND booking_id = $7
 							AND admitted_at <= $13 AND live_until > $13 AND (ended_at IS NULL OR ended_at > $13)
-							AND ($6 <> 'train.stage.advance' OR stage = $24)))
+							AND (NOT $27 OR stage = $24)))
 				RETURNING c.ref),
 			created AS (
 				INSERT INTO {s}.runs ({rcols})
-				SELECT $5, $1, $7, $8, $17, $18, $13, $19, NULL, NULL, $23 FROM consumed WHERE $6 = 'train.create'),
+				SELECT $5, $1, $7, $8, $17, $18, $13, $19, NULL, NULL, $23 FROM consumed WHERE $26 = 'create_run'),
 			staged AS (
 				UPDATE {s}.runs SET stage = $23
-				WHERE run_id = $5 AND $6 = 'train.stage.advance' AND EXISTS (SELECT 1 FROM consumed)),
+				WHERE run_id = $5 AND $27 AND EXISTS (SELECT 1 FROM consumed)),
 			ended AS (
 				UPDATE {s}.runs SET ended_at = $13, ended_by = $6
 				WHERE EXISTS (SELECT 1 FROM consumed) AND ended_at IS NULL AND live_until > $13
-					AND ((run_id = $5 AND $6 IN ('train.cancel', 'train.cleanup'))
-						OR (booking_id = $7 AND $6 = 'booking.release'))),
+					AND ((run_id = $5 AND $26 = 'end_run')
+						OR (booking_id = $7 AND $26 = 'release_booking'))),
 			released AS (
 				INSERT INTO {s}.bookings (booking_id, released_at, released_by)
-				SELECT $7, $13, $2 FROM consumed WHERE $6 = 'booking.release'
+				SELECT $7, $13, $2 FROM consumed WHERE $26 = 'release_booking'
 				ON CONFLICT (booking_id) DO NOTHING)
 			INSERT INTO {s}.admissions ({acols})
 			SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $22, $23, $24, $25
@@ -687,7 +690,7 @@ func scanAdmission(row pgx.Row) (ledger.Admission, error) {
 	if err != nil {
 		return ledger.Admission{}, err
 	}
-	a.State = ledger.AdmissionState(state)
+	a.State = api.AdmissionState(state)
 	a.CreatedAt = a.CreatedAt.UTC()
 	if liveUntil != nil {
 		a.LiveUntil = liveUntil.UTC()

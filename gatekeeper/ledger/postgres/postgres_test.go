@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 	"github.com/itocompute/itogate/gatekeeper/ledger/ledgertest"
 	"github.com/itocompute/itogate/gatekeeper/ledger/postgres/pgtest"
@@ -440,7 +441,7 @@ func admissionFor(c ledger.Confirmation, key string) ledger.Admission {
 	return ledger.Admission{
 		Account: c.Account, IdempotencyKey: key, RequestDigest: "sha256:" + hex.EncodeToString(sum[:]),
 		DecisionID: "dec_1", RunID: ledger.NewRunID(), Action: c.Action, BookingID: "bk_1",
-		ConfirmationRef: c.Ref, ConfirmationJTI: c.JTI, State: ledger.AdmissionAdmitted, CreatedAt: time.Now(),
+		ConfirmationRef: c.Ref, ConfirmationJTI: c.JTI, State: api.StateAdmitted, CreatedAt: time.Now(),
 		GPUs: 1, BookedGPUs: 1 << 20, LiveUntil: time.Now().Add(time.Hour),
 	}
 }

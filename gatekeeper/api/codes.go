@@ -1,0 +1,399 @@
+package api
+
+import (
+	"net/http"
+	"slices"
+)
+
+// Code is a stable error code: UPPER_SNAKE, never renamed or reused once
+// released. The codes Go produces are the constants below, each in the
+// registry with its one HTTP status; policy codes are the bundle's.
+type Code string
+
+// Level says how a code reaches the caller.
+type Level string
+
+const (
+	// LevelDeny: a policy rule that refuses (403 unless the precedence rule
+	// of DenyStatus says otherwise).
+	LevelDeny Level = "deny"
+	// LevelWarn: a policy advisory; never refuses.
+	LevelWarn Level = "warn"
+	// LevelError: a code Go produces before or after the policy.
+	LevelError Level = "error"
+)
+
+// Producer is who answers a code.
+type Producer string
+
+const (
+	// ProducedByServer: the HTTP API (POST/GET /v1/…), in error.code.
+	ProducedByServer Producer = "server"
+	// ProducedByWebhook: the Kubernetes webhook, leading status.message of
+	// its AdmissionReview response (or its plain HTTP error).
+	ProducedByWebhook Producer = "webhook"
+	// ProducedByClient: itogate train/status themselves, in the envelope
+	// they print for a refusal they make without an answer from itogate.
+	ProducedByClient Producer = "client"
+)
+
+// Entry is one code's registry entry.
+type Entry struct {
+	Code Code
+	// Gate is the policy gate, or for Go codes the pipeline step.
+	Gate  string
+	Level Level
+	// Status is the HTTP status of a response carrying the code; 0 for a
+	// client-side code (no HTTP answer exists).
+	Status int
+	// Producers answer the code.
+	Producers []Producer
+	Meaning   string
+	Fix       string
+}
+
+// Codes produced in Go, in pipeline order. Each is in Registry() with one
+// status; a test fails when a constant is missing there or produced nowhere.
+const (
+	// The request, before anything is verified.
+	CodeRequestTooLarge   Code = "REQUEST_TOO_LARGE"
+	CodeRequestTimeout    Code = "REQUEST_TIMEOUT"
+	CodeContentType       Code = "REQUEST_CONTENT_TYPE_UNSUPPORTED"
+	CodeRequestInvalid    Code = "REQUEST_INVALID"
+	CodeRouteNotFound     Code = "ROUTE_NOT_FOUND"
+	CodeMethodNotAllowed  Code = "METHOD_NOT_ALLOWED"
+	CodeNotReady          Code = "NOT_READY"
+	CodeOverloaded        Code = "ADMISSION_OVERLOADED"
+	CodeTicketsDisabled   Code = "TICKETS_DISABLED"
+	CodeAdmissionNotFound Code = "ADMISSION_NOT_FOUND"
+
+	// Bearer identities.
+	CodeCallerUnauthenticated  Code = "CALLER_UNAUTHENTICATED"
+	CodeCallerRevoked          Code = "CALLER_REVOKED"
+	CodeDepositorUnauthorized  Code = "DEPOSITOR_UNAUTHENTICATED"
+	CodeRevokerUnauthenticated Code = "REVOKER_UNAUTHENTICATED"
+	CodeRevokerUnauthorized    Code = "REVOKER_UNAUTHORIZED"
+	CodeRevocationRefNotFound  Code = "REVOCATION_REF_NOT_FOUND"
+
+	// The manifest, on the server and (path, file) in the CLI's safe reader.
+	CodeManifestRequired      Code = "MANIFEST_REQUIRED"
+	CodeManifestEncoding      Code = "MANIFEST_ENCODING_INVALID"
+	CodeManifestTooLarge      Code = "MANIFEST_TOO_LARGE"
+	CodeManifestSignature     Code = "MANIFEST_SIGNATURE_INVALID"
+	CodeManifestMalformed     Code = "MANIFEST_MALFORMED"
+	CodeManifestSchemaInvalid Code = "MANIFEST_SCHEMA_INVALID"
+	CodeManifestLimitExceeded Code = "MANIFEST_LIMIT_EXCEEDED"
+	CodeManifestPathInvalid   Code = "MANIFEST_PATH_INVALID"
+	CodeManifestNotFound      Code = "MANIFEST_NOT_FOUND"
+	CodeManifestPathSymlink   Code = "MANIFEST_PATH_SYMLINK"
+	CodeManifestNotRegular    Code = "MANIFEST_NOT_REGULAR"
+	CodeManifestPermissions   Code = "MANIFEST_PERMISSIONS"
+	CodeManifestOwner         Code = "MANIFEST_OWNER"
+	CodeManifestUnreadable    Code = "MANIFEST_UNREADABLE"
+
+	// Tokens.
+	CodeEntitlementInvalid    Code = "ENTITLEMENT_INVALID"
+	CodeEntitlementExpired    Code = "ENTITLEMENT_EXPIRED"
+	CodeEntitlementStale      Code = "ENTITLEMENT_STALE"
+	CodeEntitlementRevoked    Code = "ENTITLEMENT_REVOKED"
+	CodeConfirmationNotFound  Code = "CONFIRMATION_NOT_FOUND"
+	CodeConfirmationInvalid   Code = "CONFIRMATION_INVALID"
+	CodeConfirmationExpired   Code = "CONFIRMATION_EXPIRED"
+	CodeConfirmationDuplicate Code = "CONFIRMATION_DUPLICATE"
+	CodeConfirmationReplayed  Code = "CONFIRMATION_REPLAYED"
+	CodeConfirmationRevoked   Code = "CONFIRMATION_REVOKED"
+	CodeEvalReportInvalid     Code = "EVAL_REPORT_INVALID"
+
+	// The booking, the run and the ledger.
+	CodeBookingFactsInvalid           Code = "BOOKING_FACTS_INVALID"
+	CodeRunPastTerm                   Code = "BUDGET_RUN_PAST_TERM"
+	CodeConfirmationCostBelowEstimate Code = "CONFIRMATION_COST_BELOW_ESTIMATE"
+	CodeBookingCapacityExceeded       Code = "BOOKING_CAPACITY_EXCEEDED"
+	CodeBookingReleased               Code = "BOOKING_RELEASED"
+	CodeRunNotFound                   Code = "RUN_NOT_FOUND"
+	CodeRunNotLive                    Code = "RUN_NOT_LIVE"
+	CodeStageConflict                 Code = "RUN_STAGE_CONFLICT"
+	CodeIdempotencyConflict           Code = "IDEMPOTENCY_KEY_CONFLICT"
+	CodeLedgerUnavailable             Code = "LEDGER_UNAVAILABLE"
+
+	// The policy.
+	CodePolicyNotReady         Code = "POLICY_NOT_READY"
+	CodePolicyBundleStale      Code = "POLICY_BUNDLE_STALE"
+	CodePolicyEvaluationFailed Code = "POLICY_EVALUATION_FAILED"
+	CodePolicyTimeout          Code = "POLICY_TIMEOUT"
+	CodePolicyDecisionInvalid  Code = "POLICY_DECISION_INVALID"
+
+	// Tickets and the workload boundary.
+	CodeTicketUnavailable    Code = "TICKET_UNAVAILABLE"
+	CodeReviewInvalid        Code = "WORKLOAD_REVIEW_INVALID"
+	CodeWorkloadTicketBound  Code = "WORKLOAD_TICKET_BOUND"
+	CodeWorkloadOwnerUnbound Code = "WORKLOAD_OWNER_UNBOUND"
+	CodeWorkloadRunNotFound  Code = "WORKLOAD_RUN_NOT_FOUND"
+
+	// The client's own refusals (itogate train, itogate status).
+	CodeClientInput     Code = "CLIENT_INPUT_INVALID"
+	CodeClientTransport Code = "CLIENT_TRANSPORT_FAILED"
+	CodeClientTimeout   Code = "CLIENT_TIMEOUT"
+	CodeClientResponse  Code = "CLIENT_RESPONSE_INVALID"
+
+	CodeInternal Code = "INTERNAL_ERROR"
+)
+
+// StatusOf is the HTTP status a response carrying code answers: the
+// registry's, or 403 for a code only the policy produces (a policy deny).
+// It is the one place a status is chosen for a code.
+func StatusOf(code Code) int {
+	if e, ok := registryIndex[code]; ok && e.Status != 0 {
+		return e.Status
+	}
+	return http.StatusForbidden
+}
+
+// Lookup returns the registry entry of a Go-produced code.
+func Lookup(code Code) (Entry, bool) {
+	e, ok := registryIndex[code]
+	return e, ok
+}
+
+// Registry returns every code Go produces, in pipeline order.
+func Registry() []Entry {
+	out := make([]Entry, len(registry))
+	for i, e := range registry {
+		e.Producers = slices.Clone(e.Producers)
+		out[i] = e
+	}
+	return out
+}
+
+// Lead picks the code that leads a deny with several violations, written
+// once: a key bound to another request (IDEMPOTENCY_KEY_CONFLICT, 409)
+// leads, else the first violation (403). Every violation stays listed; the
+// answer's status is StatusOf(Lead(...)). ok is false for no violations.
+func Lead(violations []Finding) (lead Finding, ok bool) {
+	if len(violations) == 0 {
+		return Finding{}, false
+	}
+	for _, v := range violations {
+		if v.Code == CodeIdempotencyConflict {
+			return v, true
+		}
+	}
+	return violations[0], true
+}
+
+var registryIndex = func() map[Code]Entry {
+	m := make(map[Code]Entry, len(registry))
+	for _, e := range registry {
+		if _, dup := m[e.Code]; dup {
+			panic("api: code registered twice: " + string(e.Code))
+		}
+		m[e.Code] = e
+	}
+	return m
+}()
+
+var (
+	server        = []Producer{ProducedByServer}
+	webhook       = []Producer{ProducedByWebhook}
+	client        = []Producer{ProducedByClient}
+	serverWebhook = []Producer{ProducedByServer, ProducedByWebhook}
+)
+
+func entry(code Code, step string, status int, by []Producer, meaning, fix string) Entry {
+	return Entry{Code: code, Gate: step, Level: LevelError, Status: status, Producers: by, Meaning: meaning, Fix: fix}
+}
+
+// registry is the one list of Go-produced codes, in pipeline order.
+var registry = []Entry{
+	entry(CodeRequestTooLarge, "request", http.StatusRequestEntityTooLarge, serverWebhook,
+		"The request body exceeds limits.max_body_bytes (the webhook: its AdmissionReview size cap).",
+		"Send a manifest of at most 1 MiB."),
+	entry(CodeRequestTimeout, "request", http.StatusRequestTimeout, server,
+		"The request body did not arrive within limits.request_timeout.",
+		"Send the whole body promptly; check the network path to itogate, then retry with the same idempotency key."),
+	entry(CodeContentType, "request", http.StatusUnsupportedMediaType, serverWebhook,
+		"Content-Type is not application/json, or the body is compressed.",
+		"Send application/json (UTF-8), uncompressed."),
+	entry(CodeRequestInvalid, "request", http.StatusBadRequest, server,
+		"The body is not one strict JSON object of the documented fields (duplicate or case-variant keys, unknown fields, wrong types, bad ids).",
+		"Fix the named field."),
+	entry(CodeRouteNotFound, "request", http.StatusNotFound, server,
+		"No route has this path.", "Check the path against the API (README)."),
+	entry(CodeMethodNotAllowed, "request", http.StatusMethodNotAllowed, serverWebhook,
+		"The route exists but not for this method (the webhook takes POST only).",
+		"Use the method the API names for the route."),
+	entry(CodeNotReady, "server", http.StatusServiceUnavailable, server,
+		"GET /readyz: no verified policy bundle is active, or the ledger does not answer; the message says which.",
+		"Check the bundle configuration and the ledger; /readyz turns ready by itself."),
+	entry(CodeOverloaded, "server", http.StatusServiceUnavailable, server,
+		"Every policy evaluation slot was busy and the wait queue full, or the wait for a slot exceeded limits.max_queue_wait (limits.max_concurrent_evaluations). Nothing was evaluated, consumed or written.",
+		"Retry after the Retry-After header with the same idempotency key; add replicas if it persists."),
+	entry(CodeTicketsDisabled, "ticket", http.StatusNotFound, server,
+		"GET /v1/tickets/jwks on an itogate without a tickets section: it signs no tickets.",
+		"Configure tickets (docs/tickets.md)."),
+	entry(CodeAdmissionNotFound, "status", http.StatusNotFound, server,
+		"No admission under this key for this account: nothing was admitted.",
+		"Retry the admission with the same key."),
+
+	entry(CodeCallerUnauthenticated, "caller", http.StatusUnauthorized, server,
+		"No bearer token, or it does not verify with the callers' key set, issuer and audience.",
+		"Send a current token from the configured identity provider."),
+	entry(CodeCallerRevoked, "caller", http.StatusUnauthorized, server,
+		"The caller's key id was withdrawn from trust by a revocation (kind caller_key), before its tokens expire.",
+		"Get a token signed by a key still in trust; a revoked credential is never retried."),
+	entry(CodeDepositorUnauthorized, "deposit", http.StatusUnauthorized, server,
+		"The confirmation authority's bearer token does not verify with the depositors' key set.",
+		"Deposit with the authority's own identity; caller tokens are refused."),
+	entry(CodeRevokerUnauthenticated, "revocation", http.StatusUnauthorized, server,
+		"POST /v1/revocations without a bearer token that verifies with trust.revokers (the entitlement issuer's revocation identity), or no revoker identity is configured.",
+		"Revoke with the revoker identity; caller and depositor tokens are refused."),
+	entry(CodeRevokerUnauthorized, "revocation", http.StatusForbidden, server,
+		"The identity may not revoke this kind: confirmations are revoked by the confirmation authority (POST /v1/confirmations/revocations), entitlements, bookings and caller keys by the revoker identity (POST /v1/revocations).",
+		"Revoke with the identity the kind requires."),
+	entry(CodeRevocationRefNotFound, "revocation", http.StatusNotFound, server,
+		"POST /v1/confirmations/revocations names a ref under which no confirmation is deposited.",
+		"Revoke by the ref the deposit returned, or by the token's jti (also before it is deposited)."),
+
+	entry(CodeManifestRequired, "manifest", http.StatusBadRequest, server,
+		"train.create or train.stage.advance without manifest bytes.", "Send the manifest, base64-encoded."),
+	entry(CodeManifestEncoding, "manifest", http.StatusBadRequest, server,
+		"The manifest field is not standard base64.", "Encode the exact bytes with RFC 4648 §4 base64."),
+	entry(CodeManifestTooLarge, "manifest", http.StatusRequestEntityTooLarge, []Producer{ProducedByServer, ProducedByClient},
+		"The manifest is larger than 1 MiB (the CLI refuses it before sending; so does every file the CLI reads past its limit).",
+		"Move bulky parts (data lists) behind references."),
+	entry(CodeManifestSignature, "manifest", http.StatusForbidden, server,
+		"The detached signature does not verify over the exact manifest bytes with any pinned signer key.",
+		"Re-sign the bytes you send (itogate sign or cosign sign-blob --key)."),
+	entry(CodeManifestMalformed, "manifest", http.StatusBadRequest, server,
+		"The manifest is not strict JSON (duplicate or case-variant keys, invalid UTF-8, deep nesting, trailing data).",
+		"Fix the JSON at the named path."),
+	entry(CodeManifestSchemaInvalid, "manifest", http.StatusBadRequest, server,
+		"The manifest does not match schemas/manifest.v1.json.", "Fix the fields named in the message."),
+	entry(CodeManifestLimitExceeded, "manifest", http.StatusBadRequest, server,
+		"A list or string in the manifest is longer than the schema allows (at most 64 datasets, URIs of at most 512 characters; see schemas/manifest.v1.json). The bounds keep every accepted manifest decidable within the policy deadline.",
+		"Split the run's data into fewer, larger datasets or shorten the named field; a retry of the same manifest fails the same way."),
+	entry(CodeManifestPathInvalid, "file", 0, client,
+		"The CLI's safe file reader refused the path by its form: empty, a NUL byte, or one that names a directory (trailing slash, final . or ..).",
+		"Name the file itself."),
+	entry(CodeManifestNotFound, "file", 0, client,
+		"A component of the path does not exist or is not a directory.", "Check the path."),
+	entry(CodeManifestPathSymlink, "file", 0, client,
+		"A component of the path, the last included, is a symbolic link; the CLI follows none.",
+		"Name the real file (realpath), not a link to it."),
+	entry(CodeManifestNotRegular, "file", 0, client,
+		"The file is a directory, FIFO, socket or device: the CLI refuses it at once instead of blocking on it.",
+		"Name a regular file."),
+	entry(CodeManifestPermissions, "file", 0, client,
+		"The file is group- or world-writable, or a directory on the path is world-writable without the sticky bit: another user could change it between the check and the use.",
+		"chmod go-w the file (and the directory)."),
+	entry(CodeManifestOwner, "file", 0, client,
+		"The file is owned by neither you nor root.", "Copy it to a file you own."),
+	entry(CodeManifestUnreadable, "file", 0, client,
+		"Any other failure to open, stat or read the file (permission denied, I/O error, unsupported platform).", "Check the file's permissions."),
+
+	entry(CodeEntitlementInvalid, "entitlement", http.StatusForbidden, server,
+		"The entitlement token does not verify (key, algorithm, type, issuer, audience, claims).",
+		"Fetch a fresh entitlement from the canonical backend."),
+	entry(CodeEntitlementExpired, "entitlement", http.StatusForbidden, server,
+		"The entitlement token's exp has passed (also checked by policy).", "Fetch a fresh entitlement."),
+	entry(CodeEntitlementStale, "entitlement", http.StatusForbidden, server,
+		"Answered by Go for an entitlement issued further in the future than the clock leeway (the policy's freshness code, same boundary).",
+		"Check the issuer's and itogate's clocks; fetch a fresh entitlement."),
+	entry(CodeEntitlementRevoked, "entitlement", http.StatusForbidden, server,
+		"The entitlement issuer revoked this entitlement (by jti) or every entitlement of the booking; train.create is refused at admission and commit, teardown stays admissible.",
+		"Fetch a new entitlement; a revoked booking admits no new run."),
+	entry(CodeConfirmationNotFound, "confirmation", http.StatusForbidden, server,
+		"No confirmation is deposited under the reference.",
+		"Have the confirmation authority deposit it; use the ref it returns."),
+	entry(CodeConfirmationInvalid, "confirmation", http.StatusForbidden, server,
+		"The confirmation token does not verify (at deposit or at use), or the record disagrees with it.",
+		"Ask the confirmation authority for a new confirmation."),
+	entry(CodeConfirmationExpired, "confirmation", http.StatusForbidden, server,
+		"The confirmation token has expired (also checked by policy).", "Ask for a new confirmation."),
+	entry(CodeConfirmationDuplicate, "deposit", http.StatusConflict, server,
+		"A confirmation with this jti was deposited before.", "Mint a new confirmation; a token is deposited once."),
+	entry(CodeConfirmationReplayed, "confirmation", http.StatusForbidden, server,
+		"The confirmation was already consumed by another admission (also a policy code).",
+		"Each run needs its own confirmation."),
+	entry(CodeConfirmationRevoked, "confirmation", http.StatusForbidden, server,
+		"The confirmation authority revoked this confirmation (by ref or jti) before use; checked at deposit, admission and commit, answered alike at each.",
+		"Ask the confirmation authority for a new confirmation."),
+	entry(CodeEvalReportInvalid, "evals", http.StatusForbidden, server,
+		"An eval-authority token (eval report, ladder decision) does not verify with trust.evals (signature, issuer, audience, typ ito-eval+jwt, expiry), or no eval authority is configured.",
+		"Send the token exactly as the eval authority signed it, before it expires; configure trust.evals."),
+
+	entry(CodeBookingFactsInvalid, "booking", http.StatusForbidden, server,
+		"Go could not compute the run's GPUs, hours or price from the manifest and entitlement (whatever the bundle decided).",
+		"Fix hardware, budget.max_wall_clock_hours and the entitlement's gpu, term and price."),
+	entry(CodeRunPastTerm, "booking", http.StatusForbidden, server,
+		"Go's own term check (also a policy code): the run's declared wall-clock end is after the booking term.",
+		"Lower max_wall_clock_hours or extend the booking."),
+	entry(CodeConfirmationCostBelowEstimate, "ledger", http.StatusForbidden, server,
+		"The ledger refused to consume a confirmation whose cost_usd is below the run's estimated cost (also a policy code).",
+		"Get a confirmation for at least the estimated cost."),
+	entry(CodeBookingCapacityExceeded, "ledger", http.StatusForbidden, server,
+		"Decided again in the commit transaction (also a policy code): the booking's live runs plus this run would hold more GPUs than booked. The message names the account's own live runs.",
+		"Cancel or clean up a named run, or wait until one ends."),
+	entry(CodeBookingReleased, "ledger", http.StatusForbidden, server,
+		"The booking was released by a booking.release admission (also a policy code).", "Book again."),
+	entry(CodeRunNotFound, "lifecycle", http.StatusForbidden, server,
+		"train.cancel/cleanup/stage.advance/restart names a run this account was not admitted for on this booking.",
+		"Use the run_id of your own admission."),
+	entry(CodeRunNotLive, "lifecycle", http.StatusForbidden, server,
+		"The ledger found the run cancelled or cleaned up when a stage advance or restart committed (also a policy code). Nothing was written.",
+		"Create a new run."),
+	entry(CodeStageConflict, "lifecycle", http.StatusConflict, server,
+		"The run left the stage this train.stage.advance leaves before it committed (another advance won). Nothing was written; the confirmation stays usable.",
+		"Read the run's stage and advance from there with a new eval report."),
+	entry(CodeIdempotencyConflict, "idempotency", http.StatusConflict, server,
+		"The idempotency key is bound to a different request (also a policy code); it leads a deny with several violations.",
+		"Use a new key for a new request; query status before retrying."),
+	entry(CodeLedgerUnavailable, "ledger", http.StatusServiceUnavailable, serverWebhook,
+		"The ledger could not be read or written; denied. Before the commit nothing was written; a fault during the commit leaves the outcome unknown (the message says so): query status first.",
+		"Retry later; query status first."),
+
+	entry(CodePolicyNotReady, "policy", http.StatusServiceUnavailable, serverWebhook,
+		"No verified policy bundle is active.", "Check the bundle configuration and /readyz."),
+	entry(CodePolicyBundleStale, "policy", http.StatusServiceUnavailable, serverWebhook,
+		"The active policy bundle is older than policy.bundle.max_age (counted from the built_at signed into its .manifest); it is no longer enforced and /readyz fails.",
+		"Publish a newly built and signed bundle (make bundle); see bundles/README.md."),
+	entry(CodePolicyEvaluationFailed, "policy", http.StatusServiceUnavailable, serverWebhook,
+		"The policy raised an error.", "Check the bundle; the decision log has the decision id."),
+	entry(CodePolicyTimeout, "policy", http.StatusServiceUnavailable, serverWebhook,
+		"The evaluation exceeded policy.deadline.", "Check the bundle for expensive rules."),
+	entry(CodePolicyDecisionInvalid, "policy", http.StatusServiceUnavailable, serverWebhook,
+		"The decision is undefined or not {allow: bool, violations: [...]}, or allow disagrees with violations.",
+		"Fix the bundle's data.ito.admission.decision."),
+
+	entry(CodeTicketUnavailable, "ticket", http.StatusServiceUnavailable, server,
+		"The policy allowed the train.create but its admission ticket could not be signed (tickets.signing_key); denied, nothing was consumed or written.",
+		"Check the ticket key and the log (decision id); retry with the same idempotency key."),
+	entry(CodeReviewInvalid, "workload", http.StatusBadRequest, webhook,
+		"The Kubernetes webhook received something other than one admission.k8s.io/v1 AdmissionReview with a request, or an operation other than CREATE/UPDATE; the apiserver applies failurePolicy: Fail and refuses the object.",
+		"Check the ValidatingWebhookConfiguration (deploy/kubernetes): admissionReviewVersions [v1], operations CREATE and UPDATE."),
+	entry(CodeWorkloadTicketBound, "workload", http.StatusForbidden, webhook,
+		"The ledger refused the bind (also a policy code): the ticket already created another workload.",
+		"Admit a new run for a second workload."),
+	entry(CodeWorkloadOwnerUnbound, "workload", http.StatusForbidden, webhook,
+		"The ledger refused the bind (also a policy code): the object's controller is not the workload this ticket created.",
+		"Create the workload from its own ticket."),
+	entry(CodeWorkloadRunNotFound, "workload", http.StatusForbidden, webhook,
+		"The ledger has no run for the ticket at bind time (also a policy code).",
+		"Use the ticket of an admitted run."),
+
+	entry(CodeClientInput, "client", 0, client,
+		"itogate train or status refused a flag or file before sending anything.",
+		"Fix the named flag."),
+	entry(CodeClientTransport, "client", 0, client,
+		"No answer from itogate: the connection failed or broke, and the status lookup gave no definite answer.",
+		"Ask itogate status with the same key, then retry."),
+	entry(CodeClientTimeout, "client", 0, client,
+		"--timeout passed before a definite answer.",
+		"Ask itogate status with the same key, then retry."),
+	entry(CodeClientResponse, "client", 0, client,
+		"itogate answered with something that is not an envelope (a proxy's error page, a truncated body).",
+		"Check --server and the path to itogate."),
+
+	entry(CodeInternal, "server", http.StatusInternalServerError, serverWebhook,
+		"An unexpected fault (a recovered panic, an unusable schema); denied.", "Report it with the request id."),
+}

@@ -185,7 +185,7 @@ func TestCLIHostileManifestPaths(t *testing.T) {
 	cases := []struct {
 		name, path string
 		code       api.Code
-		needChown        bool
+		needChown  bool
 	}{
 		{"symlink as the file", filepath.Join(dir, "link.json"), api.CodeManifestPathSymlink, false},
 		{"relative in-tree symlink as the file", filepath.Join(dir, "rel-link.json"), api.CodeManifestPathSymlink, false},

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/itocompute/itogate/gatekeeper/admission"
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/policy"
@@ -45,26 +46,26 @@ type admitCase struct {
 	// e.decider (an allowing fake otherwise).
 	setup      func(t *testing.T, e *env) admission.Request
 	status     int
-	code       string
-	violations []string // codes, in order
-	decision   string   // data.decision; "" when the outcome has no data
-	state      string   // data.state
+	code       api.Code
+	violations []api.Code         // codes, in order
+	decision   string             // data.decision; "" when the outcome has no data
+	state      api.AdmissionState // data.state
 	effect     effect
 	check      func(t *testing.T, e *env, req admission.Request, out admission.Outcome)
 }
 
 func validCreate(t *testing.T, e *env) admission.Request {
-	ref := e.confirm(t, "cnf-1", admission.ActionTrainCreate, "", costOK)
+	ref := e.confirm(t, "cnf-1", api.TrainCreate, "", costOK)
 	return e.createReq("key-1", ref, e.entitlement("ent-1", nil))
 }
 
 // onRun admits a run and returns a request for action on it with its own
 // confirmation (bound to the run; booking.release binds none).
-func onRun(action string) func(t *testing.T, e *env) admission.Request {
+func onRun(action api.Action) func(t *testing.T, e *env) admission.Request {
 	return func(t *testing.T, e *env) admission.Request {
 		runID := e.admitRun(t)
 		bound := runID
-		if action == admission.ActionBookingRelease {
+		if action == api.BookingRelease {
 			runID, bound = "", ""
 		}
 		ref := e.confirm(t, "cnf-1", action, bound, "0")
@@ -107,29 +108,29 @@ func verifyErr(p verify.Purpose, k verify.Kind) error {
 
 func admitCases() []admitCase {
 	const (
-		create  = admission.ActionTrainCreate
-		cancel  = admission.ActionTrainCancel
-		cleanup = admission.ActionTrainCleanup
-		release = admission.ActionBookingRelease
-		advance = admission.ActionTrainStageAdvance
-		restart = admission.ActionTrainRestart
+		create  = api.TrainCreate
+		cancel  = api.TrainCancel
+		cleanup = api.TrainCleanup
+		release = api.BookingRelease
+		advance = api.TrainStageAdvance
+		restart = api.TrainRestart
 	)
 	shape := func(name string, edit func(*env, *admission.Request)) admitCase {
 		return admitCase{name: "request/" + name, setup: with(validCreate, edit),
-			status: 400, code: admission.CodeRequestInvalid, check: decidedNot}
+			status: 400, code: api.CodeRequestInvalid, check: decidedNot}
 	}
-	shapeOn := func(name, action string, edit func(*env, *admission.Request)) admitCase {
+	shapeOn := func(name string, action api.Action, edit func(*env, *admission.Request)) admitCase {
 		return admitCase{name: "request/" + name, setup: with(onRun(action), edit),
-			status: 400, code: admission.CodeRequestInvalid, check: decidedNot}
+			status: 400, code: api.CodeRequestInvalid, check: decidedNot}
 	}
-	entDenied := func(name string, err error, code string) admitCase {
+	entDenied := func(name string, err error, code api.Code) admitCase {
 		return admitCase{name: "entitlement/" + name, setup: with(validCreate, func(e *env, r *admission.Request) {
 			r.EntitlementToken = e.entitlementErr(name, err)
-		}), status: 403, code: code, check: decidedNot}
+		}), status: api.StatusOf(code), code: code, check: decidedNot}
 	}
 	// confAtUse deposits a valid create confirmation, then makes its
 	// stored token verify with err (a key rotated, the clock moved on).
-	confAtUse := func(name string, err error, code string) admitCase {
+	confAtUse := func(name string, err error, code api.Code) admitCase {
 		return admitCase{name: "confirmation/" + name, setup: func(t *testing.T, e *env) admission.Request {
 			req := validCreate(t, e)
 			e.confs.tokens["cnf.cnf-1"] = tokenAnswer{err: err}
@@ -226,7 +227,7 @@ func admitCases() []admitCase {
 		shape("stage on train.create", func(_ *env, r *admission.Request) { r.Stage = "midtrain" }),
 		shape("checkpoint_step on train.create", func(_ *env, r *admission.Request) { r.CheckpointStep = 1 }),
 		shape("too many eval reports", func(_ *env, r *admission.Request) {
-			r.EvalReports = make([]string, admission.MaxEvalReports+1)
+			r.EvalReports = make([]string, api.MaxEvalReports+1)
 			for i := range r.EvalReports {
 				r.EvalReports[i] = "eval"
 			}
@@ -248,48 +249,50 @@ func admitCases() []admitCase {
 		shapeOn("negative checkpoint_step on train.restart", restart, func(_ *env, r *admission.Request) { r.CheckpointStep = -1 }),
 		{name: "request/no manifest on train.create", setup: with(validCreate, func(_ *env, r *admission.Request) {
 			r.Manifest = nil
-		}), status: 400, code: admission.CodeManifestRequired, check: decidedNot},
+		}), status: 400, code: api.CodeManifestRequired, check: decidedNot},
 		{name: "request/manifest too large", setup: with(validCreate, func(_ *env, r *admission.Request) {
 			r.Manifest = make([]byte, manifest.MaxBytes+1)
-		}), status: 413, code: manifest.CodeTooLarge, check: decidedNot},
+		}), status: 413, code: api.CodeManifestTooLarge, check: decidedNot},
 
 		// Manifest: signature over the exact bytes, then the schema.
 		{name: "manifest/signature invalid", setup: with(validCreate, func(_ *env, r *admission.Request) {
 			r.ManifestSignature = "sig-forged"
-		}), status: 403, code: admission.CodeManifestSignature, check: decidedNot},
+		}), status: 403, code: api.CodeManifestSignature, check: decidedNot},
 		{name: "manifest/signed but not JSON", setup: func(t *testing.T, e *env) admission.Request {
 			req := validCreate(t, e)
 			req.Manifest = []byte("{not json")
 			return req
-		}, status: 400, code: manifest.CodeMalformed, check: decidedNot},
+		}, status: 400, code: api.CodeManifestMalformed, check: decidedNot},
 		{name: "manifest/signed but off schema", setup: func(t *testing.T, e *env) admission.Request {
 			req := validCreate(t, e)
 			req.Manifest = []byte(`{"schema":"ito.training/v1"}`)
 			return req
-		}, status: 400, code: manifest.CodeSchemaInvalid, check: decidedNot},
+		}, status: 400, code: api.CodeManifestSchemaInvalid, check: decidedNot},
 
 		// Entitlement.
-		entDenied("invalid", verifyErr(verify.PurposeEntitlement, verify.KindSignature), admission.CodeEntitlementInvalid),
-		entDenied("unknown key", verifyErr(verify.PurposeEntitlement, verify.KindUnknownKey), admission.CodeEntitlementInvalid),
-		entDenied("expired", verifyErr(verify.PurposeEntitlement, verify.KindExpired), admission.CodeEntitlementExpired),
-		entDenied("issued in future", verifyErr(verify.PurposeEntitlement, verify.KindIssuedInFuture), admission.CodeEntitlementStale),
+		entDenied("invalid", verifyErr(verify.PurposeEntitlement, verify.KindSignature), api.CodeEntitlementInvalid),
+		entDenied("unknown key", verifyErr(verify.PurposeEntitlement, verify.KindUnknownKey), api.CodeEntitlementInvalid),
+		entDenied("expired", verifyErr(verify.PurposeEntitlement, verify.KindExpired), api.CodeEntitlementExpired),
+		entDenied("issued in future", verifyErr(verify.PurposeEntitlement, verify.KindIssuedInFuture), api.CodeEntitlementStale),
 		// A verifier error that is not a *verify.Error maps to
 		// INTERNAL_ERROR, yet keeps the deny's 403 (docs/codes.md lists
 		// INTERNAL_ERROR as 500). The real verifiers only return
 		// *verify.Error.
-		entDenied("not a verify.Error", errors.New("boom"), admission.CodeInternal),
+		// An unexpected verifier fault: 500 INTERNAL_ERROR (a 403 before
+		// the registry gave each code one status).
+		entDenied("not a verify.Error", errors.New("boom"), api.CodeInternal),
 		{name: "entitlement/jti the ledger cannot hold", setup: func(t *testing.T, e *env) admission.Request {
 			req := validCreate(t, e)
 			req.EntitlementToken = e.entitlement("ent-nul", func(m map[string]any) { m["jti"] = "bad\x00jti" })
 			return req
-		}, status: 403, code: admission.CodeEntitlementInvalid, check: decidedNot},
+		}, status: 403, code: api.CodeEntitlementInvalid, check: decidedNot},
 
 		// Confirmation, resolved by reference and verified again at use.
 		{name: "confirmation/not found", setup: func(t *testing.T, e *env) admission.Request {
 			return e.createReq("key-1", ledger.NewConfirmationRef(), e.entitlement("ent-1", nil))
-		}, status: 403, code: admission.CodeConfirmationNotFound, check: decidedNot},
-		confAtUse("expired at use", verifyErr(verify.PurposeConfirmation, verify.KindExpired), admission.CodeConfirmationExpired),
-		confAtUse("invalid at use", verifyErr(verify.PurposeConfirmation, verify.KindSignature), admission.CodeConfirmationInvalid),
+		}, status: 403, code: api.CodeConfirmationNotFound, check: decidedNot},
+		confAtUse("expired at use", verifyErr(verify.PurposeConfirmation, verify.KindExpired), api.CodeConfirmationExpired),
+		confAtUse("invalid at use", verifyErr(verify.PurposeConfirmation, verify.KindSignature), api.CodeConfirmationInvalid),
 		{name: "confirmation/swept unused", setup: func(t *testing.T, e *env) admission.Request {
 			ref := e.deposit(t, e.confirmation("cnf-1", create, "", costOK, func(m map[string]any) {
 				m["exp"] = now.Add(-time.Hour).Unix()
@@ -298,7 +301,7 @@ func admitCases() []admitCase {
 				t.Fatal(err)
 			}
 			return e.createReq("key-1", ref, e.entitlement("ent-1", nil))
-		}, status: 403, code: admission.CodeConfirmationExpired, check: decidedNot},
+		}, status: 403, code: api.CodeConfirmationExpired, check: decidedNot},
 		{name: "confirmation/swept after use", setup: func(t *testing.T, e *env) admission.Request {
 			ref := e.deposit(t, e.confirmation("cnf-1", create, "", costOK, func(m map[string]any) {
 				m["exp"] = now.Add(-time.Hour).Unix()
@@ -308,13 +311,13 @@ func admitCases() []admitCase {
 				t.Fatal(err)
 			}
 			return e.createReq("key-1", ref, e.entitlement("ent-1", nil))
-		}, status: 403, code: admission.CodeConfirmationReplayed, check: decidedNot},
+		}, status: 403, code: api.CodeConfirmationReplayed, check: decidedNot},
 		{name: "confirmation/replayed, policy denies it", setup: func(t *testing.T, e *env) admission.Request {
 			ref := e.confirm(t, "cnf-1", create, "", costOK)
 			e.mustAdmit(t, caller, e.createReq("key-0", ref, e.entitlement("ent-0", nil)))
-			e.decider = deny(admission.CodeConfirmationReplayed)
+			e.decider = deny(api.CodeConfirmationReplayed)
 			return e.createReq("key-1", ref, e.entitlement("ent-1", nil))
-		}, status: 403, code: admission.CodeConfirmationReplayed, violations: []string{admission.CodeConfirmationReplayed},
+		}, status: 403, code: api.CodeConfirmationReplayed, violations: []api.Code{api.CodeConfirmationReplayed},
 			decision: "deny", state: "denied",
 			check: func(t *testing.T, e *env, _ admission.Request, _ admission.Outcome) {
 				if got := input(policyInput(t, e), "ledger", "confirmation_consumed"); got != true {
@@ -325,38 +328,38 @@ func admitCases() []admitCase {
 			ref := e.confirm(t, "cnf-1", create, "", costOK)
 			e.mustAdmit(t, caller, e.createReq("key-0", ref, e.entitlement("ent-0", nil)))
 			return e.createReq("key-1", ref, e.entitlement("ent-1", nil))
-		}, status: 403, code: admission.CodeConfirmationReplayed, violations: []string{admission.CodeConfirmationReplayed},
+		}, status: 403, code: api.CodeConfirmationReplayed, violations: []api.Code{api.CodeConfirmationReplayed},
 			decision: "deny", state: "denied"},
 		{name: "confirmation/revoked", setup: func(t *testing.T, e *env) admission.Request {
 			req := validCreate(t, e)
 			e.revoke(t, ledger.RevokeConfirmation, "cnf-1")
 			return req
-		}, status: 403, code: admission.CodeConfirmationRevoked, violations: []string{admission.CodeConfirmationRevoked},
+		}, status: 403, code: api.CodeConfirmationRevoked, violations: []api.Code{api.CodeConfirmationRevoked},
 			check: decidedNot},
 		{name: "confirmation/bound to another booking", setup: func(t *testing.T, e *env) admission.Request {
 			ref := e.deposit(t, e.confirmation("cnf-1", create, "", costOK, func(m map[string]any) {
 				m["booking_id"] = "bk_other"
 			}))
 			return e.createReq("key-1", ref, e.entitlement("ent-1", nil))
-		}, status: 403, code: admission.CodeConfirmationInvalid, decision: "deny", state: "denied"},
+		}, status: 403, code: api.CodeConfirmationInvalid, decision: "deny", state: "denied"},
 		{name: "confirmation/bound to another manifest", setup: func(t *testing.T, e *env) admission.Request {
 			ref := e.deposit(t, e.confirmation("cnf-1", create, "", costOK, func(m map[string]any) {
 				m["manifest_digest"] = "sha256:" + strings.Repeat("0", 64)
 			}))
 			return e.createReq("key-1", ref, e.entitlement("ent-1", nil))
-		}, status: 403, code: admission.CodeConfirmationInvalid, decision: "deny", state: "denied"},
+		}, status: 403, code: api.CodeConfirmationInvalid, decision: "deny", state: "denied"},
 		{name: "confirmation/for another action", setup: func(t *testing.T, e *env) admission.Request {
 			runID := e.admitRun(t)
 			ref := e.confirm(t, "cnf-1", cleanup, runID, "0")
 			return e.runReq(cancel, "key-1", ref, e.entitlement("ent-1", nil), runID)
-		}, status: 403, code: admission.CodeConfirmationInvalid, decision: "deny", state: "denied"},
+		}, status: 403, code: api.CodeConfirmationInvalid, decision: "deny", state: "denied"},
 
 		// Revocations: a create is refused, teardown still admitted.
 		{name: "revoked/booking refuses train.create", setup: func(t *testing.T, e *env) admission.Request {
 			req := validCreate(t, e)
 			e.revoke(t, ledger.RevokeBooking, scenario.Booking)
 			return req
-		}, status: 403, code: admission.CodeEntitlementRevoked, violations: []string{admission.CodeEntitlementRevoked},
+		}, status: 403, code: api.CodeEntitlementRevoked, violations: []api.Code{api.CodeEntitlementRevoked},
 			check: func(t *testing.T, e *env, req admission.Request, out admission.Outcome) {
 				decidedNot(t, e, req, out)
 				if want := "every entitlement of this booking was revoked by its issuer at 2026-11-30T11:59:00Z"; out.Message != want {
@@ -367,7 +370,7 @@ func admitCases() []admitCase {
 			req := validCreate(t, e)
 			e.revoke(t, ledger.RevokeEntitlement, "ent-1")
 			return req
-		}, status: 403, code: admission.CodeEntitlementRevoked, violations: []string{admission.CodeEntitlementRevoked},
+		}, status: 403, code: api.CodeEntitlementRevoked, violations: []api.Code{api.CodeEntitlementRevoked},
 			check: func(t *testing.T, e *env, req admission.Request, out admission.Outcome) {
 				decidedNot(t, e, req, out)
 				if want := "the entitlement was revoked by its issuer at 2026-11-30T11:59:00Z"; out.Message != want {
@@ -392,7 +395,7 @@ func admitCases() []admitCase {
 			req := validCreate(t, e)
 			e.revoke(t, ledger.RevokeCallerKey, caller.KeyID)
 			return req
-		}, status: 401, code: admission.CodeCallerRevoked, decision: "deny", state: "denied"},
+		}, status: 401, code: api.CodeCallerRevoked, decision: "deny", state: "denied"},
 
 		// Policy.
 		{name: "policy/deny lists every violation", setup: func(t *testing.T, e *env) admission.Request {
@@ -400,7 +403,7 @@ func admitCases() []admitCase {
 			e.decider = deny("BUDGET_CEILING_EXCEEDED", "DATA_LICENSE_MISSING", "HARDWARE_REGION_MISMATCH")
 			return req
 		}, status: 403, code: "BUDGET_CEILING_EXCEEDED",
-			violations: []string{"BUDGET_CEILING_EXCEEDED", "DATA_LICENSE_MISSING", "HARDWARE_REGION_MISMATCH"},
+			violations: []api.Code{"BUDGET_CEILING_EXCEEDED", "DATA_LICENSE_MISSING", "HARDWARE_REGION_MISMATCH"},
 			decision:   "deny", state: "denied",
 			check: func(t *testing.T, _ *env, _ admission.Request, out admission.Outcome) {
 				if want := "denied by policy: violated BUDGET_CEILING_EXCEEDED"; out.Message != want {
@@ -409,13 +412,13 @@ func admitCases() []admitCase {
 			}},
 		{name: "policy/idempotency conflict among violations is 409", setup: func(t *testing.T, e *env) admission.Request {
 			req := validCreate(t, e)
-			e.decider = deny("BUDGET_CEILING_EXCEEDED", admission.CodeIdempotencyConflict, "DATA_LICENSE_MISSING")
+			e.decider = deny("BUDGET_CEILING_EXCEEDED", api.CodeIdempotencyConflict, "DATA_LICENSE_MISSING")
 			return req
-		}, status: 409, code: admission.CodeIdempotencyConflict,
-			violations: []string{"BUDGET_CEILING_EXCEEDED", admission.CodeIdempotencyConflict, "DATA_LICENSE_MISSING"},
+		}, status: 409, code: api.CodeIdempotencyConflict,
+			violations: []api.Code{"BUDGET_CEILING_EXCEEDED", api.CodeIdempotencyConflict, "DATA_LICENSE_MISSING"},
 			decision:   "deny", state: "denied",
 			check: func(t *testing.T, _ *env, _ admission.Request, out admission.Outcome) {
-				if want := "denied by policy: violated " + admission.CodeIdempotencyConflict; out.Message != want {
+				if want := "denied by policy: violated " + string(api.CodeIdempotencyConflict); out.Message != want {
 					t.Errorf("message %q, want %q", out.Message, want)
 				}
 			}},
@@ -424,7 +427,7 @@ func admitCases() []admitCase {
 			e.mustAdmit(t, caller, e.createReq("key-1", ref, e.entitlement("ent-0", nil)))
 			ref = e.confirm(t, "cnf-1", create, "", costOK)
 			return e.createReq("key-1", ref, e.entitlement("ent-1", nil))
-		}, status: 409, code: admission.CodeIdempotencyConflict, violations: []string{admission.CodeIdempotencyConflict},
+		}, status: 409, code: api.CodeIdempotencyConflict, violations: []api.Code{api.CodeIdempotencyConflict},
 			decision: "deny", state: "denied",
 			check: func(t *testing.T, e *env, _ admission.Request, _ admission.Outcome) {
 				idem := input(policyInput(t, e), "ledger", "idempotency")
@@ -436,17 +439,17 @@ func admitCases() []admitCase {
 			req := validCreate(t, e)
 			e.decider = nil
 			return req
-		}, status: 503, code: policy.CodeNotReady},
+		}, status: 503, code: api.CodePolicyNotReady},
 		{name: "policy/timeout", setup: func(t *testing.T, e *env) admission.Request {
 			req := validCreate(t, e)
-			e.decider = &fakeDecider{err: &policy.Error{Code: policy.CodeTimeout, Err: context.DeadlineExceeded}}
+			e.decider = &fakeDecider{err: &policy.Error{Code: api.CodePolicyTimeout, Err: context.DeadlineExceeded}}
 			return req
-		}, status: 503, code: policy.CodeTimeout, decision: "deny", state: "denied"},
+		}, status: 503, code: api.CodePolicyTimeout, decision: "deny", state: "denied"},
 		{name: "policy/plain error", setup: func(t *testing.T, e *env) admission.Request {
 			req := validCreate(t, e)
 			e.decider = &fakeDecider{err: errors.New("rego: boom")}
 			return req
-		}, status: 503, code: policy.CodeEvaluationFailed, decision: "deny", state: "denied"},
+		}, status: 503, code: api.CodePolicyEvaluationFailed, decision: "deny", state: "denied"},
 
 		// Exact retries: the stored allow, nothing verified, evaluated or
 		// consumed, whatever happened to the tokens since.
@@ -480,16 +483,16 @@ func admitCases() []admitCase {
 			runID := e.admitRunAs(t, admission.Caller{Subject: "svc-other", Account: "acct_other", KeyID: "caller-key-2"}, scenario.Booking)
 			ref := e.confirm(t, "cnf-1", cancel, runID, "0")
 			return e.runReq(cancel, "key-1", ref, e.entitlement("ent-1", nil), runID)
-		}, status: 403, code: admission.CodeRunNotFound, check: decidedNot},
+		}, status: 403, code: api.CodeRunNotFound, check: decidedNot},
 		{name: "run/own run on another booking", setup: func(t *testing.T, e *env) admission.Request {
 			runID := e.admitRunAs(t, caller, "bk_demo_02")
 			ref := e.confirm(t, "cnf-1", cancel, runID, "0")
 			return e.runReq(cancel, "key-1", ref, e.entitlement("ent-1", nil), runID)
-		}, status: 403, code: admission.CodeRunNotFound, check: decidedNot},
+		}, status: 403, code: api.CodeRunNotFound, check: decidedNot},
 		{name: "run/unknown run", setup: func(t *testing.T, e *env) admission.Request {
 			ref := e.confirm(t, "cnf-1", restart, "run_unknown", "0")
 			return e.runReq(restart, "key-1", ref, e.entitlement("ent-1", nil), "run_unknown")
-		}, status: 403, code: admission.CodeRunNotFound, check: decidedNot},
+		}, status: 403, code: api.CodeRunNotFound, check: decidedNot},
 
 		// Refused at commit after a permissive policy allowed.
 		{name: "commit/capacity exceeded", setup: func(t *testing.T, e *env) admission.Request {
@@ -497,7 +500,7 @@ func admitCases() []admitCase {
 			e.mustAdmit(t, caller, e.createReq("key-0", ref, e.exactEntitlement("ent-0")))
 			ref = e.confirm(t, "cnf-1", create, "", costOK)
 			return e.createReq("key-1", ref, e.exactEntitlement("ent-1"))
-		}, status: 403, code: admission.CodeBookingCapacityExceeded, violations: []string{admission.CodeBookingCapacityExceeded},
+		}, status: 403, code: api.CodeBookingCapacityExceeded, violations: []api.Code{api.CodeBookingCapacityExceeded},
 			decision: "deny", state: "denied",
 			check: func(t *testing.T, e *env, _ admission.Request, out admission.Outcome) {
 				first, _ := e.store.Admission(context.Background(), caller.Account, "key-0")
@@ -513,8 +516,8 @@ func admitCases() []admitCase {
 		{name: "commit/cost below estimate", setup: func(t *testing.T, e *env) admission.Request {
 			ref := e.confirm(t, "cnf-1", create, "", "956.15") // the run costs 956.16
 			return e.createReq("key-1", ref, e.entitlement("ent-1", nil))
-		}, status: 403, code: admission.CodeConfirmationCostBelowEstimate,
-			violations: []string{admission.CodeConfirmationCostBelowEstimate}, decision: "deny", state: "denied"},
+		}, status: 403, code: api.CodeConfirmationCostBelowEstimate,
+			violations: []api.Code{api.CodeConfirmationCostBelowEstimate}, decision: "deny", state: "denied"},
 		{name: "commit/cost exactly the estimate", setup: func(t *testing.T, e *env) admission.Request {
 			ref := e.confirm(t, "cnf-1", create, "", "956.16")
 			return e.createReq("key-1", ref, e.entitlement("ent-1", nil))
@@ -524,25 +527,25 @@ func admitCases() []admitCase {
 			e.decider = &fakeDecider{decision: policy.Decision{Allow: true,
 				Estimates: map[string]any{"total_cost_micro_usd": int64(2_000_000_001)}}}
 			return req
-		}, status: 403, code: admission.CodeConfirmationCostBelowEstimate,
-			violations: []string{admission.CodeConfirmationCostBelowEstimate}, decision: "deny", state: "denied"},
+		}, status: 403, code: api.CodeConfirmationCostBelowEstimate,
+			violations: []api.Code{api.CodeConfirmationCostBelowEstimate}, decision: "deny", state: "denied"},
 		{name: "commit/run past the booking term", setup: func(t *testing.T, e *env) admission.Request {
 			ref := e.confirm(t, "cnf-1", create, "", costOK)
 			return e.createReq("key-1", ref, e.entitlement("ent-1", func(m map[string]any) {
 				m["term"].(map[string]any)["end"] = now.Add(5 * time.Hour).Unix() // the run needs 6
 			}))
-		}, status: 403, code: admission.CodeRunPastTerm, violations: []string{admission.CodeRunPastTerm},
+		}, status: 403, code: api.CodeRunPastTerm, violations: []api.Code{api.CodeRunPastTerm},
 			decision: "deny", state: "denied"},
 		{name: "commit/booking facts invalid", setup: func(t *testing.T, e *env) admission.Request {
 			ref := e.confirm(t, "cnf-1", create, "", costOK)
 			return e.createReq("key-1", ref, e.entitlement("ent-1", func(m map[string]any) { delete(m, "gpu") }))
-		}, status: 403, code: admission.CodeBookingFactsInvalid, violations: []string{admission.CodeBookingFactsInvalid},
+		}, status: 403, code: api.CodeBookingFactsInvalid, violations: []api.Code{api.CodeBookingFactsInvalid},
 			decision: "deny", state: "denied"},
 		{name: "commit/booking released", setup: func(t *testing.T, e *env) admission.Request {
 			e.mustAdmit(t, caller, onRun(release)(t, e))
 			ref := e.confirm(t, "cnf-2", create, "", costOK)
 			return e.createReq("key-2", ref, e.entitlement("ent-2", nil))
-		}, status: 403, code: admission.CodeBookingReleased, violations: []string{admission.CodeBookingReleased},
+		}, status: 403, code: api.CodeBookingReleased, violations: []api.Code{api.CodeBookingReleased},
 			decision: "deny", state: "denied",
 			check: func(t *testing.T, e *env, _ admission.Request, _ admission.Outcome) {
 				if got := input(policyInput(t, e), "ledger", "booking", "released"); got != true {
@@ -555,7 +558,7 @@ func admitCases() []admitCase {
 			e.mustAdmit(t, caller, e.runReq(cancel, "key-0", ref, e.entitlement("ent-0", nil), runID))
 			ref = e.confirm(t, "cnf-1", restart, runID, "0")
 			return e.runReq(restart, "key-1", ref, e.entitlement("ent-1", nil), runID)
-		}, status: 403, code: admission.CodeRunNotLive, violations: []string{admission.CodeRunNotLive},
+		}, status: 403, code: api.CodeRunNotLive, violations: []api.Code{api.CodeRunNotLive},
 			decision: "deny", state: "denied",
 			check: func(t *testing.T, e *env, _ admission.Request, _ admission.Outcome) {
 				if got := input(policyInput(t, e), "ledger", "run", "state"); got != "cancelled" {
@@ -571,7 +574,7 @@ func admitCases() []admitCase {
 			d.during = func() { e.mustAdmit(t, caller, other) }
 			e.decider = d
 			return req
-		}, status: 409, code: admission.CodeStageConflict, violations: []string{admission.CodeStageConflict},
+		}, status: 409, code: api.CodeStageConflict, violations: []api.Code{api.CodeStageConflict},
 			effect: raced, decision: "deny", state: "denied",
 			check: func(t *testing.T, e *env, req admission.Request, _ admission.Outcome) {
 				rec, _ := e.store.RunRecord(context.Background(), req.RunID)
@@ -587,7 +590,7 @@ func admitCases() []admitCase {
 			d.during = func() { e.mustAdmit(t, caller, other) }
 			e.decider = d
 			return req
-		}, status: 403, code: admission.CodeConfirmationReplayed, violations: []string{admission.CodeConfirmationReplayed},
+		}, status: 403, code: api.CodeConfirmationReplayed, violations: []api.Code{api.CodeConfirmationReplayed},
 			effect: raced, decision: "deny", state: "denied",
 			check: func(t *testing.T, e *env, req admission.Request, _ admission.Outcome) {
 				c, _ := e.store.Confirmation(context.Background(), req.ConfirmationRef)
@@ -607,7 +610,7 @@ func admitCases() []admitCase {
 		}, status: 200, effect: raced, decision: "allow", state: "admitted", check: racedAndWon},
 		{name: "policy/only CONFIRMATION_REPLAYED by the same request's own allow", setup: func(t *testing.T, e *env) admission.Request {
 			req := validCreate(t, e)
-			d := deny(admission.CodeConfirmationReplayed)
+			d := deny(api.CodeConfirmationReplayed)
 			d.during = func() { e.mustAdmit(t, caller, req) }
 			e.decider = d
 			return req
@@ -618,7 +621,7 @@ func admitCases() []admitCase {
 			d.during = func() { e.revoke(t, ledger.RevokeEntitlement, "ent-1") }
 			e.decider = d
 			return req
-		}, status: 403, code: admission.CodeEntitlementRevoked, violations: []string{admission.CodeEntitlementRevoked},
+		}, status: 403, code: api.CodeEntitlementRevoked, violations: []api.Code{api.CodeEntitlementRevoked},
 			decision: "deny", state: "denied"},
 	}
 }
@@ -678,7 +681,7 @@ func assertLost(t *testing.T, e *env, req admission.Request) {
 func assertReplay(t *testing.T, a ledger.Admission, out admission.Outcome) {
 	t.Helper()
 	d := out.Data
-	if d.DecisionID != a.DecisionID || d.RunID != a.RunID || d.State != string(a.State) || d.Ticket != a.Ticket ||
+	if d.DecisionID != a.DecisionID || d.RunID != a.RunID || d.State != a.State || d.Ticket != a.Ticket ||
 		d.GPUs != a.GPUs || d.LiveUntil != unixOrZero(a.LiveUntil) || d.BundleRevision != a.BundleRevision {
 		t.Errorf("replayed data %+v, stored %+v", d, a)
 	}
@@ -698,8 +701,8 @@ func TestAdmit(t *testing.T) {
 			req := tc.setup(t, e)
 			before := e.snap(t, caller, req)
 			out := e.svc.Admit(context.Background(), caller, req)
-			if out.Status != tc.status || out.Code != tc.code {
-				t.Fatalf("got %d %q (%s), want %d %q", out.Status, out.Code, out.Message, tc.status, tc.code)
+			if out.HTTPStatus() != tc.status || out.Code != tc.code {
+				t.Fatalf("got %d %q (%s), want %d %q", out.HTTPStatus(), out.Code, out.Message, tc.status, tc.code)
 			}
 			if got := violationCodes(out.Violations); !sameStrings(got, tc.violations) {
 				t.Errorf("violations %v, want %v", got, tc.violations)
@@ -717,8 +720,8 @@ func TestAdmit(t *testing.T) {
 					t.Errorf("data %+v, want decision %q state %q", d, tc.decision, tc.state)
 				}
 			}
-			if (out.Status == 200) != out.OK() {
-				t.Errorf("status %d with OK() %v", out.Status, out.OK())
+			if (out.HTTPStatus() == 200) != out.OK() {
+				t.Errorf("status %d with OK() %v", out.HTTPStatus(), out.OK())
 			}
 			after := e.snap(t, caller, req)
 			switch tc.effect {
@@ -750,14 +753,14 @@ func assertCommitted(t *testing.T, e *env, req admission.Request, out admission.
 		t.Errorf("confirmation after: %s by %q at %v", c.State, c.ConsumedBy, c.ConsumedAt)
 	}
 	var digest string
-	if req.Action == admission.ActionTrainCreate || req.Action == admission.ActionTrainStageAdvance {
+	if req.Action == api.TrainCreate || req.Action == api.TrainStageAdvance {
 		digest = e.digest
 	}
 	a := after.adm
 	switch {
 	case before.admFound || !after.admFound:
 		t.Fatalf("admission under the key: before %v, after %v", before.admFound, after.admFound)
-	case a.DecisionID != out.Data.DecisionID || string(a.State) != out.Data.State || a.Action != req.Action ||
+	case a.DecisionID != out.Data.DecisionID || a.State != out.Data.State || a.Action != req.Action ||
 		a.RunID != out.Data.RunID || !a.CreatedAt.Equal(now) || a.ManifestDigest != digest ||
 		a.RequestDigest != admission.RequestDigest(caller, req, digest) || a.BundleRevision != bundleRev ||
 		a.EntitlementJTI != "ent-1" || a.ConfirmationJTI != "cnf-1" || a.CallerKeyID != caller.KeyID:
@@ -765,7 +768,7 @@ func assertCommitted(t *testing.T, e *env, req admission.Request, out admission.
 	}
 	ctx := context.Background()
 	switch req.Action {
-	case admission.ActionTrainCreate:
+	case api.TrainCreate:
 		liveUntil := now.Add(6*time.Hour + time.Hour) // max_wall_clock_hours + the default grace
 		if !ledger.IsRunID(out.Data.RunID) || out.Data.GPUs != 64 || out.Data.LiveUntil != liveUntil.Unix() {
 			t.Errorf("data run %q GPUs %d live until %d", out.Data.RunID, out.Data.GPUs, out.Data.LiveUntil)
@@ -783,7 +786,7 @@ func assertCommitted(t *testing.T, e *env, req admission.Request, out admission.
 		if a.CostMicroUSD != 956_160_000 || a.GPUs != 64 {
 			t.Errorf("stored cost %d µUSD, %d GPUs; want 956160000, 64", a.CostMicroUSD, a.GPUs)
 		}
-	case admission.ActionTrainCancel, admission.ActionTrainCleanup:
+	case api.TrainCancel, api.TrainCleanup:
 		want := before.run
 		if want.EndedAt.IsZero() {
 			want.EndedAt, want.EndedBy = now, req.Action
@@ -791,17 +794,17 @@ func assertCommitted(t *testing.T, e *env, req admission.Request, out admission.
 		if !after.runFound || after.run != want {
 			t.Errorf("run after %s: %+v, want %+v", req.Action, after.run, want)
 		}
-	case admission.ActionTrainStageAdvance:
+	case api.TrainStageAdvance:
 		want := before.run
 		want.Stage = req.Stage
 		if before.run.Stage != "pretrain" || after.run != want {
 			t.Errorf("run after advance: %+v, want %+v", after.run, want)
 		}
-	case admission.ActionTrainRestart:
+	case api.TrainRestart:
 		if after.run != before.run || !after.run.Live(now) {
 			t.Errorf("run changed by a restart: %+v -> %+v", before.run, after.run)
 		}
-	case admission.ActionBookingRelease:
+	case api.BookingRelease:
 		if !after.usage.Released.Equal(now) || len(after.usage.Runs) != 0 {
 			t.Errorf("booking after release: %+v", after.usage)
 		}
@@ -821,18 +824,18 @@ func TestStatus(t *testing.T) {
 		caller admission.Caller
 		key    string
 		status int
-		code   string
+		code   api.Code
 	}{
 		{"found", caller, "key-1", 200, ""},
-		{"not found", caller, "key-2", 404, admission.CodeAdmissionNotFound},
-		{"another account's key", admission.Caller{Subject: "svc-other", Account: "acct_other"}, "key-1", 404, admission.CodeAdmissionNotFound},
-		{"bad key", caller, "key 1", 400, admission.CodeRequestInvalid},
-		{"empty key", caller, "", 400, admission.CodeRequestInvalid},
+		{"not found", caller, "key-2", 404, api.CodeAdmissionNotFound},
+		{"another account's key", admission.Caller{Subject: "svc-other", Account: "acct_other"}, "key-1", 404, api.CodeAdmissionNotFound},
+		{"bad key", caller, "key 1", 400, api.CodeRequestInvalid},
+		{"empty key", caller, "", 400, api.CodeRequestInvalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := e.svc.Status(context.Background(), tc.caller, tc.key)
-			if out.Status != tc.status || out.Code != tc.code {
-				t.Fatalf("got %d %q (%s), want %d %q", out.Status, out.Code, out.Message, tc.status, tc.code)
+			if out.HTTPStatus() != tc.status || out.Code != tc.code {
+				t.Fatalf("got %d %q (%s), want %d %q", out.HTTPStatus(), out.Code, out.Message, tc.status, tc.code)
 			}
 			if tc.code != "" {
 				if out.Data != nil || out.Violations != nil {
@@ -865,24 +868,25 @@ func TestDeposit(t *testing.T) {
 		// deposit.
 		setup      func(t *testing.T, e *env) string
 		status     int
-		code       string
-		violations []string
+		code       api.Code
+		violations []api.Code
 		stored     bool // a confirmation with jti cnf-1 is in the ledger afterwards
 		check      func(t *testing.T, e *env, out admission.Outcome)
 	}{
 		{name: "ok", setup: func(_ *testing.T, e *env) string {
-			return e.confirmation("cnf-1", admission.ActionTrainCreate, "", costOK, nil)
+			return e.confirmation("cnf-1", api.TrainCreate, "", costOK, nil)
 		}, status: 201, stored: true, check: func(t *testing.T, e *env, out admission.Outcome) {
-			ref, _ := out.Extra["confirmation_ref"].(string)
-			if !ledger.IsConfirmationRef(ref) || out.Extra["jti"] != "cnf-1" || out.Extra["act"] != admission.ActionTrainCreate ||
-				out.Extra["expires_at"] != now.Add(10*time.Minute).Unix() || len(out.Extra) != 4 {
+			d, _ := out.Extra.(api.Deposit)
+			ref := d.ConfirmationRef
+			if !ledger.IsConfirmationRef(ref) || d.JTI != "cnf-1" || d.Act != api.TrainCreate ||
+				d.ExpiresAt != now.Add(10*time.Minute).Unix() {
 				t.Errorf("extra %v", out.Extra)
 			}
 			c, err := e.store.Confirmation(context.Background(), ref)
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := ledger.Confirmation{Ref: ref, JTI: "cnf-1", Account: scenario.Account, Action: admission.ActionTrainCreate,
+			want := ledger.Confirmation{Ref: ref, JTI: "cnf-1", Account: scenario.Account, Action: api.TrainCreate,
 				Token: []byte("cnf.cnf-1"), ExpiresAt: now.Add(10 * time.Minute), DepositedAt: now,
 				State: ledger.ConfirmationAvailable, BookingID: scenario.Booking, ManifestDigest: e.digest,
 				CostMicroUSD: 2_000_000_000}
@@ -891,56 +895,57 @@ func TestDeposit(t *testing.T) {
 			}
 		}},
 		{name: "ok with a cost that does not parse: stored as 0", setup: func(_ *testing.T, e *env) string {
-			return e.confirmation("cnf-1", admission.ActionTrainCancel, "run_01", "lots", nil)
+			return e.confirmation("cnf-1", api.TrainCancel, "run_01", "lots", nil)
 		}, status: 201, stored: true, check: func(t *testing.T, e *env, out admission.Outcome) {
-			c, _ := e.store.Confirmation(context.Background(), out.Extra["confirmation_ref"].(string))
+			c, _ := e.store.Confirmation(context.Background(), out.Extra.(api.Deposit).ConfirmationRef)
 			if c.CostMicroUSD != 0 || c.RunID != "run_01" || c.ManifestDigest != "" {
 				t.Errorf("stored %+v", c)
 			}
 		}},
 		{name: "empty token", setup: func(*testing.T, *env) string { return "" },
-			status: 400, code: admission.CodeRequestInvalid},
+			status: 400, code: api.CodeRequestInvalid},
 		{name: "invalid token", setup: func(_ *testing.T, e *env) string {
 			e.confs.tokens["cnf.bad"] = tokenAnswer{err: verifyErr(verify.PurposeConfirmation, verify.KindSignature)}
 			return "cnf.bad"
-		}, status: 403, code: admission.CodeConfirmationInvalid},
+		}, status: 403, code: api.CodeConfirmationInvalid},
 		{name: "unknown token", setup: func(*testing.T, *env) string { return "not-a-token" },
-			status: 403, code: admission.CodeConfirmationInvalid},
+			status: 403, code: api.CodeConfirmationInvalid},
 		{name: "expired token", setup: func(_ *testing.T, e *env) string {
 			e.confs.tokens["cnf.old"] = tokenAnswer{err: verifyErr(verify.PurposeConfirmation, verify.KindExpired)}
 			return "cnf.old"
-		}, status: 403, code: admission.CodeConfirmationExpired},
+		}, status: 403, code: api.CodeConfirmationExpired},
 		{name: "no jti", setup: func(_ *testing.T, e *env) string {
-			return e.confirmation("cnf-1", admission.ActionTrainCreate, "", costOK, func(m map[string]any) { m["jti"] = "" })
-		}, status: 403, code: admission.CodeConfirmationInvalid},
+			return e.confirmation("cnf-1", api.TrainCreate, "", costOK, func(m map[string]any) { m["jti"] = "" })
+		}, status: 403, code: api.CodeConfirmationInvalid},
 		{name: "sub the ledger cannot hold", setup: func(_ *testing.T, e *env) string {
-			return e.confirmation("cnf-1", admission.ActionTrainCreate, "", costOK, func(m map[string]any) {
+			return e.confirmation("cnf-1", api.TrainCreate, "", costOK, func(m map[string]any) {
 				m["sub"] = strings.Repeat("a", ledger.MaxIDLen+1)
 			})
-		}, status: 403, code: admission.CodeConfirmationInvalid},
+		}, status: 403, code: api.CodeConfirmationInvalid},
 		{name: "unknown act", setup: func(_ *testing.T, e *env) string {
 			return e.confirmation("cnf-1", "train.delete", "", costOK, nil)
-		}, status: 403, code: admission.CodeConfirmationInvalid},
+		}, status: 403, code: api.CodeConfirmationInvalid},
 		{name: "duplicate jti", setup: func(t *testing.T, e *env) string {
-			e.confirm(t, "cnf-1", admission.ActionTrainCreate, "", costOK)
+			e.confirm(t, "cnf-1", api.TrainCreate, "", costOK)
 			// Another token with the same jti.
-			tok := e.confirmation("cnf-1", admission.ActionTrainCancel, "run_01", "0", nil)
+			tok := e.confirmation("cnf-1", api.TrainCancel, "run_01", "0", nil)
 			e.confs.tokens["cnf.again"] = e.confs.tokens[tok]
 			return "cnf.again"
-		}, status: 409, code: admission.CodeConfirmationDuplicate, stored: true},
+		}, status: 409, code: api.CodeConfirmationDuplicate, stored: true},
 		{name: "revoked confirmation", setup: func(t *testing.T, e *env) string {
 			e.revoke(t, ledger.RevokeConfirmation, "cnf-1")
-			return e.confirmation("cnf-1", admission.ActionTrainCreate, "", costOK, nil)
+			return e.confirmation("cnf-1", api.TrainCreate, "", costOK, nil)
 		},
-			// today: 400; docs say 403 — fixed by the code registry
-			status: 400, code: admission.CodeConfirmationRevoked, violations: []string{admission.CodeConfirmationRevoked}},
+			// Answered like the same token at use (it was 400 before the
+			// registry gave each code one status).
+			status: 403, code: api.CodeConfirmationRevoked, violations: []api.Code{api.CodeConfirmationRevoked}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
 			token := tc.setup(t, e)
 			out := e.svc.Deposit(context.Background(), token)
-			if out.Status != tc.status || out.Code != tc.code {
-				t.Fatalf("got %d %q (%s), want %d %q", out.Status, out.Code, out.Message, tc.status, tc.code)
+			if out.HTTPStatus() != tc.status || out.Code != tc.code {
+				t.Fatalf("got %d %q (%s), want %d %q", out.HTTPStatus(), out.Code, out.Message, tc.status, tc.code)
 			}
 			if got := violationCodes(out.Violations); !sameStrings(got, tc.violations) {
 				t.Errorf("violations %v, want %v", got, tc.violations)
@@ -954,7 +959,7 @@ func TestDeposit(t *testing.T) {
 			// A refused deposit stores nothing: the jti is still free
 			// (unless the case deposited it before).
 			dup := e.store.DepositConfirmation(context.Background(), ledger.Confirmation{
-				Ref: ledger.NewConfirmationRef(), JTI: "cnf-1", Account: scenario.Account, Action: admission.ActionTrainCreate,
+				Ref: ledger.NewConfirmationRef(), JTI: "cnf-1", Account: scenario.Account, Action: api.TrainCreate,
 				Token: []byte("probe"), ExpiresAt: now.Add(time.Minute), DepositedAt: now,
 			})
 			if stored := errors.Is(dup, ledger.ErrConfirmationDuplicate); stored != tc.stored {
@@ -973,16 +978,16 @@ func TestRevoke(t *testing.T) {
 		name   string
 		setup  func(t *testing.T, e *env) admission.Revocation
 		status int
-		code   string
+		code   api.Code
 		check  func(t *testing.T, e *env, out admission.Outcome)
 	}{
 		{name: "confirmation by ref", setup: func(t *testing.T, e *env) admission.Revocation {
-			ref := e.confirm(t, "cnf-1", admission.ActionTrainCreate, "", costOK)
+			ref := e.confirm(t, "cnf-1", api.TrainCreate, "", costOK)
 			return admission.Revocation{Kind: ledger.RevokeConfirmation, Ref: ref, Identity: "depositor", By: "desk", Reason: "mistake"}
 		}, status: 201, check: func(t *testing.T, e *env, out admission.Outcome) {
 			// expires_at defaults to the stored token's exp.
-			want := map[string]any{"kind": "confirmation", "subject": "cnf-1", "revoked_by": "desk",
-				"revoked_at": now.Unix(), "expires_at": now.Add(10 * time.Minute).Unix(), "created": true}
+			want := api.Revoked{Kind: "confirmation", Subject: "cnf-1", RevokedBy: "desk",
+				RevokedAt: now.Unix(), ExpiresAt: now.Add(10 * time.Minute).Unix(), Created: true}
 			if !reflect.DeepEqual(out.Extra, want) || out.Notice != "revoked" {
 				t.Errorf("extra %v notice %q, want %v", out.Extra, out.Notice, want)
 			}
@@ -994,7 +999,7 @@ func TestRevoke(t *testing.T) {
 		{name: "confirmation by jti, no By: the key id", setup: func(_ *testing.T, _ *env) admission.Revocation {
 			return admission.Revocation{Kind: ledger.RevokeConfirmation, Subject: "cnf-1", ExpiresAt: exp, Identity: "depositor", KeyID: "desk-key"}
 		}, status: 201, check: func(t *testing.T, _ *env, out admission.Outcome) {
-			if out.Extra["revoked_by"] != "key:desk-key" || out.Extra["expires_at"] != exp {
+			if r, _ := out.Extra.(api.Revoked); r.RevokedBy != "key:desk-key" || r.ExpiresAt != exp {
 				t.Errorf("extra %v", out.Extra)
 			}
 		}},
@@ -1002,7 +1007,7 @@ func TestRevoke(t *testing.T) {
 			e.revoke(t, ledger.RevokeBooking, scenario.Booking)
 			return admission.Revocation{Kind: ledger.RevokeBooking, Subject: scenario.Booking, ExpiresAt: exp, Identity: "revoker", By: "issuer"}
 		}, status: 200, check: func(t *testing.T, _ *env, out admission.Outcome) {
-			if out.Extra["created"] != false || out.Extra["revoked_by"] != "test-revoker" ||
+			if r, _ := out.Extra.(api.Revoked); r.Created || r.RevokedBy != "test-revoker" ||
 				out.Notice != "already revoked: the stored revocation is unchanged" {
 				t.Errorf("extra %v notice %q", out.Extra, out.Notice)
 			}
@@ -1015,40 +1020,40 @@ func TestRevoke(t *testing.T) {
 		}, status: 201},
 		{name: "unknown kind", setup: func(*testing.T, *env) admission.Revocation {
 			return admission.Revocation{Kind: "token", Subject: "x", ExpiresAt: exp, Identity: "revoker"}
-		}, status: 400, code: admission.CodeRequestInvalid},
+		}, status: 400, code: api.CodeRequestInvalid},
 		{name: "confirmation by the revoker", setup: func(*testing.T, *env) admission.Revocation {
 			return admission.Revocation{Kind: ledger.RevokeConfirmation, Subject: "cnf-1", ExpiresAt: exp, Identity: "revoker"}
-		}, status: 403, code: admission.CodeRevokerUnauthorized},
+		}, status: 403, code: api.CodeRevokerUnauthorized},
 		{name: "entitlement by the depositor", setup: func(*testing.T, *env) admission.Revocation {
 			return admission.Revocation{Kind: ledger.RevokeEntitlement, Subject: "ent-1", ExpiresAt: exp, Identity: "depositor"}
-		}, status: 403, code: admission.CodeRevokerUnauthorized},
+		}, status: 403, code: api.CodeRevokerUnauthorized},
 		{name: "ref and subject", setup: func(*testing.T, *env) admission.Revocation {
 			return admission.Revocation{Kind: ledger.RevokeConfirmation, Ref: ledger.NewConfirmationRef(), Subject: "cnf-1",
 				ExpiresAt: exp, Identity: "depositor"}
-		}, status: 400, code: admission.CodeRequestInvalid},
+		}, status: 400, code: api.CodeRequestInvalid},
 		{name: "bad ref", setup: func(*testing.T, *env) admission.Revocation {
 			return admission.Revocation{Kind: ledger.RevokeConfirmation, Ref: "cfr_x", Identity: "depositor"}
-		}, status: 400, code: admission.CodeRequestInvalid},
+		}, status: 400, code: api.CodeRequestInvalid},
 		{name: "ref not found", setup: func(*testing.T, *env) admission.Revocation {
 			return admission.Revocation{Kind: ledger.RevokeConfirmation, Ref: ledger.NewConfirmationRef(), Identity: "depositor"}
-		}, status: 404, code: admission.CodeConfirmationNotFound},
+		}, status: 404, code: api.CodeRevocationRefNotFound},
 		{name: "no subject", setup: func(*testing.T, *env) admission.Revocation {
 			return admission.Revocation{Kind: ledger.RevokeEntitlement, ExpiresAt: exp, Identity: "revoker"}
-		}, status: 400, code: admission.CodeRequestInvalid},
+		}, status: 400, code: api.CodeRequestInvalid},
 		{name: "no expires_at", setup: func(*testing.T, *env) admission.Revocation {
 			return admission.Revocation{Kind: ledger.RevokeEntitlement, Subject: "ent-1", Identity: "revoker"}
-		}, status: 400, code: admission.CodeRequestInvalid},
+		}, status: 400, code: api.CodeRequestInvalid},
 		{name: "expires_at not in the future", setup: func(*testing.T, *env) admission.Revocation {
 			return admission.Revocation{Kind: ledger.RevokeEntitlement, Subject: "ent-1", ExpiresAt: now.Unix(), Identity: "revoker"}
-		}, status: 400, code: admission.CodeRequestInvalid},
+		}, status: 400, code: api.CodeRequestInvalid},
 		{name: "expires_at beyond 366 days", setup: func(*testing.T, *env) admission.Revocation {
 			return admission.Revocation{Kind: ledger.RevokeEntitlement, Subject: "ent-1",
 				ExpiresAt: now.Add(admission.MaxRevocationLifetime + time.Second).Unix(), Identity: "revoker"}
-		}, status: 400, code: admission.CodeRequestInvalid},
+		}, status: 400, code: api.CodeRequestInvalid},
 		{name: "reason with a control character", setup: func(*testing.T, *env) admission.Revocation {
 			return admission.Revocation{Kind: ledger.RevokeEntitlement, Subject: "ent-1", ExpiresAt: exp, Identity: "revoker",
 				Reason: "a\x00b"}
-		}, status: 400, code: admission.CodeRequestInvalid},
+		}, status: 400, code: api.CodeRequestInvalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
@@ -1062,8 +1067,8 @@ func TestRevoke(t *testing.T) {
 				}
 			}
 			out := e.svc.Revoke(context.Background(), rv)
-			if out.Status != tc.status || out.Code != tc.code {
-				t.Fatalf("got %d %q (%s), want %d %q", out.Status, out.Code, out.Message, tc.status, tc.code)
+			if out.HTTPStatus() != tc.status || out.Code != tc.code {
+				t.Fatalf("got %d %q (%s), want %d %q", out.HTTPStatus(), out.Code, out.Message, tc.status, tc.code)
 			}
 			if out.Data != nil || out.Violations != nil {
 				t.Errorf("data %+v violations %v on a revocation", out.Data, out.Violations)
@@ -1083,8 +1088,8 @@ func TestRevoke(t *testing.T) {
 				}
 				return
 			}
-			kind, _ := out.Extra["kind"].(string)
-			subject, _ := out.Extra["subject"].(string)
+			r, _ := out.Extra.(api.Revoked)
+			kind, subject := r.Kind, r.Subject
 			if _, err := e.store.Revoked(context.Background(), ledger.RevocationKind(kind), subject); err != nil {
 				t.Errorf("revocation %s %s not stored: %v", kind, subject, err)
 			}

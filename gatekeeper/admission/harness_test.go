@@ -14,6 +14,7 @@ import (
 
 	"github.com/itocompute/itogate/fixtures"
 	"github.com/itocompute/itogate/gatekeeper/admission"
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 	"github.com/itocompute/itogate/gatekeeper/ledger/bolt"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
@@ -100,11 +101,11 @@ func allow() *fakeDecider {
 	return &fakeDecider{decision: policy.Decision{Allow: true}}
 }
 
-func deny(codes ...string) *fakeDecider {
+func deny(codes ...api.Code) *fakeDecider {
 	d := &fakeDecider{}
 	for _, c := range codes {
 		d.decision.Violations = append(d.decision.Violations,
-			policy.Finding{Code: c, Gate: "test", Message: "violated " + c})
+			api.Finding{Code: c, Gate: "test", Message: "violated " + string(c)})
 	}
 	return d
 }
@@ -234,13 +235,13 @@ func (e *env) entitlementErr(name string, err error) string {
 // manifest digest (train.create and train.stage.advance), to runID when
 // given, with cost; expiring 10 minutes after now. tweak may edit the
 // claims (the exp claim and Expiry move together).
-func (e *env) confirmation(jti, act, runID, cost string, tweak func(map[string]any)) string {
+func (e *env) confirmation(jti string, act api.Action, runID, cost string, tweak func(map[string]any)) string {
 	raw := map[string]any{
 		"iss": trust.DevConfirmationIssuer, "aud": trust.DevAudience, "sub": scenario.Account,
 		"iat": now.Unix(), "exp": now.Add(10 * time.Minute).Unix(), "jti": jti,
-		"act": act, "booking_id": scenario.Booking, "cost_usd": cost,
+		"act": string(act), "booking_id": scenario.Booking, "cost_usd": cost,
 	}
-	if act == admission.ActionTrainCreate || act == admission.ActionTrainStageAdvance {
+	if act == api.TrainCreate || act == api.TrainStageAdvance {
 		raw["manifest_digest"] = e.digest
 	}
 	if runID != "" {
@@ -264,33 +265,33 @@ func (e *env) confirmation(jti, act, runID, cost string, tweak func(map[string]a
 func (e *env) deposit(t *testing.T, token string) string {
 	t.Helper()
 	o := e.svc.Deposit(context.Background(), token)
-	if o.Status != 201 {
-		t.Fatalf("deposit %s: %d %s %s", token, o.Status, o.Code, o.Message)
+	if o.HTTPStatus() != 201 {
+		t.Fatalf("deposit %s: %d %s %s", token, o.HTTPStatus(), o.Code, o.Message)
 	}
-	return o.Extra["confirmation_ref"].(string)
+	return o.Extra.(api.Deposit).ConfirmationRef
 }
 
 // confirm registers and deposits a confirmation; see confirmation.
-func (e *env) confirm(t *testing.T, jti, act, runID, cost string) string {
+func (e *env) confirm(t *testing.T, jti string, act api.Action, runID, cost string) string {
 	t.Helper()
 	return e.deposit(t, e.confirmation(jti, act, runID, cost, nil))
 }
 
 func (e *env) createReq(key, ref, ent string) admission.Request {
 	return admission.Request{
-		Action: admission.ActionTrainCreate, BookingID: scenario.Booking, IdempotencyKey: key,
+		Action: api.TrainCreate, BookingID: scenario.Booking, IdempotencyKey: key,
 		Manifest: e.raw, ManifestSignature: sigOK, EntitlementToken: ent, ConfirmationRef: ref,
 	}
 }
 
 // runReq is a request acting on runID (cancel, cleanup, advance, restart)
 // or, for booking.release, on the booking.
-func (e *env) runReq(action, key, ref, ent, runID string) admission.Request {
+func (e *env) runReq(action api.Action, key, ref, ent, runID string) admission.Request {
 	req := admission.Request{
 		Action: action, BookingID: scenario.Booking, IdempotencyKey: key,
 		EntitlementToken: ent, ConfirmationRef: ref, RunID: runID,
 	}
-	if action == admission.ActionTrainStageAdvance {
+	if action == api.TrainStageAdvance {
 		req.Manifest, req.ManifestSignature, req.Stage = e.raw, sigOK, "midtrain"
 	}
 	return req
@@ -303,8 +304,8 @@ func (e *env) mustAdmit(t *testing.T, c admission.Caller, req admission.Request)
 	e.decider = allow()
 	defer func() { e.decider = saved }()
 	o := e.svc.Admit(context.Background(), c, req)
-	if o.Status != 200 || o.Code != "" {
-		t.Fatalf("setup admission %s %s: %d %s %s", req.Action, req.IdempotencyKey, o.Status, o.Code, o.Message)
+	if o.HTTPStatus() != 200 || o.Code != "" {
+		t.Fatalf("setup admission %s %s: %d %s %s", req.Action, req.IdempotencyKey, o.HTTPStatus(), o.Code, o.Message)
 	}
 	return o
 }
@@ -314,7 +315,7 @@ func (e *env) mustAdmit(t *testing.T, c admission.Caller, req admission.Request)
 // and returns the run id.
 func (e *env) admitRun(t *testing.T) string {
 	t.Helper()
-	ref := e.confirm(t, "cnf-run", admission.ActionTrainCreate, "", costOK)
+	ref := e.confirm(t, "cnf-run", api.TrainCreate, "", costOK)
 	return e.mustAdmit(t, caller, e.createReq("key-run", ref, e.entitlement("ent-run", nil))).Data.RunID
 }
 
@@ -322,7 +323,7 @@ func (e *env) admitRun(t *testing.T) string {
 // confirmation and entitlement to match.
 func (e *env) admitRunAs(t *testing.T, c admission.Caller, bookingID string) string {
 	t.Helper()
-	ref := e.deposit(t, e.confirmation("cnf-run-"+c.Account+"-"+bookingID, admission.ActionTrainCreate, "", costOK,
+	ref := e.deposit(t, e.confirmation("cnf-run-"+c.Account+"-"+bookingID, api.TrainCreate, "", costOK,
 		func(m map[string]any) { m["sub"], m["booking_id"] = c.Account, bookingID }))
 	ent := e.entitlement("ent-run-"+c.Account+"-"+bookingID, func(m map[string]any) {
 		m["sub"], m["booking_id"] = c.Account, bookingID
@@ -386,15 +387,15 @@ func found(t *testing.T, err error) bool {
 	return false
 }
 
-func violationCodes(vs []admission.Finding) []string {
-	var out []string
+func violationCodes(vs []api.Finding) []api.Code {
+	var out []api.Code
 	for _, v := range vs {
 		out = append(out, v.Code)
 	}
 	return out
 }
 
-func sameStrings(a, b []string) bool {
+func sameStrings[S ~string](a, b []S) bool {
 	return len(a) == len(b) && (len(a) == 0 || reflect.DeepEqual(a, b))
 }
 

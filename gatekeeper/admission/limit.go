@@ -8,11 +8,6 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/api"
 )
 
-// CodeOverloaded: every evaluation slot was busy and the wait queue full, or
-// the request waited longer than the queue allows. Nothing was evaluated,
-// consumed or written; the client retries after Retry-After.
-const CodeOverloaded = "ADMISSION_OVERLOADED"
-
 // Defaults for Options.Evaluations.
 const (
 	// DefaultQueueFactor: requests allowed to wait per evaluation slot. The

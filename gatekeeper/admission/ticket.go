@@ -10,10 +10,6 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/ticket"
 )
 
-// CodeTicketUnavailable: the admission was allowed by policy but its ticket
-// could not be signed; nothing was consumed or written.
-const CodeTicketUnavailable = "TICKET_UNAVAILABLE"
-
 // TicketSigner signs admission tickets (package ticket).
 type TicketSigner interface {
 	Issue(c ticket.Claims) (string, error)

@@ -64,7 +64,7 @@ func TestReadManifest(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		setup func(t *testing.T, dir string) string // returns the path to read
-		code  api.Code                                // "" for success with content
+		code  api.Code                              // "" for success with content
 	}{
 		{"good file", func(t *testing.T, dir string) string {
 			return filepath.Join(dir, "m.json")

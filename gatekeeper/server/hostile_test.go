@@ -162,7 +162,7 @@ func newHostile(t testing.TB, o hostileOptions) *hostile {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewUnstartedServer(handler)
+	srv := httptest.NewUnstartedServer(registryChecked(t, handler))
 	// The header limit `itogate serve` runs with.
 	srv.Config.MaxHeaderBytes = server.MaxHeaderBytes
 	srv.Start()

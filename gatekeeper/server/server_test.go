@@ -105,7 +105,7 @@ func newHarnessServer(t *testing.T, mutate func(*admission.Options), mutateServe
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(h)
+	srv := httptest.NewServer(registryChecked(t, h))
 	t.Cleanup(srv.Close)
 	r, err := scenario.New(srv.URL, fixtures.Manifests())
 	if err != nil {

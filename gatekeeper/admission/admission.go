@@ -167,13 +167,14 @@ func RequestDigest(caller Caller, req Request, manifestDigest string) string {
 		"itogate.request.v1", req.Action, caller.Account, req.BookingID, manifestDigest,
 		req.ConfirmationRef, req.RunID, req.ReleasesBooking,
 	}
-	switch req.Action {
-	// Appended for these actions only, so every other request keeps the
-	// digest it was stored under. The eval reports are left out like the
-	// entitlement token: a retry may carry a freshly minted one.
-	case api.TrainStageAdvance:
+	// Appended only for the actions that carry them, so every other request
+	// keeps the digest it was stored under. The eval reports are left out
+	// like the entitlement token: a retry may carry a freshly minted one.
+	spec, _ := req.Action.Spec()
+	if spec.Stage {
 		fields = append(fields, req.Stage)
-	case api.TrainRestart:
+	}
+	if spec.CheckpointStep {
 		fields = append(fields, req.CheckpointStep)
 	}
 	canon, _ := json.Marshal(fields)

@@ -400,15 +400,16 @@ func (s *Service) commit(ctx context.Context, p *pending) Outcome {
 		rec.LiveUntil = p.run.End.Add(booking.Grace(p.decision.Estimates))
 		rec.CostMicroUSD = booking.EstimateMicroUSD(p.run.ComputeMicroUSD, p.decision.Estimates)
 	}
-	switch req.Action {
-	case api.TrainCreate:
+	switch {
+	case spec.Effect == api.EffectCreateRun:
 		rec.Stage = firstStage(p.manifest)
-	case api.TrainStageAdvance:
+	case spec.Stage:
 		rec.Stage, rec.FromStage = req.Stage, p.runStage
-	case api.TrainRestart:
+	}
+	if spec.CheckpointStep {
 		rec.CheckpointStep = req.CheckpointStep
 	}
-	if req.Action == api.TrainCreate && s.opts.Tickets != nil {
+	if spec.Effect == api.EffectCreateRun && s.opts.Tickets != nil {
 		// Signed before the commit and stored by it, so the caller, a
 		// replay and a status lookup all get this very ticket.
 		tc, err := ticketClaims(rec, p.manifest, p.entitlement.Raw)

@@ -108,19 +108,23 @@ func (a Admission) Validate() error {
 	if !IsConfirmationRef(a.ConfirmationRef) {
 		return bad("ConfirmationRef", "is not cfr_ followed by 32 lowercase hex digits")
 	}
-	switch a.State {
-	case api.StateAdmitted:
-		if !IsRunID(a.RunID) {
-			return bad("RunID", "is not a run id from NewRunID")
-		}
-	case api.StateCancelAdmitted, api.StateCleanupAdmitted, api.StateRestartAdmitted:
+	// What the action carries and does (api.ActionSpec) decides which
+	// fields the record must hold.
+	spec, ok := a.Action.Spec()
+	switch {
+	case !a.State.Stored():
+		return bad("State", "is not a documented admission state")
+	case !ok || a.State != spec.State:
+		return bad("State", "is not the state of the admission's action")
+	case spec.Effect == api.EffectCreateRun && !IsRunID(a.RunID):
+		return bad("RunID", "is not a run id from NewRunID")
+	}
+	if a.Action.ActsOnRun() {
 		if p := idProblem(a.RunID); p != "" {
 			return bad("RunID", p)
 		}
-	case api.StateStageAdvanced:
-		if p := idProblem(a.RunID); p != "" {
-			return bad("RunID", p)
-		}
+	}
+	if spec.Stage {
 		for _, f := range []struct{ name, v string }{{"Stage", a.Stage}, {"FromStage", a.FromStage}} {
 			if p := idProblem(f.v); p != "" {
 				return bad(f.name, p)
@@ -129,9 +133,6 @@ func (a Admission) Validate() error {
 		if a.Stage == a.FromStage {
 			return bad("Stage", "equals FromStage")
 		}
-	case api.StateReleaseAdmitted:
-	default:
-		return bad("State", "is not a documented admission state")
 	}
 	if a.CreatedAt.IsZero() {
 		return bad("CreatedAt", "is zero")
@@ -144,7 +145,7 @@ func (a Admission) Validate() error {
 	if a.CostMicroUSD < 0 {
 		return bad("CostMicroUSD", "is negative")
 	}
-	if a.State == api.StateAdmitted {
+	if spec.Effect == api.EffectCreateRun {
 		switch {
 		case a.GPUs <= 0 || a.GPUs > MaxGPUs:
 			return bad("GPUs", "must be positive and at most 2^31-1 for train.create")
@@ -159,10 +160,10 @@ func (a Admission) Validate() error {
 	if p := textProblem(a.Stage); p != "" {
 		return bad("Stage", p)
 	}
-	if a.CheckpointStep < 0 || (a.CheckpointStep != 0 && a.State != api.StateRestartAdmitted) {
+	if a.CheckpointStep < 0 || (a.CheckpointStep != 0 && !spec.CheckpointStep) {
 		return bad("CheckpointStep", "is negative or set on an admission that is not a restart")
 	}
-	if a.FromStage != "" && a.State != api.StateStageAdvanced {
+	if a.FromStage != "" && !spec.Stage {
 		return bad("FromStage", "is set on an admission that is not a stage advance")
 	}
 	return nil

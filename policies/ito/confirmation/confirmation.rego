@@ -145,7 +145,7 @@ _run_problems contains "the confirmation is for a different run than the request
 }
 
 _run_problems contains sprintf("%v must name the run it acts on (request.run_id is empty)", [lib.show(_action)]) if {
-	_action in {"train.cancel", "train.cleanup", "train.stage.advance", "train.restart"}
+	lib.acts_on_run(_action)
 	not _has_run_id
 }
 

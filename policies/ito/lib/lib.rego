@@ -8,8 +8,23 @@ package ito.lib
 
 # METADATA
 # title: Known actions
-# description: The request actions the admission contract defines (docs/policy-input.md).
-actions := {"train.create", "train.cancel", "train.cleanup", "booking.release", "train.stage.advance", "train.restart"}
+# description: >-
+#   The request actions the admission contract defines (docs/policy-input.md):
+#   the keys of the bundle's action table (data.ito.config.actions, equal to
+#   Go's api.Actions by test).
+actions := {a | some a, _ in data.ito.config.actions}
+
+# METADATA
+# title: Acts on a run
+# description: >-
+#   True for an action that names an admitted run (request.run_id): every
+#   action whose effect steps or ends a run.
+acts_on_run(action) if data.ito.config.actions[action].effect in {"step_run", "end_run"}
+
+# METADATA
+# title: Steps a live run
+# description: True for an action that acts on a live run without ending it (stage advance, restart).
+steps_run(action) if data.ito.config.actions[action].effect == "step_run"
 
 # METADATA
 # title: Is a train.create request
@@ -19,9 +34,10 @@ is_train_create if input.request.action == "train.create"
 # METADATA
 # title: Is a teardown request
 # description: >-
-#   True for train.cancel and train.cleanup: they stop or clean up a run
-#   already admitted, so they stay possible after the booking ended.
-is_teardown if input.request.action in {"train.cancel", "train.cleanup"}
+#   True for an action that ends a run (train.cancel, train.cleanup): it stops
+#   or cleans up a run already admitted, so it stays possible after the
+#   booking ended.
+is_teardown if data.ito.config.actions[input.request.action].effect == "end_run"
 
 # METADATA
 # title: Violation from rule metadata

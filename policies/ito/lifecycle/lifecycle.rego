@@ -136,7 +136,7 @@ _consistency_problems contains sprintf("post_training stage %s is not in stages"
 # ---------------------------------------------------------------------------
 # Actions on an admitted run
 
-_is_run_action if _action in {"train.stage.advance", "train.restart"}
+_is_run_action if lib.steps_run(_action)
 
 _run := input.ledger.run
 

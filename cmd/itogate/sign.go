@@ -37,7 +37,7 @@ cosign's own encrypted key files are not read: sign those with cosign itself.`,
 			if err != nil {
 				return fmt.Errorf("key: %w", err)
 			}
-			priv, err := token.ParsePrivateKeyPEM(pemBytes)
+			priv, err := verify.LoadPrivateKeyPEM(pemBytes)
 			if err != nil {
 				return err
 			}

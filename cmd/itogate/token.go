@@ -27,6 +27,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/safefile"
 	"github.com/itocompute/itogate/gatekeeper/token"
 	"github.com/itocompute/itogate/gatekeeper/trust"
+	"github.com/itocompute/itogate/gatekeeper/verify"
 	"github.com/itocompute/itogate/policies"
 )
 
@@ -141,7 +142,7 @@ func (o *tokenOptions) ownKey() (*signingKey, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--key: %w", err)
 	}
-	priv, err := token.ParsePrivateKeyPEM(raw)
+	priv, err := verify.LoadPrivateKeyPEM(raw)
 	if err != nil {
 		return nil, fmt.Errorf("--key %s: %w", o.keyFile, err)
 	}

@@ -1,15 +1,12 @@
 package token
 
 import (
-	"bytes"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
-	"encoding/pem"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -49,32 +46,6 @@ func MarshalPrivateKeyPEM(priv crypto.Signer) ([]byte, error) {
 // format of cosign.pub.
 func MarshalPublicKeyPEM(pub crypto.PublicKey) ([]byte, error) {
 	return cryptoutils.MarshalPublicKeyToPEM(pub)
-}
-
-// ParsePrivateKeyPEM parses exactly one unencrypted PKCS#8 "PRIVATE KEY"
-// PEM block (surrounding whitespace allowed) holding an ECDSA, Ed25519 or
-// RSA key. The error never contains the input.
-func ParsePrivateKeyPEM(data []byte) (crypto.Signer, error) {
-	trimmed := bytes.TrimSpace(data)
-	block, rest := pem.Decode(trimmed)
-	if block == nil || !bytes.HasPrefix(trimmed, []byte("-----BEGIN ")) {
-		return nil, errors.New("private key PEM: no PEM block")
-	}
-	if len(bytes.TrimSpace(rest)) != 0 || len(block.Headers) != 0 {
-		return nil, errors.New("private key PEM: exactly one block without headers expected")
-	}
-	if block.Type != string(cryptoutils.PrivateKeyPEMType) {
-		return nil, fmt.Errorf("private key PEM: block type %q, want %q", block.Type, cryptoutils.PrivateKeyPEMType)
-	}
-	priv, err := cryptoutils.UnmarshalPEMToPrivateKey(trimmed, nil)
-	if err != nil {
-		return nil, errors.New("private key PEM: not a PKCS#8 private key")
-	}
-	s, ok := priv.(crypto.Signer)
-	if !ok {
-		return nil, fmt.Errorf("private key PEM: %T is not a signer", priv)
-	}
-	return s, nil
 }
 
 // WriteKeyPair writes priv to dir/<name>.key.pem (PKCS#8, mode 0600) and

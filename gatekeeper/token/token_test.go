@@ -179,7 +179,7 @@ func TestKeygen(t *testing.T) {
 			if !strings.HasPrefix(string(privPEM), "-----BEGIN PRIVATE KEY-----") {
 				t.Errorf("private key is not PKCS#8 PEM")
 			}
-			priv, err := token.ParsePrivateKeyPEM(privPEM)
+			priv, err := verify.LoadPrivateKeyPEM(privPEM)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -207,29 +207,5 @@ func TestKeygen(t *testing.T) {
 	}
 	if fi, err := os.Stat(newDir); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("created dir: %v, %v; want mode 0700", fi, err)
-	}
-}
-
-func TestParsePrivateKeyPEM(t *testing.T) {
-	dev := keys.Dev()
-	priv := dev.Caller.PrivatePEM
-	for _, tc := range []struct {
-		name string
-		data []byte
-	}{
-		{"public key", dev.Caller.PublicPEM},
-		{"two blocks", append(append([]byte(nil), priv...), priv...)},
-		{"trailing garbage", append(append([]byte(nil), priv...), "x"...)},
-		{"leading garbage", append([]byte("x\n"), priv...)},
-		{"empty", nil},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if _, err := token.ParsePrivateKeyPEM(tc.data); err == nil {
-				t.Fatal("want error")
-			}
-		})
-	}
-	if _, err := token.ParsePrivateKeyPEM(append([]byte("\n"), priv...)); err != nil {
-		t.Fatalf("leading newline: %v", err)
 	}
 }

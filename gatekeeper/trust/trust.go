@@ -17,7 +17,6 @@ import (
 	"github.com/itocompute/itogate/fixtures/keys"
 	"github.com/itocompute/itogate/gatekeeper/config"
 	"github.com/itocompute/itogate/gatekeeper/ticket"
-	"github.com/itocompute/itogate/gatekeeper/token"
 	"github.com/itocompute/itogate/gatekeeper/verify"
 )
 
@@ -213,7 +212,7 @@ func (s *Set) LoadTickets(t config.Tickets) error {
 	if err != nil {
 		return fmt.Errorf("tickets.signing_key: %w", err)
 	}
-	priv, err := token.ParsePrivateKeyPEM(raw)
+	priv, err := verify.LoadPrivateKeyPEM(raw)
 	if err != nil {
 		return fmt.Errorf("tickets.signing_key: %w", err)
 	}

@@ -14,4 +14,8 @@
 // Every verification failure is an *Error carrying the Purpose and a Kind,
 // so the server maps (purpose, kind) to a stable deny code in one place.
 // Error messages never contain token, signature or key bytes.
+//
+// It is also the one home of key parsing: public keys (PEM, JWKS) for every
+// verifier, and PKCS#8 private keys (LoadPrivateKeyPEM) for the ticket key
+// itogate signs with and for the development tooling.
 package verify

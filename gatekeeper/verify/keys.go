@@ -107,6 +107,37 @@ func LoadPublicKeyPEM(data []byte) (crypto.PublicKey, error) {
 	return pub, nil
 }
 
+// LoadPrivateKeyPEM parses exactly one unencrypted PKCS#8 "PRIVATE KEY"
+// PEM block (surrounding whitespace allowed) holding an ECDSA, Ed25519 or
+// RSA key, as `itogate keygen` writes it: the key itogate signs its tickets
+// with, and the keys the development tooling signs tokens and manifests
+// with. The error never contains the input.
+func LoadPrivateKeyPEM(data []byte) (crypto.Signer, error) {
+	if len(data) > MaxKeyFileBytes {
+		return nil, fmt.Errorf("private key PEM: larger than %d bytes", MaxKeyFileBytes)
+	}
+	trimmed := bytes.TrimSpace(data)
+	block, rest := pem.Decode(trimmed)
+	if block == nil || !bytes.HasPrefix(trimmed, []byte("-----BEGIN ")) {
+		return nil, errors.New("private key PEM: no PEM block")
+	}
+	if len(bytes.TrimSpace(rest)) != 0 || len(block.Headers) != 0 {
+		return nil, errors.New("private key PEM: exactly one block without headers expected")
+	}
+	if block.Type != string(cryptoutils.PrivateKeyPEMType) {
+		return nil, fmt.Errorf("private key PEM: block type %q, want %q", block.Type, cryptoutils.PrivateKeyPEMType)
+	}
+	priv, err := cryptoutils.UnmarshalPEMToPrivateKey(trimmed, nil)
+	if err != nil {
+		return nil, errors.New("private key PEM: not a PKCS#8 private key")
+	}
+	s, ok := priv.(crypto.Signer)
+	if !ok {
+		return nil, fmt.Errorf("private key PEM: %T is not a signer", priv)
+	}
+	return s, nil
+}
+
 // LoadPublicKeyPEMFile reads path (at most MaxKeyFileBytes) and parses it
 // with LoadPublicKeyPEM.
 func LoadPublicKeyPEMFile(path string) (crypto.PublicKey, error) {

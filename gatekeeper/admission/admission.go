@@ -52,8 +52,11 @@ type ManifestVerifier interface {
 	Verify(manifest []byte, signature string) (keyID string, err error)
 }
 
-// Decider evaluates the policy decision.
-type Decider interface {
+// Decider evaluates the policy decision. It aliases an interface literal
+// rather than declaring a type, so that a provider returning the same
+// method set (bundle.Manager.Active) fits Options.Policy without importing
+// this package.
+type Decider = interface {
 	Decide(ctx context.Context, input map[string]any) (policy.Decision, error)
 	Revision() string
 }

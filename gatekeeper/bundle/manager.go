@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/itocompute/itogate/gatekeeper/admission"
 	"github.com/itocompute/itogate/gatekeeper/policy"
 )
 
@@ -108,10 +107,19 @@ func NewManager(opts Options) (*Manager, error) {
 	return &Manager{opts: opts}, nil
 }
 
+// Decider is the admission decision of the active bundle, as Active returns
+// it. It is an alias of an interface literal, not a new type: the very type
+// the consumer's own alias (admission.Decider) names, so Active fits
+// admission.Options.Policy while bundle imports nothing above it.
+type Decider = interface {
+	Decide(ctx context.Context, input map[string]any) (policy.Decision, error)
+	Revision() string
+}
+
 // Active returns the active decider, or nil when no bundle is active (the
 // admission then answers POLICY_NOT_READY). A request must call it once and
 // use the returned decider throughout, so that it never mixes two bundles.
-func (m *Manager) Active() admission.Decider {
+func (m *Manager) Active() Decider {
 	if a := m.active.Load(); a != nil {
 		return a.engine
 	}

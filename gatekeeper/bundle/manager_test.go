@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/itocompute/itogate/gatekeeper/admission"
 	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/bundle"
 	"github.com/itocompute/itogate/gatekeeper/bundle/bundletest"
@@ -17,6 +18,10 @@ import (
 	"github.com/itocompute/itogate/internal/patience"
 	"github.com/itocompute/itogate/policies"
 )
+
+// Active fits admission.Options.Policy as serve wires it, though bundle does
+// not import admission: both name the same interface literal.
+var _ func(*bundle.Manager) admission.Decider = (*bundle.Manager).Active
 
 // clock is a settable test clock.
 type clock struct {

@@ -33,7 +33,7 @@ func TestHelpShowsPlainBoolFlags(t *testing.T) {
 	}
 
 	cmd := newRootCmd(&bytes.Buffer{}, &bytes.Buffer{})
-	tok, _, err := cmd.Find([]string{"token"})
+	tok, _, err := cmd.Find([]string{"token", "entitlement"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -47,7 +48,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newSignCmd(stdout),
 		newVerifyCmd(stdout),
 		newKeygenCmd(stdout),
-		newTokenCmd(stdout),
+		newTokenCmd(tokenDeps{stdout: stdout, stderr: stderr, getenv: os.Getenv, now: time.Now}),
 		newDemoCmd(stdout, stderr),
 		newCodesCmd(stdout),
 		newEvalCmd(stdout),

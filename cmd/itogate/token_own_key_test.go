@@ -13,7 +13,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/trust"
 )
 
-// TestTokenOwnKey: `itogate token --key/--kid/--issuer/--audience` signs with
+// TestTokenOwnKey: `itogate token <kind> --key/--kid/--issuer/--audience` signs with
 // the operator's key, and the production trust set built from the matching
 // pem_file + key_id + algorithm (what examples/production/itogate.yaml
 // configures) accepts it for that purpose and no other.

@@ -358,9 +358,4 @@ func secret(file, env, what string) (string, error) {
 	return "", fmt.Errorf("%s: give a file or set $%s", what, env)
 }
 
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
-}
+func envOr(k, def string) string { return getenvOr(os.Getenv, k, def) }

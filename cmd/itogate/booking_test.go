@@ -28,8 +28,23 @@ import (
 // Each attempt is denied with its code and consumes nothing: afterwards the
 // very same confirmation admits the request it was issued for.
 func TestAllowEverythingBundleCannotSpend(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "allow-all.tar.gz")
+	url, logs := startServe(t, &serveOptions{bundleFile: allowAllBundle(t)}, true)
+	f := newSpendFixture(t, url, logs)
+	f.mismatchesSpendNothing()
+
+	// The confirmation was never consumed: it admits what it was issued for.
+	a, err := f.r.Admit(f.ctx, f.createReq(f.ref, "the-run"))
+	if err != nil || a.Status != 200 {
+		t.Fatalf("the confirmation's own request: %+v %v\n%s", a, err, logs.String())
+	}
+	f.fullBookingFreedByCancel(a.Data.RunID)
+}
+
+// allowAllBundle writes a bundle signed with the development bundle key
+// whose decision allows everything, and returns its path.
+func allowAllBundle(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "allow-all.tar.gz")
 	at := time.Now().UTC().Truncate(time.Second)
 	dev := bundletest.DevSigner()
 	raw := bundletest.Build(t, bundletest.Spec{Files: bundletest.Decision(),
@@ -37,99 +52,124 @@ func TestAllowEverythingBundleCannotSpend(t *testing.T) {
 	if err := os.WriteFile(path, raw, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	url, logs := startServe(t, &serveOptions{bundleFile: path}, true)
-	r, m := scenarioFor(t, url, "llama3-8b")
-	ctx := context.Background()
-	other, err := r.LoadManifest("llama3-70b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	digest := manifest.Digest(m.Raw)
-	cost, _ := m.Doc["budget"].(map[string]any)["ceiling_usd"].(string)
-	hw := m.Doc["hardware"].(map[string]any)
-	// A booking of exactly the manifest's topology: one full run fills it.
-	exact := func(c map[string]any) {
-		c["gpu"].(map[string]any)["nodes"] = hw["nodes"]
-	}
-	ent, err := r.EntitlementFor(m, exact)
-	if err != nil {
-		t.Fatal(err)
-	}
-	createReq := func(ref, key string) api.AdmissionRequest {
-		return api.AdmissionRequest{Action: "train.create", BookingID: scenario.Booking, IdempotencyKey: key,
-			Manifest: m.Raw, ManifestSignature: m.Signature, EntitlementToken: ent, ConfirmationRef: ref}
-	}
-	// The one confirmation every mismatch tries to spend.
-	ref, err := r.Confirm(ctx, "train.create", digest, cost, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	expect := func(name string, req api.AdmissionRequest, status int, code string) {
-		t.Helper()
-		a, err := r.Admit(ctx, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if a.Status != status || a.Error == nil || string(a.Error.Code) != code {
-			t.Fatalf("%s: %d %+v, want %d %s\n%s", name, a.Status, a.Error, status, code, logs.String())
-		}
-		if s, _ := r.Status(ctx, req.IdempotencyKey); s.Status != 404 {
-			t.Fatalf("%s: status of the key = %d, want 404 (nothing admitted)", name, s.Status)
-		}
-	}
+	return path
+}
 
+// spendFixture drives full-booking creates of llama3-8b against a server:
+// ent books exactly the manifest's topology (one run fills it), ref is the
+// one confirmation every mismatch tries to spend.
+type spendFixture struct {
+	t            *testing.T
+	ctx          context.Context
+	r            *scenario.Runner
+	m            scenario.Manifest
+	logs         *syncBuffer
+	digest, cost string
+	ent, ref     string
+}
+
+func newSpendFixture(t *testing.T, url string, logs *syncBuffer) *spendFixture {
+	t.Helper()
+	r, m := scenarioFor(t, url, "llama3-8b")
+	f := &spendFixture{t: t, ctx: context.Background(), r: r, m: m, logs: logs, digest: manifest.Digest(m.Raw)}
+	f.cost, _ = m.Doc["budget"].(map[string]any)["ceiling_usd"].(string)
+	f.ent = f.entitlement(m, f.exact)
+	f.ref = f.confirm("train.create", f.digest, f.cost, "")
+	return f
+}
+
+// exact books exactly the manifest's nodes.
+func (f *spendFixture) exact(c map[string]any) {
+	c["gpu"].(map[string]any)["nodes"] = f.m.Doc["hardware"].(map[string]any)["nodes"]
+}
+
+func (f *spendFixture) entitlement(m scenario.Manifest, tweak func(map[string]any)) string {
+	f.t.Helper()
+	ent, err := f.r.EntitlementFor(m, tweak)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return ent
+}
+
+func (f *spendFixture) confirm(act, digest, cost, runID string) string {
+	f.t.Helper()
+	ref, err := f.r.Confirm(f.ctx, act, digest, cost, runID)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return ref
+}
+
+func (f *spendFixture) createReq(ref, key string) api.AdmissionRequest {
+	return api.AdmissionRequest{Action: "train.create", BookingID: scenario.Booking, IdempotencyKey: key,
+		Manifest: f.m.Raw, ManifestSignature: f.m.Signature, EntitlementToken: f.ent, ConfirmationRef: ref}
+}
+
+func (f *spendFixture) cancelReq(ref, key, runID string) api.AdmissionRequest {
+	return api.AdmissionRequest{Action: "train.cancel", BookingID: scenario.Booking,
+		IdempotencyKey: key, EntitlementToken: f.ent, ConfirmationRef: ref, RunID: runID}
+}
+
+// expect: req is denied with status and code, and nothing was admitted
+// under its key.
+func (f *spendFixture) expect(name string, req api.AdmissionRequest, status int, code string) {
+	f.t.Helper()
+	a, err := f.r.Admit(f.ctx, req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if a.Status != status || a.Error == nil || string(a.Error.Code) != code {
+		f.t.Fatalf("%s: %d %+v, want %d %s\n%s", name, a.Status, a.Error, status, code, f.logs.String())
+	}
+	if s, _ := f.r.Status(f.ctx, req.IdempotencyKey); s.Status != 404 {
+		f.t.Fatalf("%s: status of the key = %d, want 404 (nothing admitted)", name, s.Status)
+	}
+}
+
+// mismatchesSpendNothing: ref, or a confirmation like it, offered for
+// another manifest, booking, cost, term or action is denied.
+func (f *spendFixture) mismatchesSpendNothing() {
+	other, err := f.r.LoadManifest("llama3-70b")
+	if err != nil {
+		f.t.Fatal(err)
+	}
 	// Another manifest (signed, valid) with this manifest's confirmation.
-	bad := createReq(ref, "other-manifest")
+	bad := f.createReq(f.ref, "other-manifest")
 	bad.Manifest, bad.ManifestSignature = other.Raw, other.Signature
-	bad.EntitlementToken, _ = r.EntitlementFor(other, nil)
-	expect("another manifest", bad, 403, "CONFIRMATION_INVALID")
+	bad.EntitlementToken = f.entitlement(other, nil)
+	f.expect("another manifest", bad, 403, "CONFIRMATION_INVALID")
 
 	// Another booking: its own entitlement, this booking's confirmation.
-	bad = createReq(ref, "other-booking")
+	bad = f.createReq(f.ref, "other-booking")
 	bad.BookingID = "bk_other"
-	bad.EntitlementToken, _ = r.EntitlementFor(m, func(c map[string]any) { c["booking_id"] = "bk_other" })
-	expect("another booking", bad, 403, "CONFIRMATION_INVALID")
+	bad.EntitlementToken = f.entitlement(f.m, func(c map[string]any) { c["booking_id"] = "bk_other" })
+	f.expect("another booking", bad, 403, "CONFIRMATION_INVALID")
 
 	// A cost below the estimate (64 GPUs × 6 h × 2.49 = 956.16 USD).
-	cheap, err := r.Confirm(ctx, "train.create", digest, "1.00", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	expect("a lower cost", createReq(cheap, "cheap"), 403, "CONFIRMATION_COST_BELOW_ESTIMATE")
+	cheap := f.confirm("train.create", f.digest, "1.00", "")
+	f.expect("a lower cost", f.createReq(cheap, "cheap"), 403, "CONFIRMATION_COST_BELOW_ESTIMATE")
 
 	// A run that ends after the term.
-	shortTerm, err := r.EntitlementFor(m, func(c map[string]any) {
-		exact(c)
+	late := f.createReq(f.ref, "past-term")
+	late.EntitlementToken = f.entitlement(f.m, func(c map[string]any) {
+		f.exact(c)
 		c["term"].(map[string]any)["end"] = time.Now().Add(time.Hour).Unix()
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	late := createReq(ref, "past-term")
-	late.EntitlementToken = shortTerm
-	expect("past the term", late, 403, "BUDGET_RUN_PAST_TERM")
+	f.expect("past the term", late, 403, "BUDGET_RUN_PAST_TERM")
 
 	// A confirmation for another action.
-	cancelRef, err := r.Confirm(ctx, "train.cancel", digest, cost, "run_x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	expect("another action", createReq(cancelRef, "other-action"), 403, "CONFIRMATION_INVALID")
+	cancelRef := f.confirm("train.cancel", f.digest, f.cost, "run_x")
+	f.expect("another action", f.createReq(cancelRef, "other-action"), 403, "CONFIRMATION_INVALID")
+}
 
-	// The confirmation was never consumed: it admits what it was issued for.
-	a, err := r.Admit(ctx, createReq(ref, "the-run"))
-	if err != nil || a.Status != 200 {
-		t.Fatalf("the confirmation's own request: %+v %v\n%s", a, err, logs.String())
-	}
-	run := a.Data.RunID
-
-	// The booking is full: a second full-booking run is refused, naming the
-	// run that holds it.
-	ref2, err := r.Confirm(ctx, "train.create", digest, cost, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	status, body := r.Raw(ctx, createReq(ref2, "second"))
+// fullBookingFreedByCancel: with run filling the booking, a second
+// full-booking run is refused naming it; a cancel bound to another run
+// cannot end it; its own cancel frees the booking for the second run.
+func (f *spendFixture) fullBookingFreedByCancel(run string) {
+	t := f.t
+	ref2 := f.confirm("train.create", f.digest, f.cost, "")
+	status, body := f.r.Raw(f.ctx, f.createReq(ref2, "second"))
 	var env struct {
 		Error struct{ Code, Message string } `json:"error"`
 	}
@@ -138,24 +178,14 @@ func TestAllowEverythingBundleCannotSpend(t *testing.T) {
 		t.Fatalf("second full-booking run: %d %s", status, body)
 	}
 
-	// A cancel whose confirmation names another run cannot end this one.
-	otherRun, err := r.Confirm(ctx, "train.cancel", "", "0", "run_01aaaaaaaaaaaaaaaaaaaaaaaa")
-	if err != nil {
-		t.Fatal(err)
-	}
-	expect("a cancel bound to another run", api.AdmissionRequest{Action: "train.cancel", BookingID: scenario.Booking,
-		IdempotencyKey: "cancel-other", EntitlementToken: ent, ConfirmationRef: otherRun, RunID: run}, 403, "CONFIRMATION_INVALID")
+	otherRun := f.confirm("train.cancel", "", "0", "run_01aaaaaaaaaaaaaaaaaaaaaaaa")
+	f.expect("a cancel bound to another run", f.cancelReq(otherRun, "cancel-other", run), 403, "CONFIRMATION_INVALID")
 
-	// Cancelling the run frees the booking for the refused one.
-	cancel, err := r.Confirm(ctx, "train.cancel", "", "0", run)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a, err := r.Admit(ctx, api.AdmissionRequest{Action: "train.cancel", BookingID: scenario.Booking,
-		IdempotencyKey: "cancel", EntitlementToken: ent, ConfirmationRef: cancel, RunID: run}); err != nil || a.Status != 200 {
+	cancel := f.confirm("train.cancel", "", "0", run)
+	if a, err := f.r.Admit(f.ctx, f.cancelReq(cancel, "cancel", run)); err != nil || a.Status != 200 {
 		t.Fatalf("cancel: %+v %v", a, err)
 	}
-	if a, err := r.Admit(ctx, createReq(ref2, "second-after-cancel")); err != nil || a.Status != 200 {
+	if a, err := f.r.Admit(f.ctx, f.createReq(ref2, "second-after-cancel")); err != nil || a.Status != 200 {
 		t.Fatalf("second run after the cancel: %+v %v", a, err)
 	}
 }
@@ -196,49 +226,18 @@ func TestEvalExplainsCapacity(t *testing.T) {
 // winner's GPUs are reported by status and counted in the aggregate
 // metrics, which carry no booking label.
 func TestCapacityRaceOverHTTP(t *testing.T) {
-	url, _ := startServe(t, &serveOptions{}, true)
-	r, m := scenarioFor(t, url, "llama3-8b")
-	ctx := context.Background()
-	digest := manifest.Digest(m.Raw)
-	cost, _ := m.Doc["budget"].(map[string]any)["ceiling_usd"].(string)
-	hw := m.Doc["hardware"].(map[string]any)
-	ent, err := r.EntitlementFor(m, func(c map[string]any) { c["gpu"].(map[string]any)["nodes"] = hw["nodes"] })
-	if err != nil {
-		t.Fatal(err)
-	}
+	url, logs := startServe(t, &serveOptions{}, true)
+	f := newSpendFixture(t, url, logs)
 	const n = 10
 	reqs := make([]api.AdmissionRequest, n)
 	for i := range reqs {
-		ref, err := r.Confirm(ctx, "train.create", digest, cost, "")
-		if err != nil {
-			t.Fatal(err)
+		ref := f.ref // the fixture's confirmation for the first, a new one each for the rest
+		if i > 0 {
+			ref = f.confirm("train.create", f.digest, f.cost, "")
 		}
-		reqs[i] = api.AdmissionRequest{Action: "train.create", BookingID: scenario.Booking,
-			IdempotencyKey: "race-" + strconv.Itoa(i), Manifest: m.Raw, ManifestSignature: m.Signature,
-			EntitlementToken: ent, ConfirmationRef: ref}
+		reqs[i] = f.createReq(ref, "race-"+strconv.Itoa(i))
 	}
-	type answer struct {
-		status int
-		body   string
-	}
-	answers := make([]answer, n)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range reqs {
-		wg.Go(func() {
-			<-start
-			// ADMISSION_OVERLOADED is not an answer (nothing was evaluated
-			// or consumed): retry with the same key, as a client does.
-			for range 100 {
-				answers[i].status, answers[i].body = r.Raw(ctx, reqs[i])
-				if answers[i].status != 503 || !strings.Contains(answers[i].body, `"ADMISSION_OVERLOADED"`) {
-					return
-				}
-			}
-		})
-	}
-	close(start)
-	wg.Wait()
+	answers := raceAdmissions(f, reqs)
 	winner := -1
 	for i, a := range answers {
 		if a.status == 200 {
@@ -268,7 +267,7 @@ func TestCapacityRaceOverHTTP(t *testing.T) {
 	if won.Data.GPUs != 64 || won.Data.LiveUntil <= time.Now().Unix() {
 		t.Fatalf("allow data: %+v", won.Data)
 	}
-	st, body := r.Raw(ctx, reqs[winner]) // an exact retry: the stored allow, GPUs included
+	st, body := f.r.Raw(f.ctx, reqs[winner]) // an exact retry: the stored allow, GPUs included
 	if st != 200 || !strings.Contains(body, `"gpus":64`) || !strings.Contains(body, won.Data.RunID) {
 		t.Fatalf("replay of the winner: %d %s", st, body)
 	}
@@ -277,4 +276,32 @@ func TestCapacityRaceOverHTTP(t *testing.T) {
 		!strings.Contains(metrics, `itogate_booking_held_ratio_count 1`) || strings.Contains(metrics, scenario.Booking) {
 		t.Fatalf("metrics:\n%s", grepLines(metrics, "itogate_run_gpus_total")+grepLines(metrics, "itogate_booking_held_ratio"))
 	}
+}
+
+type rawAnswer struct {
+	status int
+	body   string
+}
+
+// raceAdmissions sends every request at once and returns the answers.
+// ADMISSION_OVERLOADED is not an answer (nothing was evaluated or
+// consumed): a request is retried with the same key, as a client does.
+func raceAdmissions(f *spendFixture, reqs []api.AdmissionRequest) []rawAnswer {
+	answers := make([]rawAnswer, len(reqs))
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range reqs {
+		wg.Go(func() {
+			<-start
+			for range 100 {
+				answers[i].status, answers[i].body = f.r.Raw(f.ctx, reqs[i])
+				if answers[i].status != 503 || !strings.Contains(answers[i].body, `"ADMISSION_OVERLOADED"`) {
+					return
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	return answers
 }

@@ -221,65 +221,21 @@ func TestServeSignedBundleHotSwap(t *testing.T) {
 			f["/ito/admission/admission.rego"] = []byte("package ito.admission\n\ndecision := {\"allow\": true, \"violations\": []}\n")
 		})}
 	}
-	revFrozen := map[string]bool{}
-	revFrozen[bundletest.Revision(base, "r1")] = false
-	var (
-		stop     atomic.Bool
-		mu       sync.Mutex
-		seen     = map[string]int{}
-		failures []string
-		wg       sync.WaitGroup
-	)
-	for w := range 3 {
-		r, err := scenario.New(url, fixtures.Manifests())
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := r.LoadManifest("llama3-8b")
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Go(func() {
-			for i := 0; !stop.Load(); i++ {
-				status, code, rev, err := admitLlama(context.Background(), r, m, fmt.Sprintf("swap-%d-%d", w, i))
-				mu.Lock()
-				isFrozen, known := revFrozen[rev]
-				switch {
-				case err != nil:
-					failures = append(failures, err.Error())
-				case !known:
-					failures = append(failures, fmt.Sprintf("HTTP %d %s from unknown revision %q", status, code, rev))
-				case isFrozen && (status != 403 || code != "BUNDLE_FROZEN"):
-					failures = append(failures, fmt.Sprintf("frozen revision %s answered %d %q", rev, status, code))
-				case !isFrozen && (status != 200 || code != ""):
-					failures = append(failures, fmt.Sprintf("real revision %s answered %d %q", rev, status, code))
-				}
-				seen[rev]++
-				mu.Unlock()
-			}
-		})
-	}
+	load := newSwapLoad(bundletest.Revision(base, "r1"))
+	load.start(t, url, 3)
 	for i := 2; i <= 5; i++ {
-		at := base.Add(time.Duration(i) * time.Minute)
-		isFrozen := i%2 == 0
+		rev, isFrozen := bundletest.Revision(base.Add(time.Duration(i)*time.Minute), fmt.Sprintf("r%d", i)), i%2 == 0
 		next, tampered := builds[i][0], builds[i][1]
 		// Wait until the poller has downloaded the tampered copy (a fixed
 		// sleep is too short on a loaded machine, and then no tampered bundle
 		// is ever refused).
 		host.publish(tampered)
 		patience.Until(t, fmt.Sprintf("tampered r%d downloaded", i), func() bool { return host.downloaded(tampered) })
-		mu.Lock()
-		revFrozen[bundletest.Revision(at, fmt.Sprintf("r%d", i))] = isFrozen
-		mu.Unlock()
+		load.expect(rev, isFrozen)
 		host.publish(next)
-		patience.Until(t, fmt.Sprintf("an admission answered by r%d", i), func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			return seen[bundletest.Revision(at, fmt.Sprintf("r%d", i))] > 0
-		})
+		patience.Until(t, fmt.Sprintf("an admission answered by r%d", i), func() bool { return load.answeredBy(rev) })
 	}
-	stop.Store(true)
-	wg.Wait()
+	seen, failures := load.finish()
 	for _, f := range failures[:min(len(failures), 10)] {
 		t.Error(f)
 	}
@@ -295,6 +251,74 @@ func TestServeSignedBundleHotSwap(t *testing.T) {
 		t.Error("no log line for the refused bundles")
 	}
 	t.Logf("admissions by revision: %v", seen)
+}
+
+// swapLoad is concurrent admissions of llama3-8b during bundle swaps,
+// checking each answer against the revision that gave it: an allow only
+// from a real revision, BUNDLE_FROZEN only from a frozen one, nothing from
+// a revision not yet expected.
+type swapLoad struct {
+	stop     atomic.Bool
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	frozen   map[string]bool // revision → frozen
+	seen     map[string]int  // revision → admissions it answered
+	failures []string
+}
+
+func newSwapLoad(first string) *swapLoad {
+	return &swapLoad{frozen: map[string]bool{first: false}, seen: map[string]int{}}
+}
+
+// start runs workers admitting in a loop until finish.
+func (l *swapLoad) start(t *testing.T, url string, workers int) {
+	t.Helper()
+	for w := range workers {
+		r, m := scenarioFor(t, url, "llama3-8b")
+		l.wg.Go(func() {
+			for i := 0; !l.stop.Load(); i++ {
+				status, code, rev, err := admitLlama(context.Background(), r, m, fmt.Sprintf("swap-%d-%d", w, i))
+				l.record(status, code, rev, err)
+			}
+		})
+	}
+}
+
+func (l *swapLoad) record(status int, code, rev string, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	isFrozen, known := l.frozen[rev]
+	switch {
+	case err != nil:
+		l.failures = append(l.failures, err.Error())
+	case !known:
+		l.failures = append(l.failures, fmt.Sprintf("HTTP %d %s from unknown revision %q", status, code, rev))
+	case isFrozen && (status != 403 || code != "BUNDLE_FROZEN"):
+		l.failures = append(l.failures, fmt.Sprintf("frozen revision %s answered %d %q", rev, status, code))
+	case !isFrozen && (status != 200 || code != ""):
+		l.failures = append(l.failures, fmt.Sprintf("real revision %s answered %d %q", rev, status, code))
+	}
+	l.seen[rev]++
+}
+
+// expect makes rev a known revision, frozen or real.
+func (l *swapLoad) expect(rev string, frozen bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.frozen[rev] = frozen
+}
+
+func (l *swapLoad) answeredBy(rev string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.seen[rev] > 0
+}
+
+// finish stops the workers and returns what they saw.
+func (l *swapLoad) finish() (seen map[string]int, failures []string) {
+	l.stop.Store(true)
+	l.wg.Wait()
+	return l.seen, l.failures
 }
 
 // A bundle past its max age stops being enforced: /readyz fails and

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -9,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/itocompute/itogate/gatekeeper/api"
-	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
 	"github.com/itocompute/itogate/internal/patience"
 )
@@ -54,117 +51,143 @@ func wantCode(t *testing.T, what string, status int, body string, wantStatus int
 func TestRevocations(t *testing.T) {
 	o := &serveOptions{}
 	url, logs := startServe(t, o, true)
-	r, m := scenarioFor(t, url, "llama3-8b")
-	ctx := context.Background()
-	digest := manifest.Digest(m.Raw)
-	cost, _ := m.Doc["budget"].(map[string]any)["ceiling_usd"].(string)
-	revoker, err := r.RevokerToken()
-	if err != nil {
-		t.Fatal(err)
-	}
-	desk, err := r.DepositorToken()
-	if err != nil {
-		t.Fatal(err)
-	}
-	callerTok, err := scenario.CallerToken()
-	if err != nil {
-		t.Fatal(err)
-	}
-	exp := time.Now().Add(time.Hour).Unix()
-	create := func(ent, ref, key string) (int, string) {
-		return r.Raw(ctx, api.AdmissionRequest{Action: "train.create", BookingID: scenario.Booking, IdempotencyKey: key,
-			Manifest: m.Raw, ManifestSignature: m.Signature, EntitlementToken: ent, ConfirmationRef: ref})
-	}
-	ent, err := r.EntitlementFor(m, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := newRevokeFixture(t, url, logs)
+	f.identitiesAreSeparate()
+	f.confirmationRevoked()
+	ref := f.entitlementRevoked()
+	ref = f.bookingRevoked(ref)
+	f.callerKeyRevoked(ref)
+	f.audited(filepath.Join(o.dataDir, "decisions.jsonl"))
+}
 
-	// Identities: a caller or the revoker cannot revoke a confirmation; a
-	// caller or the desk cannot revoke an entitlement.
-	status, body, _ := r.Post(ctx, "/v1/confirmations/revocations", callerTok, map[string]any{"jti": "x", "expires_at": exp})
+// revokeFixture is a spendFixture (with an entitlement for any nodes) and
+// the bearer tokens of the three identities.
+type revokeFixture struct {
+	*spendFixture
+	revoker, desk, caller string
+	exp                   int64 // expires_at of the revocations
+}
+
+func newRevokeFixture(t *testing.T, url string, logs *syncBuffer) *revokeFixture {
+	t.Helper()
+	f := &revokeFixture{spendFixture: newSpendFixture(t, url, logs), exp: time.Now().Add(time.Hour).Unix()}
+	f.ent = f.entitlement(f.m, nil)
+	var err error
+	if f.revoker, err = f.r.RevokerToken(); err != nil {
+		t.Fatal(err)
+	}
+	if f.desk, err = f.r.DepositorToken(); err != nil {
+		t.Fatal(err)
+	}
+	if f.caller, err = scenario.CallerToken(); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// create posts a train.create with ent and ref under key.
+func (f *revokeFixture) create(ent, ref, key string) (int, string) {
+	req := f.createReq(ref, key)
+	req.EntitlementToken = ent
+	return f.r.Raw(f.ctx, req)
+}
+
+// revoke posts a revocation to path as bearer and wants status.
+func (f *revokeFixture) revoke(what, path, bearer string, body map[string]any, status int) string {
+	f.t.Helper()
+	got, resp, _ := f.r.Post(f.ctx, path, bearer, body)
+	if got != status {
+		f.t.Fatalf("%s: %d %s, want %d", what, got, resp, status)
+	}
+	return resp
+}
+
+// identitiesAreSeparate: a caller or the revoker cannot revoke a
+// confirmation; a caller or the desk cannot revoke an entitlement.
+func (f *revokeFixture) identitiesAreSeparate() {
+	t, ctx := f.t, f.ctx
+	status, body, _ := f.r.Post(ctx, "/v1/confirmations/revocations", f.caller, map[string]any{"jti": "x", "expires_at": f.exp})
 	wantCode(t, "caller revokes a confirmation", status, body, 401, "DEPOSITOR_UNAUTHENTICATED")
-	status, body, _ = r.Post(ctx, "/v1/confirmations/revocations", revoker, map[string]any{"jti": "x", "expires_at": exp})
+	status, body, _ = f.r.Post(ctx, "/v1/confirmations/revocations", f.revoker, map[string]any{"jti": "x", "expires_at": f.exp})
 	wantCode(t, "revoker revokes a confirmation", status, body, 401, "DEPOSITOR_UNAUTHENTICATED")
-	status, body, _ = r.Post(ctx, "/v1/revocations", revoker, map[string]any{"kind": "confirmation", "subject": "x", "expires_at": exp})
+	status, body, _ = f.r.Post(ctx, "/v1/revocations", f.revoker, map[string]any{"kind": "confirmation", "subject": "x", "expires_at": f.exp})
 	wantCode(t, "revoker names a confirmation", status, body, 403, "REVOKER_UNAUTHORIZED")
-	for name, tok := range map[string]string{"caller": callerTok, "desk": desk} {
-		status, body, _ = r.Post(ctx, "/v1/revocations", tok, map[string]any{"kind": "booking", "subject": scenario.Booking, "expires_at": exp})
+	for name, tok := range map[string]string{"caller": f.caller, "desk": f.desk} {
+		status, body, _ = f.r.Post(ctx, "/v1/revocations", tok, map[string]any{"kind": "booking", "subject": scenario.Booking, "expires_at": f.exp})
 		wantCode(t, name+" revokes a booking", status, body, 401, "REVOKER_UNAUTHENTICATED")
 	}
+}
 
-	// A deposited confirmation revoked by ref: refused at admission,
-	// nothing consumed; the revocation is idempotent.
-	ref, err := r.Confirm(ctx, "train.create", digest, cost, "")
-	if err != nil {
-		t.Fatal(err)
+// confirmationRevoked: a deposited confirmation revoked by ref is refused
+// at admission, nothing consumed, and the revocation is idempotent; one
+// revoked by jti before it is deposited cannot be deposited.
+func (f *revokeFixture) confirmationRevoked() {
+	t := f.t
+	body := f.revoke("revoke by ref", "/v1/confirmations/revocations", f.desk, map[string]any{"ref": f.ref, "reason": "desk withdrew it"}, 201)
+	if decode(t, body).Data["created"] != true {
+		t.Fatalf("revoke by ref: %s", body)
 	}
-	status, body, _ = r.Post(ctx, "/v1/confirmations/revocations", desk, map[string]any{"ref": ref, "reason": "desk withdrew it"})
-	if status != 201 || decode(t, body).Data["created"] != true {
-		t.Fatalf("revoke by ref: %d %s", status, body)
+	body = f.revoke("revoke again", "/v1/confirmations/revocations", f.desk, map[string]any{"ref": f.ref}, 200)
+	if e := decode(t, body); e.Data["created"] != false || !strings.Contains(e.Notice, "already revoked") {
+		t.Fatalf("revoke again: %s", body)
 	}
-	status, body, _ = r.Post(ctx, "/v1/confirmations/revocations", desk, map[string]any{"ref": ref})
-	if e := decode(t, body); status != 200 || e.Data["created"] != false || !strings.Contains(e.Notice, "already revoked") {
-		t.Fatalf("revoke again: %d %s", status, body)
-	}
-	status, body = create(ent, ref, "after-revoke")
+	status, body := f.create(f.ent, f.ref, "after-revoke")
 	wantCode(t, "revoked confirmation", status, body, 403, "CONFIRMATION_REVOKED")
-	if s, _ := r.Status(ctx, "after-revoke"); s.Status != 404 {
+	if s, _ := f.r.Status(f.ctx, "after-revoke"); s.Status != 404 {
 		t.Fatalf("a revoked confirmation admitted something: %d", s.Status)
 	}
 
-	// A confirmation revoked by jti before it is deposited: the deposit is
-	// refused.
-	status, body, _ = r.Post(ctx, "/v1/confirmations/revocations", desk, map[string]any{"jti": "jti_revoked_early", "expires_at": exp})
-	if status != 201 {
-		t.Fatalf("revoke by jti: %d %s", status, body)
-	}
-	_, err = r.ConfirmWith(ctx, "train.create", digest, cost, "", func(c map[string]any) { c["jti"] = "jti_revoked_early" })
+	f.revoke("revoke by jti", "/v1/confirmations/revocations", f.desk, map[string]any{"jti": "jti_revoked_early", "expires_at": f.exp}, 201)
+	_, err := f.r.ConfirmWith(f.ctx, "train.create", f.digest, f.cost, "", func(c map[string]any) { c["jti"] = "jti_revoked_early" })
 	if err == nil || !strings.Contains(err.Error(), "CONFIRMATION_REVOKED") {
 		t.Fatalf("deposit of a revoked jti: %v", err)
 	}
+}
 
-	// An entitlement revoked by jti.
-	revokedEnt, _ := r.EntitlementFor(m, func(c map[string]any) { c["jti"] = "ent_revoked" })
-	status, body, _ = r.Post(ctx, "/v1/revocations", revoker, map[string]any{"kind": "entitlement", "subject": "ent_revoked", "expires_at": exp})
-	if status != 201 {
-		t.Fatalf("revoke entitlement: %d %s", status, body)
-	}
-	ref2, _ := r.Confirm(ctx, "train.create", digest, cost, "")
-	status, body = create(revokedEnt, ref2, "ent-revoked")
-	wantCode(t, "revoked entitlement", status, body, 403, "ENTITLEMENT_REVOKED")
+// entitlementRevoked: an entitlement revoked by jti is refused. It returns
+// the unspent confirmation it was offered with.
+func (f *revokeFixture) entitlementRevoked() string {
+	revokedEnt := f.entitlement(f.m, func(c map[string]any) { c["jti"] = "ent_revoked" })
+	f.revoke("revoke entitlement", "/v1/revocations", f.revoker, map[string]any{"kind": "entitlement", "subject": "ent_revoked", "expires_at": f.exp}, 201)
+	ref := f.confirm("train.create", f.digest, f.cost, "")
+	status, body := f.create(revokedEnt, ref, "ent-revoked")
+	wantCode(f.t, "revoked entitlement", status, body, 403, "ENTITLEMENT_REVOKED")
+	return ref
+}
 
-	// The booking revoked after a run was admitted: no new run; cancel of
-	// the admitted one stays admissible.
-	status, body = create(ent, ref2, "before-booking-revoked")
+// bookingRevoked: the booking revoked after a run was admitted (with ref)
+// admits no new run, and cancel of the admitted one stays admissible. It
+// returns the unspent confirmation the refused run was offered with.
+func (f *revokeFixture) bookingRevoked(ref string) string {
+	t := f.t
+	status, body := f.create(f.ent, ref, "before-booking-revoked")
 	if status != 200 {
 		t.Fatalf("create: %d %s", status, body)
 	}
 	run, _ := decode(t, body).Data["run_id"].(string)
-	status, body, _ = r.Post(ctx, "/v1/revocations", revoker, map[string]any{"kind": "booking", "subject": scenario.Booking, "expires_at": exp})
-	if status != 201 {
-		t.Fatalf("revoke booking: %d %s", status, body)
-	}
-	ref3, _ := r.Confirm(ctx, "train.create", digest, cost, "")
-	status, body = create(ent, ref3, "booking-revoked")
+	f.revoke("revoke booking", "/v1/revocations", f.revoker, map[string]any{"kind": "booking", "subject": scenario.Booking, "expires_at": f.exp}, 201)
+	unspent := f.confirm("train.create", f.digest, f.cost, "")
+	status, body = f.create(f.ent, unspent, "booking-revoked")
 	wantCode(t, "revoked booking", status, body, 403, "ENTITLEMENT_REVOKED")
-	cancel, _ := r.Confirm(ctx, "train.cancel", "", "0", run)
-	if a, err := r.Admit(ctx, api.AdmissionRequest{Action: "train.cancel", BookingID: scenario.Booking,
-		IdempotencyKey: "cancel-revoked-booking", EntitlementToken: ent, ConfirmationRef: cancel, RunID: run}); err != nil || a.Status != 200 {
+	cancel := f.confirm("train.cancel", "", "0", run)
+	if a, err := f.r.Admit(f.ctx, f.cancelReq(cancel, "cancel-revoked-booking", run)); err != nil || a.Status != 200 {
 		t.Fatalf("cancel on a revoked booking: %+v %v", a, err)
 	}
+	return unspent
+}
 
-	// The caller's key withdrawn from trust: 401 CALLER_REVOKED on every route.
-	status, body, _ = r.Post(ctx, "/v1/revocations", revoker, map[string]any{"kind": "caller_key", "subject": "dev-caller-1", "expires_at": exp, "reason": "key leaked"})
-	if status != 201 {
-		t.Fatalf("revoke caller key: %d %s", status, body)
-	}
-	status, body = create(ent, ref3, "caller-revoked")
-	wantCode(t, "revoked caller key", status, body, 401, "CALLER_REVOKED")
+// callerKeyRevoked: the caller's key withdrawn from trust gives 401
+// CALLER_REVOKED.
+func (f *revokeFixture) callerKeyRevoked(ref string) {
+	f.revoke("revoke caller key", "/v1/revocations", f.revoker, map[string]any{"kind": "caller_key", "subject": "dev-caller-1", "expires_at": f.exp, "reason": "key leaked"}, 201)
+	status, body := f.create(f.ent, ref, "caller-revoked")
+	wantCode(f.t, "revoked caller key", status, body, 401, "CALLER_REVOKED")
+}
 
-	// Audited: every revocation request is a decision-log line naming the
-	// kind, the subject, the revoker's key id and the outcome, never a token.
-	path := filepath.Join(o.dataDir, "decisions.jsonl")
+// audited: every revocation request is a decision-log line naming the
+// kind, the subject, the revoker's key id and the outcome, never a token.
+func (f *revokeFixture) audited(path string) {
+	t := f.t
 	patience.Until(t, "revocations in the decision log", func() bool {
 		b, _ := os.ReadFile(path)
 		return strings.Contains(string(b), `"action":"revoke.caller_key"`)
@@ -176,8 +199,8 @@ func TestRevocations(t *testing.T) {
 			t.Errorf("decision log lacks %s", want)
 		}
 	}
-	for _, secret := range []string{revoker, desk, callerTok} {
-		if strings.Contains(string(b)+logs.String(), secret) {
+	for _, secret := range []string{f.revoker, f.desk, f.caller} {
+		if strings.Contains(string(b)+f.logs.String(), secret) {
 			t.Fatal("a bearer token reached a log")
 		}
 	}

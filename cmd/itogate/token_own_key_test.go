@@ -13,46 +13,13 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/trust"
 )
 
-// TestTokenOwnKey: `itogate token <kind> --key/--kid/--issuer/--audience` signs with
-// the operator's key, and the production trust set built from the matching
-// pem_file + key_id + algorithm (what examples/production/itogate.yaml
+// TestTokenOwnKey: `itogate token <kind> --key/--kid/--issuer/--audience`
+// signs with the operator's key, and the production trust set built from the
+// matching pem_file + key_id + algorithm (what examples/production/itogate.yaml
 // configures) accepts it for that purpose and no other.
 func TestTokenOwnKey(t *testing.T) {
-	dir := t.TempDir()
-	pems := map[string]string{}
-	for _, p := range []string{"caller", "depositor", "entitlement", "confirmation", "manifest"} {
-		k, err := token.GenerateECDSA()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := token.WriteKeyPair(dir, p, k); err != nil {
-			t.Fatal(err)
-		}
-		pems[p] = filepath.Join(dir, p)
-	}
-	tt := func(p, iss, aud, typ string) config.TokenTrust {
-		return config.TokenTrust{Issuer: iss, Audience: aud, Type: typ,
-			PEMFile: pems[p] + ".pub.pem", KeyID: p + "-1", Algorithm: "ES256"}
-	}
-	set, err := trust.FromConfig(config.Trust{
-		Callers:         tt("caller", "https://idp.example.com", "itogate", ""),
-		Depositors:      tt("depositor", "https://desk.example.com", "itogate-deposit", ""),
-		Entitlement:     tt("entitlement", "https://backend.example.com", "itogate", config.TypeEntitlement),
-		Confirmation:    tt("confirmation", "https://desk.example.com", "itogate", config.TypeConfirmation),
-		ManifestSigners: []config.ManifestKey{{KeyID: "manifest-1", PEMFile: pems["manifest"] + ".pub.pem"}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mint := func(args ...string) (string, string, error) {
-		var out, errOut bytes.Buffer
-		root := newRootCmd(&out, &errOut)
-		root.SetArgs(append([]string{"token"}, args...))
-		err := root.Execute()
-		return strings.TrimSpace(out.String()), errOut.String(), err
-	}
-
-	ent, stderr, err := mint("entitlement", "--key", pems["entitlement"]+".key.pem", "--kid", "entitlement-1",
+	set, pems := ownKeyTrust(t)
+	ent, stderr, err := mintWithRoot("entitlement", "--key", pems["entitlement"]+".key.pem", "--kid", "entitlement-1",
 		"--issuer", "https://backend.example.com", "--audience", "itogate", "--account", "acct_42",
 		"--booking", "bk_42", "--gpu", "H100-SXM-80GB", "--nodes", "2", "--gpus-per-node", "8",
 		"--region", "us-east-1", "--fabric", "infiniband-ndr")
@@ -78,7 +45,7 @@ func TestTokenOwnKey(t *testing.T) {
 		t.Fatal("caller verifier accepted an entitlement")
 	}
 
-	caller, _, err := mint("caller", "--key", pems["caller"]+".key.pem", "--kid", "caller-1",
+	caller, _, err := mintWithRoot("caller", "--key", pems["caller"]+".key.pem", "--kid", "caller-1",
 		"--issuer", "https://idp.example.com", "--audience", "itogate", "--account", "acct_42")
 	if err != nil {
 		t.Fatal(err)
@@ -86,8 +53,12 @@ func TestTokenOwnKey(t *testing.T) {
 	if c, err := set.Callers.Verify([]byte(caller), time.Now()); err != nil || c.Raw["account"] != "acct_42" {
 		t.Fatalf("caller: %+v, %v", c, err)
 	}
+}
 
-	// Flags that only make sense together are refused, saying what is missing.
+// TestTokenOwnKeyFlagsTogether: flags that only make sense together are
+// refused, saying what is missing.
+func TestTokenOwnKeyFlagsTogether(t *testing.T) {
+	_, pems := ownKeyTrust(t)
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -98,10 +69,54 @@ func TestTokenOwnKey(t *testing.T) {
 			"--audience", "a", "--cost", "1.00", "--deposit", "--depositor-token", ""}, "needs the depositor's bearer token"},
 	} {
 		t.Setenv("ITOGATE_DEPOSITOR_TOKEN", "")
-		if _, _, err := mint(tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, _, err := mintWithRoot(tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("token %v: %v, want an error saying %q", tc.args, err, tc.want)
 		}
 	}
+}
+
+// ownKeyTrust writes one key pair per purpose (<dir>/<purpose>.key.pem and
+// .pub.pem; pems maps the purpose to that stem) and builds the production
+// trust set that pins their public keys.
+func ownKeyTrust(t *testing.T) (set *trust.Set, pems map[string]string) {
+	t.Helper()
+	dir := t.TempDir()
+	pems = map[string]string{}
+	for _, p := range []string{"caller", "depositor", "entitlement", "confirmation", "manifest"} {
+		k, err := token.GenerateECDSA()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := token.WriteKeyPair(dir, p, k); err != nil {
+			t.Fatal(err)
+		}
+		pems[p] = filepath.Join(dir, p)
+	}
+	tt := func(p, iss, aud, typ string) config.TokenTrust {
+		return config.TokenTrust{Issuer: iss, Audience: aud, Type: typ,
+			PEMFile: pems[p] + ".pub.pem", KeyID: p + "-1", Algorithm: "ES256"}
+	}
+	set, err := trust.FromConfig(config.Trust{
+		Callers:         tt("caller", "https://idp.example.com", "itogate", ""),
+		Depositors:      tt("depositor", "https://desk.example.com", "itogate-deposit", ""),
+		Entitlement:     tt("entitlement", "https://backend.example.com", "itogate", config.TypeEntitlement),
+		Confirmation:    tt("confirmation", "https://desk.example.com", "itogate", config.TypeConfirmation),
+		ManifestSigners: []config.ManifestKey{{KeyID: "manifest-1", PEMFile: pems["manifest"] + ".pub.pem"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set, pems
+}
+
+// mintWithRoot runs `itogate token ARGS` through the root command, as the
+// binary does, and returns its standard output and error.
+func mintWithRoot(args ...string) (stdout, stderr string, err error) {
+	var out, errOut bytes.Buffer
+	root := newRootCmd(&out, &errOut)
+	root.SetArgs(append([]string{"token"}, args...))
+	err = root.Execute()
+	return strings.TrimSpace(out.String()), errOut.String(), err
 }
 
 // TestKeyAlgorithm: `bundle inspect` without --algorithm follows the key, so

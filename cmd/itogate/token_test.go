@@ -270,14 +270,12 @@ func TestTokenRefusesAnotherKindsFlag(t *testing.T) {
 		{[]string{"bogus"}, `unknown command "bogus" for "itogate token"`},
 		{[]string{}, "name the kind of token: itogate token caller|confirmation|depositor|entitlement|eval-report|ladder-decision|revoker"},
 	} {
-		var out bytes.Buffer
-		root := newRootCmd(&out, io.Discard)
-		root.SetArgs(append([]string{"token"}, tc.args...))
-		if err := root.Execute(); err == nil || !strings.Contains(err.Error(), tc.want) {
+		out, _, err := mintWithRoot(tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("token %v: %v, want an error saying %q", tc.args, err, tc.want)
 		}
-		if out.Len() != 0 {
-			t.Errorf("token %v printed %q", tc.args, out.String())
+		if out != "" {
+			t.Errorf("token %v printed %q", tc.args, out)
 		}
 	}
 }

@@ -152,90 +152,14 @@ func TestCLIHostileManifestPaths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	writeMode(t, filepath.Join(dir, "m.json"), content, 0o600)
-	must(os.Mkdir(filepath.Join(dir, "real"), 0o700))
-	writeMode(t, filepath.Join(dir, "real", "m.json"), content, 0o600)
-	must(os.Symlink(filepath.Join(dir, "real", "m.json"), filepath.Join(dir, "link.json")))
-	must(os.Symlink("m.json", filepath.Join(dir, "rel-link.json"))) // relative, in-tree
-	must(os.Symlink("real", filepath.Join(dir, "alias")))
-	must(os.Symlink(".", filepath.Join(dir, "self")))
-	must(unix.Mkfifo(filepath.Join(dir, "fifo.json"), 0o600))
-	sparse := filepath.Join(dir, "sparse.json")
-	writeMode(t, sparse, nil, 0o600)
-	must(os.Truncate(sparse, 1<<40)) // 1 TiB of holes
-	writeMode(t, filepath.Join(dir, "big.json"), bytes.Repeat([]byte(" "), manifest.MaxBytes+1), 0o600)
-	writeMode(t, filepath.Join(dir, "group-writable.json"), content, 0o620)
-	writeMode(t, filepath.Join(dir, "world-writable.json"), content, 0o602)
-	must(os.Mkdir(filepath.Join(dir, "open"), 0o700))
-	must(os.Chmod(filepath.Join(dir, "open"), 0o777))
-	writeMode(t, filepath.Join(dir, "open", "m.json"), content, 0o600)
-	must(os.Mkdir(filepath.Join(dir, "sticky"), 0o700))
-	must(os.Chmod(filepath.Join(dir, "sticky"), 0o777|os.ModeSticky))
-	writeMode(t, filepath.Join(dir, "sticky", "m.json"), content, 0o600)
-	foreign := filepath.Join(dir, "foreign.json")
-	writeMode(t, foreign, content, 0o600)
-	canChown := os.Chown(foreign, 4242, 4242) == nil
-
-	cases := []struct {
-		name, path string
-		code       api.Code
-		needChown  bool
-	}{
-		{"symlink as the file", filepath.Join(dir, "link.json"), api.CodeManifestPathSymlink, false},
-		{"relative in-tree symlink as the file", filepath.Join(dir, "rel-link.json"), api.CodeManifestPathSymlink, false},
-		{"symlink in a parent directory", filepath.Join(dir, "alias", "m.json"), api.CodeManifestPathSymlink, false},
-		{"symlink erased by ..", filepath.Join(dir, "alias") + "/../m.json", api.CodeManifestPathSymlink, false},
-		{"self symlink in the path", filepath.Join(dir, "self", "self", "m.json"), api.CodeManifestPathSymlink, false},
-		{"trailing slash", filepath.Join(dir, "m.json") + "/", api.CodeManifestPathInvalid, false},
-		{"trailing slash on a symlink", filepath.Join(dir, "link.json") + "/", api.CodeManifestPathInvalid, false},
-		{"final ..", filepath.Join(dir, "real") + "/..", api.CodeManifestPathInvalid, false},
-		{"NUL byte", filepath.Join(dir, "m.json") + "\x00.txt", api.CodeManifestPathInvalid, false},
-		{"FIFO", filepath.Join(dir, "fifo.json"), api.CodeManifestNotRegular, false},
-		{"character device", "/dev/null", api.CodeManifestNotRegular, false},
-		{"directory", filepath.Join(dir, "real"), api.CodeManifestNotRegular, false},
-		{"sparse file of 1 TiB", sparse, api.CodeManifestTooLarge, false},
-		{"1 MiB + 1 byte", filepath.Join(dir, "big.json"), api.CodeManifestTooLarge, false},
-		{"group-writable file", filepath.Join(dir, "group-writable.json"), api.CodeManifestPermissions, false},
-		{"world-writable file", filepath.Join(dir, "world-writable.json"), api.CodeManifestPermissions, false},
-		{"world-writable directory without sticky bit", filepath.Join(dir, "open", "m.json"), api.CodeManifestPermissions, false},
-		{"owned by another user", foreign, api.CodeManifestOwner, true},
-		{"missing", filepath.Join(dir, "nope.json"), api.CodeManifestNotFound, false},
-	}
+	cases, canChown := hostileManifestTree(t, dir, content)
 	sink := newSink(t)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.needChown && !canChown {
 				t.Skip("cannot chown to another user here (not root)")
 			}
-			done := make(chan cliResult, 1)
-			go func() { done <- sink.train(t, dir, tc.path, "k-path") }()
-			var res cliResult
-			select {
-			case res = <-done:
-			case <-time.After(patience.Wait):
-				t.Fatal("itogate train hung on the path")
-			}
-			if res.exit != exitFailed || !strings.Contains(res.stderr, string(tc.code)) {
-				t.Fatalf("train: exit %d, stderr %q; want exit %d and %s", res.exit, res.stderr, exitFailed, tc.code)
-			}
-			if strings.Contains(res.stderr, `"schema"`) || strings.Contains(res.stderr, "llama") {
-				t.Fatalf("stderr echoes file contents: %q", res.stderr)
-			}
-			sigOut := filepath.Join(t.TempDir(), "out.sig")
-			res = runCLI(t, "sign", "--key", filepath.Join("..", "..", "fixtures", "keys", "dev-manifest-ecdsa.key.pem"),
-				"--output-signature", sigOut, tc.path)
-			if res.exit != 1 || !strings.Contains(res.stderr, string(tc.code)) {
-				t.Fatalf("sign: exit %d, stderr %q; want exit 1 and %s", res.exit, res.stderr, tc.code)
-			}
-			if _, err := os.Stat(sigOut); !errors.Is(err, os.ErrNotExist) {
-				t.Fatalf("sign wrote a signature for a refused path: %v", err)
-			}
+			checkHostileManifestPath(t, sink, dir, tc)
 		})
 	}
 	if n := sink.hits.Load(); n != 0 {
@@ -262,6 +186,101 @@ func TestCLIHostileManifestPaths(t *testing.T) {
 	})
 }
 
+// hostilePath is one unsafe manifest path and the code that refuses it.
+type hostilePath struct {
+	name, path string
+	code       api.Code
+	needChown  bool
+}
+
+// hostileManifestTree lays out, under dir, a safe manifest (m.json, and
+// real/m.json, sticky/m.json) beside every unsafe form of a manifest path,
+// and returns those with their codes; canChown reports whether the file
+// owned by another user could be made.
+func hostileManifestTree(t *testing.T, dir string, content []byte) (cases []hostilePath, canChown bool) {
+	t.Helper()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeMode(t, filepath.Join(dir, "m.json"), content, 0o600)
+	must(os.Mkdir(filepath.Join(dir, "real"), 0o700))
+	writeMode(t, filepath.Join(dir, "real", "m.json"), content, 0o600)
+	must(os.Symlink(filepath.Join(dir, "real", "m.json"), filepath.Join(dir, "link.json")))
+	must(os.Symlink("m.json", filepath.Join(dir, "rel-link.json"))) // relative, in-tree
+	must(os.Symlink("real", filepath.Join(dir, "alias")))
+	must(os.Symlink(".", filepath.Join(dir, "self")))
+	must(unix.Mkfifo(filepath.Join(dir, "fifo.json"), 0o600))
+	sparse := filepath.Join(dir, "sparse.json")
+	writeMode(t, sparse, nil, 0o600)
+	must(os.Truncate(sparse, 1<<40)) // 1 TiB of holes
+	writeMode(t, filepath.Join(dir, "big.json"), bytes.Repeat([]byte(" "), manifest.MaxBytes+1), 0o600)
+	writeMode(t, filepath.Join(dir, "group-writable.json"), content, 0o620)
+	writeMode(t, filepath.Join(dir, "world-writable.json"), content, 0o602)
+	for name, mode := range map[string]os.FileMode{"open": 0o777, "sticky": 0o777 | os.ModeSticky} {
+		must(os.Mkdir(filepath.Join(dir, name), 0o700))
+		must(os.Chmod(filepath.Join(dir, name), mode))
+		writeMode(t, filepath.Join(dir, name, "m.json"), content, 0o600)
+	}
+	foreign := filepath.Join(dir, "foreign.json")
+	writeMode(t, foreign, content, 0o600)
+	canChown = os.Chown(foreign, 4242, 4242) == nil
+	in := func(p ...string) string { return filepath.Join(append([]string{dir}, p...)...) }
+	return []hostilePath{
+		{"symlink as the file", in("link.json"), api.CodeManifestPathSymlink, false},
+		{"relative in-tree symlink as the file", in("rel-link.json"), api.CodeManifestPathSymlink, false},
+		{"symlink in a parent directory", in("alias", "m.json"), api.CodeManifestPathSymlink, false},
+		{"symlink erased by ..", in("alias") + "/../m.json", api.CodeManifestPathSymlink, false},
+		{"self symlink in the path", in("self", "self", "m.json"), api.CodeManifestPathSymlink, false},
+		{"trailing slash", in("m.json") + "/", api.CodeManifestPathInvalid, false},
+		{"trailing slash on a symlink", in("link.json") + "/", api.CodeManifestPathInvalid, false},
+		{"final ..", in("real") + "/..", api.CodeManifestPathInvalid, false},
+		{"NUL byte", in("m.json") + "\x00.txt", api.CodeManifestPathInvalid, false},
+		{"FIFO", in("fifo.json"), api.CodeManifestNotRegular, false},
+		{"character device", "/dev/null", api.CodeManifestNotRegular, false},
+		{"directory", in("real"), api.CodeManifestNotRegular, false},
+		{"sparse file of 1 TiB", sparse, api.CodeManifestTooLarge, false},
+		{"1 MiB + 1 byte", in("big.json"), api.CodeManifestTooLarge, false},
+		{"group-writable file", in("group-writable.json"), api.CodeManifestPermissions, false},
+		{"world-writable file", in("world-writable.json"), api.CodeManifestPermissions, false},
+		{"world-writable directory without sticky bit", in("open", "m.json"), api.CodeManifestPermissions, false},
+		{"owned by another user", foreign, api.CodeManifestOwner, true},
+		{"missing", in("nope.json"), api.CodeManifestNotFound, false},
+	}, canChown
+}
+
+// checkHostileManifestPath: train refuses tc's path with its code (exit 4,
+// promptly, no file contents echoed); sign refuses it (exit 1) and writes
+// no signature.
+func checkHostileManifestPath(t *testing.T, sink *admissionSink, dir string, tc hostilePath) {
+	t.Helper()
+	done := make(chan cliResult, 1)
+	go func() { done <- sink.train(t, dir, tc.path, "k-path") }()
+	var res cliResult
+	select {
+	case res = <-done:
+	case <-time.After(patience.Wait):
+		t.Fatal("itogate train hung on the path")
+	}
+	if res.exit != exitFailed || !strings.Contains(res.stderr, string(tc.code)) {
+		t.Fatalf("train: exit %d, stderr %q; want exit %d and %s", res.exit, res.stderr, exitFailed, tc.code)
+	}
+	if strings.Contains(res.stderr, `"schema"`) || strings.Contains(res.stderr, "llama") {
+		t.Fatalf("stderr echoes file contents: %q", res.stderr)
+	}
+	sigOut := filepath.Join(t.TempDir(), "out.sig")
+	res = runCLI(t, "sign", "--key", filepath.Join("..", "..", "fixtures", "keys", "dev-manifest-ecdsa.key.pem"),
+		"--output-signature", sigOut, tc.path)
+	if res.exit != 1 || !strings.Contains(res.stderr, string(tc.code)) {
+		t.Fatalf("sign: exit %d, stderr %q; want exit 1 and %s", res.exit, res.stderr, tc.code)
+	}
+	if _, err := os.Stat(sigOut); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("sign wrote a signature for a refused path: %v", err)
+	}
+}
+
 // TestCLIManifestSwapRace: while `itogate train` and `itogate sign` run, the
 // manifest path flips between a regular file (A) and a symlink to another
 // file (B) by atomic renames. Every run either refuses with
@@ -286,7 +305,35 @@ func TestCLIManifestSwapRace(t *testing.T) {
 	if err := os.Link(srcA, path); err != nil {
 		t.Fatal(err)
 	}
+	swaps := swapManifest(t, dir, srcA, path)
 
+	sink := newSink(t)
+	sigOut := filepath.Join(dir, "out.sig")
+	pub := keys.Dev().ManifestECDSA.Public.(*ecdsa.PublicKey)
+	var sent, signed, refused int
+	deadline := time.Now().Add(patience.Wait)
+	for i := 0; time.Now().Before(deadline) && (i < 60 || sent == 0 || signed == 0 || refused == 0); i++ {
+		key := "k-race-" + hex.EncodeToString([]byte{byte(i >> 8), byte(i)})
+		if raceTrain(t, sink, dir, path, key, a, b) {
+			sent++
+		} else {
+			refused++
+		}
+		if raceSign(t, path, sigOut, a, pub) {
+			signed++
+		} else {
+			refused++
+		}
+	}
+	t.Logf("%d swaps; %d sends and %d signatures of A, %d refusals, none of B", swaps.Load(), sent, signed, refused)
+	if sent == 0 || refused == 0 {
+		t.Fatalf("the race was not exercised: %d sends, %d refusals", sent, refused)
+	}
+}
+
+// swapManifest flips path between a hard link to srcA and a symlink to
+// b.json (both by atomic renames) until the test ends, and counts the swaps.
+func swapManifest(t *testing.T, dir, srcA, path string) *atomic.Int64 {
 	stop := make(chan struct{})
 	swapped := make(chan struct{})
 	var swaps atomic.Int64
@@ -315,51 +362,53 @@ func TestCLIManifestSwapRace(t *testing.T) {
 			swaps.Add(1)
 		}
 	}()
-	defer func() { close(stop); <-swapped }()
+	t.Cleanup(func() { close(stop); <-swapped })
+	return &swaps
+}
 
-	sink := newSink(t)
-	pub := keys.Dev().ManifestECDSA.Public.(*ecdsa.PublicKey)
-	keyFile := filepath.Join("..", "..", "fixtures", "keys", "dev-manifest-ecdsa.key.pem")
-	var sent, signed, refused int
-	deadline := time.Now().Add(patience.Wait)
-	for i := 0; time.Now().Before(deadline) && (i < 60 || sent == 0 || signed == 0 || refused == 0); i++ {
-		key := "k-race-" + hex.EncodeToString([]byte{byte(i >> 8), byte(i)})
-		res := sink.train(t, dir, path, key)
-		switch {
-		case res.exit == exitFailed && strings.Contains(res.stderr, string(api.CodeManifestPathSymlink)):
-			refused++
-		case res.exit == 0:
-			got, ok := sink.manifest(key)
-			if !ok || !bytes.Equal(got, a) || !strings.Contains(res.stderr, sha(a)) {
-				t.Fatalf("train sent %d bytes (B: %v) with stderr %q", len(got), bytes.Equal(got, b), res.stderr)
-			}
-			sent++
-		default:
-			t.Fatalf("train: exit %d, stderr %q", res.exit, res.stderr)
+// raceTrain runs `itogate train` on the swapping path: true when it sent
+// exactly A with A's digest, false when it refused the symlink; anything
+// else (B sent, another failure) fails the test.
+func raceTrain(t *testing.T, sink *admissionSink, dir, path, key string, a, b []byte) bool {
+	t.Helper()
+	res := sink.train(t, dir, path, key)
+	switch {
+	case res.exit == exitFailed && strings.Contains(res.stderr, string(api.CodeManifestPathSymlink)):
+		return false
+	case res.exit == 0:
+		got, ok := sink.manifest(key)
+		if !ok || !bytes.Equal(got, a) || !strings.Contains(res.stderr, sha(a)) {
+			t.Fatalf("train sent %d bytes (B: %v) with stderr %q", len(got), bytes.Equal(got, b), res.stderr)
 		}
-		sigOut := filepath.Join(dir, "out.sig")
-		_ = os.Remove(sigOut)
-		res = runCLI(t, "sign", "--key", keyFile, "--output-signature", sigOut, path)
-		switch {
-		case res.exit == 1 && strings.Contains(res.stderr, string(api.CodeManifestPathSymlink)):
-			refused++
-		case res.exit == 0:
-			sig, err := os.ReadFile(sigOut)
-			if err != nil {
-				t.Fatal(err)
-			}
-			der, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(sig)))
-			sumA := sha256.Sum256(a)
-			if err != nil || !ecdsa.VerifyASN1(pub, sumA[:], der) || !strings.Contains(res.stdout, sha(a)) {
-				t.Fatalf("sign signed something other than A: %q", res.stdout)
-			}
-			signed++
-		default:
-			t.Fatalf("sign: exit %d, stderr %q", res.exit, res.stderr)
+		return true
+	}
+	t.Fatalf("train: exit %d, stderr %q", res.exit, res.stderr)
+	return false
+}
+
+// raceSign runs `itogate sign` on the swapping path: true when it signed
+// exactly A (verified with pub), false when it refused the symlink; anything else fails the
+// test.
+func raceSign(t *testing.T, path, sigOut string, a []byte, pub *ecdsa.PublicKey) bool {
+	t.Helper()
+	_ = os.Remove(sigOut)
+	res := runCLI(t, "sign", "--key", filepath.Join("..", "..", "fixtures", "keys", "dev-manifest-ecdsa.key.pem"),
+		"--output-signature", sigOut, path)
+	switch {
+	case res.exit == 1 && strings.Contains(res.stderr, string(api.CodeManifestPathSymlink)):
+		return false
+	case res.exit == 0:
+		sig, err := os.ReadFile(sigOut)
+		if err != nil {
+			t.Fatal(err)
 		}
+		der, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(sig)))
+		sumA := sha256.Sum256(a)
+		if err != nil || !ecdsa.VerifyASN1(pub, sumA[:], der) || !strings.Contains(res.stdout, sha(a)) {
+			t.Fatalf("sign signed something other than A: %q", res.stdout)
+		}
+		return true
 	}
-	t.Logf("%d swaps; %d sends and %d signatures of A, %d refusals, none of B", swaps.Load(), sent, signed, refused)
-	if sent == 0 || refused == 0 {
-		t.Fatalf("the race was not exercised: %d sends, %d refusals", sent, refused)
-	}
+	t.Fatalf("sign: exit %d, stderr %q", res.exit, res.stderr)
+	return false
 }

@@ -43,7 +43,9 @@ func TestDecisionsMatchBaseline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	baseline, err := policy.New(ctx, policy.Options{Bundle: os.DirFS(dir), Deadline: 10 * time.Minute})
+	// The baseline is an older tree with its own package names (the
+	// required-rules inventory is this tree's): compare decisions only.
+	baseline, err := policy.New(ctx, policy.Options{Bundle: os.DirFS(dir), Deadline: 10 * time.Minute, SkipRequiredRules: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,8 +48,15 @@ test-vet:
 
 ## test-go-only: -timeout is go test's hang detector per package, not a speed
 ##   limit: at load 45 with -race the e2e package alone ran past the 10m default.
+##   The PostgreSQL ledger tests run against hack/test-postgres.sh's DSN (the local
+##   server, started if needed; ITOGATE_TEST_POSTGRES_DSN to name another;
+##   ITOGATE_TEST_POSTGRES=skip to run without). gotestsum lists every skipped test.
+GOTESTSUM := $(GO) tool gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg
+
 test-go-only:
-	$(GO) test -race -count=1 -timeout 30m ./...
+	@dsn=$$(hack/test-postgres.sh) || exit 1; export ITOGATE_TEST_POSTGRES_DSN="$$dsn"; \
+	echo "$(GOTESTSUM) -- -race -count=1 -timeout 30m ./...   (PostgreSQL: $${dsn:-skipped})"; \
+	$(GOTESTSUM) -- -race -count=1 -timeout 30m ./...
 	@# the parallelism model on all its generated layouts (under -race it checks a sample)
 	$(GO) test -count=1 -run '^TestParallelismModel$$' ./policies
 

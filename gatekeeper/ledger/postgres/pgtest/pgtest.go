@@ -29,7 +29,7 @@ func DSN(t testing.TB) string {
 	dsn := os.Getenv(EnvDSN)
 	if dsn == "" {
 		t.Skipf("%s is not set: skipping the PostgreSQL ledger test "+
-			"(e.g. %s='postgres://postgres@127.0.0.1:5432/test?sslmode=disable'; .ci/run sets it)", EnvDSN, EnvDSN)
+			"(e.g. %s='postgres://postgres@127.0.0.1:5432/test?sslmode=disable'; `make test` sets it from hack/test-postgres.sh)", EnvDSN, EnvDSN)
 	}
 	return dsn
 }

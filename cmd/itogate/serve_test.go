@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"reflect"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -72,7 +73,8 @@ func TestServeDevelopmentQueueWait(t *testing.T) {
 func TestServeDevelopmentRefusesNegativeQueueWait(t *testing.T) {
 	err := runServe(context.Background(), &serveOptions{listen: "127.0.0.1:0", dataDir: t.TempDir(), maxQueueWait: -time.Second},
 		slog.New(slog.DiscardHandler))
-	if err == nil || err.Error() != "--max-queue-wait must not be negative" {
+	if err == nil || err.Error() != "limits.max_concurrent_evaluations must be -1 (no bound), 0 (one per CPU) or positive; "+
+		"limits.max_queued_evaluations and limits.max_queue_wait must not be negative" {
 		t.Fatalf("runServe with --max-queue-wait -1s = %v", err)
 	}
 }
@@ -80,7 +82,85 @@ func TestServeDevelopmentRefusesNegativeQueueWait(t *testing.T) {
 func TestServeDevelopmentRefusesBadEvaluationBound(t *testing.T) {
 	err := runServe(context.Background(), &serveOptions{listen: "127.0.0.1:0", dataDir: t.TempDir(), maxEvaluations: -5},
 		slog.New(slog.DiscardHandler))
-	if err == nil || !strings.Contains(err.Error(), "--max-concurrent-evaluations must be -1") {
+	if err == nil || !strings.Contains(err.Error(), "limits.max_concurrent_evaluations must be -1") {
 		t.Fatalf("runServe with --max-concurrent-evaluations -5 = %v", err)
+	}
+}
+
+// TestServeDevFlagsAreSetAliases: each development flag is exactly the
+// --set assignment(s) its help names, and gives the same configuration.
+func TestServeDevFlagsAreSetAliases(t *testing.T) {
+	o := &serveOptions{listen: "127.0.0.1:9443", dataDir: "d", ledgerDSN: "postgres://db/x?sslmode=disable", ledgerSchema: "s",
+		ledgerTimeout: 2 * time.Second, policyDeadline: time.Second, requestTimeout: 3 * time.Second, maxEvaluations: -1,
+		maxQueueWait: 40 * time.Millisecond, shadowFile: "c.tar.gz", bundleFile: "b.tar.gz", bundlePoll: time.Minute,
+		bundleMaxAge: time.Hour, webhookListen: "127.0.0.1:9444", webhookCert: "tls.crt", webhookKey: "tls.key",
+		webhookClientCA: "ca.pem", webhookNamespaces: []string{"team-a=acct_a", "team-b=acct_b"}}
+	as, err := o.devAssignments()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, a := range as {
+		got = append(got, "--"+a.flag+" → "+a.key+"="+a.value)
+	}
+	want := []string{
+		`--listen → listen="127.0.0.1:9443"`, `--data-dir → data_dir="d"`,
+		`--ledger-dsn → ledger.driver=postgres`, `--ledger-dsn → ledger.dsn="postgres://db/x?sslmode=disable"`,
+		`--ledger-schema → ledger.schema="s"`,
+		`--ledger-timeout → ledger.statement_timeout=2s`, `--ledger-timeout → ledger.acquire_timeout=2s`,
+		`--policy-deadline → policy.deadline=1s`, `--request-timeout → limits.request_timeout=3s`,
+		`--max-concurrent-evaluations → limits.max_concurrent_evaluations=-1`, `--max-queue-wait → limits.max_queue_wait=40ms`,
+		`--shadow-bundle-file → policy.shadow.file="c.tar.gz"`, `--bundle-file → policy.bundle.file="b.tar.gz"`,
+		`--bundle-poll-interval → policy.bundle.poll_interval=1m0s`, `--bundle-max-age → policy.bundle.max_age=1h0m0s`,
+		`--webhook-listen → webhook.listen="127.0.0.1:9444"`, `--webhook-cert-file → webhook.cert_file="tls.crt"`,
+		`--webhook-key-file → webhook.key_file="tls.key"`, `--webhook-client-ca-file → webhook.client_ca_file="ca.pem"`,
+		`--webhook-namespace → webhook.namespaces.team-a="acct_a"`, `--webhook-namespace → webhook.namespaces.team-b="acct_b"`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("assignments:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	viaFlags, err := o.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	viaSet, err := (&serveOptions{sets: []string{"listen=127.0.0.1:9443", "data_dir=d", "ledger.driver=postgres",
+		"ledger.dsn=postgres://db/x?sslmode=disable", "ledger.schema=s", "ledger.statement_timeout=2s", "ledger.acquire_timeout=2s",
+		"policy.deadline=1s", "limits.request_timeout=3s", "limits.max_concurrent_evaluations=-1", "limits.max_queue_wait=40ms",
+		"policy.shadow.file=c.tar.gz", "policy.bundle.file=b.tar.gz", "policy.bundle.poll_interval=1m", "policy.bundle.max_age=1h",
+		"webhook.listen=127.0.0.1:9444", "webhook.cert_file=tls.crt", "webhook.key_file=tls.key", "webhook.client_ca_file=ca.pem",
+		"webhook.namespaces.team-a=acct_a", "webhook.namespaces.team-b=acct_b"}}).config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(viaFlags, viaSet) {
+		t.Fatalf("the flags and their --set differ:\n%+v\n%+v", viaFlags, viaSet)
+	}
+}
+
+// TestServeFlagErrors: through the command line, a misspelt --set key, a
+// development flag beside --config and a malformed --webhook-namespace are
+// refused before anything opens, each with its message.
+func TestServeFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--set", "limits.request_timout=10s"},
+			"--set limits.request_timout=10s: field request_timout not found in type config.Limits"},
+		{[]string{"--request-timeout", "-1s"}, "limits.request_timeout must not be negative"},
+		{[]string{"--set", "policy.bundle.poll_interval=5s"},
+			"policy.bundle: file or url is required (omit the bundle section for the embedded bundle)"},
+		{[]string{"--config", "itogate.yaml", "--listen", "127.0.0.1:1", "--ledger-timeout", "1s"},
+			"--listen, --data-dir, --ledger-timeout: development-mode flags; with --config set listen, data_dir, " +
+				"ledger.statement_timeout, ledger.acquire_timeout in the file (or with --set)"},
+		{[]string{"--webhook-namespace", "team-a"}, `--webhook-namespace "team-a": want NAMESPACE=ACCOUNT`},
+		{[]string{"--set", "trust.callers.issuer=https://idp.example"},
+			"trust: development mode trusts the published development keys (fixtures/keys) only; configure trust in a --config file"},
+	} {
+		root := newRootCmd(&bytes.Buffer{}, &bytes.Buffer{})
+		root.SetArgs(append([]string{"serve", "--data-dir", t.TempDir()}, tc.args...))
+		if err := root.Execute(); err == nil || err.Error() != tc.want {
+			t.Errorf("%v: %v\nwant %s", tc.args, err, tc.want)
+		}
 	}
 }

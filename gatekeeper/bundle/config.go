@@ -13,7 +13,10 @@ import (
 )
 
 // FromConfig turns the policy section into Manager options (Source, MaxAge,
-// PollInterval, Deadline; the caller adds Logger and Observer).
+// PollInterval, Deadline; the caller adds Logger and Observer). Keys left
+// unset stay zero and take the defaults of NewManager, NewHTTP and
+// NewVerifier, except the poll interval of development mode
+// (DevPollInterval).
 //
 // Without a bundle section the source is the embedded tree. With one, the
 // verification keys are read from their PEM files; development mode may
@@ -30,21 +33,24 @@ func FromConfig(p config.Policy, embedded fs.FS, dev bool) (Options, error) {
 	if err != nil {
 		return Options{}, err
 	}
-	v, err := NewVerifier(VerifierOptions{Keys: ks, Scope: c.Scope, MaxBytes: c.EffectiveMaxBytes()})
+	v, err := NewVerifier(VerifierOptions{Keys: ks, Scope: c.Scope, MaxBytes: c.MaxBytes})
 	if err != nil {
 		return Options{}, fmt.Errorf("policy.bundle: %w", err)
 	}
 	if c.File != "" {
 		opts.Source = NewFile(c.File, v)
 	} else {
-		h, err := NewHTTP(HTTPOptions{URL: c.URL, Verifier: v, Timeout: c.EffectiveTimeout()})
+		h, err := NewHTTP(HTTPOptions{URL: c.URL, Verifier: v, Timeout: time.Duration(c.Timeout)})
 		if err != nil {
 			return Options{}, fmt.Errorf("policy.bundle: %w", err)
 		}
 		opts.Source = h
 	}
 	opts.MaxAge = time.Duration(c.MaxAge)
-	opts.PollInterval = c.EffectivePollInterval()
+	opts.PollInterval = time.Duration(c.PollInterval)
+	if opts.PollInterval == 0 && dev {
+		opts.PollInterval = DevPollInterval
+	}
 	return opts, nil
 }
 

@@ -79,8 +79,13 @@ func TestConfigBundleSection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := opts.Source.(*bundle.HTTP); !ok || opts.PollInterval != config.DefaultBundlePollInterval || opts.MaxAge != 0 {
+	// Unset: zero, NewManager's DefaultPollInterval; development mode's own
+	// default is DevPollInterval.
+	if _, ok := opts.Source.(*bundle.HTTP); !ok || opts.PollInterval != 0 || opts.MaxAge != 0 {
 		t.Fatalf("options %+v", opts)
+	}
+	if dev, err := bundle.FromConfig(c.Policy, policies.Bundle(), true); err != nil || dev.PollInterval != bundle.DevPollInterval {
+		t.Fatalf("development mode: %+v %v", dev, err)
 	}
 
 	// No bundle section: the embedded bundle.

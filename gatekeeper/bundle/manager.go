@@ -15,7 +15,13 @@ import (
 
 // Defaults of a Manager.
 const (
+	// DefaultPollInterval is the wait between polls of a bundle file or
+	// server (policy.bundle.poll_interval unset).
 	DefaultPollInterval = time.Minute
+	// DevPollInterval is development mode's default poll interval
+	// (FromConfig): a bundle rebuilt with `make bundle` is enforced within
+	// seconds.
+	DevPollInterval = 5 * time.Second
 	// DefaultMaxClockSkew is how far in the future a built_at may lie (the
 	// builder's clock ahead of ours) before the bundle is refused.
 	DefaultMaxClockSkew = 5 * time.Minute

@@ -1,23 +1,35 @@
 // Package config loads itogate's YAML configuration.
 //
-// Like Prometheus' config package: a defaults struct, strict decoding
-// (unknown keys are errors) and validation at load, so a typo never silently
-// weakens the gate. Development mode (no file) is built by Dev and is the
-// only mode that may use the published keys under fixtures/keys.
+// Like Prometheus' config package: a few configuration-level defaults,
+// strict decoding (unknown keys are errors) and validation at load, so a
+// typo never silently weakens the gate. A key left unset takes the default
+// of the component it configures, applied in that component's own options
+// (Cerbos' SetDefaults): one home per default. Development mode (no file)
+// is built by Dev and is the only mode that may use the published keys
+// under fixtures/keys. Set (the --set flag) assigns one dotted key with the
+// file's strict decoding, in either mode.
 package config
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/itocompute/itogate/gatekeeper/ticket"
 )
 
 // Config is the whole service configuration.
@@ -70,7 +82,8 @@ type Ledger struct {
 	// for another replica migrating (postgres only; default 1m).
 	MigrationTimeout Duration `yaml:"migration_timeout"`
 	// SweepInterval is how often expired confirmation tokens are dropped
-	// (their tombstones stay forever); default 10m, "0s" disables.
+	// (their tombstones stay forever); unset: the runtime's default (10m),
+	// "0s" disables.
 	SweepInterval *Duration `yaml:"sweep_interval"`
 }
 
@@ -79,18 +92,6 @@ const (
 	DriverBolt     = "bbolt"
 	DriverPostgres = "postgres"
 )
-
-// DefaultSweepInterval is Ledger.SweepInterval when unset.
-const DefaultSweepInterval = 10 * time.Minute
-
-// EffectiveSweepInterval is the configured interval, DefaultSweepInterval
-// when unset, or zero when sweeping is disabled.
-func (l Ledger) EffectiveSweepInterval() time.Duration {
-	if l.SweepInterval == nil {
-		return DefaultSweepInterval
-	}
-	return time.Duration(*l.SweepInterval)
-}
 
 // postgresSchema mirrors postgres.ValidSchema without importing the driver.
 var postgresSchema = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
@@ -116,12 +117,15 @@ func (l Ledger) validate() error {
 		if l.MaxConns < 0 || l.MaxConns > 1000 {
 			errs = append(errs, errors.New("max_conns must be in [0, 1000] (0: default)"))
 		}
-		for name, d := range map[string]Duration{
-			"connect_timeout": l.ConnectTimeout, "statement_timeout": l.StatementTimeout,
-			"acquire_timeout": l.AcquireTimeout, "migration_timeout": l.MigrationTimeout,
+		for _, d := range []struct {
+			name string
+			d    Duration
+		}{
+			{"connect_timeout", l.ConnectTimeout}, {"statement_timeout", l.StatementTimeout},
+			{"acquire_timeout", l.AcquireTimeout}, {"migration_timeout", l.MigrationTimeout},
 		} {
-			if d < 0 {
-				errs = append(errs, fmt.Errorf("%s must not be negative", name))
+			if d.d < 0 {
+				errs = append(errs, fmt.Errorf("%s must not be negative", d.name))
 			}
 		}
 	default:
@@ -186,24 +190,36 @@ func (t Trust) validateEvals() []error {
 	if t.Evals.Type == "" {
 		errs = append(errs, errors.New("trust.evals.type is required"))
 	}
-	for name, o := range map[string]TokenTrust{
-		"callers": t.Callers, "depositors": t.Depositors, "entitlement": t.Entitlement, "confirmation": t.Confirmation,
-		"revokers": t.Revokers,
-	} {
+	for _, o := range append(t.required(), namedTrust{"revokers", t.Revokers}) {
 		if !o.Configured() {
 			continue
 		}
 		if t.Evals.Issuer == o.Issuer {
-			errs = append(errs, fmt.Errorf("trust.evals: issuer is also trust.%s's; the eval authority needs its own", name))
+			errs = append(errs, fmt.Errorf("trust.evals: issuer is also trust.%s's; the eval authority needs its own", o.name))
 		}
 		if t.Evals.Audience == o.Audience {
-			errs = append(errs, fmt.Errorf("trust.evals: audience is also trust.%s's; the eval authority needs its own", name))
+			errs = append(errs, fmt.Errorf("trust.evals: audience is also trust.%s's; the eval authority needs its own", o.name))
 		}
 		if o.Type != "" && t.Evals.Type == o.Type {
-			errs = append(errs, fmt.Errorf("trust.evals: type is also trust.%s's; the eval authority needs its own", name))
+			errs = append(errs, fmt.Errorf("trust.evals: type is also trust.%s's; the eval authority needs its own", o.name))
 		}
 	}
 	return errs
+}
+
+// namedTrust is one purpose and its key under trust:.
+type namedTrust struct {
+	name string
+	TokenTrust
+}
+
+// required are the purposes every configuration has, in the order of the
+// file (validation reports them in this order).
+func (t Trust) required() []namedTrust {
+	return []namedTrust{
+		{"callers", t.Callers}, {"depositors", t.Depositors},
+		{"entitlement", t.Entitlement}, {"confirmation", t.Confirmation},
+	}
 }
 
 // ManifestKey pins one manifest signer's public key (PEM, ECDSA P-256 or
@@ -218,8 +234,9 @@ type ManifestKey struct {
 type Tickets struct {
 	// Issuer is every ticket's iss, e.g. "https://itogate.example.com".
 	Issuer string `yaml:"issuer"`
-	// Audience is every ticket's aud (default "itogate-workload"). It must
-	// differ from every trust audience: a ticket is never an API token.
+	// Audience is every ticket's aud (default ticket.DefaultAudience,
+	// "itogate-workload"). It must differ from every trust audience: a
+	// ticket is never an API token.
 	Audience string `yaml:"audience"`
 	// SigningKey is the PKCS#8 private key ("PRIVATE KEY" PEM) that signs
 	// tickets, its key id and algorithm: EdDSA (Ed25519) or ES256.
@@ -229,7 +246,7 @@ type Tickets struct {
 	// have expired.
 	PreviousJWKSFile string `yaml:"previous_jwks_file"`
 	// Leeway is the clock skew the webhook tolerates on a ticket's exp and
-	// iat (default 30s, at most 5m).
+	// iat (default verify.DefaultLeeway, 30s; at most 5m).
 	Leeway Duration `yaml:"leeway"`
 }
 
@@ -260,8 +277,8 @@ type Webhook struct {
 	// carries no namespace labels, and the webhook makes no calls to the
 	// apiserver, so the binding lives here.)
 	Namespaces map[string]string `yaml:"namespaces"`
-	// Timeout bounds one review (default 2s, below the 5s timeoutSeconds of
-	// the shipped ValidatingWebhookConfiguration).
+	// Timeout bounds one review (default webhook.DefaultTimeout, 2s, below
+	// the 5s timeoutSeconds of the shipped ValidatingWebhookConfiguration).
 	Timeout Duration `yaml:"timeout"`
 }
 
@@ -274,7 +291,7 @@ type Policy struct {
 	// every admission the policy decides; disagreements are logged and
 	// counted (itogate_shadow_decisions_total), never enforced.
 	Shadow *Bundle `yaml:"shadow"`
-	// Deadline bounds one evaluation (default 250ms).
+	// Deadline bounds one evaluation (default policy.DefaultDeadline, 250ms).
 	Deadline Duration `yaml:"deadline"`
 }
 
@@ -285,15 +302,19 @@ type Bundle struct {
 	// URL is a bundle on a bundle server (OPA bundle protocol: ETag,
 	// If-None-Match, 304), polled every poll_interval.
 	URL string `yaml:"url"`
-	// PollInterval is the wait between polls, ±10 % jitter (default 60s).
+	// PollInterval is the wait between polls, ±10 % jitter. Default: one
+	// per mode, both in package bundle: 1m (DefaultPollInterval), and 5s in
+	// development mode (DevPollInterval: a rebuilt local bundle is enforced
+	// at once).
 	PollInterval Duration `yaml:"poll_interval"`
 	// MaxAge, when set, stops enforcing a bundle this long after the
 	// built_at in its signed .manifest: readiness fails and admissions are
 	// denied with POLICY_BUNDLE_STALE. Zero disables the check.
 	MaxAge Duration `yaml:"max_age"`
-	// Timeout bounds one download, body included (default 30s).
+	// Timeout bounds one download, body included (default
+	// bundle.DefaultHTTPTimeout, 30s).
 	Timeout Duration `yaml:"timeout"`
-	// MaxBytes bounds the archive (default 16 MiB).
+	// MaxBytes bounds the archive (default bundle.DefaultMaxBytes, 16 MiB).
 	MaxBytes int64 `yaml:"max_bytes"`
 	// VerificationKeys verify .signatures.json; a bundle must be signed by
 	// one of them (several at once during a key rotation).
@@ -311,40 +332,15 @@ type BundleKey struct {
 	PEMFile   string `yaml:"pem_file"`
 }
 
-// Defaults of the bundle section.
+// Bounds of the bundle section (the defaults are package bundle's).
 const (
-	DefaultBundlePollInterval = time.Minute
-	DefaultBundleTimeout      = 30 * time.Second
-	DefaultBundleMaxBytes     = 16 << 20
-	maxBundleMaxBytes         = 256 << 20
-	minBundlePollInterval     = time.Second
+	maxBundleMaxBytes     = 256 << 20
+	minBundlePollInterval = time.Second
 )
 
-// EffectivePollInterval is poll_interval or its default.
-func (b Bundle) EffectivePollInterval() time.Duration {
-	if b.PollInterval == 0 {
-		return DefaultBundlePollInterval
-	}
-	return time.Duration(b.PollInterval)
-}
-
-// EffectiveTimeout is timeout or its default.
-func (b Bundle) EffectiveTimeout() time.Duration {
-	if b.Timeout == 0 {
-		return DefaultBundleTimeout
-	}
-	return time.Duration(b.Timeout)
-}
-
-// EffectiveMaxBytes is max_bytes or its default.
-func (b Bundle) EffectiveMaxBytes() int64 {
-	if b.MaxBytes == 0 {
-		return DefaultBundleMaxBytes
-	}
-	return b.MaxBytes
-}
-
-func (b Bundle) validate() error {
+// validate checks one bundle section. Development mode may omit the
+// verification keys: it then trusts the published development bundle key.
+func (b Bundle) validate(dev bool) error {
 	var errs []error
 	switch {
 	case b.File != "" && b.URL != "":
@@ -359,7 +355,12 @@ func (b Bundle) validate() error {
 			errs = append(errs, errors.New("url must not carry credentials"))
 		}
 	}
-	if b.PollInterval != 0 && time.Duration(b.PollInterval) < minBundlePollInterval {
+	switch {
+	case b.PollInterval < 0:
+		errs = append(errs, errors.New("poll_interval must not be negative"))
+	case b.PollInterval != 0 && time.Duration(b.PollInterval) < minBundlePollInterval && !dev:
+		// Development mode polls as often as asked (tests swap bundles in
+		// milliseconds); a fleet polling a bundle server does not.
 		errs = append(errs, fmt.Errorf("poll_interval below %s", minBundlePollInterval))
 	}
 	if b.MaxAge < 0 || b.Timeout < 0 {
@@ -368,7 +369,7 @@ func (b Bundle) validate() error {
 	if b.MaxBytes < 0 || b.MaxBytes > maxBundleMaxBytes {
 		errs = append(errs, fmt.Errorf("max_bytes must be in [0, %d] (0: default)", maxBundleMaxBytes))
 	}
-	if len(b.VerificationKeys) == 0 {
+	if len(b.VerificationKeys) == 0 && !dev {
 		errs = append(errs, errors.New("verification_keys: at least one key (bundles must be signed)"))
 	}
 	seen := map[string]bool{}
@@ -386,19 +387,22 @@ func (b Bundle) validate() error {
 
 // Limits bound request handling.
 type Limits struct {
-	// MaxBodyBytes bounds a request body (default 2 MiB: a 1 MiB manifest
-	// base64-encoded plus tokens).
+	// MaxBodyBytes bounds a request body (default server.DefaultMaxBodyBytes,
+	// 2 MiB: a 1 MiB manifest base64-encoded plus tokens).
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
-	// RequestTimeout bounds a whole request (default 5s).
+	// RequestTimeout bounds a whole request (default
+	// server.DefaultRequestTimeout, 5s).
 	RequestTimeout Duration `yaml:"request_timeout"`
 	// MaxConcurrentEvaluations bounds policy evaluations running at once
 	// (default 0: one per CPU, GOMAXPROCS; -1: no bound). Evaluation is
 	// CPU-bound, so more at once only stretches each past its deadline.
 	MaxConcurrentEvaluations int `yaml:"max_concurrent_evaluations"`
-	// MaxQueuedEvaluations bounds admissions waiting for a slot (default 64 ×
-	// the slots); beyond it they are answered 503 ADMISSION_OVERLOADED at once.
+	// MaxQueuedEvaluations bounds admissions waiting for a slot (default
+	// admission.DefaultQueueFactor, 64, × the slots); beyond it they are
+	// answered 503 ADMISSION_OVERLOADED at once.
 	MaxQueuedEvaluations int `yaml:"max_queued_evaluations"`
-	// MaxQueueWait bounds the wait for a slot (default 1s).
+	// MaxQueueWait bounds the wait for a slot (default
+	// admission.DefaultQueueWait, 1s).
 	MaxQueueWait Duration `yaml:"max_queue_wait"`
 }
 
@@ -433,43 +437,42 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// Standard audiences and token types of each purpose; configs may override
-// issuer and audience but keep purposes apart.
+// Token types of the purposes that require one, and the bound on every
+// leeway; configs may override issuer and audience but keep purposes apart.
 const (
-	DefaultLeeway       = 30 * time.Second
-	MaxLeeway           = 5 * time.Minute
-	TypeEntitlement     = "ito-entitlement+jwt"
-	TypeConfirmation    = "ito-confirmation+jwt"
-	TypeEvals           = "ito-eval+jwt"
-	defaultMaxBody      = 2 << 20
-	defaultReqTimeout   = 5 * time.Second
-	defaultEvalDeadline = 250 * time.Millisecond
+	MaxLeeway        = 5 * time.Minute
+	TypeEntitlement  = "ito-entitlement+jwt"
+	TypeConfirmation = "ito-confirmation+jwt"
+	TypeEvals        = "ito-eval+jwt"
 )
 
+// defaults are the configuration-level defaults: where itogate listens,
+// keeps its data and its ledger. Everything else left unset takes the
+// default of the component it configures (the server's limits, the
+// policy's deadline, the bundle source's poll interval …), applied in that
+// component's own options.
 func defaults() Config {
 	return Config{
 		Listen:  "127.0.0.1:8443",
 		DataDir: "./data",
-		Ledger:  Ledger{Driver: "bbolt"},
-		Policy:  Policy{Deadline: Duration(defaultEvalDeadline)},
-		Limits: Limits{
-			MaxBodyBytes:   defaultMaxBody,
-			RequestTimeout: Duration(defaultReqTimeout),
-		},
+		Ledger:  Ledger{Driver: DriverBolt},
 	}
 }
 
-// Load reads a YAML file strictly and validates it.
-func Load(path string) (Config, error) {
+// Load reads a YAML file strictly, applies the --set assignments (each a
+// "key=value" of Set, as if written in the file: relative paths resolve
+// against the file's directory too) and validates the result.
+func Load(path string, sets ...string) (Config, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
 	c := defaults()
-	dec := yaml.NewDecoder(bytes.NewReader(raw))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil {
+	if err := decodeStrict(raw, &c); err != nil {
 		return Config{}, fmt.Errorf("config: %s: %w", path, err)
+	}
+	if err := c.SetAll(sets...); err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
 	}
 	base, err := filepath.Abs(filepath.Dir(path))
 	if err != nil {
@@ -482,19 +485,88 @@ func Load(path string) (Config, error) {
 	return c, nil
 }
 
-// Dev returns the development configuration: loopback listener, ledger under
-// dataDir, trust filled in by the caller from the development keys.
-func Dev(listen, dataDir string) Config {
+// decodeStrict decodes one YAML document into c, refusing unknown keys.
+// Keys the document does not name keep their value in c.
+func decodeStrict(raw []byte, c *Config) error {
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
+}
+
+// Dev returns the development configuration: the policy bundle embedded in
+// the binary (policy.bundle unset), a bbolt ledger and the decision log in
+// ./data, the published development keys of fixtures/keys (trust and
+// tickets come from them, never from the configuration) and a loopback
+// listener, 127.0.0.1:8443. Set changes any of it but trust and tickets;
+// Validate refuses a listener that is not loopback.
+func Dev() Config {
 	c := defaults()
 	c.Dev = true
-	if listen != "" {
-		c.Listen = listen
-	}
-	if dataDir != "" {
-		c.DataDir = dataDir
-	}
 	return c
 }
+
+// SetAll applies Set to each "key=value" assignment (the --set flag), in
+// order.
+func (c *Config) SetAll(assignments ...string) error {
+	for _, a := range assignments {
+		key, value, ok := strings.Cut(a, "=")
+		if !ok || key == "" {
+			return fmt.Errorf("--set %q: want key=value, the key dotted as in the file (limits.request_timeout=10s)", a)
+		}
+		if err := c.Set(key, value); err != nil {
+			return fmt.Errorf("--set %s: %w", a, err)
+		}
+	}
+	return nil
+}
+
+// Set assigns value, a YAML value ("10s", "off", "null", `"a quoted
+// string"`, "{file: b.tar.gz}"), to key, a dotted path of YAML keys
+// ("limits.request_timeout", "webhook.namespaces.team-a"). It is decoded
+// with the same strict rules as the file: an unknown key or an ill-typed
+// value is an error, and keys it does not name keep their value. An empty
+// value is the empty string.
+func (c *Config) Set(key, value string) error {
+	var v yaml.Node
+	if err := yaml.Unmarshal([]byte(value), &v); err != nil {
+		return fmt.Errorf("value: %w", err)
+	}
+	node := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: ""}
+	if len(v.Content) == 1 {
+		node = v.Content[0]
+	}
+	parts := strings.Split(key, ".")
+	for i := len(parts) - 1; i >= 0; i-- {
+		if parts[i] == "" {
+			return fmt.Errorf("key %q: empty segment", key)
+		}
+		node = &yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{
+			{Kind: yaml.ScalarNode, Tag: "!!str", Value: parts[i]}, node}}
+	}
+	raw, err := yaml.Marshal(node)
+	if err != nil {
+		return err
+	}
+	if err := decodeStrict(raw, c); err != nil {
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			// One line, without the line numbers of a document nobody wrote.
+			msgs := make([]string, len(te.Errors))
+			for i, m := range te.Errors {
+				msgs[i] = lineNumber.ReplaceAllString(m, "")
+			}
+			return errors.New(strings.Join(msgs, "; "))
+		}
+		return errors.New(lineNumber.ReplaceAllString(err.Error(), ""))
+	}
+	return nil
+}
+
+// lineNumber is the "line N: " yaml.v3 puts before each decoding error.
+var lineNumber = regexp.MustCompile(`^line \d+: `)
 
 // DecisionLogPath is the decision log destination: "stdout", "off" or a file.
 func (c Config) DecisionLogPath() string {
@@ -514,97 +586,153 @@ func (c Config) LedgerPath() string {
 
 // LoopbackOnly reports an error unless Listen is a loopback address.
 func (c Config) LoopbackOnly() error {
-	host, _, err := net.SplitHostPort(c.Listen)
+	return loopbackOnly(c.Listen)
+}
+
+func loopbackOnly(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("listen %q: %w", c.Listen, err)
+		return fmt.Errorf("listen %q: %w", addr, err)
 	}
 	if host == "localhost" {
 		return nil
 	}
 	ip := net.ParseIP(host)
 	if ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("development mode listens on loopback only, not %q", c.Listen)
+		return fmt.Errorf("development mode listens on loopback only, not %q", addr)
 	}
 	return nil
 }
 
-// Validate checks the whole configuration. It does not read key files; the
-// trust package does, and refuses development keys outside development mode.
+// Validate checks the whole configuration and reports every problem, in
+// the order of the file's sections (the same message for the same
+// configuration, every time). It does not read key files; the trust
+// package does, and refuses development keys outside development mode. In
+// development mode trust and tickets must be left out (the published
+// development keys are used) and every listener must be loopback.
 func (c Config) Validate() error {
 	var errs []error
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		errs = append(errs, fmt.Errorf("listen: %w", err))
+	} else if c.Dev {
+		if err := c.LoopbackOnly(); err != nil {
+			errs = append(errs, fmt.Errorf("listen: %w", err))
+		}
 	}
 	if err := c.Ledger.validate(); err != nil {
 		errs = append(errs, err)
 	}
-	for name, t := range map[string]TokenTrust{
-		"callers": c.Trust.Callers, "depositors": c.Trust.Depositors,
-		"entitlement": c.Trust.Entitlement, "confirmation": c.Trust.Confirmation,
-	} {
-		if err := t.validate(); err != nil {
-			errs = append(errs, fmt.Errorf("trust.%s: %w", name, err))
-		}
+	if c.Dev {
+		errs = append(errs, c.validateDevKeys()...)
+	} else {
+		errs = append(errs, c.Trust.validate()...)
 	}
-	if c.Trust.Revokers != (TokenTrust{}) {
-		if err := c.Trust.Revokers.validate(); err != nil {
-			errs = append(errs, fmt.Errorf("trust.revokers: %w", err))
-		}
-	}
-	if c.Trust.Entitlement.Type == "" || c.Trust.Confirmation.Type == "" {
-		errs = append(errs, errors.New("trust.entitlement.type and trust.confirmation.type are required"))
-	}
-	if c.Trust.Entitlement.Type == c.Trust.Confirmation.Type {
-		errs = append(errs, errors.New("trust: entitlement and confirmation must use different token types"))
-	}
-	if c.Trust.Evals.Configured() {
-		errs = append(errs, c.Trust.validateEvals()...)
-	}
-	if len(c.Trust.ManifestSigners) == 0 {
-		errs = append(errs, errors.New("trust.manifest_signers: at least one key"))
-	}
-	for i, k := range c.Trust.ManifestSigners {
-		if k.KeyID == "" || k.PEMFile == "" {
-			errs = append(errs, fmt.Errorf("trust.manifest_signers[%d]: key_id and pem_file are required", i))
-		}
-	}
-	if c.Policy.Deadline <= 0 {
-		errs = append(errs, errors.New("policy.deadline must be positive"))
-	}
-	if c.Policy.Bundle != nil {
-		if err := c.Policy.Bundle.validate(); err != nil {
-			errs = append(errs, fmt.Errorf("policy.bundle: %w", err))
-		}
-	}
-	if c.Policy.Shadow != nil {
-		if err := c.Policy.Shadow.validate(); err != nil {
-			errs = append(errs, fmt.Errorf("policy.shadow: %w", err))
-		}
-	}
-	if c.Tickets != nil {
+	errs = append(errs, c.Policy.validate(c.Dev)...)
+	if c.Tickets != nil && !c.Dev {
 		if err := c.Tickets.validate(c.Trust); err != nil {
 			errs = append(errs, fmt.Errorf("tickets: %w", err))
 		}
 	}
 	if c.Webhook != nil {
-		if c.Tickets == nil {
-			errs = append(errs, errors.New("webhook: needs the tickets section (the webhook verifies tickets)"))
+		errs = append(errs, c.validateWebhook()...)
+	}
+	errs = append(errs, c.Limits.validate()...)
+	return errors.Join(errs...)
+}
+
+// validateDevKeys refuses trust and tickets sections in development mode:
+// its keys are the published development keys, whatever a section says.
+func (c Config) validateDevKeys() []error {
+	var errs []error
+	if !reflect.ValueOf(c.Trust).IsZero() {
+		errs = append(errs, errors.New("trust: development mode trusts the published development keys "+
+			"(fixtures/keys) only; configure trust in a --config file"))
+	}
+	if c.Tickets != nil {
+		errs = append(errs, errors.New("tickets: development mode signs tickets with the published development "+
+			"ticket key; configure tickets in a --config file"))
+	}
+	return errs
+}
+
+func (t Trust) validate() []error {
+	var errs []error
+	for _, p := range t.required() {
+		if err := p.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("trust.%s: %w", p.name, err))
 		}
-		if err := c.Webhook.validate(); err != nil {
-			errs = append(errs, fmt.Errorf("webhook: %w", err))
+	}
+	if t.Revokers.Configured() {
+		if err := t.Revokers.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("trust.revokers: %w", err))
 		}
 	}
-	if c.Limits.MaxBodyBytes <= 0 || c.Limits.MaxBodyBytes > 16<<20 {
-		errs = append(errs, errors.New("limits.max_body_bytes must be in (0, 16 MiB]"))
+	if t.Entitlement.Type == "" || t.Confirmation.Type == "" {
+		errs = append(errs, errors.New("trust.entitlement.type and trust.confirmation.type are required"))
 	}
-	if c.Limits.RequestTimeout <= 0 {
-		errs = append(errs, errors.New("limits.request_timeout must be positive"))
+	if t.Entitlement.Type == t.Confirmation.Type {
+		errs = append(errs, errors.New("trust: entitlement and confirmation must use different token types"))
 	}
-	if c.Limits.MaxConcurrentEvaluations < -1 || c.Limits.MaxQueuedEvaluations < 0 || c.Limits.MaxQueueWait < 0 {
+	if t.Evals.Configured() {
+		errs = append(errs, t.validateEvals()...)
+	}
+	if len(t.ManifestSigners) == 0 {
+		errs = append(errs, errors.New("trust.manifest_signers: at least one key"))
+	}
+	for i, k := range t.ManifestSigners {
+		if k.KeyID == "" || k.PEMFile == "" {
+			errs = append(errs, fmt.Errorf("trust.manifest_signers[%d]: key_id and pem_file are required", i))
+		}
+	}
+	return errs
+}
+
+func (p Policy) validate(dev bool) []error {
+	var errs []error
+	if p.Deadline < 0 {
+		errs = append(errs, errors.New("policy.deadline must not be negative"))
+	}
+	if p.Bundle != nil {
+		if err := p.Bundle.validate(dev); err != nil {
+			errs = append(errs, fmt.Errorf("policy.bundle: %w", err))
+		}
+	}
+	if p.Shadow != nil {
+		if err := p.Shadow.validate(dev); err != nil {
+			errs = append(errs, fmt.Errorf("policy.shadow: %w", err))
+		}
+	}
+	return errs
+}
+
+func (c Config) validateWebhook() []error {
+	var errs []error
+	if c.Tickets == nil && !c.Dev {
+		errs = append(errs, errors.New("webhook: needs the tickets section (the webhook verifies tickets)"))
+	}
+	if err := c.Webhook.validate(); err != nil {
+		errs = append(errs, fmt.Errorf("webhook: %w", err))
+	} else if c.Dev {
+		if err := loopbackOnly(c.Webhook.Listen); err != nil {
+			errs = append(errs, fmt.Errorf("webhook.listen: %w", err))
+		}
+	}
+	return errs
+}
+
+func (l Limits) validate() []error {
+	var errs []error
+	if l.MaxBodyBytes < 0 || l.MaxBodyBytes > 16<<20 {
+		errs = append(errs, errors.New("limits.max_body_bytes must be in [0, 16 MiB] (0: default)"))
+	}
+	if l.RequestTimeout < 0 {
+		errs = append(errs, errors.New("limits.request_timeout must not be negative"))
+	}
+	if l.MaxConcurrentEvaluations < -1 || l.MaxQueuedEvaluations < 0 || l.MaxQueueWait < 0 {
 		errs = append(errs, errors.New("limits.max_concurrent_evaluations must be -1 (no bound), 0 (one per CPU) or positive; "+
 			"limits.max_queued_evaluations and limits.max_queue_wait must not be negative"))
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 func (t Tickets) validate(trust Trust) error {
@@ -618,13 +746,10 @@ func (t Tickets) validate(trust Trust) error {
 	if a := t.SigningKey.Algorithm; a != "EdDSA" && a != "ES256" {
 		errs = append(errs, errors.New("signing_key.algorithm must be EdDSA or ES256"))
 	}
-	aud := t.EffectiveAudience()
-	for name, tt := range map[string]TokenTrust{
-		"callers": trust.Callers, "depositors": trust.Depositors,
-		"entitlement": trust.Entitlement, "confirmation": trust.Confirmation,
-	} {
-		if tt.Audience == aud {
-			errs = append(errs, fmt.Errorf("audience %q is also trust.%s's: tickets need their own", aud, name))
+	aud := cmp.Or(t.Audience, ticket.DefaultAudience)
+	for _, p := range trust.required() {
+		if p.Audience == aud {
+			errs = append(errs, fmt.Errorf("audience %q is also trust.%s's: tickets need their own", aud, p.name))
 		}
 	}
 	if t.Leeway < 0 || time.Duration(t.Leeway) > MaxLeeway {
@@ -632,28 +757,6 @@ func (t Tickets) validate(trust Trust) error {
 	}
 	return errors.Join(errs...)
 }
-
-// DefaultTicketAudience is Tickets.Audience when unset.
-const DefaultTicketAudience = "itogate-workload"
-
-// EffectiveAudience is the audience or DefaultTicketAudience.
-func (t Tickets) EffectiveAudience() string {
-	if t.Audience == "" {
-		return DefaultTicketAudience
-	}
-	return t.Audience
-}
-
-// EffectiveLeeway is the leeway or DefaultLeeway.
-func (t Tickets) EffectiveLeeway() time.Duration {
-	if t.Leeway == 0 {
-		return DefaultLeeway
-	}
-	return time.Duration(t.Leeway)
-}
-
-// DefaultWebhookTimeout bounds one review when webhook.timeout is unset.
-const DefaultWebhookTimeout = 2 * time.Second
 
 func (w Webhook) validate() error {
 	var errs []error
@@ -663,8 +766,8 @@ func (w Webhook) validate() error {
 	if w.CertFile == "" || w.KeyFile == "" {
 		errs = append(errs, errors.New("cert_file and key_file are required (the apiserver calls webhooks over TLS only)"))
 	}
-	for ns, acct := range w.Namespaces {
-		if ns == "" || acct == "" {
+	for _, ns := range slices.Sorted(maps.Keys(w.Namespaces)) {
+		if ns == "" || w.Namespaces[ns] == "" {
 			errs = append(errs, errors.New("namespaces: empty namespace or account"))
 		}
 	}
@@ -672,14 +775,6 @@ func (w Webhook) validate() error {
 		errs = append(errs, errors.New("timeout must not be negative"))
 	}
 	return errors.Join(errs...)
-}
-
-// EffectiveTimeout is the timeout or DefaultWebhookTimeout.
-func (w Webhook) EffectiveTimeout() time.Duration {
-	if w.Timeout == 0 {
-		return DefaultWebhookTimeout
-	}
-	return time.Duration(w.Timeout)
 }
 
 func (t TokenTrust) validate() error {
@@ -702,14 +797,6 @@ func (t TokenTrust) validate() error {
 		errs = append(errs, fmt.Errorf("leeway above %s", MaxLeeway))
 	}
 	return errors.Join(errs...)
-}
-
-// EffectiveLeeway is the configured leeway or DefaultLeeway.
-func (t TokenTrust) EffectiveLeeway() time.Duration {
-	if t.Leeway == 0 {
-		return DefaultLeeway
-	}
-	return time.Duration(t.Leeway)
 }
 
 func (c *Config) resolvePaths(base string) {

@@ -20,11 +20,12 @@ func TestLoadGood(t *testing.T) {
 	if c.LedgerPath() != filepath.Join(abs, "data", "ledger.db") {
 		t.Fatalf("ledger path %s (relative paths resolve against the config file)", c.LedgerPath())
 	}
-	if c.Trust.Entitlement.EffectiveLeeway() != 10*time.Second || c.Trust.Callers.EffectiveLeeway() != DefaultLeeway {
+	// Unset keys stay zero: each component applies its own default.
+	if c.Trust.Entitlement.Leeway != Duration(10*time.Second) || c.Trust.Callers.Leeway != 0 {
 		t.Fatal("leeway")
 	}
-	if c.Limits.MaxBodyBytes != 2<<20 {
-		t.Fatal("default body limit")
+	if c.Limits != (Limits{}) || c.Policy.Bundle != nil || c.Ledger.SweepInterval != nil {
+		t.Fatalf("unset keys given a value: %+v %+v", c.Limits, c.Ledger)
 	}
 	if slots, queue, wait := c.Limits.Evaluations(6); slots != 6 || queue != 0 || wait != 0 {
 		t.Fatalf("default evaluation bound %d/%d/%s, want one slot per CPU and the admission defaults", slots, queue, wait)
@@ -76,7 +77,9 @@ func TestDevIsLoopbackOnly(t *testing.T) {
 	t.Parallel()
 	for addr, ok := range map[string]bool{"127.0.0.1:8443": true, "[::1]:8443": true, "localhost:1": true,
 		"0.0.0.0:8443": false, ":8443": false, "10.0.0.1:80": false} {
-		err := Dev(addr, "").LoopbackOnly()
+		c := Dev()
+		c.Listen = addr
+		err := c.LoopbackOnly()
 		if (err == nil) != ok {
 			t.Errorf("%s: %v", addr, err)
 		}

@@ -35,6 +35,16 @@ import (
 // with a bare 431 before any handler runs, so nothing parses them.
 const MaxHeaderBytes = 64 << 10
 
+// Defaults of Options.
+const (
+	// DefaultMaxBodyBytes bounds a request body: a 1 MiB manifest
+	// base64-encoded plus tokens (limits.max_body_bytes unset).
+	DefaultMaxBodyBytes = 2 << 20
+	// DefaultRequestTimeout bounds one request, body to response
+	// (limits.request_timeout unset).
+	DefaultRequestTimeout = 5 * time.Second
+)
+
 // Options wire a Server.
 type Options struct {
 	Admission *admission.Service
@@ -49,7 +59,8 @@ type Options struct {
 	Revokers admission.TokenVerifier
 	// Ready reports whether a verified bundle is active and the ledger answers.
 	Ready func(ctx context.Context) error
-	// MaxBodyBytes bounds request bodies; RequestTimeout bounds a request.
+	// MaxBodyBytes bounds request bodies (default DefaultMaxBodyBytes);
+	// RequestTimeout bounds a request (default DefaultRequestTimeout).
 	MaxBodyBytes   int64
 	RequestTimeout time.Duration
 	Metrics        *Metrics
@@ -72,6 +83,10 @@ func New(opts Options) (http.Handler, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	opts.RequestTimeout = timeoutOrDefault(opts.RequestTimeout)
 	s := &srv{opts: opts}
 	r := chi.NewRouter()
 	r.Use(requestID, s.recoverer, s.observe)
@@ -105,6 +120,30 @@ func New(opts Options) (http.Handler, error) {
 }
 
 type srv struct{ opts Options }
+
+func timeoutOrDefault(d time.Duration) time.Duration {
+	if d <= 0 {
+		return DefaultRequestTimeout
+	}
+	return d
+}
+
+// HTTPServer is the http.Server that serves h, the router of New (or a
+// wrapper of it), as `itogate serve` does: headers within MaxHeaderBytes
+// and 5 s, the whole request and response within requestTimeout (default
+// DefaultRequestTimeout) plus 5 s, so that the router's own deadline
+// answers first, and idle connections closed after 60 s.
+func HTTPServer(h http.Handler, requestTimeout time.Duration) *http.Server {
+	slack := timeoutOrDefault(requestTimeout) + 5*time.Second
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       slack,
+		WriteTimeout:      slack,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    MaxHeaderBytes,
+	}
+}
 
 // ticketJWKS serves the ticket public keys as a bare JWKS (RFC 7517 §5),
 // not an envelope: JWKS consumers (`itogate ticket verify --jwks`, OPA's

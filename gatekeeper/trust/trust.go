@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/lestrrat-go/jwx/v3/jwk"
 
@@ -197,12 +198,6 @@ func FromConfig(t config.Trust) (*Set, error) {
 	return &s, nil
 }
 
-// DevTicketsConfig is the tickets section of development mode.
-func DevTicketsConfig() config.Tickets {
-	k := keys.Dev().Ticket
-	return config.Tickets{Issuer: DevTicketIssuer, SigningKey: config.TicketKey{KeyID: k.KeyID, Algorithm: k.Algorithm}}
-}
-
 // LoadTickets builds the ticket signer of a production configuration into
 // s.Tickets. It refuses the development ticket key and a key that any other
 // purpose also uses (a ticket key verifies nothing else, and nothing else's
@@ -235,7 +230,7 @@ func (s *Set) LoadTickets(t config.Tickets) error {
 	}
 	s.Tickets, err = ticket.NewSigner(ticket.SignerOptions{
 		Key: priv, KeyID: t.SigningKey.KeyID, Algorithm: t.SigningKey.Algorithm,
-		Issuer: t.Issuer, Audience: t.EffectiveAudience(), Previous: previous,
+		Issuer: t.Issuer, Audience: t.Audience, Previous: previous,
 	})
 	if err != nil {
 		return fmt.Errorf("tickets: %w", err)
@@ -266,7 +261,7 @@ func options(p verify.Purpose, t config.TokenTrust, set jwk.Set) verify.TokenOpt
 		Audience:   t.Audience,
 		Type:       t.Type,
 		Keys:       set,
-		Leeway:     t.EffectiveLeeway(),
+		Leeway:     time.Duration(t.Leeway),
 		RequireJTI: p == verify.PurposeEntitlement || p == verify.PurposeConfirmation || p == verify.PurposeEvals,
 		// Caller, depositor and entitlement tokens repeat until they expire;
 		// confirmations are single-use and never cached.

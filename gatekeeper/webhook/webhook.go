@@ -109,13 +109,17 @@ type Options struct {
 	// Namespaces binds each namespace under itogate's control to its
 	// account (webhook.namespaces).
 	Namespaces map[string]string
-	// Timeout bounds one review (default 2s).
+	// Timeout bounds one review (default DefaultTimeout).
 	Timeout time.Duration
 	Now     func() time.Time
 	Logger  *slog.Logger
 	// Observer, when set, is told of every answered request.
 	Observer Observer
 }
+
+// DefaultTimeout bounds one review when Options.Timeout is zero: below the
+// 5 s timeoutSeconds of the shipped ValidatingWebhookConfiguration.
+const DefaultTimeout = 2 * time.Second
 
 // Handler serves POST /validate. It is safe for concurrent use.
 type Handler struct{ opts Options }
@@ -141,7 +145,7 @@ func New(opts Options) (*Handler, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.Timeout <= 0 {
-		opts.Timeout = 2 * time.Second
+		opts.Timeout = DefaultTimeout
 	}
 	return &Handler{opts: opts}, nil
 }

@@ -1,0 +1,113 @@
+package runtime
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/itocompute/itogate/gatekeeper/config"
+	"github.com/itocompute/itogate/gatekeeper/decisionlog"
+	"github.com/itocompute/itogate/gatekeeper/ledger"
+	"github.com/itocompute/itogate/gatekeeper/ledger/bolt"
+	"github.com/itocompute/itogate/gatekeeper/ledger/postgres"
+	"github.com/itocompute/itogate/gatekeeper/server"
+)
+
+// DefaultSweepInterval is how often the ledger sweeper runs when
+// ledger.sweep_interval is unset ("0s" turns it off).
+const DefaultSweepInterval = 10 * time.Minute
+
+// sweepLeeway keeps a token this long past its exp before Sweep drops it:
+// longer than any verification leeway (config.MaxLeeway), so a token still
+// accepted at use is never swept from under an admission.
+const sweepLeeway = 2 * config.MaxLeeway
+
+// openLedger opens the configured store: the bbolt file at cfg.LedgerPath(),
+// or PostgreSQL, migrated before it returns; unset keys take the store's own
+// defaults. The description is safe to log: it never holds the DSN.
+func openLedger(ctx context.Context, cfg config.Config) (ledger.Store, string, error) {
+	l := cfg.Ledger
+	if l.Driver == config.DriverPostgres {
+		s, err := postgres.Open(ctx, postgres.Options{
+			DSN: l.DSN, Schema: l.Schema, MaxConns: l.MaxConns,
+			ConnectTimeout: time.Duration(l.ConnectTimeout), StatementTimeout: time.Duration(l.StatementTimeout),
+			AcquireTimeout: time.Duration(l.AcquireTimeout), MigrationTimeout: time.Duration(l.MigrationTimeout),
+		})
+		if err != nil {
+			return nil, "", err
+		}
+		schema := cmp.Or(l.Schema, postgres.DefaultSchema)
+		return s, fmt.Sprintf("postgres (schema %s, version %d)", schema, postgres.SchemaVersion()), nil
+	}
+	path := cfg.LedgerPath()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, "", fmt.Errorf("data directory: %w", err)
+	}
+	s, err := bolt.Open(path, bolt.Options{})
+	if err != nil {
+		return nil, "", err
+	}
+	return s, "bbolt " + path, nil
+}
+
+// sweepInterval is ledger.sweep_interval, DefaultSweepInterval when unset,
+// zero when turned off.
+func sweepInterval(l config.Ledger) time.Duration {
+	if l.SweepInterval == nil {
+		return DefaultSweepInterval
+	}
+	return time.Duration(*l.SweepInterval)
+}
+
+// startSweeper drops expired confirmation tokens every interval (never their
+// tombstones: a consumed confirmation stays consumed) until ctx ends.
+// Replicas sharing a PostgreSQL ledger may all sweep; the store skips rows
+// another holds.
+func (rt *Runtime) startSweeper(ctx context.Context, interval time.Duration) {
+	if interval <= 0 {
+		return
+	}
+	rt.wg.Go(func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			sctx, done := context.WithTimeout(ctx, interval)
+			n, err := rt.store.Sweep(sctx, time.Now(), sweepLeeway)
+			done()
+			switch {
+			case err != nil && ctx.Err() == nil:
+				rt.log.Warn("ledger sweep failed", "swept", n, "err", err)
+			case n > 0:
+				rt.log.Info("ledger sweep", "swept", n)
+			}
+		}
+	})
+}
+
+// openDecisionLog opens the decision log: "off", "stdout" or a file appended
+// with mode 0600 (decisions name accounts and digests: not for everyone).
+// The returned function writes what is queued and closes it.
+func openDecisionLog(dest string, m *server.Metrics) (*decisionlog.Logger, func(), error) {
+	opts := decisionlog.Options{OnDrop: m.DecisionLogDropped}
+	switch dest {
+	case "off":
+		return nil, func() {}, nil
+	case "stdout":
+		l := decisionlog.New(os.Stdout, opts)
+		return l, l.Close, nil
+	}
+	f, err := os.OpenFile(dest, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("decision log: %w (create its directory for the user itogate runs as, or set decision_log: stdout or off)", err)
+	}
+	l := decisionlog.New(f, opts)
+	return l, func() { l.Close(); f.Close() }, nil
+}

@@ -1,0 +1,282 @@
+// Package runtime is `itogate serve` as a library, like OPA's runtime: Open
+// wires one configuration into a running service — trust → policy bundles
+// (and the shadow candidate) → ledger → decision log → admission pipeline →
+// HTTP edge → Kubernetes webhook (when configured) — and Run serves it until
+// its context ends. The binary, the in-process tests and the benchmarks all
+// start the service through it, so they run the same wiring.
+//
+// Everything that is configuration comes from config.Config; Options carry
+// the rest: the logger and the test seams (clocks, the last word on the
+// admission's and the edge's options).
+package runtime
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	goruntime "runtime"
+	"sync"
+	"time"
+
+	"github.com/itocompute/itogate/gatekeeper/admission"
+	"github.com/itocompute/itogate/gatekeeper/bundle"
+	"github.com/itocompute/itogate/gatekeeper/config"
+	"github.com/itocompute/itogate/gatekeeper/decisionlog"
+	"github.com/itocompute/itogate/gatekeeper/ledger"
+	"github.com/itocompute/itogate/gatekeeper/server"
+	"github.com/itocompute/itogate/gatekeeper/trust"
+)
+
+// Options are what a Runtime needs beyond its configuration. The zero value
+// is what `itogate serve` uses, but for the logger.
+type Options struct {
+	// Logger receives the service log; nil discards it.
+	Logger *slog.Logger
+	// Now replaces time.Now as the clock of admissions, bearer-token
+	// authentication and webhook reviews (tests pin it); nil is time.Now.
+	Now func() time.Time
+	// BundleClock replaces time.Now for the enforced bundle's age and
+	// staleness (tests age a bundle without waiting); nil is time.Now.
+	BundleClock func() time.Time
+	// Admission and Server, when set, get the last word on the admission
+	// pipeline's and the HTTP edge's options, right before each is built:
+	// a test swaps the policy, takes away the eval authority or the ticket
+	// signer. `itogate serve` leaves them nil.
+	Admission func(*admission.Options)
+	Server    func(*server.Options)
+}
+
+// Runtime is one wired service. Open builds it, Run serves it, Close
+// releases it.
+type Runtime struct {
+	cfg        config.Config
+	opts       Options
+	log        *slog.Logger
+	trust      *trust.Set
+	metrics    *server.Metrics
+	bundles    *bundle.Manager
+	shadow     func() admission.Decider
+	store      ledger.Store
+	ledgerDesc string
+	dlog       *decisionlog.Logger
+	closeLog   func()
+	evals      admission.Evaluations
+	handler    http.Handler
+	webhook    http.Handler // nil without a webhook section
+	webhookTLS *tls.Config
+
+	// cancel ends the background work (bundle polling, the ledger
+	// sweeper); wg waits for it.
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// Open validates cfg and wires the service: it loads the policy bundle
+// (a file or bundle server that fails leaves the service not ready while
+// polling goes on; the embedded bundle must load), opens and migrates the
+// ledger, opens the decision log and builds the API and webhook handlers.
+// ctx bounds the opening only; background work (bundle polling, the ledger
+// sweeper) runs until Close. Nothing listens before Run.
+func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Runtime, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	rt := &Runtime{cfg: cfg, opts: opts, log: opts.Logger, metrics: server.NewMetrics(), cancel: cancel}
+	defer func() {
+		if err != nil {
+			rt.Close()
+		}
+	}()
+	if rt.trust, err = openTrust(cfg); err != nil {
+		return nil, err
+	}
+	// data_dir holds the default ledger file and decision log; create it for
+	// the owner only (it is the same with a PostgreSQL ledger: the decision
+	// log defaults to it).
+	if cfg.DataDir != "" {
+		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("data_dir: %w", err)
+		}
+	}
+	if err := rt.startBundles(ctx, bg); err != nil {
+		return nil, err
+	}
+	if rt.store, rt.ledgerDesc, err = openLedger(ctx, cfg); err != nil {
+		return nil, err
+	}
+	rt.startSweeper(bg, sweepInterval(cfg.Ledger))
+	if rt.dlog, rt.closeLog, err = openDecisionLog(cfg.DecisionLogPath(), rt.metrics); err != nil {
+		return nil, err
+	}
+	if err := rt.startShadow(ctx, bg); err != nil {
+		return nil, err
+	}
+	if err := rt.buildHandler(); err != nil {
+		return nil, err
+	}
+	if cfg.Webhook != nil {
+		if err := rt.buildWebhook(); err != nil {
+			return nil, err
+		}
+	}
+	return rt, nil
+}
+
+// openTrust builds the verifiers: the published development keys in
+// development mode, the configured keys (and ticket key) otherwise.
+func openTrust(cfg config.Config) (*trust.Set, error) {
+	if cfg.Dev {
+		return trust.Dev()
+	}
+	ts, err := trust.FromConfig(cfg.Trust)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Tickets != nil {
+		if err := ts.LoadTickets(*cfg.Tickets); err != nil {
+			return nil, err
+		}
+	}
+	return ts, nil
+}
+
+// buildHandler builds the admission pipeline and the API router over it.
+func (rt *Runtime) buildHandler() error {
+	ts, log, m := rt.trust, rt.log, rt.metrics
+	slots, queue, wait := rt.cfg.Limits.Evaluations(goruntime.GOMAXPROCS(0))
+	rt.evals = admission.Evaluations{Slots: slots, Queue: queue, Wait: wait}.Effective()
+	aopts := admission.Options{
+		Entitlement: ts.Entitlement, Confirmation: ts.Confirmation, Manifests: ts.Manifests, Evals: evalAuthority(ts),
+		Ledger: rt.store, Policy: rt.bundles.Active, Logger: log, DecisionLog: rt.dlog, Now: rt.opts.Now,
+		OnLedgerError: m.LedgerError,
+		OnRunGPUs:     m.RunGPUs,
+		Evaluations:   rt.evals,
+		Shadow:        rt.shadow,
+		Tickets:       ticketSigner(ts),
+		OnShadow: func(r admission.ShadowResult) {
+			m.Shadow(r.Kind)
+			if !r.Agree && r.Kind != "skipped" {
+				log.Warn("shadow bundle disagrees", "decision_id", r.DecisionID, "kind", r.Kind,
+					"enforced_revision", r.EnforcedRevision, "shadow_revision", r.ShadowRevision,
+					"enforced_codes", r.EnforcedCodes, "shadow_codes", r.ShadowCodes)
+			}
+		},
+	}
+	if rt.opts.Admission != nil {
+		rt.opts.Admission(&aopts)
+	}
+	svc, err := admission.New(aopts)
+	if err != nil {
+		return err
+	}
+	m.Evaluations(svc.InFlight)
+	m.VerificationCaches(ts.Callers, ts.Depositors, ts.Entitlement, ts.Confirmation)
+	sopts := server.Options{
+		Admission: svc, Callers: ts.Callers, Depositors: ts.Depositors, Revokers: revokers(ts),
+		Ready:        rt.ready,
+		MaxBodyBytes: rt.cfg.Limits.MaxBodyBytes, RequestTimeout: time.Duration(rt.cfg.Limits.RequestTimeout),
+		Metrics: m, Logger: log, Now: rt.opts.Now, TicketJWKS: ticketJWKS(ts),
+	}
+	if rt.opts.Server != nil {
+		rt.opts.Server(&sopts)
+	}
+	rt.handler, err = server.New(sopts)
+	return err
+}
+
+// ready is /readyz: a verified bundle is active and not stale, and the
+// ledger answers.
+func (rt *Runtime) ready(ctx context.Context) error {
+	if err := rt.bundles.Ready(); err != nil {
+		return err
+	}
+	if err := rt.store.Ping(ctx); err != nil {
+		return errors.New("ledger unreachable")
+	}
+	return nil
+}
+
+// The optional verifiers and the ticket signer, as the admission and the
+// server take them: a nil interface, never an interface holding a nil
+// pointer (which would not read as "none").
+
+func evalAuthority(ts *trust.Set) admission.TokenVerifier {
+	if ts.Evals == nil {
+		return nil
+	}
+	return ts.Evals
+}
+
+func revokers(ts *trust.Set) admission.TokenVerifier {
+	if ts.Revokers == nil {
+		return nil
+	}
+	return ts.Revokers
+}
+
+func ticketSigner(ts *trust.Set) admission.TicketSigner {
+	if ts.Tickets == nil {
+		return nil
+	}
+	return ts.Tickets
+}
+
+func ticketJWKS(ts *trust.Set) []byte {
+	if ts.Tickets == nil {
+		return nil
+	}
+	return ts.Tickets.JWKS()
+}
+
+// Handler is the API router (/v1/…, /healthz, /readyz, /metrics).
+func (rt *Runtime) Handler() http.Handler { return rt.handler }
+
+// WebhookHandler is the Kubernetes webhook's router (/validate, /healthz),
+// nil without a webhook section.
+func (rt *Runtime) WebhookHandler() http.Handler { return rt.webhook }
+
+// HTTPServer is the http.Server Run serves the API with, around h: the
+// runtime's Handler, or a test's wrapper of it (server.HTTPServer with the
+// configured request timeout).
+func (rt *Runtime) HTTPServer(h http.Handler) *http.Server {
+	return server.HTTPServer(h, time.Duration(rt.cfg.Limits.RequestTimeout))
+}
+
+// Ledger is the open ledger.
+func (rt *Runtime) Ledger() ledger.Store { return rt.store }
+
+// Bundles holds the enforced policy bundle.
+func (rt *Runtime) Bundles() *bundle.Manager { return rt.bundles }
+
+// DecisionLog is the decision log, nil when decision_log is "off".
+func (rt *Runtime) DecisionLog() *decisionlog.Logger { return rt.dlog }
+
+// Config is the configuration the runtime was opened with.
+func (rt *Runtime) Config() config.Config { return rt.cfg }
+
+// Close stops the background work and waits for it, then closes the
+// decision log (writing what it holds) and the ledger. It does not stop
+// Run; end Run's context first. Calling it again does nothing.
+func (rt *Runtime) Close() error {
+	var err error
+	rt.closeOnce.Do(func() {
+		rt.cancel()
+		rt.wg.Wait()
+		if rt.closeLog != nil {
+			rt.closeLog()
+		}
+		if rt.store != nil {
+			err = rt.store.Close()
+		}
+	})
+	return err
+}

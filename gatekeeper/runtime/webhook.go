@@ -1,0 +1,98 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/itocompute/itogate/gatekeeper/ledger"
+	"github.com/itocompute/itogate/gatekeeper/ticket"
+	"github.com/itocompute/itogate/gatekeeper/verify"
+	"github.com/itocompute/itogate/gatekeeper/webhook"
+)
+
+// buildWebhook builds the admission webhook's router and TLS configuration
+// (its serving certificate is read now and re-read when it changes); the
+// server's metrics, served on the API listener's /metrics, are told of every
+// review.
+func (rt *Runtime) buildWebhook() error {
+	w, ts, store := rt.cfg.Webhook, rt.trust, rt.store
+	if ts.Tickets == nil {
+		return errors.New("webhook: needs tickets (the tickets section)")
+	}
+	workloads, ok := store.(ledger.Workloads)
+	if !ok {
+		return fmt.Errorf("webhook: the %T ledger keeps no workload bindings", store)
+	}
+	var leeway time.Duration // verify.DefaultLeeway unless tickets.leeway says
+	if rt.cfg.Tickets != nil {
+		leeway = time.Duration(rt.cfg.Tickets.Leeway)
+	}
+	tv, err := ticket.NewVerifier(ticket.VerifierOptions{
+		Issuer: ts.Tickets.Issuer(), Audience: ts.Tickets.Audience(), Keys: ts.Tickets.KeySet(),
+		Leeway: leeway, CacheEntries: verify.CacheEntriesFor(verify.PurposeTicket),
+	})
+	if err != nil {
+		return fmt.Errorf("webhook: %w", err)
+	}
+	h, err := webhook.New(webhook.Options{
+		Tickets: tv, Runs: webhook.LedgerRuns{Store: store}, Workloads: workloads,
+		Policy: func() webhook.Decider {
+			if e := rt.bundles.Engine(); e != nil {
+				return e
+			}
+			return nil
+		},
+		Namespaces: w.Namespaces, Timeout: time.Duration(w.Timeout), Now: rt.opts.Now, Logger: rt.log, Observer: rt.metrics,
+	})
+	if err != nil {
+		return err
+	}
+	certs, err := webhook.NewCertReloader(w.CertFile, w.KeyFile, rt.log)
+	if err != nil {
+		return err
+	}
+	if rt.webhookTLS, err = webhook.TLSConfig(certs, w.ClientCAFile); err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/validate", h)
+	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) { _, _ = rw.Write([]byte("ok\n")) })
+	rt.webhook = mux
+	return nil
+}
+
+// serveWebhook runs the webhook's own TLS listener until the returned
+// function shuts it down (a no-op without a webhook).
+func (rt *Runtime) serveWebhook(ctx context.Context) (stop func(), err error) {
+	if rt.webhook == nil {
+		return func() {}, nil
+	}
+	w := rt.cfg.Webhook
+	ln, err := net.Listen("tcp", w.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("webhook: %w", err)
+	}
+	srv := &http.Server{
+		Handler: rt.webhook, TLSConfig: rt.webhookTLS,
+		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second,
+		IdleTimeout: 90 * time.Second, MaxHeaderBytes: 64 << 10,
+		ErrorLog: slog.NewLogLogger(rt.log.Handler(), slog.LevelWarn),
+	}
+	go func() {
+		if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			rt.log.Error("webhook listener stopped", "err", err)
+		}
+	}()
+	rt.log.Info("webhook listening (TLS)", "addr", ln.Addr().String(), "client_ca", w.ClientCAFile != "",
+		"namespaces", len(w.Namespaces))
+	return func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}, nil
+}

@@ -117,6 +117,7 @@ type env struct {
 	store   *bolt.Store
 	ents    *fakeTokens
 	confs   *fakeTokens
+	evals   *fakeTokens       // the eval authority (trust.evals)
 	decider admission.Decider // what Options.Policy returns; nil: no bundle
 	raw     []byte
 	doc     map[string]any
@@ -142,13 +143,14 @@ func newEnv(t *testing.T) *env {
 		store:  store,
 		ents:   &fakeTokens{purpose: verify.PurposeEntitlement, tokens: map[string]tokenAnswer{}},
 		confs:  &fakeTokens{purpose: verify.PurposeConfirmation, tokens: map[string]tokenAnswer{}},
+		evals:  &fakeTokens{purpose: verify.PurposeEvals, tokens: map[string]tokenAnswer{}},
 		raw:    raw,
 		doc:    doc,
 		digest: manifest.Digest(raw),
 	}
 	e.decider = allow()
 	e.svc, err = admission.New(admission.Options{
-		Entitlement: e.ents, Confirmation: e.confs, Manifests: fakeManifests{}, Ledger: store,
+		Entitlement: e.ents, Confirmation: e.confs, Evals: e.evals, Manifests: fakeManifests{}, Ledger: store,
 		Policy: func() admission.Decider { return e.decider },
 		Now:    func() time.Time { return now },
 	})

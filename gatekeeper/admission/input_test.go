@@ -1,0 +1,195 @@
+package admission_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/itocompute/itogate/gatekeeper/admission"
+	"github.com/itocompute/itogate/gatekeeper/api"
+	"github.com/itocompute/itogate/gatekeeper/scenario"
+	"github.com/itocompute/itogate/gatekeeper/trust"
+	"github.com/itocompute/itogate/gatekeeper/verify"
+)
+
+var updateInputs = flag.Bool("update", false, "rewrite testdata/input/*.json from the policy input the server path builds")
+
+// serverInput is one admission whose policy input the server path builds.
+type serverInput struct {
+	name string
+	// setup prepares the ledger and returns the request, its caller and
+	// the values that differ on every run (confirmation refs, run ids),
+	// each with the stable name the golden file shows instead.
+	setup func(t *testing.T, e *env) (admission.Caller, admission.Request, map[string]string)
+}
+
+// otherCaller is another account on the same booking.
+var otherCaller = admission.Caller{Subject: "svc-other", Account: "acct_other", KeyID: "caller-key-2"}
+
+// evalToken registers a token of the eval authority with claims.
+func (e *env) evalToken(jti string, claims map[string]any) string {
+	raw := asVerified(claims)
+	raw["iss"], raw["aud"], raw["sub"] = trust.DevEvalsIssuer, trust.DevEvalsAudience, "eval-authority"
+	raw["iat"], raw["exp"], raw["jti"] = now.Unix(), now.Add(10*time.Minute).Unix(), jti
+	tok := "evals." + jti
+	e.evals.tokens[tok] = tokenAnswer{claims: &verify.Claims{
+		KeyID: "evals-key-1", JTI: jti, Subject: "eval-authority", Issuer: trust.DevEvalsIssuer,
+		Audience: []string{trust.DevEvalsAudience}, IssuedAt: now, Expiry: now.Add(10 * time.Minute), Raw: raw,
+	}}
+	return tok
+}
+
+// onRunNamed is onRun that also names the run and the request's
+// confirmation for the golden file.
+func onRunNamed(action api.Action, edit func(t *testing.T, e *env, r *admission.Request)) func(*testing.T, *env) (admission.Caller, admission.Request, map[string]string) {
+	return func(t *testing.T, e *env) (admission.Caller, admission.Request, map[string]string) {
+		runID := e.admitRun(t)
+		req := onRunFor(t, e, action, runID)
+		if edit != nil {
+			edit(t, e, &req)
+		}
+		return caller, req, map[string]string{runID: "run_RUN", req.ConfirmationRef: "cfr_REQUEST"}
+	}
+}
+
+// onRunFor is a request for action on runID (booking.release: on the
+// booking) with its own confirmation.
+func onRunFor(t *testing.T, e *env, action api.Action, runID string) admission.Request {
+	t.Helper()
+	bound := runID
+	if action == api.BookingRelease {
+		runID, bound = "", ""
+	}
+	ref := e.confirm(t, "cnf-"+string(action), action, bound, "0")
+	return e.runReq(action, "key-"+string(action), ref, e.entitlement("ent-"+string(action), nil), runID)
+}
+
+func serverInputs() []serverInput {
+	create := func(t *testing.T, e *env) (admission.Caller, admission.Request, map[string]string) {
+		req := validCreate(t, e)
+		return caller, req, map[string]string{req.ConfirmationRef: "cfr_REQUEST"}
+	}
+	return []serverInput{
+		{"create", create},
+		{"create-booking-in-use", func(t *testing.T, e *env) (admission.Caller, admission.Request, map[string]string) {
+			own := e.admitRun(t)
+			other := e.admitRunAs(t, otherCaller, scenario.Booking)
+			c, req, names := create(t, e)
+			names[own], names[other] = "run_OWN", "run_OTHER"
+			return c, req, names
+		}},
+		{"create-booking-released", func(t *testing.T, e *env) (admission.Caller, admission.Request, map[string]string) {
+			run := e.admitRun(t)
+			e.mustAdmit(t, caller, onRunFor(t, e, api.BookingRelease, run))
+			c, req, names := create(t, e)
+			names[run] = "run_RELEASED"
+			return c, req, names
+		}},
+		{"create-ladder-decision", func(t *testing.T, e *env) (admission.Caller, admission.Request, map[string]string) {
+			c, req, names := create(t, e)
+			req.EvalReports = []string{e.evalToken("ladder-1", map[string]any{
+				"kind": "ladder_decision", "dataset_digest": "sha256:" + strings.Repeat("ab", 32),
+				"outcome": "proceed", "iat": now.Add(-time.Hour).Unix(),
+			})}
+			return c, req, names
+		}},
+		{"create-key-seen", func(t *testing.T, e *env) (admission.Caller, admission.Request, map[string]string) {
+			run := e.admitRun(t) // under key-run
+			c, req, names := create(t, e)
+			req.IdempotencyKey = "key-run"
+			names[run] = "run_EARLIER"
+			return c, req, names
+		}},
+		{"create-confirmation-consumed", func(t *testing.T, e *env) (admission.Caller, admission.Request, map[string]string) {
+			ref := e.confirm(t, "cnf-run", api.TrainCreate, "", costOK)
+			run := e.mustAdmit(t, caller, e.createReq("key-run", ref, e.entitlement("ent-run", nil))).Data.RunID
+			req := e.createReq("key-2", ref, e.entitlement("ent-2", nil))
+			return caller, req, map[string]string{ref: "cfr_CONSUMED", run: "run_EARLIER"}
+		}},
+		{"stage-advance", onRunNamed(api.TrainStageAdvance, func(_ *testing.T, e *env, r *admission.Request) {
+			r.EvalReports = []string{e.evalToken("report-1", map[string]any{
+				"kind": "eval_report", "run_id": r.RunID, "stage": "pretrain", "manifest_digest": e.digest,
+				"battery_id": "ito-battery-pretrain-2026.10",
+				"results":    map[string]any{"mmlu_5shot": 0.31, "hellaswag_acc": 0.42},
+			})}
+		})},
+		{"restart", onRunNamed(api.TrainRestart, func(t *testing.T, e *env, r *admission.Request) {
+			r.CheckpointStep = 500
+			r.ConfirmationRef = e.deposit(t, e.confirmation("cnf-restart-500", api.TrainRestart, r.RunID, "0",
+				func(m map[string]any) { m["checkpoint_step"] = int64(500) }))
+		})},
+		{"restart-cancelled-run", onRunNamed(api.TrainRestart, func(t *testing.T, e *env, r *admission.Request) {
+			e.mustAdmit(t, caller, onRunFor(t, e, api.TrainCancel, r.RunID))
+			r.CheckpointStep = 10
+		})},
+		{"cancel", onRunNamed(api.TrainCancel, nil)},
+		{"cleanup-releases-booking", onRunNamed(api.TrainCleanup, func(_ *testing.T, _ *env, r *admission.Request) {
+			r.ReleasesBooking = true
+		})},
+		{"release", onRunNamed(api.BookingRelease, nil)},
+	}
+}
+
+// buildServerInput runs c's admission through Service.Admit with a policy
+// that allows, and returns the input it evaluated, the request and the
+// names of c's changing values (the request digest's included).
+func buildServerInput(t *testing.T, c serverInput) (map[string]any, admission.Request, map[string]string) {
+	t.Helper()
+	e := newEnv(t)
+	who, req, names := c.setup(t, e)
+	d := allow()
+	e.decider = d
+	e.svc.Admit(context.Background(), who, req)
+	in := policyInput(t, e)
+	digest := ""
+	if len(req.Manifest) > 0 {
+		digest = e.digest
+	}
+	names[admission.RequestDigest(who, req, digest)] = "sha256:REQUEST_DIGEST"
+	return in, req, names
+}
+
+// TestServerInputGolden: the policy input the server path builds for each
+// action (and the ledger facts it can hold) is, as JSON, exactly
+// testdata/input/<case>.json once the values that change on every run are
+// named. The decision log records this document and `itogate replay`
+// evaluates it again, so it must not change unnoticed; -update rewrites
+// the files.
+func TestServerInputGolden(t *testing.T) {
+	for _, c := range serverInputs() {
+		t.Run(c.name, func(t *testing.T) {
+			in, _, names := buildServerInput(t, c)
+			got, err := json.MarshalIndent(in, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for v, name := range names {
+				got = bytes.ReplaceAll(got, []byte(v), []byte(name))
+			}
+			got = append(got, '\n')
+			path := filepath.Join("testdata", "input", c.name+".json")
+			if *updateInputs {
+				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("the policy input differs from %s (go test ./gatekeeper/admission -run TestServerInputGolden -update to accept):\n%s", path, got)
+			}
+		})
+	}
+}

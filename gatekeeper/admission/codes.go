@@ -30,7 +30,7 @@ func tokenCode(err error) api.Code {
 		}
 		if ve.Kind == verify.KindIssuedInFuture {
 			// Issued further in the future than the leeway: the policy's
-			// freshness code (the same boundary; see leewaySeconds).
+			// freshness code (the same boundary; see leeway).
 			return api.CodeEntitlementStale
 		}
 		return api.CodeEntitlementInvalid

@@ -57,8 +57,8 @@ func validateLifecycle(req Request, spec api.ActionSpec) error {
 // and returns them as input.eval_reports. Any token that does not verify
 // denies the admission (a forged or expired report is not "missing"); a
 // service without an eval authority verifies none.
-func (s *Service) verifyEvalReports(tokens []string, now time.Time, tr *trace) ([]any, Outcome, bool) {
-	out := make([]any, 0, len(tokens))
+func (s *Service) verifyEvalReports(tokens []string, now time.Time, tr *trace) ([]EvalReport, Outcome, bool) {
+	out := make([]EvalReport, 0, len(tokens))
 	if len(tokens) == 0 {
 		return out, Outcome{}, false
 	}
@@ -75,7 +75,7 @@ func (s *Service) verifyEvalReports(tokens []string, now time.Time, tr *trace) (
 		if i == 0 {
 			tr.keyIDs["evals"], tr.jtis["evals"] = c.KeyID, c.JTI
 		}
-		out = append(out, map[string]any{"verified": true, "key_id": c.KeyID, "claims": copyClaims(c.Raw)})
+		out = append(out, EvalReport{Verified: VerifiedBy(c.KeyID), Claims: copyClaims(c.Raw)})
 	}
 	return out, Outcome{}, false
 }
@@ -105,7 +105,7 @@ func (s *Service) runFacts(p *pending, run ledger.Admission) {
 		state = "ended"
 	}
 	p.runStage = rec.Stage
-	p.runInput = map[string]any{"state": state, "stage": rec.Stage, "manifest_digest": run.ManifestDigest}
+	p.ledgerRun = &RunFacts{State: state, Stage: rec.Stage, ManifestDigest: run.ManifestDigest}
 }
 
 // firstStage is the stage a created run starts in: its manifest's

@@ -59,13 +59,13 @@ type pending struct {
 	keySeen        bool // the idempotency key is stored for another request
 
 	manifest     map[string]any // parsed manifest document (train.create, train.stage.advance)
-	verified     map[string]any // input.verification
+	verified     Verification   // input.verification
 	entitlement  *verify.Claims
 	confirmation *verify.Claims
-	consumed     bool           // the stored confirmation is already consumed
-	evalReports  []any          // input.eval_reports: verified eval-authority tokens
-	runInput     map[string]any // input.ledger.run (advance, restart): state, stage, manifest digest
-	runStage     string         // the run's stage as read (advance: the stage it leaves)
+	consumed     bool         // the stored confirmation is already consumed
+	evalReports  []EvalReport // input.eval_reports: verified eval-authority tokens
+	ledgerRun    *RunFacts    // input.ledger.run (advance, restart)
+	runStage     string       // the run's stage as read (advance: the stage it leaves)
 
 	// run is what a train.create takes from its booking, computed in Go
 	// from the verified manifest and entitlement; runErr says why it could
@@ -130,9 +130,7 @@ func (s *Service) precheck(ctx context.Context, p *pending) (Outcome, bool) {
 // it acts on. Each failure is a coded deny.
 func (s *Service) verify(ctx context.Context, p *pending) (Outcome, bool) {
 	req, tr := p.req, p.tr
-	p.verified = map[string]any{
-		"caller": map[string]any{"verified": true, "key_id": p.caller.KeyID},
-	}
+	p.verified = Verification{Caller: VerifiedBy(p.caller.KeyID)}
 	p.manifest = map[string]any{}
 	if req.Action.CarriesManifest() {
 		keyID, err := s.opts.Manifests.Verify(req.Manifest, req.ManifestSignature)
@@ -141,7 +139,8 @@ func (s *Service) verify(ctx context.Context, p *pending) (Outcome, bool) {
 			o.Cause = err
 			return o, true
 		}
-		p.verified["manifest_signature"] = map[string]any{"verified": true, "key_id": keyID}
+		sig := VerifiedBy(keyID)
+		p.verified.ManifestSignature = &sig
 		tr.keyIDs["manifest"] = keyID
 		p.manifest, err = manifest.Parse(req.Manifest)
 		if err != nil {
@@ -163,7 +162,7 @@ func (s *Service) verify(ctx context.Context, p *pending) (Outcome, bool) {
 		return denied(api.CodeEntitlementInvalid, "entitlement jti "+pr), true
 	}
 	p.entitlement = ent
-	p.verified["entitlement"] = map[string]any{"verified": true, "key_id": ent.KeyID}
+	p.verified.Entitlement = VerifiedBy(ent.KeyID)
 	tr.keyIDs["entitlement"], tr.jtis["entitlement"] = ent.KeyID, ent.JTI
 	if req.Action == api.TrainCreate {
 		if o, done := s.revoked(ctx, ledger.RevokeBooking, req.BookingID); done {
@@ -201,7 +200,7 @@ func (s *Service) verify(ctx context.Context, p *pending) (Outcome, bool) {
 		return tokenDenied(err, "confirmation"), true
 	}
 	p.confirmation = cc
-	p.verified["confirmation"] = map[string]any{"verified": true, "key_id": cc.KeyID}
+	p.verified.Confirmation = VerifiedBy(cc.KeyID)
 	tr.keyIDs["confirmation"], tr.jtis["confirmation"] = cc.KeyID, cc.JTI
 	if o, done := s.revoked(ctx, ledger.RevokeConfirmation, cc.JTI); done {
 		return o, true
@@ -238,67 +237,28 @@ func (s *Service) verify(ctx context.Context, p *pending) (Outcome, bool) {
 	return Outcome{}, false
 }
 
-// facts builds the policy input document from what verify established. It
-// holds facts only; `now` comes in here and is never read in Rego.
+// facts builds the policy input document (Input.Document) from what
+// verify established. It holds facts only; `now` comes in here and is
+// never read in Rego.
 func (s *Service) facts(p *pending) {
-	req := p.req
-	confirmation := copyClaims(p.confirmation.Raw)
-	confirmation["ref"] = req.ConfirmationRef
-	p.input = map[string]any{
-		"now": p.now.Unix(),
-		"leeway_seconds": map[string]any{
-			"entitlement":  leewaySeconds(s.opts.Entitlement),
-			"confirmation": leewaySeconds(s.opts.Confirmation),
-		},
-		"request": map[string]any{
-			"action":           req.Action,
-			"booking_id":       req.BookingID,
-			"idempotency_key":  req.IdempotencyKey,
-			"request_digest":   p.requestDigest,
-			"run_id":           req.RunID,
-			"releases_booking": req.ReleasesBooking,
-			"stage":            req.Stage,
-			"checkpoint_step":  req.CheckpointStep,
-		},
-		"caller":          map[string]any{"sub": p.caller.Subject, "account": p.caller.Account, "key_id": p.caller.KeyID},
-		"manifest_digest": p.manifestDigest,
-		"manifest":        p.manifest,
-		"verification":    p.verified,
-		"entitlement":     p.entitlement.Raw,
-		"confirmation":    confirmation,
-		"eval_reports":    p.evalReports,
-		"ledger": map[string]any{
-			"confirmation_consumed": p.consumed,
-			"idempotency":           map[string]any{"seen": p.keySeen, "same_request": false},
-		},
+	in := Input{
+		Now:            p.now,
+		Leeway:         Leeway{Entitlement: leeway(s.opts.Entitlement), Confirmation: leeway(s.opts.Confirmation)},
+		Request:        p.req,
+		RequestDigest:  p.requestDigest,
+		Caller:         p.caller,
+		ManifestDigest: p.manifestDigest,
+		Manifest:       p.manifest,
+		Verification:   p.verified,
+		Entitlement:    p.entitlement.Raw,
+		Confirmation:   p.confirmation.Raw,
+		EvalReports:    p.evalReports,
+		Ledger:         LedgerFacts{ConfirmationConsumed: p.consumed, SeenKey: p.keySeen, Run: p.ledgerRun},
 	}
-	if req.Action == api.TrainCreate {
-		p.input["ledger"].(map[string]any)["booking"] = usageInput(p.caller.Account, p.usage)
+	if p.req.Action == api.TrainCreate {
+		in.Ledger.Booking = BookingFactsOf(p.caller.Account, p.usage)
 	}
-	if p.runInput != nil {
-		p.input["ledger"].(map[string]any)["run"] = p.runInput
-	}
-}
-
-// usageInput is input.ledger.booking: what the booking has given out at
-// now. Runs of other accounts are counted in held_gpus, never listed; of
-// the account's own, live_runs lists at most ledger.MaxNamedRuns
-// (ledger.NamedRuns, oldest first) and live_run_count counts them all, so
-// the input stays bounded however many runs the booking holds.
-func usageInput(account string, u ledger.BookingUsage) map[string]any {
-	var own []ledger.RunRecord
-	for _, r := range u.Runs {
-		if r.Account == account {
-			own = append(own, r)
-		}
-	}
-	named, _ := ledger.NamedRuns(own)
-	runs := make([]any, 0, len(named))
-	for _, r := range named {
-		runs = append(runs, map[string]any{"run_id": r.RunID, "gpus": r.GPUs, "live_until": r.LiveUntil.Unix()})
-	}
-	return map[string]any{"held_gpus": u.HeldGPUs, "live_runs": runs, "live_run_count": len(own),
-		"released": !u.Released.IsZero()}
+	p.input = in.Document()
 }
 
 // decide evaluates the active bundle on the input within an evaluation slot.
@@ -552,14 +512,4 @@ func unixOrZero(t time.Time) int64 {
 		return 0
 	}
 	return t.Unix()
-}
-
-// leewaySeconds is the clock leeway of v in whole seconds: the tolerance the
-// verifier applied to exp and iat, handed to the policy so both agree.
-// A verifier that does not say uses verify.DefaultLeeway.
-func leewaySeconds(v TokenVerifier) int64 {
-	if l, ok := v.(interface{ Leeway() time.Duration }); ok {
-		return int64(l.Leeway() / time.Second)
-	}
-	return int64(verify.DefaultLeeway / time.Second)
 }

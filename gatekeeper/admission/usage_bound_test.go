@@ -25,19 +25,19 @@ func manyRuns(n int) ledger.BookingUsage {
 	return u
 }
 
-// TestUsageInputBounded: input.ledger.booking lists at most 16 of the
+// TestBookingFactsBounded: input.ledger.booking lists at most 16 of the
 // account's live runs — the largest (ties: soonest to end, then run id),
 // oldest first — and counts them all; with 16 or fewer it lists all, as
 // before.
-func TestUsageInputBounded(t *testing.T) {
+func TestBookingFactsBounded(t *testing.T) {
 	u := manyRuns(40)
-	in := usageInput("acct_42", u)
-	if in["live_run_count"] != 40 || in["held_gpus"] != u.HeldGPUs || in["released"] != false {
-		t.Fatalf("usageInput = %v", in)
+	f := BookingFactsOf("acct_42", u)
+	if f.LiveRunCount != 40 || f.HeldGPUs != u.HeldGPUs || f.Released {
+		t.Fatalf("BookingFactsOf = %+v", f)
 	}
 	var ids []string
-	for _, r := range in["live_runs"].([]any) {
-		ids = append(ids, r.(map[string]any)["run_id"].(string))
+	for _, r := range f.LiveRuns {
+		ids = append(ids, r.RunID)
 	}
 	// GPUs 1+i%20: 20 GPUs for i = 19, 39; 19 for 18, 38; … 13 for 12, 32.
 	want := "run_42_012 run_42_013 run_42_014 run_42_015 run_42_016 run_42_017 run_42_018 run_42_019 " +
@@ -46,10 +46,9 @@ func TestUsageInputBounded(t *testing.T) {
 		t.Fatalf("live_runs = %s\nwant       %s", got, want)
 	}
 
-	small := usageInput("acct_42", manyRuns(3))
-	if small["live_run_count"] != 3 || len(small["live_runs"].([]any)) != 3 ||
-		small["live_runs"].([]any)[0].(map[string]any)["run_id"] != "run_42_001" {
-		t.Fatalf("usageInput(3 runs) = %v", small)
+	small := BookingFactsOf("acct_42", manyRuns(3))
+	if small.LiveRunCount != 3 || len(small.LiveRuns) != 3 || small.LiveRuns[0].RunID != "run_42_001" {
+		t.Fatalf("BookingFactsOf(3 runs) = %+v", small)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/itocompute/itogate/gatekeeper/admission"
 	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/policy"
@@ -78,24 +79,9 @@ func (o *evalOptions) run(ctx context.Context, w io.Writer) error {
 	if o.now != 0 {
 		now = time.Unix(o.now, 0)
 	}
-	if o.heldGPUs < 0 {
-		return errors.New("--held-gpus must not be negative")
-	}
-	ent := scenario.ExactEntitlementClaims(doc, now)
-	if o.entitlementFile != "" {
-		if ent, err = readClaims(o.entitlementFile); err != nil {
-			return err
-		}
-	}
-	var conf map[string]any
-	if o.confirmationFile != "" {
-		if conf, err = readClaims(o.confirmationFile); err != nil {
-			return err
-		}
-	}
-	input := scenario.OfflineInput(raw, doc, ent, conf, now)
-	input["ledger"].(map[string]any)["booking"] = map[string]any{
-		"held_gpus": o.heldGPUs, "live_runs": []any{}, "live_run_count": 0, "released": o.released,
+	input, err := o.input(raw, doc, now)
+	if err != nil {
+		return err
 	}
 	bundle := policies.Bundle()
 	if o.bundleDir != "" {
@@ -147,6 +133,32 @@ func (o *evalOptions) run(ctx context.Context, w io.Writer) error {
 		return exitError{exitDenied}
 	}
 	return nil
+}
+
+// input is the offline policy input (scenario.OfflineFacts) of the
+// manifest: an entitlement for exactly its hardware unless --entitlement,
+// the default confirmation unless --confirmation, and the booking's usage
+// from --held-gpus and --released.
+func (o *evalOptions) input(raw []byte, doc map[string]any, now time.Time) (map[string]any, error) {
+	if o.heldGPUs < 0 {
+		return nil, errors.New("--held-gpus must not be negative")
+	}
+	ent := scenario.ExactEntitlementClaims(doc, now)
+	var conf map[string]any
+	var err error
+	if o.entitlementFile != "" {
+		if ent, err = readClaims(o.entitlementFile); err != nil {
+			return nil, err
+		}
+	}
+	if o.confirmationFile != "" {
+		if conf, err = readClaims(o.confirmationFile); err != nil {
+			return nil, err
+		}
+	}
+	facts := scenario.OfflineFacts(raw, doc, ent, conf, now)
+	facts.Ledger.Booking = &admission.BookingFacts{HeldGPUs: o.heldGPUs, Released: o.released}
+	return facts.Document(), nil
 }
 
 // layoutRows pairs the requested layout's estimates (or manifest fields) with

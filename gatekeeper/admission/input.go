@@ -127,7 +127,7 @@ type RunFacts struct {
 // manifest, the entitlement claims and the eval reports' claims, which it
 // holds as they are; its numbers are int64 (times, leeways, the checkpoint
 // step) and int (GPU counts), or what the claims and the manifest hold.
-func (in *Input) Document() map[string]any {
+func (in Input) Document() map[string]any {
 	req := in.Request
 	manifest := in.Manifest
 	if manifest == nil {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/itocompute/itogate/fixtures/keys"
+	"github.com/itocompute/itogate/gatekeeper/admission"
 	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/client"
 	"github.com/itocompute/itogate/gatekeeper/config"
@@ -219,14 +220,20 @@ func bookingClaims(doc map[string]any, now time.Time, scale int64) map[string]an
 	}
 }
 
-// OfflineInput is the policy input (docs/policy-input.md) of a train.create
-// of manifest raw (doc is its decoded form) as the server builds it once
-// every check passed: all verification facts true, nothing in the ledger.
-// ent and conf replace the default claims when non-nil: EntitlementClaims,
-// and a confirmation binding the manifest digest with cost_usd = the budget
-// ceiling. `itogate eval`, the policy benchmarks and the load generator use
-// it, so they evaluate the document the server would.
-func OfflineInput(raw []byte, doc, ent, conf map[string]any, now time.Time) map[string]any {
+// OfflineRef is the confirmation reference of an offline input whose
+// confirmation claims name none.
+const OfflineRef = "cfr_00000000000000000000000000000000"
+
+// OfflineFacts are the policy input facts (admission.Input) of a
+// train.create of manifest raw (doc is its decoded form) as the server has
+// them once every check passed: every signature verified (key id
+// "offline"), nothing consumed or seen in the ledger, no eval reports and
+// nothing held on the booking (set Ledger.Booking for another usage). ent
+// and conf replace the default claims when non-nil: EntitlementClaims,
+// and a confirmation binding the manifest digest with cost_usd = the
+// budget ceiling. `itogate eval`, the policy benchmarks and the load
+// generator use it, so they evaluate the document the server would.
+func OfflineFacts(raw []byte, doc, ent, conf map[string]any, now time.Time) admission.Input {
 	digest := manifest.Digest(raw)
 	if ent == nil {
 		ent = EntitlementClaims(doc, now)
@@ -234,28 +241,37 @@ func OfflineInput(raw []byte, doc, ent, conf map[string]any, now time.Time) map[
 	if conf == nil {
 		budget, _ := doc["budget"].(map[string]any)
 		conf = map[string]any{
-			"ref": "cfr_" + strings.Repeat("0", 32), "iss": trust.DevConfirmationIssuer, "aud": trust.DevAudience,
+			"iss": trust.DevConfirmationIssuer, "aud": trust.DevAudience,
 			"sub": ent["sub"], "iat": now.Unix(), "exp": now.Unix() + 600, "jti": "offline", "act": "train.create",
 			"booking_id": ent["booking_id"], "manifest_digest": digest, "cost_usd": budget["ceiling_usd"], "run_id": "",
 		}
 	}
-	verified := map[string]any{"verified": true, "key_id": "offline"}
-	leeway := int64(verify.DefaultLeeway / time.Second)
-	return map[string]any{
-		"now":            now.Unix(),
-		"leeway_seconds": map[string]any{"entitlement": leeway, "confirmation": leeway},
-		"request": map[string]any{"action": "train.create", "booking_id": ent["booking_id"], "idempotency_key": "offline",
-			"request_digest": digest, "run_id": "", "releases_booking": false},
-		"caller":          map[string]any{"sub": "offline", "account": ent["sub"], "key_id": "offline"},
-		"manifest_digest": digest,
-		"manifest":        doc,
-		"verification": map[string]any{"caller": verified, "manifest_signature": verified,
-			"entitlement": verified, "confirmation": verified},
-		"entitlement":  ent,
-		"confirmation": conf,
-		"ledger": map[string]any{"confirmation_consumed": false,
-			"idempotency": map[string]any{"seen": false, "same_request": false}},
+	ref, _ := conf["ref"].(string)
+	if ref == "" {
+		ref = OfflineRef
 	}
+	account, _ := ent["sub"].(string)
+	bookingID, _ := ent["booking_id"].(string)
+	sig := admission.VerifiedBy("offline")
+	return admission.Input{
+		Now:    now,
+		Leeway: admission.Leeway{Entitlement: verify.DefaultLeeway, Confirmation: verify.DefaultLeeway},
+		Request: api.AdmissionRequest{Action: api.TrainCreate, BookingID: bookingID, IdempotencyKey: "offline",
+			ConfirmationRef: ref},
+		RequestDigest:  digest,
+		Caller:         admission.Caller{Subject: "offline", Account: account, KeyID: "offline"},
+		ManifestDigest: digest,
+		Manifest:       doc,
+		Verification:   admission.Verification{Caller: sig, ManifestSignature: &sig, Entitlement: sig, Confirmation: sig},
+		Entitlement:    ent,
+		Confirmation:   conf,
+		Ledger:         admission.LedgerFacts{Booking: &admission.BookingFacts{}},
+	}
+}
+
+// OfflineInput is the document of OfflineFacts (docs/policy-input.md).
+func OfflineInput(raw []byte, doc, ent, conf map[string]any, now time.Time) map[string]any {
+	return OfflineFacts(raw, doc, ent, conf, now).Document()
 }
 
 // EntitlementFor mints an entitlement token with EntitlementClaims; tweak

@@ -5,17 +5,24 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/itocompute/itogate/fixtures"
 	"github.com/itocompute/itogate/gatekeeper/admission"
 	"github.com/itocompute/itogate/gatekeeper/api"
+	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
 	"github.com/itocompute/itogate/gatekeeper/trust"
 	"github.com/itocompute/itogate/gatekeeper/verify"
+	"github.com/itocompute/itogate/schemas"
 )
 
 var updateInputs = flag.Bool("update", false, "rewrite testdata/input/*.json from the policy input the server path builds")
@@ -192,4 +199,130 @@ func TestServerInputGolden(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestInputSchema: every document the builder builds — the server path's
+// for every action (serverInputs) and the offline path's for every fixture
+// manifest, with and without booking usage — is valid against
+// schemas/input.json, whose objects are closed: a field the builder adds
+// that the schema does not describe fails here. And every field the schema
+// describes outside the manifest and the token claims (which are the
+// manifest's and the issuers') is built by at least one of them.
+func TestInputSchema(t *testing.T) {
+	schema := compileInputSchema(t)
+	built := map[string]bool{}
+	check := func(name string, in map[string]any) {
+		t.Helper()
+		doc := jsonValue(t, in)
+		if err := schema.Validate(doc); err != nil {
+			t.Errorf("%s: not valid against schemas/input.json: %v", name, err)
+		}
+		fieldPaths(doc, "", built)
+	}
+	for _, c := range serverInputs() {
+		in, _, _ := buildServerInput(t, c)
+		check("server path, "+c.name, in)
+	}
+	names, err := fs.Glob(fixtures.Manifests(), "*.json")
+	if err != nil || len(names) == 0 {
+		t.Fatalf("fixture manifests: %v %v", names, err)
+	}
+	for _, name := range names {
+		raw, err := fs.ReadFile(fixtures.Manifests(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc, err := manifest.Parse(raw)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		check("offline, "+name, scenario.OfflineInput(raw, doc, nil, nil, now))
+		facts := scenario.OfflineFacts(raw, doc, scenario.ExactEntitlementClaims(doc, now), nil, now)
+		facts.Ledger.Booking = &admission.BookingFacts{HeldGPUs: 8, Released: true}
+		check("offline (itogate eval --held-gpus 8 --released), "+name, facts.Document())
+	}
+
+	var described []string
+	var raw any
+	if err := json.Unmarshal(schemas.Input(), &raw); err != nil {
+		t.Fatal(err)
+	}
+	schemaPaths(raw.(map[string]any), "", &described)
+	for _, p := range described {
+		if !built[p] {
+			t.Errorf("schemas/input.json describes %s, which no builder sets", p)
+		}
+	}
+}
+
+// Subtrees the builder copies as they are: the manifest (its own schema,
+// checked by manifest.Parse) and the verified tokens' claims.
+var verbatim = []string{"/manifest", "/entitlement", "/confirmation", "/eval_reports/*/claims"}
+
+// fieldPaths adds the path of every field in v ("/ledger/booking/live_runs/*/gpus").
+func fieldPaths(v any, path string, out map[string]bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			out[path+"/"+k] = true
+			fieldPaths(e, path+"/"+k, out)
+		}
+	case []any:
+		for _, e := range x {
+			fieldPaths(e, path+"/*", out)
+		}
+	}
+}
+
+// schemaPaths lists the fields a schema's properties and items describe,
+// but for the verbatim subtrees.
+func schemaPaths(s map[string]any, path string, out *[]string) {
+	if slices.Contains(verbatim, path) {
+		return
+	}
+	if props, ok := s["properties"].(map[string]any); ok {
+		for k, sub := range props {
+			*out = append(*out, path+"/"+k)
+			if m, ok := sub.(map[string]any); ok {
+				schemaPaths(m, path+"/"+k, out)
+			}
+		}
+	}
+	if items, ok := s["items"].(map[string]any); ok {
+		schemaPaths(items, path+"/*", out)
+	}
+	slices.Sort(*out)
+}
+
+func compileInputSchema(t *testing.T) *jsonschema.Schema {
+	t.Helper()
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schemas.Input()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	const url = "https://itogate.dev/schemas/input.json"
+	if err := c.AddResource(url, doc); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Compile(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// jsonValue is in as the policy sees it: decoded from its JSON, numbers
+// json.Number.
+func jsonValue(t *testing.T, in map[string]any) any {
+	t.Helper()
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

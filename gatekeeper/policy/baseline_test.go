@@ -253,8 +253,8 @@ func mutate(rng *rand.Rand, in map[string]any) string {
 			return "remove " + l.path
 		}
 		return "none"
-	case op < 8: // scale a number
-		if n, ok := l.value.(json.Number); ok {
+	case op < 8: // scale a number (0 stays 0: "00" is no JSON number)
+		if n, ok := l.value.(json.Number); ok && n.String() != "0" {
 			f := []string{"2", "10", "1000"}[rng.IntN(3)]
 			l.set(json.Number(n.String() + strings.Repeat("0", len(f)-1)))
 			return fmt.Sprintf("%s × %s", l.path, f)

@@ -219,9 +219,16 @@ func TestInputSchema(t *testing.T) {
 		}
 		fieldPaths(doc, "", built)
 	}
+	actions := map[api.Action]bool{}
 	for _, c := range serverInputs() {
-		in, _, _ := buildServerInput(t, c)
+		in, req, _ := buildServerInput(t, c)
 		check("server path, "+c.name, in)
+		actions[req.Action] = true
+	}
+	for _, s := range api.Actions() {
+		if !actions[s.Action] {
+			t.Errorf("no server input case for %s", s.Action)
+		}
 	}
 	names, err := fs.Glob(fixtures.Manifests(), "*.json")
 	if err != nil || len(names) == 0 {

@@ -255,7 +255,7 @@ func (s *Service) facts(p *pending) {
 		EvalReports:    p.evalReports,
 		Ledger:         LedgerFacts{ConfirmationConsumed: p.consumed, SeenKey: p.keySeen, Run: p.ledgerRun},
 	}
-	if p.req.Action == api.TrainCreate {
+	if p.req.Action.Effect() == api.EffectCreateRun {
 		in.Ledger.Booking = BookingFactsOf(p.caller.Account, p.usage)
 	}
 	p.input = in.Document()

@@ -25,8 +25,8 @@ const (
 // Exactly one is allowed; every other caller gets 403 CONFIRMATION_REPLAYED
 // and nothing of theirs is in the ledger.
 func TestOneConfirmationManyKeys(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, store ledger.Store) {
-		a := newActor(t, serve(t, store), "acct_race", "bk_race_01")
+	forEachBackend(t, func(t *testing.T, base string, store ledger.Store) {
+		a := newActor(t, base, "acct_race", "bk_race_01")
 		ref, winner := raceOneConfirmation(t, []*actor{a}, manyKeys)
 
 		c, err := store.Confirmation(context.Background(), ref)
@@ -50,8 +50,8 @@ func TestOneConfirmationManyKeys(t *testing.T) {
 // one key. The confirmation is consumed once and every caller gets the same
 // allow: one fresh, the others as idempotent replays.
 func TestOneKeyManyIdenticalRequests(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, store ledger.Store) {
-		a := newActor(t, serve(t, store), "acct_race", "bk_race_01")
+	forEachBackend(t, func(t *testing.T, base string, store ledger.Store) {
+		a := newActor(t, base, "acct_race", "bk_race_01")
 		ref, key := raceOneKey(t, []*actor{a}, identicalReqs)
 
 		c, err := store.Confirmation(context.Background(), ref)

@@ -17,7 +17,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,23 +28,20 @@ import (
 
 	"github.com/itocompute/itogate/fixtures"
 	"github.com/itocompute/itogate/fixtures/keys"
-	"github.com/itocompute/itogate/gatekeeper/admission"
 	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/client"
 	"github.com/itocompute/itogate/gatekeeper/config"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
-	"github.com/itocompute/itogate/gatekeeper/ledger/bolt"
 	"github.com/itocompute/itogate/gatekeeper/ledger/postgres"
 	"github.com/itocompute/itogate/gatekeeper/ledger/postgres/pgtest"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
-	"github.com/itocompute/itogate/gatekeeper/policy"
+	"github.com/itocompute/itogate/gatekeeper/runtime"
+	"github.com/itocompute/itogate/gatekeeper/runtime/runtimetest"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
-	"github.com/itocompute/itogate/gatekeeper/server"
 	"github.com/itocompute/itogate/gatekeeper/token"
 	"github.com/itocompute/itogate/gatekeeper/trust"
 	"github.com/itocompute/itogate/internal/patience"
 	"github.com/itocompute/itogate/internal/syncbuf"
-	"github.com/itocompute/itogate/policies"
 )
 
 // Bounds no machine hits: these tests prove ledger semantics under the race
@@ -58,31 +54,20 @@ const (
 	clientTimeout  = requestTimeout + time.Minute
 )
 
-// backend opens a fresh ledger of one kind for a test.
+// backend is one kind of ledger: it sets a test's ledger section.
 type backend struct {
-	name string
-	open func(t testing.TB) ledger.Store
+	name   string
+	ledger func(t testing.TB, c *config.Config)
 }
 
 var backends = []backend{
-	{"bbolt", func(t testing.TB) ledger.Store {
-		s, err := bolt.Open(filepath.Join(t.TempDir(), "ledger.db"), bolt.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	}},
-	{"postgres", func(t testing.TB) ledger.Store {
-		opts := pgOptions(t)
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		s, err := postgres.Open(ctx, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		return s
+	// bbolt: development mode's own, <data_dir>/ledger.db.
+	{"bbolt", func(testing.TB, *config.Config) {}},
+	{"postgres", func(t testing.TB, c *config.Config) {
+		o := pgOptions(t)
+		c.Ledger = config.Ledger{Driver: config.DriverPostgres, DSN: o.DSN, Schema: o.Schema, MaxConns: o.MaxConns,
+			AcquireTimeout: config.Duration(o.AcquireTimeout), StatementTimeout: config.Duration(o.StatementTimeout),
+			ConnectTimeout: config.Duration(o.ConnectTimeout)}
 	}},
 }
 
@@ -99,54 +84,36 @@ func pgOptions(t testing.TB) postgres.Options {
 		AcquireTimeout: policyDeadline, StatementTimeout: policyDeadline, ConnectTimeout: policyDeadline}
 }
 
-// forEachBackend runs fn as a subtest per backend.
-func forEachBackend(t *testing.T, fn func(t *testing.T, store ledger.Store)) {
+// forEachBackend runs fn as a subtest per backend, against a server of its
+// own (serve) and its ledger.
+func forEachBackend(t *testing.T, fn func(t *testing.T, base string, store ledger.Store)) {
 	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) { fn(t, b.open(t)) })
+		t.Run(b.name, func(t *testing.T) {
+			base, store := serve(t, b)
+			fn(t, base, store)
+		})
 	}
 }
 
-var engine = sync.OnceValues(func() (*policy.Engine, error) {
-	return policy.New(context.Background(), policy.Options{Bundle: policies.Bundle(), Deadline: policyDeadline})
-})
-
-// serve runs the real router over store in this process, wired like
-// `itogate serve` in development mode, and returns its base URL.
-func serve(t testing.TB, store ledger.Store) string {
+// serve starts the service in this process through the runtime, as
+// `itogate serve` runs it in development mode (runtimetest), on a ledger of
+// the backend's kind, and returns its base URL and its ledger. Its
+// warnings are shown when the test fails.
+func serve(t testing.TB, be backend) (string, ledger.Store) {
 	t.Helper()
-	ts, err := trust.Dev()
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := engine()
-	if err != nil {
-		t.Fatal(err)
-	}
 	logs := &syncBuffer{}
-	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("server warnings:\n%s", tail(logs.String(), 4000))
 		}
 	})
-	svc, err := admission.New(admission.Options{
-		Entitlement: ts.Entitlement, Confirmation: ts.Confirmation, Manifests: ts.Manifests, Evals: ts.Evals,
-		Ledger: store, Policy: func() admission.Decider { return eng }, Logger: log,
+	cfg := runtimetest.Config(t)
+	cfg.Policy.Deadline, cfg.Limits.RequestTimeout = config.Duration(policyDeadline), config.Duration(requestTimeout)
+	be.ledger(t, &cfg)
+	rt := runtimetest.Open(t, cfg, runtime.Options{
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := server.New(server.Options{
-		Admission: svc, Callers: ts.Callers, Depositors: ts.Depositors,
-		Ready:        store.Ping,
-		MaxBodyBytes: 2 << 20, RequestTimeout: requestTimeout, Metrics: server.NewMetrics(), Logger: log,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	return srv.URL
+	return runtimetest.Serve(t, rt, rt.Handler()).URL, rt.Ledger()
 }
 
 // actor is one account's callers and its confirmation desk, talking to one

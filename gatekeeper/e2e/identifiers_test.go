@@ -20,8 +20,7 @@ import (
 func TestIdentifierBoundsBeforeTheLedger(t *testing.T) {
 	long := strings.Repeat("j", ledger.MaxIDLen+1)
 	longest := strings.Repeat("j", ledger.MaxIDLen)
-	forEachBackend(t, func(t *testing.T, store ledger.Store) {
-		base := serve(t, store)
+	forEachBackend(t, func(t *testing.T, base string, store ledger.Store) {
 		a := newActor(t, base, "acct_ids", "bk_ids_01")
 		ctx := context.Background()
 		deposit := func(claims map[string]any) answer {

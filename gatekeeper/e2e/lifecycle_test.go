@@ -17,8 +17,7 @@ import (
 // and a key of its own, acts only on a run of the caller's account on the
 // named booking, and a cleanup never releases the booking.
 func TestLifecycle(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, store ledger.Store) {
-		base := serve(t, store)
+	forEachBackend(t, func(t *testing.T, base string, store ledger.Store) {
 		a := newActor(t, base, "acct_life", "bk_life_01")
 		ctx := context.Background()
 		ent := a.entitlement(t, nil)
@@ -139,8 +138,7 @@ func TestLifecycle(t *testing.T) {
 // byte for byte as for a key never used, and may use the same key for its
 // own admission without touching the first.
 func TestStatusScopedByAccount(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, store ledger.Store) {
-		base := serve(t, store)
+	forEachBackend(t, func(t *testing.T, base string, store ledger.Store) {
 		ctx := context.Background()
 		owner := newActor(t, base, "acct_owner", "bk_owner_01")
 		other := newActor(t, base, "acct_other", "bk_other_01")

@@ -65,7 +65,7 @@ func BenchmarkAdmissions(b *testing.B) {
 }
 
 func benchAdmissions(b *testing.B, be backend) {
-	base := serve(b, be.open(b))
+	base, _ := serve(b, be)
 
 	actors := make([]*actor, throughputClients)
 	ents := make([]string, throughputClients)

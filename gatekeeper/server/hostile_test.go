@@ -1,7 +1,7 @@
 package server_test
 
-// The hostile-input harness (issue 6): the real router over a real bbolt
-// ledger, like newHarness, with a pinnable clock, configurable limits and a
+// The hostile-input harness (issue 6): the service started through the
+// runtime, like newHarness, with a pinnable clock, configurable limits and a
 // swappable policy. Every hostile request goes through hostile.do, which
 // records the response so that finish can check that no token, signature or
 // key bytes reached a response, the server log, the decision log or the
@@ -22,78 +22,38 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/itocompute/itogate/fixtures"
 	"github.com/itocompute/itogate/fixtures/keys"
 	"github.com/itocompute/itogate/gatekeeper/admission"
 	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/config"
-	"github.com/itocompute/itogate/gatekeeper/decisionlog"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
-	"github.com/itocompute/itogate/gatekeeper/ledger/bolt"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
-	"github.com/itocompute/itogate/gatekeeper/policy"
+	"github.com/itocompute/itogate/gatekeeper/runtime"
+	"github.com/itocompute/itogate/gatekeeper/runtime/runtimetest"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
-	"github.com/itocompute/itogate/gatekeeper/server"
 	"github.com/itocompute/itogate/gatekeeper/trust"
-	"github.com/itocompute/itogate/internal/patience"
-	"github.com/itocompute/itogate/policies"
 )
-
-// embeddedEngine compiles the embedded bundle once for every hostile test:
-// an Engine is immutable and safe for concurrent use.
-var embedded struct {
-	once   sync.Once
-	engine *policy.Engine
-	err    error
-}
-
-// embeddedEngine is the embedded bundle, compiled once per test binary (an
-// Engine is safe for concurrent use). Its deadline is generous: these tests
-// assert semantics under the race detector on two shared cores, and the
-// benchmarks must not turn a slow evaluation into a 503; policy_test covers
-// the deadline itself.
-func embeddedEngine(t testing.TB) *policy.Engine {
-	t.Helper()
-	embedded.once.Do(func() {
-		embedded.engine, embedded.err = policy.New(context.Background(),
-			policy.Options{Bundle: policies.Bundle(), Deadline: patience.Deadline})
-	})
-	if embedded.err != nil {
-		t.Fatal(embedded.err)
-	}
-	return embedded.engine
-}
-
-// tempLedger is a fresh bbolt ledger in the test's temporary directory,
-// closed when the test ends.
-func tempLedger(t testing.TB) *bolt.Store {
-	t.Helper()
-	store, err := bolt.Open(filepath.Join(t.TempDir(), "ledger.db"), bolt.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	return store
-}
 
 type hostileOptions struct {
 	// now pins the clock of the pipeline and of caller authentication;
 	// zero means the real clock.
 	now time.Time
-	// maxBody and requestTimeout default to `itogate serve`'s defaults.
+	// maxBody and requestTimeout are limits.max_body_bytes and
+	// limits.request_timeout; zero: the server's default body limit and
+	// runtimetest's request timeout (patience.Deadline: a loaded CI machine
+	// can take longer than the 5 s default; only the deadline tests set a
+	// short one).
 	maxBody        int64
 	requestTimeout time.Duration
-	// policy replaces the embedded bundle (nil: embedded).
+	// policy replaces the embedded bundle's decider (nil: embedded).
 	policy func() admission.Decider
-	// evaluations bounds concurrent evaluations (zero: no bound).
+	// evaluations bounds concurrent evaluations (limits.*; zero: no bound).
 	evaluations admission.Evaluations
 }
 
@@ -117,66 +77,38 @@ type hostile struct {
 
 func newHostile(t testing.TB, o hostileOptions) *hostile {
 	t.Helper()
-	ts, err := trust.Dev()
-	if err != nil {
-		t.Fatal(err)
+	cfg := runtimetest.Config(t)
+	cfg.Limits.MaxBodyBytes = o.maxBody
+	if o.requestTimeout != 0 {
+		cfg.Limits.RequestTimeout = config.Duration(o.requestTimeout)
 	}
-	engine, store := embeddedEngine(t), tempLedger(t)
-	logs, dlogBuf := &syncBuffer{}, &syncBuffer{}
-	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	dl := decisionlog.New(dlogBuf, decisionlog.Options{})
-	t.Cleanup(dl.Close)
-	metrics := server.NewMetrics()
+	if e := o.evaluations; e.Slots > 0 {
+		cfg.Limits.MaxConcurrentEvaluations, cfg.Limits.MaxQueuedEvaluations = e.Slots, e.Queue
+		cfg.Limits.MaxQueueWait = config.Duration(e.Wait)
+	}
 	now := time.Now
 	if !o.now.IsZero() {
 		pinned := o.now
 		now = func() time.Time { return pinned }
 	}
-	decider := func() admission.Decider { return engine }
-	if o.policy != nil {
-		decider = o.policy
-	}
-	svc, err := admission.New(admission.Options{
-		Entitlement: ts.Entitlement, Confirmation: ts.Confirmation, Manifests: ts.Manifests,
-		Ledger: store, Policy: decider, Now: now, Logger: log, DecisionLog: dl,
-		OnLedgerError: metrics.LedgerError, Evaluations: o.evaluations,
+	logs := &syncBuffer{}
+	rt := runtimetest.Open(t, cfg, runtime.Options{
+		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Now:    now,
+		Admission: func(a *admission.Options) {
+			if o.policy != nil {
+				a.Policy = o.policy
+			}
+		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	metrics.Evaluations(svc.InFlight)
-	metrics.VerificationCaches(ts.Callers, ts.Depositors, ts.Entitlement, ts.Confirmation)
-	if o.maxBody == 0 {
-		o.maxBody = 2 << 20 // limits.max_body_bytes default
-	}
-	if o.requestTimeout == 0 {
-		// Not limits.request_timeout's 5 s default: a loaded CI machine can
-		// take longer than that; only the deadline tests set a short one.
-		o.requestTimeout = patience.Deadline
-	}
-	handler, err := server.New(server.Options{
-		Admission: svc, Callers: ts.Callers, Depositors: ts.Depositors,
-		Ready:        func(ctx context.Context) error { return store.Ping(ctx) },
-		MaxBodyBytes: o.maxBody, RequestTimeout: o.requestTimeout, Metrics: metrics, Logger: log, Now: now,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(registryChecked(t, handler))
-	// The header limit `itogate serve` runs with.
-	srv.Config.MaxHeaderBytes = server.MaxHeaderBytes
-	srv.Start()
-	t.Cleanup(srv.Close)
-	runner, err := scenario.New(srv.URL, fixtures.Manifests())
-	if err != nil {
-		t.Fatal(err)
-	}
+	harness := serveHarness(t, rt, logs)
+	runner := harness.runner
 	m, err := runner.LoadManifest("llama3-8b")
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := &hostile{
-		harness: &harness{srv: srv, store: store, logs: logs, runner: runner, engine: engine, dlog: dlogBuf, dl: dl},
+		harness: harness,
 		now:     now, dev: keys.Dev(), m: m,
 		client: &http.Client{Timeout: 60 * time.Second},
 	}
@@ -327,7 +259,7 @@ func (h *hostile) expect(t testing.TB, r reply, w want, secrets ...string) {
 	if w.code != "" && api.StatusOf(w.code) != w.status {
 		t.Fatalf("want %d %s, but the registry answers %s with %d", w.status, w.code, w.code, api.StatusOf(w.code))
 	}
-	assertNoSecrets(t, r.raw, secrets...)
+	assertNoSecretsInResponses(t, r.raw, secrets...)
 }
 
 // fixture is one admission ready to go: a valid entitlement, a deposited
@@ -439,8 +371,9 @@ func (h *hostile) finish(t *testing.T) {
 	h.mu.Lock()
 	bodies := strings.Join(h.bodies, "\n")
 	h.mu.Unlock()
+	t.Run("no secret in responses", func(t *testing.T) { assertNoSecretsInResponses(t, bodies, secrets...) })
 	for name, out := range map[string]string{
-		"responses": bodies, "server log": h.logs.String(), "decision log": h.dlog.String(), "metrics": metrics,
+		"server log": h.logs.String(), "decision log": h.dlog.String(), "metrics": metrics,
 	} {
 		t.Run("no secret in "+name, func(t *testing.T) { assertNoSecrets(t, out, secrets...) })
 	}

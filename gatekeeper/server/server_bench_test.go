@@ -16,21 +16,20 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/itocompute/itogate/fixtures"
-	"github.com/itocompute/itogate/gatekeeper/admission"
-	"github.com/itocompute/itogate/gatekeeper/decisionlog"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
+	"github.com/itocompute/itogate/gatekeeper/runtime"
+	"github.com/itocompute/itogate/gatekeeper/runtime/runtimetest"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
-	"github.com/itocompute/itogate/gatekeeper/server"
-	"github.com/itocompute/itogate/gatekeeper/trust"
 )
 
-// benchServer is newHarness for benchmarks: the real router over a real
-// bbolt ledger (fsync on), the embedded bundle and the development trust,
-// with logs and the decision log discarded. Deposits go through an
-// httptest.Server; the timed admissions call ServeHTTP directly so a CPU
+// benchServer is newHarness for benchmarks: the service started through the
+// runtime as `itogate serve` runs it (a real bbolt ledger with fsync on, the
+// decision log in its file, tickets signed on every allow), with the server
+// log discarded and no bound on concurrent evaluations (the benchmark
+// checks every status; shedding has its own tests). Deposits go through an
+// HTTP server; the timed admissions call ServeHTTP directly so a CPU
 // profile holds the server's work and not an HTTP client's.
 type benchServer struct {
 	h      http.Handler
@@ -40,33 +39,8 @@ type benchServer struct {
 
 func newBenchServer(b *testing.B) *benchServer {
 	b.Helper()
-	ts, err := trust.Dev()
-	if err != nil {
-		b.Fatal(err)
-	}
-	engine, store := embeddedEngine(b), tempLedger(b)
-	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	dl := decisionlog.New(io.Discard, decisionlog.Options{})
-	b.Cleanup(dl.Close)
-	metrics := server.NewMetrics()
-	svc, err := admission.New(admission.Options{
-		Entitlement: ts.Entitlement, Confirmation: ts.Confirmation, Manifests: ts.Manifests,
-		Ledger: store, Policy: func() admission.Decider { return engine }, Logger: log, DecisionLog: dl,
-		OnLedgerError: metrics.LedgerError,
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	h, err := server.New(server.Options{
-		Admission: svc, Callers: ts.Callers, Depositors: ts.Depositors,
-		Ready:        func(ctx context.Context) error { return store.Ping(ctx) },
-		MaxBodyBytes: 2 << 20, RequestTimeout: 60 * time.Second, Metrics: metrics, Logger: log,
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	b.Cleanup(srv.Close)
+	rt := runtimetest.Open(b, runtimetest.Config(b), runtime.Options{Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	srv := runtimetest.Serve(b, rt, rt.Handler())
 	r, err := scenario.New(srv.URL, fixtures.Manifests())
 	if err != nil {
 		b.Fatal(err)
@@ -75,7 +49,7 @@ func newBenchServer(b *testing.B) *benchServer {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return &benchServer{h: h, runner: r, caller: caller}
+	return &benchServer{h: rt.Handler(), runner: r, caller: caller}
 }
 
 // deposit deposits n confirmations for m (16 at a time) and returns their refs.

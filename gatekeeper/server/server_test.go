@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -23,9 +25,10 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/policy"
+	"github.com/itocompute/itogate/gatekeeper/runtime"
+	"github.com/itocompute/itogate/gatekeeper/runtime/runtimetest"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
 	"github.com/itocompute/itogate/gatekeeper/server"
-	"github.com/itocompute/itogate/gatekeeper/trust"
 	"github.com/itocompute/itogate/internal/patience"
 	"github.com/itocompute/itogate/internal/syncbuf"
 )
@@ -34,14 +37,27 @@ import (
 type syncBuffer = syncbuf.Buffer
 
 type harness struct {
-	dlog   *syncBuffer
+	rt     *runtime.Runtime
+	dlog   decisionFile
 	dl     *decisionlog.Logger
 	srv    *httptest.Server
 	store  ledger.Store
 	logs   *syncBuffer
 	runner *scenario.Runner
 	engine *policy.Engine
-	active func() admission.Decider
+}
+
+// decisionFile is the runtime's decision log file (decision_log's default,
+// <data_dir>/decisions.jsonl). Close the decision log before reading it:
+// lines are written by a goroutine of their own.
+type decisionFile string
+
+func (f decisionFile) String() string {
+	b, err := os.ReadFile(string(f))
+	if err != nil {
+		panic(err) // the runtime created it at Open
+	}
+	return string(b)
 }
 
 // metricsText scrapes /metrics.
@@ -60,8 +76,11 @@ func (h *harness) metricsText(t testing.TB) string {
 	return string(body)
 }
 
-// newHarness builds the real router over a real bbolt ledger, the embedded
-// bundle and the development trust — the same wiring as `itogate serve`.
+// newHarness starts the service through the runtime, as `itogate serve`
+// in development mode (runtimetest: the embedded bundle, a bbolt ledger and
+// the decision log in a temporary directory, the development trust), and
+// serves its router, every response checked against the code registry.
+// mutate, when set, has the last word on the admission's options.
 func newHarness(t *testing.T, mutate func(*admission.Options)) *harness {
 	t.Helper()
 	return newHarnessServer(t, mutate, nil)
@@ -70,48 +89,24 @@ func newHarness(t *testing.T, mutate func(*admission.Options)) *harness {
 // newHarnessServer is newHarness with a hook on the server's options too.
 func newHarnessServer(t *testing.T, mutate func(*admission.Options), mutateServer func(*server.Options)) *harness {
 	t.Helper()
-	ts, err := trust.Dev()
-	if err != nil {
-		t.Fatal(err)
-	}
-	engine, store := embeddedEngine(t), tempLedger(t)
-	logs, dlogBuf := &syncBuffer{}, &syncBuffer{}
-	log := slog.New(slog.NewJSONHandler(logs, nil))
-	dl := decisionlog.New(dlogBuf, decisionlog.Options{})
-	t.Cleanup(dl.Close)
-	metrics := server.NewMetrics()
-	opts := admission.Options{
-		Entitlement: ts.Entitlement, Confirmation: ts.Confirmation, Manifests: ts.Manifests, Evals: ts.Evals,
-		Ledger: store, Policy: func() admission.Decider { return engine }, Logger: log, DecisionLog: dl,
-		OnLedgerError: metrics.LedgerError, Tickets: ts.Tickets,
-	}
-	if mutate != nil {
-		mutate(&opts)
-	}
-	svc, err := admission.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sopts := server.Options{
-		Admission: svc, Callers: ts.Callers, Depositors: ts.Depositors,
-		Ready:        func(ctx context.Context) error { return store.Ping(ctx) },
-		MaxBodyBytes: 2 << 20, RequestTimeout: 60 * time.Second, Metrics: metrics, Logger: log,
-		TicketJWKS: ts.Tickets.JWKS(),
-	}
-	if mutateServer != nil {
-		mutateServer(&sopts)
-	}
-	h, err := server.New(sopts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(registryChecked(t, h))
-	t.Cleanup(srv.Close)
+	logs := &syncBuffer{}
+	rt := runtimetest.Open(t, runtimetest.Config(t), runtime.Options{
+		Logger: slog.New(slog.NewJSONHandler(logs, nil)), Admission: mutate, Server: mutateServer,
+	})
+	return serveHarness(t, rt, logs)
+}
+
+// serveHarness serves rt's router, wrapped by registryChecked, and points a
+// scenario runner at it.
+func serveHarness(t testing.TB, rt *runtime.Runtime, logs *syncBuffer) *harness {
+	t.Helper()
+	srv := runtimetest.Serve(t, rt, registryChecked(t, rt.Handler()))
 	r, err := scenario.New(srv.URL, fixtures.Manifests())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &harness{srv: srv, store: store, logs: logs, runner: r, engine: engine, dlog: dlogBuf, dl: dl}
+	return &harness{rt: rt, srv: srv, store: rt.Ledger(), logs: logs, runner: r, engine: rt.Bundles().Engine(),
+		dlog: decisionFile(rt.Config().DecisionLogPath()), dl: rt.DecisionLog()}
 }
 
 // TestDemoCases runs the demo's cases — every fixture manifest with its
@@ -416,6 +411,22 @@ func assertNoSecrets(t testing.TB, logs string, secrets ...string) {
 	}
 	if s := findSecret(logs, secrets); s != "" {
 		t.Fatalf("an output holds a secret used in the test (%.24s…): %.2000s", s, logs)
+	}
+}
+
+// ticketField is the admission ticket of an allowed train.create answer
+// (data.ticket, docs/tickets.md): the one JWS a response holds by design,
+// signed by itogate over claims of its own.
+var ticketField = regexp.MustCompile(`"ticket":"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+"`)
+
+// assertNoSecretsInResponses is assertNoSecrets for response bodies: the
+// admission ticket is left out of the check for token shapes, never out of
+// the check for the secrets used.
+func assertNoSecretsInResponses(t testing.TB, bodies string, secrets ...string) {
+	t.Helper()
+	assertNoSecrets(t, ticketField.ReplaceAllString(bodies, `"ticket":"(ticket)"`))
+	if s := findSecret(bodies, secrets); s != "" {
+		t.Fatalf("a response holds a secret used in the test (%.24s…): %.2000s", s, bodies)
 	}
 }
 

@@ -16,8 +16,13 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/itocompute/itogate/gatekeeper/admission"
+	"github.com/itocompute/itogate/gatekeeper/bundle"
 	"github.com/itocompute/itogate/gatekeeper/config"
+	"github.com/itocompute/itogate/gatekeeper/ledger/postgres"
+	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/gatekeeper/runtime"
+	"github.com/itocompute/itogate/gatekeeper/server"
 )
 
 type serveOptions struct {
@@ -133,16 +138,18 @@ func (o *serveOptions) devFlags() []devFlag {
 		{"data-dir", "data directory in development mode (default " + dev.DataDir + ")", []string{"data_dir"}, &o.dataDir},
 		{"ledger-dsn", "development mode: PostgreSQL ledger DSN instead of bbolt under --data-dir (password via PGPASSWORD)",
 			[]string{"ledger.driver=" + config.DriverPostgres, "ledger.dsn"}, &o.ledgerDSN},
-		{"ledger-schema", "development mode: PostgreSQL schema of the ledger (default itogate)", []string{"ledger.schema"}, &o.ledgerSchema},
-		{"ledger-timeout", "development mode, with --ledger-dsn: bound on one PostgreSQL statement and on waiting for a pooled connection (default 5s each)",
+		{"ledger-schema", "development mode: PostgreSQL schema of the ledger (default " + postgres.DefaultSchema + ")", []string{"ledger.schema"}, &o.ledgerSchema},
+		{"ledger-timeout", "development mode, with --ledger-dsn: bound on one PostgreSQL statement and on waiting for a pooled connection (default " +
+			postgres.DefaultStatementTimeout.String() + " per statement, " + postgres.DefaultAcquireTimeout.String() + " waiting)",
 			[]string{"ledger.statement_timeout", "ledger.acquire_timeout"}, &o.ledgerTimeout},
-		{"policy-deadline", "development mode: bound on one policy evaluation (default 250ms)", []string{"policy.deadline"}, &o.policyDeadline},
-		{"request-timeout", "development mode: bound on one request (default 5s)", []string{"limits.request_timeout"}, &o.requestTimeout},
-		{"max-concurrent-evaluations", "development mode: policy evaluations running at once (0: one per CPU; -1: no bound); up to 64 per slot " +
+		{"policy-deadline", "development mode: bound on one policy evaluation (default " + policy.DefaultDeadline.String() + ")", []string{"policy.deadline"}, &o.policyDeadline},
+		{"request-timeout", "development mode: bound on one request (default " + server.DefaultRequestTimeout.String() + ")", []string{"limits.request_timeout"}, &o.requestTimeout},
+		{"max-concurrent-evaluations", "development mode: policy evaluations running at once (0: one per CPU; -1: no bound); up to " +
+			strconv.Itoa(admission.DefaultQueueFactor) + " per slot " +
 			"wait at most --max-queue-wait, then 503 ADMISSION_OVERLOADED (the queue's length: --set limits.max_queued_evaluations)",
 			[]string{"limits.max_concurrent_evaluations"}, &o.maxEvaluations},
 		{"max-queue-wait", "development mode: bound on an admission's wait for an evaluation slot, beyond which it is answered " +
-			"503 ADMISSION_OVERLOADED (default 1s); under sustained overload it sets the latency of the admissions served",
+			"503 ADMISSION_OVERLOADED (default " + admission.DefaultQueueWait.String() + "); under sustained overload it sets the latency of the admissions served",
 			[]string{"limits.max_queue_wait"}, &o.maxQueueWait},
 		{"shadow-bundle-file", "development mode: a signed candidate bundle evaluated beside the enforced one, never enforced",
 			[]string{"policy.shadow.file"}, &o.shadowFile},
@@ -150,7 +157,8 @@ func (o *serveOptions) devFlags() []devFlag {
 			[]string{"policy.bundle.file"}, &o.bundleFile},
 		{"bundle-url", "development mode: poll this bundle server URL for signed bundles, verified with the development bundle key",
 			[]string{"policy.bundle.url"}, &o.bundleURL},
-		{"bundle-poll-interval", "development mode: how often --bundle-file/--bundle-url is polled (default 5s in development mode)",
+		{"bundle-poll-interval", "development mode: how often --bundle-file/--bundle-url is polled (default " + bundle.DevPollInterval.String() +
+			" in development mode)",
 			[]string{"policy.bundle.poll_interval"}, &o.bundlePoll},
 		{"bundle-max-age", "development mode: stop enforcing a bundle built longer ago than this", []string{"policy.bundle.max_age"}, &o.bundleMaxAge},
 		{"webhook-listen", "development mode: serve the Kubernetes admission webhook (TLS) on this loopback address",

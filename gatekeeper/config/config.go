@@ -15,7 +15,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net"
 	"net/url"
@@ -490,10 +489,7 @@ func Load(path string, sets ...string) (Config, error) {
 func decodeStrict(raw []byte, c *Config) error {
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	dec.KnownFields(true)
-	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
-		return err
-	}
-	return nil
+	return dec.Decode(c)
 }
 
 // Dev returns the development configuration: the policy bundle embedded in

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -15,21 +16,24 @@ import (
 
 // mapRow matches a row of the package map in architecture.md §5; the first
 // cell names the row's packages in backquotes.
-var mapRow = regexp.MustCompile("^\\| (`[^|]*) \\|")
+var mapRow = regexp.MustCompile("^\\| (`[^|]*) \\|[^|]*\\|([^|]*)\\|")
 
 // mapName matches one backquoted name in that cell.
 var mapName = regexp.MustCompile("`([a-z0-9_./*-]+)`")
 
 // TestPackageMapPointsDown: in the package map, every package imports only
-// packages of its own row or of rows below it, and every package under
-// gatekeeper/ has a row. The imports are the real ones (build constraints
-// applied, tests left out), so the map cannot drift from the code.
+// packages of its own row or of rows below it, every package under
+// gatekeeper/ has a row, and every import of another row's package under
+// gatekeeper/ is named in the importer's "uses" column (but gatekeeper/api,
+// which the text says nearly every package uses). The imports are the real
+// ones (build constraints applied, tests left out), so the map cannot drift
+// from the code.
 func TestPackageMapPointsDown(t *testing.T) {
 	root, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := packageMapRows(t, root)
+	rows, uses := packageMapRows(t, root)
 	module := modulePath(t, root)
 	pkgs := modulePackages(t, root)
 	if len(pkgs) < 20 {
@@ -49,17 +53,24 @@ func TestPackageMapPointsDown(t *testing.T) {
 			if !inModule {
 				continue
 			}
-			if depRow, ok := rowOf(rows, dep); ok && depRow < row {
+			depRow, ok := rowOf(rows, dep)
+			switch {
+			case ok && depRow < row:
 				t.Errorf("%s (row %d of the package map) imports %s (row %d, above it): "+
 					"move a row, or the code, so that imports point down", rel, row+1, dep, depRow+1)
+			case ok && depRow != row && strings.HasPrefix(dep, "gatekeeper/") && dep != "gatekeeper/api" &&
+				!uses[row]["everything below"] && !uses[row][strings.TrimPrefix(dep, "gatekeeper/")] &&
+				!uses[row][path.Base(dep)]:
+				t.Errorf("%s imports %s: name `%s` in its row's uses column", rel, dep, path.Base(dep))
 			}
 		}
 	}
 }
 
 // packageMapRows returns, for each row of the package map in order, the
-// package paths its first cell names ("internal/*" as "internal").
-func packageMapRows(t *testing.T, root string) [][]string {
+// package paths its first cell names ("internal/*" as "internal") and the
+// names its uses column holds in backquotes.
+func packageMapRows(t *testing.T, root string) ([][]string, []map[string]bool) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(root, "docs", "architecture.md"))
 	if err != nil {
@@ -71,6 +82,7 @@ func packageMapRows(t *testing.T, root string) [][]string {
 		t.Fatal("architecture.md has no section 5. Package map")
 	}
 	var rows [][]string
+	var uses []map[string]bool
 	for line := range strings.SplitSeq(section, "\n") {
 		m := mapRow.FindStringSubmatch(line)
 		if m == nil {
@@ -81,11 +93,19 @@ func packageMapRows(t *testing.T, root string) [][]string {
 			names = append(names, strings.TrimSuffix(n[1], "/*"))
 		}
 		rows = append(rows, names)
+		u := map[string]bool{}
+		for _, n := range mapName.FindAllStringSubmatch(m[2], -1) {
+			u[n[1]] = true
+		}
+		if strings.Contains(m[2], "everything below") {
+			u["everything below"] = true
+		}
+		uses = append(uses, u)
 	}
 	if len(rows) < 10 {
 		t.Fatalf("the package map has only %d rows", len(rows))
 	}
-	return rows
+	return rows, uses
 }
 
 // rowOf is the index of the row naming pkg or the nearest directory above

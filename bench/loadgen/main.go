@@ -21,7 +21,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -37,6 +36,7 @@ import (
 	"time"
 
 	"github.com/itocompute/itogate/fixtures"
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
 )
@@ -353,11 +353,11 @@ func itogateRequests(ctx context.Context, o options) (func(int) (*http.Request, 
 				return nil, errPoolEmpty
 			}
 		}
-		body, err := json.Marshal(map[string]any{
-			"action": "train.create", "booking_id": o.booking,
-			"idempotency_key": fmt.Sprintf("lg-%s-%s-%d", o.path, runTag, i),
-			"manifest":        base64.StdEncoding.EncodeToString(p.m.Raw), "manifest_signature": p.m.Signature,
-			"entitlement_token": ent, "confirmation_ref": p.ref,
+		body, err := json.Marshal(api.AdmissionRequest{
+			Action: api.TrainCreate, BookingID: o.booking,
+			IdempotencyKey: fmt.Sprintf("lg-%s-%s-%d", o.path, runTag, i),
+			Manifest:       p.m.Raw, ManifestSignature: p.m.Signature,
+			EntitlementToken: ent, ConfirmationRef: p.ref,
 		})
 		if err != nil {
 			return nil, err

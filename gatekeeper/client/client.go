@@ -138,15 +138,11 @@ func (c *Client) DepositRef(ctx context.Context, token string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var env struct {
-		Data struct {
-			Ref string `json:"confirmation_ref"`
-		} `json:"data"`
-	}
-	if err := json.Unmarshal(resp.Body, &env); err != nil || resp.Status != http.StatusCreated || env.Data.Ref == "" {
+	var env api.Envelope[api.Deposit]
+	if err := json.Unmarshal(resp.Body, &env); err != nil || resp.Status != http.StatusCreated || env.Data.ConfirmationRef == "" {
 		return "", fmt.Errorf("client: deposit: HTTP %d: %s", resp.Status, bytes.TrimSpace(resp.Body))
 	}
-	return env.Data.Ref, nil
+	return env.Data.ConfirmationRef, nil
 }
 
 func (c *Client) do(ctx context.Context, method, path string, payload []byte) (Response, error) {

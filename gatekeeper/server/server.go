@@ -130,14 +130,16 @@ func timeoutOrDefault(d time.Duration) time.Duration {
 
 // HTTPServer is the http.Server that serves h, the router of New (or a
 // wrapper of it), as `itogate serve` does: headers within MaxHeaderBytes
-// and 5 s, the whole request and response within requestTimeout (default
-// DefaultRequestTimeout) plus 5 s, so that the router's own deadline
-// answers first, and idle connections closed after 60 s.
+// and within requestTimeout (default DefaultRequestTimeout, 5 s: the one
+// request bound, so a test that sets a bound no machine hits sets it for
+// the headers too), the whole request and response within requestTimeout
+// plus 5 s, so that the router's own deadline answers first, and idle
+// connections closed after 60 s.
 func HTTPServer(h http.Handler, requestTimeout time.Duration) *http.Server {
 	slack := timeoutOrDefault(requestTimeout) + 5*time.Second
 	return &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 5 * time.Second,
+		ReadHeaderTimeout: timeoutOrDefault(requestTimeout),
 		ReadTimeout:       slack,
 		WriteTimeout:      slack,
 		IdleTimeout:       60 * time.Second,

@@ -2,6 +2,8 @@ package admission_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"reflect"
@@ -38,6 +40,10 @@ const (
 	// raced: an admission racing this one (fakeDecider.during) wrote; the
 	// case's check says what the ledger holds.
 	raced
+	// halted: a deny that halted the run (a failed eval gate): nothing
+	// consumed or stored under the key; the run's halt names this
+	// decision.
+	halted
 )
 
 type admitCase struct {
@@ -480,7 +486,7 @@ func admitCases() []admitCase {
 		// Run lookups: another account's run, a run on another booking and
 		// an unknown run answer alike.
 		{name: "run/another account's run", setup: func(t *testing.T, e *env) admission.Request {
-			runID := e.admitRunAs(t, admission.Caller{Subject: "svc-other", Account: "acct_other", KeyID: "caller-key-2"}, scenario.Booking)
+			runID := e.admitRunAs(t, admission.Caller{Subject: "svc-other", Account: "acct_other", KeyID: "caller-key-2"}, "bk_other_acct")
 			ref := e.confirm(t, "cnf-1", cancel, runID, "0")
 			return e.runReq(cancel, "key-1", ref, e.entitlement("ent-1", nil), runID)
 		}, status: 403, code: api.CodeRunNotFound, check: decidedNot},
@@ -615,6 +621,157 @@ func admitCases() []admitCase {
 			e.decider = d
 			return req
 		}, status: 200, effect: raced, decision: "allow", state: "admitted", check: racedAndWon},
+		// Revocation reaches the run: every action but a teardown on a run
+		// of a revoked booking or entitlement is refused, before the policy
+		// and again at commit; teardown stays admissible.
+		{name: "revoked/booking refuses train.restart of its run", setup: func(t *testing.T, e *env) admission.Request {
+			req := onRun(restart)(t, e)
+			e.revoke(t, ledger.RevokeBooking, scenario.Booking)
+			return req
+		}, status: 403, code: api.CodeEntitlementRevoked, violations: []api.Code{api.CodeEntitlementRevoked},
+			check: func(t *testing.T, e *env, req admission.Request, out admission.Outcome) {
+				decidedNot(t, e, req, out)
+				if rec, _ := e.store.RunRecord(context.Background(), req.RunID); rec.State(now) != api.RunRevoked {
+					t.Errorf("run state %q, want revoked", rec.State(now))
+				}
+			}},
+		{name: "revoked/the run's entitlement refuses train.stage.advance", setup: func(t *testing.T, e *env) admission.Request {
+			req := onRun(advance)(t, e) // carries ent-1; the run was admitted under ent-run
+			e.revoke(t, ledger.RevokeEntitlement, "ent-run")
+			return req
+		}, status: 403, code: api.CodeEntitlementRevoked, violations: []api.Code{api.CodeEntitlementRevoked},
+			check: func(t *testing.T, e *env, req admission.Request, out admission.Outcome) {
+				decidedNot(t, e, req, out)
+				if want := "the entitlement was revoked by its issuer at 2026-11-30T11:59:00Z"; out.Message != want {
+					t.Errorf("message %q, want %q", out.Message, want)
+				}
+			}},
+		{name: "revoked/the request's own entitlement refuses train.restart", setup: func(t *testing.T, e *env) admission.Request {
+			req := onRun(restart)(t, e)
+			e.revoke(t, ledger.RevokeEntitlement, "ent-1")
+			return req
+		}, status: 403, code: api.CodeEntitlementRevoked, violations: []api.Code{api.CodeEntitlementRevoked}, check: decidedNot},
+		{name: "revoked/booking still admits train.cleanup of its run", setup: func(t *testing.T, e *env) admission.Request {
+			req := onRun(cleanup)(t, e)
+			e.revoke(t, ledger.RevokeBooking, scenario.Booking)
+			return req
+		}, status: 200, decision: "allow", state: "cleanup_admitted", effect: committed},
+		{name: "revoked/booking between policy and commit refuses train.restart", setup: func(t *testing.T, e *env) admission.Request {
+			req := onRun(restart)(t, e)
+			d := allow()
+			d.during = func() { e.revoke(t, ledger.RevokeBooking, scenario.Booking) }
+			e.decider = d
+			return req
+		}, status: 403, code: api.CodeEntitlementRevoked, violations: []api.Code{api.CodeEntitlementRevoked},
+			effect: raced, decision: "deny", state: "denied",
+			check: func(t *testing.T, e *env, req admission.Request, _ admission.Outcome) {
+				assertLost(t, e, req)
+				if rec, _ := e.store.RunRecord(context.Background(), req.RunID); rec.State(now) != api.RunRevoked || rec.Restarts != 0 {
+					t.Errorf("run %+v, want revoked with no restart", rec)
+				}
+			}},
+
+		// A failed gate halts the run: the deny records the halt and
+		// consumes nothing; a halted run gets no advance and no restart.
+		{name: "halted/an eval report failing the gate halts the run", setup: func(t *testing.T, e *env) admission.Request {
+			req := onRun(advance)(t, e)
+			req.EvalReports = []string{failingReport(e, req.RunID, "pretrain")}
+			e.decider = haltingDeny("mmlu_5shot")
+			return req
+		}, status: 403, code: "EVAL_FAILED", violations: []api.Code{"EVAL_FAILED"}, decision: "deny", state: "denied",
+			effect: halted,
+			check: func(t *testing.T, e *env, req admission.Request, out admission.Outcome) {
+				rec, _ := e.store.RunRecord(context.Background(), req.RunID)
+				sum := sha256.Sum256([]byte(req.EvalReports[0]))
+				if h := rec.Halt; h.Stage != "pretrain" || !reflect.DeepEqual(h.FailedEvals, []string{"mmlu_5shot"}) ||
+					h.ReportDigest != "sha256:"+hex.EncodeToString(sum[:]) || h.By != "evals:evals-key-1" || !h.At.Equal(now) {
+					t.Errorf("halt %+v", h)
+				}
+				if want := "the run is halted: the eval gate of stage pretrain failed (mmlu_5shot); only train.cancel and train.cleanup are admitted"; out.Notice != want {
+					t.Errorf("notice %q, want %q", out.Notice, want)
+				}
+			}},
+		{name: "halted/a failing report for another stage halts nothing", setup: func(t *testing.T, e *env) admission.Request {
+			req := onRun(advance)(t, e)
+			req.EvalReports = []string{failingReport(e, req.RunID, "midtrain")}
+			e.decider = haltingDeny("mmlu_5shot")
+			return req
+		}, status: 403, code: "EVAL_FAILED", violations: []api.Code{"EVAL_FAILED"}, decision: "deny", state: "denied",
+			check: func(t *testing.T, _ *env, _ admission.Request, out admission.Outcome) {
+				if out.Notice != "" {
+					t.Errorf("notice %q on a deny that halted nothing", out.Notice)
+				}
+			}},
+		{name: "halted/a failing report for another run halts nothing", setup: func(t *testing.T, e *env) admission.Request {
+			req := onRun(advance)(t, e)
+			req.EvalReports = []string{failingReport(e, "run_other", "pretrain")}
+			e.decider = haltingDeny("mmlu_5shot")
+			return req
+		}, status: 403, code: "EVAL_FAILED", violations: []api.Code{"EVAL_FAILED"}, decision: "deny", state: "denied"},
+		{name: "halted/the policy denies train.restart of a halted run", setup: func(t *testing.T, e *env) admission.Request {
+			req := onRun(restart)(t, e)
+			e.haltRun(t, req.RunID)
+			e.decider = deny(api.CodeRunHalted)
+			return req
+		}, status: 403, code: api.CodeRunHalted, violations: []api.Code{api.CodeRunHalted}, decision: "deny", state: "denied",
+			check: func(t *testing.T, e *env, _ admission.Request, _ admission.Outcome) {
+				run := input(policyInput(t, e), "ledger", "run")
+				want := map[string]any{"state": "halted", "stage": "pretrain", "manifest_digest": e.digest,
+					"halt": map[string]any{"stage": "pretrain", "failed_evals": []any{"mmlu_5shot"},
+						"report_digest": "sha256:" + strings.Repeat("e", 64), "decision_id": "dec_halting"}}
+				if !reflect.DeepEqual(run, want) {
+					t.Errorf("input.ledger.run = %v, want %v", run, want)
+				}
+			}},
+		{name: "halted/permissive policy: the ledger refuses train.restart of a halted run", setup: func(t *testing.T, e *env) admission.Request {
+			req := onRun(restart)(t, e)
+			e.haltRun(t, req.RunID)
+			return req
+		}, status: 403, code: api.CodeRunHalted, violations: []api.Code{api.CodeRunHalted}, decision: "deny", state: "denied",
+			check: func(t *testing.T, _ *env, _ admission.Request, out admission.Outcome) {
+				if want := "the run is halted: the eval gate of stage pretrain failed (mmlu_5shot); only train.cancel and train.cleanup are admitted"; out.Message != want {
+					t.Errorf("message %q, want %q", out.Message, want)
+				}
+			}},
+		{name: "halted/permissive policy: the ledger refuses train.stage.advance of a halted run", setup: func(t *testing.T, e *env) admission.Request {
+			req := onRun(advance)(t, e)
+			e.haltRun(t, req.RunID)
+			return req
+		}, status: 403, code: api.CodeRunHalted, violations: []api.Code{api.CodeRunHalted}, decision: "deny", state: "denied"},
+		{name: "halted/train.cancel of a halted run is admitted", setup: func(t *testing.T, e *env) admission.Request {
+			req := onRun(cancel)(t, e)
+			e.haltRun(t, req.RunID)
+			return req
+		}, status: 200, decision: "allow", state: "cancel_admitted", effect: committed},
+
+		// A booking belongs to one account.
+		{name: "booking/train.create on a booking bound to another account", setup: func(t *testing.T, e *env) admission.Request {
+			e.admitRunAs(t, otherAccount, scenario.Booking)
+			return validCreate(t, e)
+		}, status: 403, code: api.CodeBookingAccountMismatch, check: decidedNot},
+		{name: "booking/booking.release of a booking bound to another account", setup: func(t *testing.T, e *env) admission.Request {
+			run := e.admitRunAs(t, otherAccount, scenario.Booking)
+			ref := e.confirm(t, "cnf-1", release, "", "0")
+			req := e.runReq(release, "key-1", ref, e.entitlement("ent-1", nil), "")
+			e.otherRun = run
+			return req
+		}, status: 403, code: api.CodeBookingAccountMismatch,
+			check: func(t *testing.T, e *env, req admission.Request, out admission.Outcome) {
+				decidedNot(t, e, req, out)
+				if rec, _ := e.store.RunRecord(context.Background(), e.otherRun); rec.State(now) != api.RunLive {
+					t.Errorf("the other account's run is %q after the refused release", rec.State(now))
+				}
+			}},
+		{name: "booking/bound to another account between policy and commit", setup: func(t *testing.T, e *env) admission.Request {
+			req := validCreate(t, e)
+			d := allow()
+			d.during = func() { e.admitRunAs(t, otherAccount, scenario.Booking) }
+			e.decider = d
+			return req
+		}, status: 403, code: api.CodeBookingAccountMismatch, violations: []api.Code{api.CodeBookingAccountMismatch},
+			effect: raced, decision: "deny", state: "denied",
+			check: func(t *testing.T, e *env, req admission.Request, _ admission.Outcome) { assertLost(t, e, req) }},
+
 		{name: "commit/entitlement revoked between policy and commit", setup: func(t *testing.T, e *env) admission.Request {
 			req := validCreate(t, e)
 			d := allow()
@@ -624,6 +781,27 @@ func admitCases() []admitCase {
 		}, status: 403, code: api.CodeEntitlementRevoked, violations: []api.Code{api.CodeEntitlementRevoked},
 			decision: "deny", state: "denied"},
 	}
+}
+
+// otherAccount is another account (its own runs, bookings, keys).
+var otherAccount = admission.Caller{Subject: "svc-other", Account: "acct_other", KeyID: "caller-key-2"}
+
+// failingReport is an eval report for runID's stage (bound to the
+// fixture manifest and the pretrain battery) whose mmlu_5shot fails.
+func failingReport(e *env, runID, stage string) string {
+	return e.evalToken("report-"+stage, map[string]any{
+		"kind": "eval_report", "run_id": runID, "stage": stage, "manifest_digest": e.digest,
+		"battery_id": "ito-battery-pretrain-2026.10",
+		"results":    map[string]any{"mmlu_5shot": 0.11, "hellaswag_acc": 0.42},
+	})
+}
+
+// haltingDeny is the policy's deny of an advance whose report fails the
+// gate: EVAL_FAILED and the halt naming the failed evals.
+func haltingDeny(failed ...string) *fakeDecider {
+	d := deny("EVAL_FAILED")
+	d.decision.Halt = &policy.Halt{FailedEvals: failed}
+	return d
 }
 
 // replayOf checks a replay of the allow stored under key: the stored
@@ -731,6 +909,13 @@ func TestAdmit(t *testing.T) {
 				}
 			case committed:
 				assertCommitted(t, e, req, out, before, after)
+			case halted:
+				if after.conf.State != ledger.ConfirmationAvailable || after.admFound || !reflect.DeepEqual(before.usage, after.usage) {
+					t.Errorf("a halting deny consumed or stored: %+v", after)
+				}
+				if after.run.State(now) != api.RunHalted || after.run.Halt.DecisionID != out.Data.DecisionID {
+					t.Errorf("run after a halting deny: %+v", after.run)
+				}
 			}
 			if tc.check != nil {
 				tc.check(t, e, req, out)
@@ -779,8 +964,8 @@ func assertCommitted(t *testing.T, e *env, req admission.Request, out admission.
 		}
 		want := ledger.RunRecord{RunID: out.Data.RunID, Account: caller.Account, BookingID: scenario.Booking,
 			ManifestDigest: e.digest, GPUs: 64, BookedGPUs: rec.BookedGPUs, AdmittedAt: now, LiveUntil: liveUntil,
-			Stage: "pretrain"}
-		if rec != want || rec.BookedGPUs < 64 {
+			Stage: "pretrain", EntitlementJTI: "ent-1"}
+		if !rec.Equal(want) || rec.BookedGPUs < 64 {
 			t.Errorf("run record %+v, want %+v", rec, want)
 		}
 		if a.CostMicroUSD != 956_160_000 || a.GPUs != 64 {
@@ -791,18 +976,20 @@ func assertCommitted(t *testing.T, e *env, req admission.Request, out admission.
 		if want.EndedAt.IsZero() {
 			want.EndedAt, want.EndedBy = now, req.Action
 		}
-		if !after.runFound || after.run != want {
+		if !after.runFound || !after.run.Equal(want) {
 			t.Errorf("run after %s: %+v, want %+v", req.Action, after.run, want)
 		}
 	case api.TrainStageAdvance:
 		want := before.run
 		want.Stage = req.Stage
-		if before.run.Stage != "pretrain" || after.run != want {
+		if before.run.Stage != "pretrain" || !after.run.Equal(want) {
 			t.Errorf("run after advance: %+v, want %+v", after.run, want)
 		}
 	case api.TrainRestart:
-		if after.run != before.run || !after.run.Live(now) {
-			t.Errorf("run changed by a restart: %+v -> %+v", before.run, after.run)
+		want := before.run
+		want.Restarts, want.LastCheckpointStep = before.run.Restarts+1, req.CheckpointStep
+		if !after.run.Equal(want) || after.run.State(now) != api.RunLive {
+			t.Errorf("run after a restart: %+v -> %+v, want %+v", before.run, after.run, want)
 		}
 	case api.BookingRelease:
 		if !after.usage.Released.Equal(now) || len(after.usage.Runs) != 0 {

@@ -113,15 +113,16 @@ func deny(codes ...api.Code) *fakeDecider {
 // env is one Service over a fresh bbolt ledger in t.TempDir(), with fake
 // verifiers and decider, and the fixture manifest llama3-8b.json.
 type env struct {
-	svc     *admission.Service
-	store   *bolt.Store
-	ents    *fakeTokens
-	confs   *fakeTokens
-	evals   *fakeTokens       // the eval authority (trust.evals)
-	decider admission.Decider // what Options.Policy returns; nil: no bundle
-	raw     []byte
-	doc     map[string]any
-	digest  string
+	svc      *admission.Service
+	store    *bolt.Store
+	ents     *fakeTokens
+	confs    *fakeTokens
+	evals    *fakeTokens       // the eval authority (trust.evals)
+	otherRun string            // a case's run of another account, for its check
+	decider  admission.Decider // what Options.Policy returns; nil: no bundle
+	raw      []byte
+	doc      map[string]any
+	digest   string
 }
 
 func newEnv(t *testing.T) *env {
@@ -330,9 +331,22 @@ func (e *env) admitRunAs(t *testing.T, c admission.Caller, bookingID string) str
 	ent := e.entitlement("ent-run-"+c.Account+"-"+bookingID, func(m map[string]any) {
 		m["sub"], m["booking_id"] = c.Account, bookingID
 	})
-	req := e.createReq("key-run", ref, ent)
+	req := e.createReq("key-run-"+c.Account+"-"+bookingID, ref, ent)
 	req.BookingID = bookingID
 	return e.mustAdmit(t, c, req).Data.RunID
+}
+
+// haltRun halts runID (in stage pretrain, mmlu_5shot failed) straight in
+// the ledger, a minute before now.
+func (e *env) haltRun(t *testing.T, runID string) {
+	t.Helper()
+	_, halted, err := e.store.HaltRun(context.Background(), ledger.Halt{RunID: runID, Account: caller.Account,
+		BookingID: scenario.Booking, RunHalt: ledger.RunHalt{At: now.Add(-time.Minute), DecisionID: "dec_halting",
+			Stage: "pretrain", ReportDigest: "sha256:" + strings.Repeat("e", 64), FailedEvals: []string{"mmlu_5shot"},
+			By: "evals:evals-key-1"}})
+	if err != nil || !halted {
+		t.Fatalf("HaltRun = %v, %v", halted, err)
+	}
 }
 
 // revoke stores a revocation straight in the ledger.

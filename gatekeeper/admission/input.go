@@ -115,12 +115,26 @@ func BookingFactsOf(account string, u ledger.BookingUsage) *BookingFacts {
 	return &BookingFacts{HeldGPUs: u.HeldGPUs, LiveRuns: named, LiveRunCount: len(own), Released: !u.Released.IsZero()}
 }
 
-// RunFacts is input.ledger.run: the run's state at Now ("live", or how it
-// is not: "cancelled", "cleaned_up", "released", "ended", "unknown"), the
-// stage the ledger records it in and the digest of the manifest it was
-// admitted with.
+// RunFacts is input.ledger.run: the run's state at Now
+// (ledger.RunRecord.State: "live", "halted", "revoked", "cancelled",
+// "cleaned_up", "released", "expired"; "unknown" without a record), the
+// stage the ledger records it in, the digest of the manifest it was
+// admitted with, and for a halted run its halt.
 type RunFacts struct {
 	State, Stage, ManifestDigest string
+	// Halt is input.ledger.run.halt: set, and present, only when State is
+	// "halted".
+	Halt *HaltFacts
+}
+
+// HaltFacts is input.ledger.run.halt: the stage whose eval gate failed,
+// the failed evals, the failing report's digest and the decision that
+// recorded the halt.
+type HaltFacts struct {
+	Stage        string
+	FailedEvals  []string
+	ReportDigest string
+	DecisionID   string
 }
 
 // Document is the policy input document. Its maps are new, but for the
@@ -199,7 +213,16 @@ func (l LedgerFacts) document() map[string]any {
 			"live_run_count": b.LiveRunCount, "released": b.Released}
 	}
 	if r := l.Run; r != nil {
-		out["run"] = map[string]any{"state": r.State, "stage": r.Stage, "manifest_digest": r.ManifestDigest}
+		run := map[string]any{"state": r.State, "stage": r.Stage, "manifest_digest": r.ManifestDigest}
+		if h := r.Halt; h != nil {
+			evals := make([]any, len(h.FailedEvals))
+			for i, e := range h.FailedEvals {
+				evals[i] = e
+			}
+			run["halt"] = map[string]any{"stage": h.Stage, "failed_evals": evals, "report_digest": h.ReportDigest,
+				"decision_id": h.DecisionID}
+		}
+		out["run"] = run
 	}
 	return out
 }

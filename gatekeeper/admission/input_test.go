@@ -36,9 +36,6 @@ type serverInput struct {
 	setup func(t *testing.T, e *env) (admission.Caller, admission.Request, map[string]string)
 }
 
-// otherCaller is another account on the same booking.
-var otherCaller = admission.Caller{Subject: "svc-other", Account: "acct_other", KeyID: "caller-key-2"}
-
 // evalToken registers a token of the eval authority with claims.
 func (e *env) evalToken(jti string, claims map[string]any) string {
 	raw := asVerified(claims)
@@ -86,7 +83,10 @@ func serverInputs() []serverInput {
 		{"create", create},
 		{"create-booking-in-use", func(t *testing.T, e *env) (admission.Caller, admission.Request, map[string]string) {
 			own := e.admitRun(t)
-			other := e.admitRunAs(t, otherCaller, scenario.Booking)
+			// Both are admitted at the fake now: the later run id (its
+			// millisecond) orders them in the input.
+			time.Sleep(2 * time.Millisecond)
+			other := e.admitRunAs(t, caller, scenario.Booking) // a booking belongs to one account
 			c, req, names := create(t, e)
 			names[own], names[other] = "run_OWN", "run_OTHER"
 			return c, req, names
@@ -134,6 +134,12 @@ func serverInputs() []serverInput {
 		{"restart-cancelled-run", onRunNamed(api.TrainRestart, func(t *testing.T, e *env, r *admission.Request) {
 			e.mustAdmit(t, caller, onRunFor(t, e, api.TrainCancel, r.RunID))
 			r.CheckpointStep = 10
+		})},
+		{"restart-halted-run", onRunNamed(api.TrainRestart, func(t *testing.T, e *env, r *admission.Request) {
+			e.haltRun(t, r.RunID)
+			r.CheckpointStep = 500
+			r.ConfirmationRef = e.deposit(t, e.confirmation("cnf-restart-500", api.TrainRestart, r.RunID, "0",
+				func(m map[string]any) { m["checkpoint_step"] = int64(500) }))
 		})},
 		{"cancel", onRunNamed(api.TrainCancel, nil)},
 		{"cleanup-releases-booking", onRunNamed(api.TrainCleanup, func(_ *testing.T, _ *env, r *admission.Request) {

@@ -1,7 +1,11 @@
 package admission
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"regexp"
 	"strings"
 	"time"
@@ -81,31 +85,81 @@ func (s *Service) verifyEvalReports(tokens []string, now time.Time, tr *trace) (
 }
 
 // runFacts sets input.ledger.run for an advance or restart from the run's
-// record (p.target): whether it is live at now ("live", or how it is not:
-// "cancelled", "cleaned_up", "released", "ended" past its declared end,
-// "unknown" without a record), its stage and the manifest it was admitted
-// with (from its train.create admission).
+// record (p.target): its state at now (ledger.RunRecord.State: "live",
+// "halted", "revoked", "cancelled", "cleaned_up", "released", "expired";
+// "unknown" without a record), the halt that stopped it, its stage and the
+// manifest it was admitted with (from its train.create admission).
 func (s *Service) runFacts(p *pending, run ledger.Admission) {
 	if p.req.Action.Effect() != api.EffectStepRun {
 		return
 	}
 	rec := p.target
 	state := "unknown"
-	switch {
-	case rec.RunID == "":
-	case rec.Live(p.now):
-		state = "live"
-	case rec.EndedBy == api.TrainCancel:
-		state = "cancelled"
-	case rec.EndedBy == api.TrainCleanup:
-		state = "cleaned_up"
-	case rec.EndedBy == api.BookingRelease:
-		state = "released"
-	default:
-		state = "ended"
+	if rec.RunID != "" {
+		state = string(rec.State(p.now))
 	}
 	p.runStage = rec.Stage
 	p.ledgerRun = &RunFacts{State: state, Stage: rec.Stage, ManifestDigest: run.ManifestDigest}
+	if state == string(api.RunHalted) {
+		p.ledgerRun.Halt = &HaltFacts{Stage: rec.Halt.Stage, FailedEvals: rec.Halt.FailedEvals,
+			ReportDigest: rec.Halt.ReportDigest, DecisionID: rec.Halt.DecisionID}
+	}
+}
+
+// halt records the halt a deny carries (policy.Decision.Halt: the eval
+// report fails the gate of the run's stage) on the run, before the deny is
+// answered: a failed gate is a fact about the run, not about the request.
+// Only a stage advance of a live run halts, and only with exactly one
+// verified eval report bound to this run and the stage the ledger records
+// it in; nothing is consumed. A halt the ledger refuses (the run moved on,
+// ended or was revoked meanwhile) leaves the deny as it is; a ledger fault
+// answers 503, so a retry of the same request halts.
+func (s *Service) halt(ctx context.Context, p *pending) (Outcome, bool) {
+	h := p.decision.Halt
+	if spec, _ := p.req.Action.Spec(); h == nil || !spec.Stage || p.ledgerRun == nil ||
+		p.ledgerRun.State != string(api.RunLive) {
+		return Outcome{}, false
+	}
+	report := -1
+	for i, r := range p.evalReports {
+		if r.Verified.Verified && r.Claims["kind"] == "eval_report" && r.Claims["run_id"] == p.req.RunID &&
+			r.Claims["stage"] == p.runStage {
+			if report >= 0 {
+				return Outcome{}, false // two reports for the stage: not one fact
+			}
+			report = i
+		}
+	}
+	if report < 0 || report >= len(p.req.EvalReports) {
+		return Outcome{}, false
+	}
+	sum := sha256.Sum256([]byte(p.req.EvalReports[report]))
+	halt := ledger.Halt{RunID: p.req.RunID, Account: p.caller.Account, BookingID: p.req.BookingID,
+		RunHalt: ledger.RunHalt{At: p.now, DecisionID: p.tr.decisionID, Stage: p.runStage,
+			ReportDigest: "sha256:" + hex.EncodeToString(sum[:]), FailedEvals: h.FailedEvals,
+			By: "evals:" + p.evalReports[report].KeyID}}
+	_, halted, err := s.opts.Ledger.HaltRun(context.WithoutCancel(ctx), halt)
+	switch {
+	case err == nil && halted:
+		p.halted = &halt
+		s.opts.Logger.Info("run halted", "run_id", halt.RunID, "decision_id", halt.DecisionID, "stage", halt.Stage,
+			"failed_evals", strings.Join(halt.FailedEvals, ","))
+	case err == nil:
+	case errors.Is(err, ledger.ErrUnavailable):
+		o := s.ledgerFault("halt", err)
+		o.Message = "the eval report fails the stage's gate, and the run's halt could not be recorded; " +
+			"denied, nothing was consumed — retry the same request"
+		return o, true
+	default:
+		s.opts.Logger.Info("run not halted", "run_id", halt.RunID, "decision_id", halt.DecisionID, "reason", err.Error())
+	}
+	return Outcome{}, false
+}
+
+// haltedMessage names a halt's stage and failed evals.
+func haltedMessage(h ledger.RunHalt) string {
+	return fmt.Sprintf("the run is halted: the eval gate of stage %s failed (%s); only train.cancel and train.cleanup are admitted",
+		h.Stage, strings.Join(h.FailedEvals, ", "))
 }
 
 // firstStage is the stage a created run starts in: its manifest's

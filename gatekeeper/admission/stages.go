@@ -41,6 +41,9 @@ func (s *Service) admit(ctx context.Context, caller Caller, req Request, tr *tra
 		return o
 	}
 	if !p.decision.Allow {
+		if o, done := s.halt(ctx, p); done {
+			return o
+		}
 		return s.refused(ctx, p)
 	}
 	return s.commit(ctx, p)
@@ -66,6 +69,7 @@ type pending struct {
 	evalReports  []EvalReport // input.eval_reports: verified eval-authority tokens
 	ledgerRun    *RunFacts    // input.ledger.run (advance, restart)
 	runStage     string       // the run's stage as read (advance: the stage it leaves)
+	halted       *ledger.Halt // the halt this deny recorded on the run (a failed gate)
 
 	// run is what a train.create takes from its booking, computed in Go
 	// from the verified manifest and entitlement; runErr says why it could
@@ -164,19 +168,33 @@ func (s *Service) verify(ctx context.Context, p *pending) (Outcome, bool) {
 	p.entitlement = ent
 	p.verified.Entitlement = VerifiedBy(ent.KeyID)
 	tr.keyIDs["entitlement"], tr.jtis["entitlement"] = ent.KeyID, ent.JTI
-	if req.Action == api.TrainCreate {
+	// What is no teardown (a create, a stage advance, a restart) needs the
+	// booking and the entitlement it carries unrevoked; the commit checks
+	// again (ledger.RevocationSubjects).
+	if !req.Action.Teardown() {
 		if o, done := s.revoked(ctx, ledger.RevokeBooking, req.BookingID); done {
 			return o, true
 		}
 		if o, done := s.revoked(ctx, ledger.RevokeEntitlement, ent.JTI); done {
 			return o, true
 		}
-		p.run, p.runErr = booking.ForCreate(p.manifest, ent.Raw, p.now)
+	}
+	// An action on the booking itself (a create, a release) needs it
+	// unbound or bound to this account; an action on a run finds the run
+	// this account's (below). The commit checks the binding again.
+	if !req.Action.ActsOnRun() {
 		u, err := s.opts.Ledger.BookingUsage(ctx, req.BookingID, p.now)
 		if err != nil {
 			return s.ledgerFault("booking usage", err), true
 		}
+		if u.Account != "" && u.Account != p.caller.Account {
+			return denied(api.CodeBookingAccountMismatch,
+				"this booking id is bound to another account; nothing was written"), true
+		}
 		p.usage = u
+	}
+	if req.Action.Effect() == api.EffectCreateRun {
+		p.run, p.runErr = booking.ForCreate(p.manifest, ent.Raw, p.now)
 	}
 
 	// The reference resolves to a stored token, verified again now.
@@ -226,6 +244,16 @@ func (s *Service) verify(ctx context.Context, p *pending) (Outcome, bool) {
 			p.target = rec
 		case !errors.Is(err, ledger.ErrNotFound):
 			return s.ledgerFault("run lookup", err), true
+		}
+		// The run's state decides what it may do (ledger.RunRecord.May):
+		// a run revoked with its booking or entitlement is refused here
+		// with the revocation's code, as a create is; a halted or ended
+		// one is the policy's fact (input.ledger.run.state). The commit
+		// asks May again.
+		if err == nil {
+			if re, ok := errors.AsType[*ledger.RevocationError](rec.May(req.Action, p.now)); ok {
+				return revokedOutcome(re.Revocation), true
+			}
 		}
 		s.runFacts(p, run)
 	}
@@ -324,7 +352,11 @@ func (s *Service) refused(ctx context.Context, p *pending) Outcome {
 	// The lead code and so the status follow api.Lead: a key bound to
 	// another request makes the answer 409 IDEMPOTENCY_KEY_CONFLICT, else
 	// the first violation's 403; every violation stays listed.
-	return deny("denied by policy: ", dec.Violations, data)
+	o := deny("denied by policy: ", dec.Violations, data)
+	if p.halted != nil {
+		o.Notice = haltedMessage(p.halted.RunHalt)
+	}
+	return o
 }
 
 // commit records an allowed admission: one transaction consumes the
@@ -422,6 +454,13 @@ func (s *Service) committed(ctx context.Context, p *pending, stored ledger.Admis
 	case errors.Is(err, ledger.ErrCostExceeded):
 		return p.refusedAtCommit(api.CodeConfirmationCostBelowEstimate,
 			"the confirmed cost is below the run's estimated cost", "confirmation")
+	case errors.Is(err, ledger.ErrBookingAccount):
+		return p.refusedAtCommit(api.CodeBookingAccountMismatch,
+			"the booking is bound to another account; nothing was written", "booking")
+	case errors.Is(err, ledger.ErrRunHalted):
+		var he *ledger.RunHaltedError
+		errors.As(err, &he)
+		return p.refusedAtCommit(api.CodeRunHalted, haltedMessage(he.Halt), "lifecycle")
 	case errors.Is(err, ledger.ErrRunEnded),
 		p.req.Action.Effect() == api.EffectStepRun && errors.Is(err, ledger.ErrNotFound):
 		return p.refusedAtCommit(api.CodeRunNotLive,

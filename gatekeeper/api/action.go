@@ -63,6 +63,51 @@ func (e Effect) String() string {
 	return "none"
 }
 
+// RunState is where a run is in its life, as the ledger records it
+// (ledger.RunRecord.State): the state input.ledger.run.state hands to the
+// policy and the answer every enforcement point reads through one
+// predicate (ledger.RunRecord.May). A run starts live; halted and revoked
+// stop it from taking new work but keep it until a teardown; the others
+// are ends.
+type RunState string
+
+// The run states (docs/architecture.md §3, "A run's life").
+const (
+	// RunLive: admitted by train.create and in its recorded stage (moved by
+	// each train.stage.advance; a train.restart keeps it). It may advance,
+	// restart and get new workloads.
+	RunLive RunState = "live"
+	// RunHalted: a signed eval report failed the gate of its stage
+	// (a halt transition). Only train.cancel and train.cleanup are admitted.
+	RunHalted RunState = "halted"
+	// RunRevoked: its booking, or the entitlement it was admitted under, was
+	// revoked while it was live. Only train.cancel and train.cleanup are
+	// admitted.
+	RunRevoked RunState = "revoked"
+	// RunCancelled, RunCleanedUp and RunReleased: ended by a train.cancel,
+	// a train.cleanup or a booking.release admission.
+	RunCancelled RunState = "cancelled"
+	RunCleanedUp RunState = "cleaned_up"
+	RunReleased  RunState = "released"
+	// RunExpired: its declared wall-clock end plus grace passed.
+	RunExpired RunState = "expired"
+)
+
+// RunStates lists every run state, live first.
+func RunStates() []RunState {
+	return []RunState{RunLive, RunHalted, RunRevoked, RunCancelled, RunCleanedUp, RunReleased, RunExpired}
+}
+
+// Ended reports whether s is an end: nothing but another end's no-op
+// follows it.
+func (s RunState) Ended() bool {
+	switch s {
+	case RunCancelled, RunCleanedUp, RunReleased, RunExpired:
+		return true
+	}
+	return false
+}
+
 // AdmissionState is what an allowed admission permits the caller to do
 // next: the data.state of an admission response and the state stored with
 // it. A deny reports StateDenied and stores nothing.
@@ -116,24 +161,27 @@ type ActionSpec struct {
 	// Stage, CheckpointStep, EvalReports and ReleasesBooking: the request
 	// may carry that field (stage and checkpoint_step are then required).
 	Stage, CheckpointStep, EvalReports, ReleasesBooking bool
+	// RunState is the state an allowed admission leaves the run it acts
+	// on in (booking.release: each live run of the booking).
+	RunState RunState
 	// Summary says what the action does, for help texts and docs.
 	Summary string
 }
 
 // actions is the one list of actions, in the order of a run's life.
 var actions = []ActionSpec{
-	{Action: TrainCreate, Effect: EffectCreateRun, State: StateAdmitted, Manifest: true, EvalReports: true,
+	{Action: TrainCreate, Effect: EffectCreateRun, State: StateAdmitted, Manifest: true, EvalReports: true, RunState: RunLive,
 		Summary: "admit a new run on the booking (manifest; ladder decisions for custom data)"},
 	{Action: TrainStageAdvance, Effect: EffectStepRun, State: StateStageAdvanced, Manifest: true,
-		Stage: true, EvalReports: true,
+		Stage: true, EvalReports: true, RunState: RunLive,
 		Summary: "move a live run to its next stage (its manifest again, the eval report of the stage it leaves)"},
-	{Action: TrainRestart, Effect: EffectStepRun, State: StateRestartAdmitted, CheckpointStep: true,
+	{Action: TrainRestart, Effect: EffectStepRun, State: StateRestartAdmitted, CheckpointStep: true, RunState: RunLive,
 		Summary: "restart a live run from a checkpoint step"},
-	{Action: TrainCancel, Effect: EffectEndRun, State: StateCancelAdmitted,
+	{Action: TrainCancel, Effect: EffectEndRun, State: StateCancelAdmitted, RunState: RunCancelled,
 		Summary: "end a run early"},
-	{Action: TrainCleanup, Effect: EffectEndRun, State: StateCleanupAdmitted, ReleasesBooking: true,
+	{Action: TrainCleanup, Effect: EffectEndRun, State: StateCleanupAdmitted, ReleasesBooking: true, RunState: RunCleanedUp,
 		Summary: "end a finished run and free its resources"},
-	{Action: BookingRelease, Effect: EffectReleaseBooking, State: StateReleaseAdmitted,
+	{Action: BookingRelease, Effect: EffectReleaseBooking, State: StateReleaseAdmitted, RunState: RunReleased,
 		Summary: "release the booking, ending its live runs"},
 }
 

@@ -41,6 +41,20 @@ func TestActions(t *testing.T) {
 	if spec, _ := api.TrainCleanup.Spec(); !spec.ReleasesBooking {
 		t.Error("train.cleanup may release the booking")
 	}
+	// The state an allow leaves its run in: live for what creates or steps
+	// it, an end for a teardown.
+	for _, s := range api.Actions() {
+		want := map[api.Action]api.RunState{api.TrainCreate: api.RunLive, api.TrainStageAdvance: api.RunLive,
+			api.TrainRestart: api.RunLive, api.TrainCancel: api.RunCancelled, api.TrainCleanup: api.RunCleanedUp,
+			api.BookingRelease: api.RunReleased}[s.Action]
+		if s.RunState != want || s.RunState.Ended() != s.Action.Teardown() {
+			t.Errorf("%s leaves its run %q (ended %v), want %q", s.Action, s.RunState, s.RunState.Ended(), want)
+		}
+	}
+	if got := len(api.RunStates()); got != 7 || api.RunStates()[0] != api.RunLive || !api.RunExpired.Ended() ||
+		api.RunHalted.Ended() || api.RunRevoked.Ended() {
+		t.Errorf("RunStates() = %v", api.RunStates())
+	}
 	for _, a := range []api.Action{"", "train", "TRAIN.CREATE", "train.create "} {
 		if a.Valid() || a.Effect() != 0 || a.ActsOnRun() || a.CarriesManifest() || a.Teardown() {
 			t.Errorf("%q reads as an action", a)

@@ -110,8 +110,10 @@ const (
 	CodeConfirmationCostBelowEstimate Code = "CONFIRMATION_COST_BELOW_ESTIMATE"
 	CodeBookingCapacityExceeded       Code = "BOOKING_CAPACITY_EXCEEDED"
 	CodeBookingReleased               Code = "BOOKING_RELEASED"
+	CodeBookingAccountMismatch        Code = "BOOKING_ACCOUNT_MISMATCH"
 	CodeRunNotFound                   Code = "RUN_NOT_FOUND"
 	CodeRunNotLive                    Code = "RUN_NOT_LIVE"
+	CodeRunHalted                     Code = "RUN_HALTED"
 	CodeStageConflict                 Code = "RUN_STAGE_CONFLICT"
 	CodeIdempotencyConflict           Code = "IDEMPOTENCY_KEY_CONFLICT"
 	CodeLedgerUnavailable             Code = "LEDGER_UNAVAILABLE"
@@ -300,8 +302,8 @@ var registry = []Entry{
 		"Answered by Go for an entitlement issued further in the future than the clock leeway (the policy's freshness code, same boundary).",
 		"Check the issuer's and itogate's clocks; fetch a fresh entitlement."),
 	entry(CodeEntitlementRevoked, "entitlement", http.StatusForbidden, server,
-		"The entitlement issuer revoked this entitlement (by jti) or every entitlement of the booking; train.create is refused at admission and commit, teardown stays admissible.",
-		"Fetch a new entitlement; a revoked booking admits no new run."),
+		"The entitlement issuer revoked this entitlement (by jti) or every entitlement of the booking. The revocation reaches the runs: a run admitted under the entitlement, or on the booking, is revoked with it (a transition recorded on the run), so train.create, train.stage.advance, train.restart and new workloads of such a run (the webhook) are refused at admission and again at commit; train.cancel, train.cleanup and booking.release stay admissible.",
+		"Fetch a new entitlement; a revoked booking admits no new run, and a revoked run can only be cancelled or cleaned up."),
 	entry(CodeConfirmationNotFound, "confirmation", http.StatusForbidden, server,
 		"No confirmation is deposited under the reference.",
 		"Have the confirmation authority deposit it; use the ref it returns."),
@@ -336,12 +338,18 @@ var registry = []Entry{
 		"Cancel or clean up a named run, or wait until one ends."),
 	entry(CodeBookingReleased, "ledger", http.StatusForbidden, server,
 		"The booking was released by a booking.release admission (also a policy code).", "Book again."),
+	entry(CodeBookingAccountMismatch, "booking", http.StatusForbidden, server,
+		"The booking id is bound to another account: a booking belongs to the account of its first admission (the entitlement's account), and every action naming it (create, release, capacity, usage) is refused for any other account. Nothing was written or consumed; the other account's runs are untouched.",
+		"Use a booking id of your own account (the canonical backend's entitlement names it)."),
 	entry(CodeRunNotFound, "lifecycle", http.StatusForbidden, server,
 		"train.cancel/cleanup/stage.advance/restart names a run this account was not admitted for on this booking.",
 		"Use the run_id of your own admission."),
 	entry(CodeRunNotLive, "lifecycle", http.StatusForbidden, server,
-		"The ledger found the run cancelled or cleaned up when a stage advance or restart committed (also a policy code). Nothing was written.",
+		"The run is not live (cancelled, cleaned up, released or past its declared end) for a stage advance or restart, found so by the policy or again by the ledger at commit (also a policy code). Nothing was written.",
 		"Create a new run."),
+	entry(CodeRunHalted, "lifecycle", http.StatusForbidden, server,
+		"A signed eval report failed the gate of the run's stage and halted the run (also a policy code): it gets no stage advance, no restart and no new workload; the message names the failed evals. Only train.cancel and train.cleanup are admitted. Nothing was written; the confirmation stays usable.",
+		"Cancel or clean up the run; a failed eval gate has no override. Create a new run to train again."),
 	entry(CodeStageConflict, "lifecycle", http.StatusConflict, server,
 		"The run left the stage this train.stage.advance leaves before it committed (another advance won). Nothing was written; the confirmation stays usable.",
 		"Read the run's stage and advance from there with a new eval report."),

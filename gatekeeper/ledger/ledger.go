@@ -19,10 +19,17 @@
 //   - a confirmation is consumed only by the admission it binds
 //     (CheckBindings) and never while something it rests on is revoked;
 //   - a booking never holds more GPUs than it booked (CheckCapacity at
-//     commit, serialized per booking; CheckHeld in every Checker).
+//     commit, serialized per booking; CheckHeld in every Checker);
+//   - a booking belongs to the account of its first admission
+//     (CheckBookingAccount at commit);
+//   - a run is in one state (RunRecord.State) and moves only by an
+//     admission, a revocation or a halt, each written with the event
+//     that records it (RunEvent) in the same transaction; every stage
+//     advance and restart was admissible (RunRecord.May) when it committed
+//     (CheckEvents in every Checker).
 //
-// A deny writes nothing to the ledger, so the server never calls Commit for
-// one.
+// A deny writes nothing to the ledger but a halt: a signed eval report that
+// fails its stage's gate halts the run (HaltRun), consuming nothing.
 package ledger
 
 import (
@@ -62,16 +69,16 @@ var (
 	// admission released. Nothing was written.
 	ErrBookingReleased = errors.New("booking released")
 	// ErrRevoked: the confirmation, entitlement, booking or caller key the
-	// admission rests on was revoked (see RevocationError). Nothing was
-	// written.
+	// admission rests on was revoked, or the run it steps was revoked with
+	// its booking or entitlement (see RevocationError). Nothing was written.
 	ErrRevoked = errors.New("revoked")
 	// ErrStageConflict: a train.stage.advance whose FromStage is not the
 	// run's recorded stage (another advance won the race). Stages only move
 	// forward, one step per admission. Nothing was written.
 	ErrStageConflict = errors.New("run stage changed")
-	// ErrRunEnded: a train.stage.advance or train.restart of a run that is
-	// not live (RunRecord.Live: cancelled, cleaned up, released or past its
-	// declared end). Nothing was written.
+	// ErrRunEnded: a train.stage.advance or train.restart of a run that
+	// ended (RunRecord.State: cancelled, cleaned up, released or past its
+	// declared end; see RunEndedError). Nothing was written.
 	ErrRunEnded = errors.New("run ended")
 	// ErrConfirmationDuplicate: a confirmation with that reference or that jti
 	// was deposited before (it may since have been consumed or swept).
@@ -125,22 +132,28 @@ type Store interface {
 	//   - the confirmation a.ConfirmationRef must exist (else ErrNotFound)
 	//     and pass CheckBindings (else ErrConfirmationMismatch or
 	//     ErrCostExceeded);
-	//   - none of a's confirmation jti, entitlement jti, booking or caller
-	//     key may be revoked (else a *RevocationError, ErrRevoked);
+	//   - the booking must be unbound or bound to a.Account
+	//     (CheckBookingAccount, else ErrBookingAccount); the first admission
+	//     on a booking binds it to its account;
+	//   - none of RevocationSubjects(a) may be revoked (else a
+	//     *RevocationError, ErrRevoked);
 	//   - the confirmation must be available (else ErrConfirmationConsumed
 	//     or ErrConfirmationExpired); it is marked consumed by
 	//     a.IdempotencyKey at a.CreatedAt;
 	//   - train.create must pass CheckCapacity against the booking's runs
 	//     (else a *CapacityError, ErrCapacityExceeded, or
 	//     ErrBookingReleased);
-	//   - train.stage.advance needs the run's RunRecord (else ErrNotFound),
-	//     live at a.CreatedAt (else ErrRunEnded) and in a.FromStage (else
-	//     ErrStageConflict); train.restart needs it live (else ErrRunEnded);
+	//   - train.stage.advance and train.restart need the run's RunRecord
+	//     (else ErrNotFound) and pass CheckRunStep (RunRecord.May at
+	//     a.CreatedAt: else ErrRunEnded, ErrRevoked or ErrRunHalted; an
+	//     advance in a.FromStage, else ErrStageConflict);
 	//   - the admission is written; train.create writes its RunRecord (with
-	//     a.Stage as the run's stage), train.cancel/cleanup end the run
-	//     a.RunID (if it was live), train.stage.advance moves its stage to
-	//     a.Stage, booking.release marks the booking released and ends its
-	//     runs.
+	//     a.Stage as the run's stage and a.EntitlementJTI),
+	//     train.cancel/cleanup end the run a.RunID (if it was live),
+	//     train.stage.advance moves its stage to a.Stage, train.restart
+	//     counts a restart from a.CheckpointStep (Stepped), booking.release
+	//     marks the booking released and ends its live runs; each run the
+	//     admission acts on gets its RunEvent (AdmissionEvent).
 	//
 	// Commits on one booking are serialized, so the capacity rule holds
 	// across processes sharing a store.
@@ -159,17 +172,39 @@ type Store interface {
 	// Live method for "is this run live now".
 	RunRecord(ctx context.Context, runID string) (RunRecord, error)
 
-	// BookingUsage returns the booking's live runs at now and whether it was
-	// released (the policy's input.ledger.booking, metrics, the webhook).
+	// RunEvents returns the run's events (its transitions) in the order
+	// they were written, at most MaxRunEvents; none for an unknown run.
+	RunEvents(ctx context.Context, runID string) ([]RunEvent, error)
+
+	// HaltRun records that a failed eval gate halted the run h.RunID, in
+	// one transaction and serialized with the commits on its booking: the
+	// run must exist (else ErrNotFound) and pass CheckHalt (else
+	// ErrConfirmationMismatch, ErrRunEnded, ErrRevoked or
+	// ErrStageConflict, writing nothing); it gets h as its Halt and a
+	// HaltEvent. A run already halted keeps its first halt: halted is
+	// false and nothing is written. No confirmation is consumed. h must
+	// pass Halt.Validate, else ErrInvalid. It returns the run as stored
+	// afterwards.
+	HaltRun(ctx context.Context, h Halt) (run RunRecord, halted bool, err error)
+
+	// BookingUsage returns the booking's live runs at now, the account it
+	// is bound to and whether it was released (the policy's
+	// input.ledger.booking, metrics).
 	BookingUsage(ctx context.Context, bookingID string, now time.Time) (BookingUsage, error)
 
 	// Revoke stores r. It is idempotent: revoking a (Kind, Subject) that is
-	// already revoked returns the stored revocation and created=false,
-	// changing nothing. r must pass Revocation.Validate, else ErrInvalid.
+	// already revoked returns the stored revocation and created=false. In
+	// the same transaction, serialized with the commits on the bookings it
+	// touches, a booking or entitlement revocation (RevokesRuns) revokes
+	// every run of the booking, or admitted under the entitlement, that is
+	// live at r.RevokedAt and not revoked yet: each gets a RunRevocation
+	// and a RevocationEvent (also when the revocation was stored before).
+	// r must pass Revocation.Validate, else ErrInvalid.
 	Revoke(ctx context.Context, r Revocation) (stored Revocation, created bool, err error)
 
 	// Revoked returns the revocation of (kind, subject), or ErrNotFound.
-	// The webhook asks Revoked(ctx, RevokeBooking, bookingID).
+	// A revoked run says so itself (RunRecord.State), after the revocation
+	// is swept too.
 	Revoked(ctx context.Context, kind RevocationKind, subject string) (Revocation, error)
 
 	// Sweep drops the token of every confirmation whose ExpiresAt is before

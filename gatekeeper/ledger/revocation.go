@@ -3,8 +3,6 @@ package ledger
 import (
 	"fmt"
 	"time"
-
-	"github.com/itocompute/itogate/gatekeeper/api"
 )
 
 // RevocationKind names what a revocation withdraws. Its Subject is:
@@ -46,6 +44,8 @@ type Revocation struct {
 	RevokedBy string
 	RevokedAt time.Time
 	ExpiresAt time.Time
+	// DecisionID names the revocation in the decision log (optional).
+	DecisionID string
 }
 
 // Validate reports whether r may be stored. The error wraps ErrInvalid.
@@ -65,6 +65,9 @@ func (r Revocation) Validate() error {
 	if p := textProblem(r.Reason); p != "" {
 		return bad("Reason", p)
 	}
+	if p := textProblem(r.DecisionID); p != "" {
+		return bad("DecisionID", p)
+	}
 	if r.RevokedAt.IsZero() || r.ExpiresAt.IsZero() {
 		return bad("RevokedAt", "or ExpiresAt is zero")
 	}
@@ -82,13 +85,15 @@ func (e *RevocationError) Error() string {
 func (e *RevocationError) Unwrap() error { return ErrRevoked }
 
 // revocationSubjects are what Commit checks for a: its confirmation jti and
-// caller key always; for train.create also its entitlement jti and booking.
-// Teardown (cancel, cleanup, release) on a revoked entitlement or booking
-// stays admissible, as after the term: stopping a run never needs the
-// booking's consent.
+// caller key always; for an action that is no teardown (train.create, a
+// stage advance, a restart) also its entitlement jti and booking. Teardown
+// (cancel, cleanup, release) on a revoked entitlement or booking stays
+// admissible, as after the term: stopping a run never needs the booking's
+// consent. A step of a run admitted under a revoked entitlement is refused
+// by the run's own state (RunRecord.May), whichever entitlement it carries.
 func revocationSubjects(a Admission) [][2]string {
 	out := [][2]string{{string(RevokeConfirmation), a.ConfirmationJTI}}
-	if a.Action.Effect() == api.EffectCreateRun {
+	if a.Action.Valid() && !a.Action.Teardown() {
 		out = append(out, [2]string{string(RevokeBooking), a.BookingID})
 		if a.EntitlementJTI != "" {
 			out = append(out, [2]string{string(RevokeEntitlement), a.EntitlementJTI})
@@ -103,3 +108,10 @@ func revocationSubjects(a Admission) [][2]string {
 // RevocationSubjects lists the (kind, subject) pairs Commit checks for a,
 // for implementations.
 func RevocationSubjects(a Admission) [][2]string { return revocationSubjects(a) }
+
+// RevokesRuns reports whether a revocation of kind revokes runs: a booking
+// revokes its runs, an entitlement the runs admitted under it; a
+// confirmation and a caller key halt no run (key rotation stays safe).
+func (k RevocationKind) RevokesRuns() bool {
+	return k == RevokeBooking || k == RevokeEntitlement
+}

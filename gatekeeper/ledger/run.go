@@ -17,9 +17,11 @@ import (
 //   - a booking.release admission of its booking ends every run on it;
 //   - or its declared wall-clock end plus a grace (LiveUntil) passes.
 //
-// Live is the one notion of "is this run live" that every consumer uses: the
-// capacity check at commit, the Kubernetes webhook (new Pods of a run that is
-// not live are denied) and stage gates.
+// Live is the one notion of "does this run hold its GPUs": the capacity
+// check at commit and the booking's usage. A halted or revoked run still
+// holds them until one of the above ends it (its workloads run until they
+// are torn down). Whether a run may do something — step, get a workload —
+// is May, over its State (state.go).
 
 // RunRecord is a run admitted by train.create, as the ledger keeps it.
 type RunRecord struct {
@@ -52,6 +54,18 @@ type RunRecord struct {
 	// objective.stage at train.create, moved one step by each
 	// train.stage.advance ("" when the manifest named none).
 	Stage string
+	// EntitlementJTI is the jti of the entitlement train.create admitted
+	// the run under: revoking that entitlement revokes the run.
+	EntitlementJTI string
+	// Restarts counts the run's train.restart admissions; LastCheckpointStep
+	// is the step the latest restarted from (each step is in RunEvents).
+	Restarts           int
+	LastCheckpointStep int64
+	// Halt is the halt a failed eval gate recorded (zero At: never halted).
+	Halt RunHalt
+	// Revocation is the revocation that revoked the run while it was live
+	// (zero At: never revoked).
+	Revocation RunRevocation
 }
 
 // Live reports whether the run holds its GPUs at now: not ended by an
@@ -70,6 +84,9 @@ func (r RunRecord) Live(now time.Time) bool {
 // BookingUsage is what a booking has given out at one instant.
 type BookingUsage struct {
 	BookingID string
+	// Account is the account the booking is bound to (its first
+	// admission's); "" while nothing was admitted on it.
+	Account string
 	// HeldGPUs is the sum of GPUs over Runs.
 	HeldGPUs int
 	// Runs are the booking's live runs, oldest first.
@@ -80,12 +97,12 @@ type BookingUsage struct {
 }
 
 // Usage returns the booking's usage at now from its runs (any order, any
-// liveness).
+// liveness), each as RunRecord.Held lists it; the caller sets Account.
 func Usage(bookingID string, runs []RunRecord, released time.Time, now time.Time) BookingUsage {
 	u := BookingUsage{BookingID: bookingID, Released: released, Runs: make([]RunRecord, 0, len(runs))}
 	for _, r := range runs {
 		if r.BookingID == bookingID && r.Live(now) {
-			u.Runs = append(u.Runs, r)
+			u.Runs = append(u.Runs, r.Held())
 			u.HeldGPUs += r.GPUs
 		}
 	}
@@ -254,17 +271,43 @@ func CheckHeld(runs []RunRecord) []string {
 // CheckRunStep is the ledger's own check of a train.stage.advance or
 // train.restart against the run it acts on, whatever the policy decided:
 // the run is the admission's account's, on its booking (else
-// ErrConfirmationMismatch), live at a.CreatedAt (else ErrRunEnded) and, for
-// an advance, still in a.FromStage (else ErrStageConflict: another advance
-// won). Stores call it inside the commit, where the run cannot change.
+// ErrConfirmationMismatch), may do the action at a.CreatedAt (RunRecord.May:
+// else ErrRunEnded, ErrRevoked or ErrRunHalted) and, for an advance, is
+// still in a.FromStage (else ErrStageConflict: another advance won). Stores
+// call it inside the commit, where the run cannot change.
 func CheckRunStep(r RunRecord, a Admission) error {
-	switch {
-	case r.Account != a.Account || r.BookingID != a.BookingID:
+	if r.Account != a.Account || r.BookingID != a.BookingID {
 		return fmt.Errorf("ledger: commit: run of another booking or account: %w", ErrConfirmationMismatch)
-	case !r.Live(a.CreatedAt):
-		return fmt.Errorf("ledger: commit: %w", ErrRunEnded)
-	case movesStage(a.Action) && r.Stage != a.FromStage:
+	}
+	if err := r.May(a.Action, a.CreatedAt); err != nil {
+		return fmt.Errorf("ledger: commit: %w", err)
+	}
+	if movesStage(a.Action) && r.Stage != a.FromStage {
 		return fmt.Errorf("ledger: commit: %w", ErrStageConflict)
+	}
+	return nil
+}
+
+// Stepped is r after the step a (CheckRunStep passed): an advance moves
+// its stage, a restart counts and records its step.
+func Stepped(r RunRecord, a Admission) RunRecord {
+	spec, _ := a.Action.Spec()
+	if spec.Stage {
+		r.Stage = a.Stage
+	}
+	if spec.CheckpointStep {
+		r.Restarts++
+		r.LastCheckpointStep = a.CheckpointStep
+	}
+	return r
+}
+
+// CheckBookingAccount is the binding rule every store applies inside
+// Commit's transaction: a booking bound to an account (bound, the account
+// of its first admission) admits nothing of another account.
+func CheckBookingAccount(bound string, a Admission) error {
+	if bound != "" && bound != a.Account {
+		return fmt.Errorf("ledger: commit: booking %s: %w", a.BookingID, ErrBookingAccount)
 	}
 	return nil
 }

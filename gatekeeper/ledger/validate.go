@@ -70,7 +70,7 @@ func (c Confirmation) Validate() error {
 }
 
 // Validate reports whether a may be committed: Account, IdempotencyKey,
-// Action and ConfirmationJTI non-empty within MaxIDLen; RequestDigest "sha256:<64 lowercase
+// Action, ConfirmationJTI and BookingID non-empty within MaxIDLen; RequestDigest "sha256:<64 lowercase
 // hex>"; ConfirmationRef in the NewConfirmationRef shape; a documented State;
 // for api.StateAdmitted a RunID in the NewRunID shape, for cancel and cleanup
 // a non-empty RunID; CreatedAt set. Every string must be valid UTF-8 without
@@ -83,14 +83,14 @@ func (a Admission) Validate() error {
 	}
 	for _, f := range []struct{ name, v string }{
 		{"Account", a.Account}, {"IdempotencyKey", a.IdempotencyKey}, {"Action", string(a.Action)},
-		{"ConfirmationJTI", a.ConfirmationJTI},
+		{"ConfirmationJTI", a.ConfirmationJTI}, {"BookingID", a.BookingID},
 	} {
 		if p := idProblem(f.v); p != "" {
 			return bad(f.name, p)
 		}
 	}
 	for _, f := range []struct{ name, v string }{
-		{"RunID", a.RunID}, {"DecisionID", a.DecisionID}, {"BookingID", a.BookingID},
+		{"RunID", a.RunID}, {"DecisionID", a.DecisionID},
 		{"ManifestDigest", a.ManifestDigest}, {"BundleRevision", a.BundleRevision},
 	} {
 		if p := textProblem(f.v); p != "" {

@@ -20,7 +20,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/itocompute/itogate/gatekeeper/api"
@@ -72,6 +74,10 @@ type Decision struct {
 	Violations []api.Finding  `json:"violations"`
 	Warnings   []api.Finding  `json:"warnings"`
 	Estimates  map[string]any `json:"estimates,omitempty"`
+	// Halt is set when a deny says the request carried a verified eval
+	// report, bound to the run and its stage, that fails the stage's gate:
+	// a fact about the run, which the admission records as its halt.
+	Halt *Halt `json:"halt,omitempty"`
 	// BundleRevision and BundleDigest name the bundle that made this
 	// decision (its Engine's Revision and Digest), for decision records.
 	// They are not part of the policy's output.
@@ -84,6 +90,18 @@ type Decision struct {
 	LogMask    []string `json:"-"`
 	LogMaskErr error    `json:"-"`
 }
+
+// Halt is a decision's halt: the evals of the stage's gate that failed or
+// had no result, sorted, without repeats.
+type Halt struct {
+	FailedEvals []string `json:"failed_evals"`
+}
+
+// MaxHaltEvals bounds Halt.FailedEvals, MaxEvalNameLen each name.
+const (
+	MaxHaltEvals   = 64
+	MaxEvalNameLen = 128
+)
 
 // Mask returns the decision's LogMask and LogMaskErr, so a Decision serves
 // as the decisionlog.Masker for the input it was made on; input is unused.
@@ -396,7 +414,42 @@ func parseDecision(v any) (Decision, error) {
 	if est, ok := obj["estimates"].(map[string]any); ok {
 		d.Estimates = est
 	}
+	if h, present := obj["halt"]; present {
+		if allow {
+			return invalid("halt on an allow")
+		}
+		halt, err := parseHalt(h)
+		if err != nil {
+			return invalid("halt: " + err.Error())
+		}
+		d.Halt = halt
+	}
 	return d, nil
+}
+
+// parseHalt reads {"failed_evals": [name, ...]}: 1 to MaxHaltEvals names of
+// at most MaxEvalNameLen bytes of letters, digits, '_', '-', '.' or ':'.
+func parseHalt(v any) (*Halt, error) {
+	obj, ok := v.(map[string]any)
+	if !ok || len(obj) != 1 {
+		return nil, errors.New(`not {"failed_evals": [...]}`)
+	}
+	arr, ok := obj["failed_evals"].([]any)
+	if !ok || len(arr) == 0 || len(arr) > MaxHaltEvals {
+		return nil, fmt.Errorf("failed_evals is not an array of 1 to %d names", MaxHaltEvals)
+	}
+	names := make([]string, 0, len(arr))
+	for _, e := range arr {
+		name, ok := e.(string)
+		if !ok || name == "" || len(name) > MaxEvalNameLen || strings.ContainsFunc(name, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_-.:", r))
+		}) {
+			return nil, errors.New("failed_evals holds something other than an eval name")
+		}
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return &Halt{FailedEvals: slices.Compact(names)}, nil
 }
 
 func findings(v any, required bool) ([]api.Finding, error) {

@@ -40,6 +40,11 @@ func TestDecideValidatesTheDecision(t *testing.T) {
 		{"allow with violations", `decision := {"allow": true, "violations": [{"code": "X", "gate": "g", "message": "m"}]}`, 0, api.CodePolicyDecisionInvalid, false},
 		{"deny without violations", `decision := {"allow": false, "violations": []}`, 0, api.CodePolicyDecisionInvalid, false},
 		{"violation without code", `decision := {"allow": false, "violations": [{"gate": "g"}]}`, 0, api.CodePolicyDecisionInvalid, false},
+		{"deny with a halt", `decision := {"allow": false, "violations": [{"code": "X", "gate": "g", "message": "m"}], "halt": {"failed_evals": ["mmlu_5shot"]}}`, 0, "", false},
+		{"halt on an allow", `decision := {"allow": true, "violations": [], "halt": {"failed_evals": ["mmlu_5shot"]}}`, 0, api.CodePolicyDecisionInvalid, false},
+		{"halt without evals", `decision := {"allow": false, "violations": [{"code": "X", "gate": "g", "message": "m"}], "halt": {"failed_evals": []}}`, 0, api.CodePolicyDecisionInvalid, false},
+		{"halt naming no eval", `decision := {"allow": false, "violations": [{"code": "X", "gate": "g", "message": "m"}], "halt": {"failed_evals": ["a, b"]}}`, 0, api.CodePolicyDecisionInvalid, false},
+		{"halt of another shape", `decision := {"allow": false, "violations": [{"code": "X", "gate": "g", "message": "m"}], "halt": {"failed_evals": ["a"], "run": "x"}}`, 0, api.CodePolicyDecisionInvalid, false},
 		{"runtime error", `decision := {"allow": 1 / input.zero == 1, "violations": []}`, 0, api.CodePolicyEvaluationFailed, false},
 		{"conflict error", "decision := {\"allow\": true, \"violations\": []} if input.a\ndecision := {\"allow\": false, \"violations\": []} if input.a", 0, api.CodePolicyEvaluationFailed, false},
 		{"timeout", `decision := {"allow": count([x | some x in numbers.range(1, 100000000); x % 7 == 0]) > 0, "violations": []}`,
@@ -62,6 +67,9 @@ func TestDecideValidatesTheDecision(t *testing.T) {
 			if tc.want == "" {
 				if err != nil || d.Allow != tc.allow {
 					t.Fatalf("Decide = %+v, %v; want allow=%v", d, err, tc.allow)
+				}
+				if tc.name == "deny with a halt" && (d.Halt == nil || len(d.Halt.FailedEvals) != 1 || d.Halt.FailedEvals[0] != "mmlu_5shot") {
+					t.Fatalf("Decide halt = %+v, want failed_evals [mmlu_5shot]", d.Halt)
 				}
 				return
 			}

@@ -98,9 +98,10 @@ func (r *Runner) RestartRequest(ctx context.Context, m Manifest, runID string, s
 }
 
 // RunLife drives one run through its life: create, a stage advance with
-// passing evals, a stage advance with a failed eval (denied; there is no
-// override field to send), a restart from a checkpoint with its own
-// confirmation, a cancel, and a restart of the cancelled run (denied).
+// passing evals, a restart from a checkpoint with its own confirmation, a
+// stage advance with a failed eval (denied, and the run halted; there is no
+// override field to send), a restart of the halted run (denied), a cancel,
+// and a restart of the cancelled run (denied).
 func (r *Runner) RunLife(ctx context.Context) []Result {
 	var out []Result
 	add := func(res Result) { out = append(out, res) }
@@ -132,16 +133,21 @@ func (r *Runner) RunLife(ctx context.Context) []Result {
 	res.Detail = "state " + string(a.Data.State)
 	add(res)
 
+	a, err = send(r.RestartRequest(ctx, m, runID, 500))
+	add(check("run life: restart from step 500 (own confirmation)", Expect{Status: 200}, a, err))
+
 	report, err = r.EvalReport(runID, "long_context", digest, "ito-battery-long-context-2026.10",
 		map[string]float64{"ruler_32k": 0.41, "mmlu_5shot": 0.33})
 	if err == nil {
 		a, err = send(r.AdvanceRequest(ctx, m, runID, "sft", report))
 	}
-	add(check("run life: advance to sft, ruler_32k 0.41 < 0.5 (no override)",
-		Expect{Status: 403, Codes: []string{"EVAL_FAILED", "EVAL_FAILED"}}, a, err))
+	res = check("run life: advance to sft, ruler_32k 0.41 < 0.5 halts the run (no override)",
+		Expect{Status: 403, Codes: []string{"EVAL_FAILED", "EVAL_FAILED"}}, a, err)
+	res.Detail = a.Notice
+	add(res)
 
-	a, err = send(r.RestartRequest(ctx, m, runID, 500))
-	add(check("run life: restart from step 500 (own confirmation)", Expect{Status: 200}, a, err))
+	a, err = send(r.RestartRequest(ctx, m, runID, 1000))
+	add(check("run life: restart of the halted run", Expect{Status: 403, Codes: []string{"RUN_HALTED"}}, a, err))
 
 	ref, err := r.Confirm(ctx, "train.cancel", "", "0.00", runID)
 	if err == nil {
@@ -154,7 +160,7 @@ func (r *Runner) RunLife(ctx context.Context) []Result {
 	}
 	add(check("run life: cancel", Expect{Status: 200}, a, err))
 
-	a, err = send(r.RestartRequest(ctx, m, runID, 500))
+	a, err = send(r.RestartRequest(ctx, m, runID, 1000))
 	add(check("run life: restart the cancelled run", Expect{Status: 403, Codes: []string{"RUN_NOT_LIVE"}}, a, err))
 	return out
 }

@@ -2,15 +2,19 @@ package webhook
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"time"
 
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 )
 
 // LedgerRuns answers RunFacts from the ledger's run record: the webhook
-// has no notion of a live run of its own, it asks RunRecord.Live, the one
-// the capacity check and stage gates use (not cancelled, not cleaned up,
-// booking not released, before the declared end plus grace).
+// has no notion of a live run of its own. A new workload is work the run
+// takes on, so it asks the one predicate the admission pipeline and the
+// ledger's commit ask, RunRecord.MayWork: a run that is halted (a failed
+// eval gate), revoked (its booking or entitlement), cancelled, cleaned up,
+// released or past its declared end gets none.
 type LedgerRuns struct{ Store ledger.Store }
 
 // RunFacts implements Runs.
@@ -19,9 +23,25 @@ func (l LedgerRuns) RunFacts(ctx context.Context, runID string, now time.Time) (
 	if err != nil {
 		return RunFacts{}, err
 	}
-	f := RunFacts{Account: r.Account, BookingID: r.BookingID, Live: r.Live(now), EndedBy: string(r.EndedBy)}
-	if !f.Live && f.EndedBy == "" {
-		f.EndedBy = "past its declared end"
+	f := RunFacts{Account: r.Account, BookingID: r.BookingID, Live: true}
+	if err := r.MayWork(now); err != nil {
+		f.Live, f.EndedBy = false, notLive(r, now, err)
 	}
 	return f, nil
+}
+
+// notLive says why a run takes no workload: its state, and what put it
+// there.
+func notLive(r ledger.RunRecord, now time.Time, err error) string {
+	state := string(r.State(now))
+	if re, ok := errors.AsType[*ledger.RevocationError](err); ok {
+		return state + ": " + string(re.Revocation.Kind) + " " + re.Revocation.Subject + " revoked"
+	}
+	if he, ok := errors.AsType[*ledger.RunHaltedError](err); ok {
+		return state + ": the eval gate of stage " + he.Halt.Stage + " failed (" + strings.Join(he.Halt.FailedEvals, ", ") + ")"
+	}
+	if r.EndedBy != "" && !now.Before(r.EndedAt) {
+		return state + " by " + string(r.EndedBy)
+	}
+	return state + ": past its declared end"
 }

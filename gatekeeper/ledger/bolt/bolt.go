@@ -1,7 +1,7 @@
 // Package bolt is the embedded ledger.Store: one bbolt file, every write
 // transaction fsynced before it returns (docs/architecture.md §3).
 //
-// Layout (schema 2), every record JSON-encoded unless said otherwise:
+// Layout (schema 3), every record JSON-encoded unless said otherwise:
 //
 //	meta           "schema"              → "2"
 //	confirmations  ref                   → confirmation record (token dropped when swept)
@@ -14,9 +14,19 @@
 //	liveruns       booking NUL end NUL run_id → the run record, binary (live.go);
 //	                                       runs by when they stop holding GPUs, for
 //	                                       usage and the capacity check
-//	bookings       booking               → booking record (released)
+//	bookings       booking               → booking record (bound account, released)
 //	revocations    kind NUL subject      → revocation record, until its expiry
 //	workloads      run_id                → workload binding record (identity, uids)
+//	entruns        entitlement jti NUL run_id → empty; the runs admitted under an
+//	                                       entitlement, for its revocation
+//	runevents      run_id NUL seq (8-byte BE) → run event (a transition: an
+//	                                       admission, revocation or halt)
+//
+// Schema 2 lacked the run's state (halt, revocation, restarts, entitlement),
+// the events, entruns and the booking's account: Open migrates such a file
+// to schema 3 in one transaction (migrate.go), binding each booking to the
+// account of its first admission and writing each run's events from its
+// admissions. As from schema 1, the upgrade is one way.
 //
 // Schema 1 lacked liveruns: Open migrates such a file to schema 2 in one
 // transaction, building the index from bookingruns and the run records (an
@@ -65,7 +75,7 @@ const DefaultMaxBatchDelay = time.Millisecond
 // schemaVersion is written on first open and checked on every open, so a
 // binary never reads a layout it does not know; schema 1 files are migrated
 // (see the package doc).
-const schemaVersion = "2"
+const schemaVersion = "3"
 
 // sweepChunk bounds how many tokens one Sweep transaction removes, so a large
 // backlog never holds the single writer lock long enough to stall commits.
@@ -84,11 +94,15 @@ var (
 	bucketBookings      = []byte("bookings")
 	bucketRevocations   = []byte("revocations")
 	bucketWorkloads     = []byte("workloads")
-	keySchema           = []byte("schema")
+	// Schema 3.
+	bucketEntitlementRuns = []byte("entruns")
+	bucketRunEvents       = []byte("runevents")
+	keySchema             = []byte("schema")
 
 	allBuckets = [][]byte{
 		bucketMeta, bucketConfirmations, bucketJTIs, bucketExpiries, bucketAdmissions, bucketRuns,
 		bucketRunRecs, bucketBookingRuns, bucketLiveRuns, bucketBookings, bucketRevocations, bucketWorkloads,
+		bucketEntitlementRuns, bucketRunEvents,
 	}
 )
 
@@ -161,7 +175,12 @@ func Open(path string, opts Options) (*Store, error) {
 			return meta.Put(keySchema, []byte(schemaVersion))
 		case string(v) == "1":
 			if err := backfillLive(tx); err != nil {
-				return fmt.Errorf("migrating schema 1 to %s: %w", schemaVersion, err)
+				return fmt.Errorf("migrating schema 1 to 2: %w", err)
+			}
+			fallthrough
+		case string(v) == "2":
+			if err := migrateRunLife(tx); err != nil {
+				return fmt.Errorf("migrating schema 2 to 3: %w", err)
 			}
 			return meta.Put(keySchema, []byte(schemaVersion))
 		case string(v) != schemaVersion:
@@ -332,6 +351,9 @@ func (s *Store) Commit(ctx context.Context, a ledger.Admission) (ledger.Admissio
 		if err := ledger.CheckBindings(c.confirmation(), a); err != nil {
 			return abort(err)
 		}
+		if err := checkBookingAccount(tx, a); err != nil {
+			return err
+		}
 		if err := checkRevocations(tx, a); err != nil {
 			return err
 		}
@@ -345,6 +367,9 @@ func (s *Store) Commit(ctx context.Context, a ledger.Admission) (ledger.Admissio
 			return fmt.Errorf("confirmation record in unknown state %q", c.State)
 		}
 		if err := writeRunLife(tx, a); err != nil {
+			return err
+		}
+		if err := bindBooking(tx, a); err != nil {
 			return err
 		}
 		c.State = ledger.ConfirmationConsumed

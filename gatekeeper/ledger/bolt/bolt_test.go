@@ -1,13 +1,16 @@
 package bolt
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -149,8 +152,8 @@ func TestCorruptRecord(t *testing.T) {
 	}
 	a := ledger.Admission{
 		Account: "acct_42", IdempotencyKey: "k", Action: "train.create",
-		RequestDigest:   "sha256:" + fmt.Sprintf("%064x", 1),
-		RunID:           ledger.NewRunID(),
+		RequestDigest: "sha256:" + fmt.Sprintf("%064x", 1),
+		RunID:         ledger.NewRunID(), BookingID: "bk_01",
 		ConfirmationRef: ref, ConfirmationJTI: "j", State: api.StateAdmitted, CreatedAt: time.Now(),
 		GPUs: 1, BookedGPUs: 1, LiveUntil: time.Now().Add(time.Hour),
 	}
@@ -178,7 +181,7 @@ func TestBatchRerunResetsOutputs(t *testing.T) {
 	refs := seed(t, s, 1)
 	a := ledger.Admission{
 		Account: "acct_42", IdempotencyKey: "key-1", RequestDigest: "sha256:" + fmt.Sprintf("%064x", 7),
-		RunID: ledger.NewRunID(), Action: "train.create", ConfirmationRef: refs[0], ConfirmationJTI: refs[0],
+		RunID: ledger.NewRunID(), Action: "train.create", BookingID: "bk_01", ConfirmationRef: refs[0], ConfirmationJTI: refs[0],
 		State: api.StateAdmitted, CreatedAt: time.Now().UTC(),
 		GPUs: 1, BookedGPUs: 1 << 20, LiveUntil: time.Now().Add(time.Hour).UTC(),
 	}
@@ -246,7 +249,7 @@ func seed(tb testing.TB, s *Store, n int) []string {
 			rec := confirmationRecord{
 				Ref: refs[i], JTI: refs[i], Account: "acct_42", Action: "train.create",
 				Token: []byte("header.payload.signature"), ExpiresAt: exp, DepositedAt: exp,
-				State: ledger.ConfirmationAvailable,
+				State: ledger.ConfirmationAvailable, BookingID: "bk_01",
 			}
 			v, err := json.Marshal(rec)
 			if err != nil {
@@ -343,7 +346,7 @@ func benchStore(b *testing.B, opts Options, apply func(*Store)) (*Store, func() 
 		i := next.Add(1) - 1
 		a := ledger.Admission{
 			Account: "acct_42", IdempotencyKey: refs[i], RequestDigest: digest,
-			RunID: ledger.NewRunID(), Action: "train.create", ConfirmationRef: refs[i],
+			RunID: ledger.NewRunID(), Action: "train.create", BookingID: "bk_01", ConfirmationRef: refs[i],
 			ConfirmationJTI: refs[i], State: api.StateAdmitted, CreatedAt: created,
 			GPUs: 1, BookedGPUs: 1 << 30, LiveUntil: created.Add(time.Hour),
 		}
@@ -463,13 +466,61 @@ func TestCheckFindsOverbookedBooking(t *testing.T) {
 
 // downgrade turns the closed file at path back into schema 1: no live
 // index, the version a binary before it wrote.
-func downgrade(t *testing.T, path string) {
+func downgrade(t *testing.T, path string) { downgradeTo(t, path, 1) }
+
+// downgradeTo rewrites the closed ledger file at path as schema `to` (1 or
+// 2) held it: without the run's state, events, entitlement index and
+// booking accounts (schema 3), and for 1 without the live index.
+func downgradeTo(t *testing.T, path string, to int) {
 	t.Helper()
+	strip := func(b *bbolt.Bucket, drop func(map[string]any) bool, keys ...string) error {
+		type kv struct{ k, v []byte }
+		var out []kv
+		err := b.ForEach(func(k, v []byte) error {
+			var m map[string]any
+			if json.Unmarshal(v, &m) != nil {
+				return nil // left as it is (a test's corrupt record)
+			}
+			for _, key := range keys {
+				delete(m, key)
+			}
+			if drop != nil && drop(m) {
+				out = append(out, kv{bytes.Clone(k), nil})
+				return nil
+			}
+			nv, err := json.Marshal(m)
+			out = append(out, kv{bytes.Clone(k), nv})
+			return err
+		})
+		for _, e := range out {
+			if e.v == nil {
+				err = errors.Join(err, b.Delete(e.k))
+			} else {
+				err = errors.Join(err, b.Put(e.k, e.v))
+			}
+		}
+		return err
+	}
 	rawUpdate(t, path, func(tx *bbolt.Tx) error {
-		if err := tx.DeleteBucket(bucketLiveRuns); err != nil {
+		for _, name := range [][]byte{bucketEntitlementRuns, bucketRunEvents} {
+			if err := tx.DeleteBucket(name); err != nil {
+				return err
+			}
+		}
+		err := errors.Join(
+			strip(tx.Bucket(bucketRunRecs), nil, "entitlement_jti", "restarts", "last_checkpoint_step", "halt", "revocation"),
+			// Schema 2 wrote a booking record only when it was released.
+			strip(tx.Bucket(bucketBookings), func(m map[string]any) bool { return m["released_at"] == nil }, "account", "bound_at"),
+			strip(tx.Bucket(bucketRevocations), nil, "decision_id"))
+		if err != nil {
 			return err
 		}
-		return tx.Bucket(bucketMeta).Put(keySchema, []byte("1"))
+		if to == 1 {
+			if err := tx.DeleteBucket(bucketLiveRuns); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bucketMeta).Put(keySchema, []byte(strconv.Itoa(to)))
 	})
 }
 
@@ -523,6 +574,68 @@ func TestMigrateSchema1(t *testing.T) {
 		t.Fatalf("Check after migration: %v", err)
 	}
 	verify(t, s)
+	if _, err := s.Check(t.Context()); err != nil {
+		t.Fatalf("Check after the migrated store committed: %v", err)
+	}
+}
+
+// TestMigrateSchema2: a schema 2 file (no run state, events, entitlement
+// index or booking accounts) opens as schema 3 with each run's events
+// written from its admissions exactly as the store wrote them, its
+// restarts and entitlement, each booking bound to its account; it passes
+// Check, answers ledgertest.BookingHistory as before, and an entitlement
+// revocation reaches a migrated run.
+func TestMigrateSchema2(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	verify := ledgertest.BookingHistory(t, s)
+	extra := ledgertest.RunLifeHistory(t, s)
+	want := map[string][]ledger.RunEvent{}
+	runs := map[string]ledger.RunRecord{}
+	err = s.db.View(func(tx *bbolt.Tx) error {
+		return tx.Bucket(bucketRunRecs).ForEach(func(k, _ []byte) error {
+			id := string(k)
+			r, err := getRun(tx.Bucket(bucketRunRecs), id)
+			runs[id] = r.run()
+			if err != nil {
+				return err
+			}
+			return runEvents(tx, id, func(e ledger.RunEvent) error {
+				want[id] = append(want[id], e)
+				return nil
+			})
+		})
+	})
+	if err != nil || len(want) < 10 {
+		t.Fatalf("events before: %d runs, %v", len(want), err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	downgradeTo(t, path, 2)
+	s, err = Open(path, Options{})
+	if err != nil {
+		t.Fatalf("Open(schema 2): %v", err)
+	}
+	defer s.Close()
+	if _, err := s.Check(t.Context()); err != nil {
+		t.Fatalf("Check after migration: %v", err)
+	}
+	for id, events := range want {
+		got, err := s.RunEvents(t.Context(), id)
+		if err != nil || !reflect.DeepEqual(got, events) {
+			t.Fatalf("RunEvents(%s) after migration = %+v, %v\nwant %+v", id, got, err, events)
+		}
+		r, err := s.RunRecord(t.Context(), id)
+		if err != nil || !r.Equal(runs[id]) {
+			t.Fatalf("RunRecord(%s) after migration = %+v, %v\nwant %+v", id, r, err, runs[id])
+		}
+	}
+	verify(t, s)
+	extra(t, s)
 	if _, err := s.Check(t.Context()); err != nil {
 		t.Fatalf("Check after the migrated store committed: %v", err)
 	}
@@ -603,7 +716,7 @@ func seedBooking(tb testing.TB, s *Store, n, live int, now time.Time) {
 	tb.Helper()
 	err := s.db.Update(func(tx *bbolt.Tx) error {
 		for i := range n {
-			r := runRecord{RunID: ledger.NewRunID(), Account: []string{"acct_42", "acct_43"}[i%2], BookingID: "bk_long",
+			r := runRecord{RunID: ledger.NewRunID(), Account: "acct_42", BookingID: "bk_long",
 				ManifestDigest: "sha256:" + fmt.Sprintf("%064x", 42), GPUs: 1, BookedGPUs: 1 << 30,
 				AdmittedAt: now.Add(-time.Duration(n-i) * time.Second), LiveUntil: now.Add(time.Hour)}
 			if i < n-live {
@@ -737,5 +850,55 @@ func TestMigrateSchema1UnreadableRun(t *testing.T) {
 	}
 	if _, err := s.Check(t.Context()); !errors.Is(err, ledger.ErrInconsistent) || !strings.Contains(err.Error(), "live index entry") {
 		t.Fatalf("Check = %v, want it to report the broken run's live index entry", err)
+	}
+}
+
+// TestCheckFindsRunStateFaults: Check replays each run's events through
+// RunRecord.May and reports a restart written after the run's halt, and an
+// admission on a run without its event.
+func TestCheckFindsRunStateFaults(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	ctx := t.Context()
+	refs := seed(t, s, 1)
+	now := time.Now().UTC()
+	a := ledger.Admission{Account: "acct_42", IdempotencyKey: "k1", RequestDigest: "sha256:" + fmt.Sprintf("%064x", 9),
+		DecisionID: "dec_1", RunID: ledger.NewRunID(), Action: "train.create", BookingID: "bk_01", ConfirmationRef: refs[0],
+		ConfirmationJTI: refs[0], State: api.StateAdmitted, CreatedAt: now, GPUs: 1, BookedGPUs: 8,
+		LiveUntil: now.Add(time.Hour), Stage: "pretrain"}
+	if _, _, err := s.Commit(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if _, halted, err := s.HaltRun(ctx, ledger.Halt{RunID: a.RunID, Account: "acct_42", BookingID: "bk_01",
+		RunHalt: ledger.RunHalt{At: now, DecisionID: "dec_halt", Stage: "pretrain",
+			ReportDigest: "sha256:" + strings.Repeat("e", 64), FailedEvals: []string{"mmlu_5shot"}, By: "evals:k"}}); err != nil || !halted {
+		t.Fatalf("HaltRun = %v, %v", halted, err)
+	}
+	// seed skips the expiry index; fill it so only the planted faults show.
+	err := s.db.Update(func(tx *bbolt.Tx) error {
+		v, _ := decodeConfirmation(tx.Bucket(bucketConfirmations).Get([]byte(refs[0])))
+		return tx.Bucket(bucketExpiries).Put(expiryKey(v.ExpiresAt, refs[0]), nil)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Check(ctx); err != nil {
+		t.Fatalf("Check on a sound ledger = %v", err)
+	}
+	err = s.db.Update(func(tx *bbolt.Tx) error {
+		if err := appendEvent(tx, ledger.RunEvent{RunID: a.RunID, At: now.Add(time.Second), To: api.RunLive,
+			Action: api.TrainRestart, DecisionID: "dec_ghost", CheckpointStep: 500}); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketRunEvents).Delete(eventKey(a.RunID, 1))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Check(ctx)
+	for _, want := range []string{"on run " + a.RunID + " has no event", "is not the train.create"} {
+		if !errors.Is(err, ledger.ErrInconsistent) || !strings.Contains(err.Error(), want) {
+			t.Errorf("Check = %v, want ErrInconsistent saying %q", err, want)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package bolt
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -58,9 +59,98 @@ func checkRevocations(tx *bbolt.Tx, a ledger.Admission) error {
 	return nil
 }
 
+// getBooking returns booking's record (ok false when it has none).
+func getBooking(tx *bbolt.Tx, booking string) (bookingRecord, bool, error) {
+	v := tx.Bucket(bucketBookings).Get([]byte(booking))
+	if v == nil {
+		return bookingRecord{}, false, nil
+	}
+	var b bookingRecord
+	if err := json.Unmarshal(v, &b); err != nil {
+		return bookingRecord{}, false, fmt.Errorf("corrupt booking record: %w", err)
+	}
+	return b, true, nil
+}
+
+// checkBookingAccount aborts with ledger.ErrBookingAccount when a's booking
+// is bound to another account.
+func checkBookingAccount(tx *bbolt.Tx, a ledger.Admission) error {
+	b, _, err := getBooking(tx, a.BookingID)
+	if err != nil {
+		return err
+	}
+	if err := ledger.CheckBookingAccount(b.Account, a); err != nil {
+		return abort(err)
+	}
+	return nil
+}
+
+// bindBooking binds a's booking to a's account when nothing bound it yet
+// and, for a release, marks it released: the booking record as a's commit
+// leaves it.
+func bindBooking(tx *bbolt.Tx, a ledger.Admission) error {
+	b, _, err := getBooking(tx, a.BookingID)
+	if err != nil {
+		return err
+	}
+	changed := false
+	if b.Account == "" {
+		b.Account, b.BoundAt, changed = a.Account, a.CreatedAt.UTC(), true
+	}
+	if a.Action.Effect() == api.EffectReleaseBooking && b.ReleasedAt.IsZero() {
+		b.ReleasedAt, b.ReleasedBy, changed = a.CreatedAt.UTC(), a.IdempotencyKey, true
+	}
+	if !changed {
+		return nil
+	}
+	return putJSON(tx.Bucket(bucketBookings), []byte(a.BookingID), b)
+}
+
+// eventKey is the runevents key of a run's seq-th event.
+func eventKey(runID string, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(joinKey(runID, ""), seq)
+}
+
+// appendEvent writes e as its run's next event.
+func appendEvent(tx *bbolt.Tx, e ledger.RunEvent) error {
+	prefix := joinKey(e.RunID, "")
+	c := tx.Bucket(bucketRunEvents).Cursor()
+	k, _ := c.Seek(eventKey(e.RunID, 1<<64-1))
+	if k == nil {
+		k, _ = c.Last()
+	} else {
+		k, _ = c.Prev()
+	}
+	seq := uint64(1)
+	if k != nil && bytes.HasPrefix(k, prefix) && len(k) == len(prefix)+8 {
+		seq = binary.BigEndian.Uint64(k[len(prefix):]) + 1
+	}
+	return putJSON(tx.Bucket(bucketRunEvents), eventKey(e.RunID, seq), eventToRecord(e))
+}
+
+// runEvents calls fn with each event of runID in the order written.
+func runEvents(tx *bbolt.Tx, runID string, fn func(ledger.RunEvent) error) error {
+	prefix := joinKey(runID, "")
+	c := tx.Bucket(bucketRunEvents).Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		if len(k) != len(prefix)+8 {
+			continue // another run's id extends this one's: never, ids hold no NUL
+		}
+		var e eventRecord
+		if err := json.Unmarshal(v, &e); err != nil {
+			return fmt.Errorf("corrupt run event %q: %w", k, err)
+		}
+		if err := fn(e.event(runID)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // writeRunLife applies a's effect on the run's life, after checking
-// capacity for train.create: a new run record, a run ended by cancel or
-// cleanup, or a booking released with its live runs ended.
+// capacity for train.create: a new run record, a run stepped, a run ended
+// by cancel or cleanup, or a booking released with its live runs ended;
+// each run it acts on gets its event.
 func writeRunLife(tx *bbolt.Tx, a ledger.Admission) error {
 	recs := tx.Bucket(bucketRunRecs)
 	end := func(r runRecord) error {
@@ -68,11 +158,14 @@ func writeRunLife(tx *bbolt.Tx, a ledger.Admission) error {
 		// committed first), or past its declared end: keep how it ended.
 		// The same rule as PostgreSQL's ended_at IS NULL AND live_until > t.
 		if !r.EndedAt.IsZero() || !a.CreatedAt.Before(r.LiveUntil) {
-			return nil
+			return appendEvent(tx, ledger.AdmissionEvent(a, r.RunID, false))
 		}
 		prev := r
 		r.EndedAt, r.EndedBy = a.CreatedAt.UTC(), string(a.Action)
-		return putRunRec(tx, &prev, r)
+		if err := putRunRec(tx, &prev, r); err != nil {
+			return err
+		}
+		return appendEvent(tx, ledger.AdmissionEvent(a, r.RunID, true))
 	}
 	switch a.Action.Effect() {
 	case api.EffectCreateRun:
@@ -83,11 +176,19 @@ func writeRunLife(tx *bbolt.Tx, a ledger.Admission) error {
 		}
 		r := runRecord{RunID: a.RunID, Account: a.Account, BookingID: a.BookingID, ManifestDigest: a.ManifestDigest,
 			GPUs: a.GPUs, BookedGPUs: a.BookedGPUs, AdmittedAt: a.CreatedAt.UTC(), LiveUntil: a.LiveUntil.UTC(),
-			Stage: a.Stage}
+			Stage: a.Stage, EntitlementJTI: a.EntitlementJTI}
 		if err := putRunRec(tx, nil, r); err != nil {
 			return err
 		}
-		return tx.Bucket(bucketBookingRuns).Put(joinKey(a.BookingID, a.RunID), nil)
+		if err := tx.Bucket(bucketBookingRuns).Put(joinKey(a.BookingID, a.RunID), nil); err != nil {
+			return err
+		}
+		if a.EntitlementJTI != "" {
+			if err := tx.Bucket(bucketEntitlementRuns).Put(joinKey(a.EntitlementJTI, a.RunID), nil); err != nil {
+				return err
+			}
+		}
+		return appendEvent(tx, ledger.AdmissionEvent(a, a.RunID, true))
 	case api.EffectEndRun:
 		if recs.Get([]byte(a.RunID)) == nil {
 			return nil // the server checked the run exists; nothing is held
@@ -111,20 +212,14 @@ func writeRunLife(tx *bbolt.Tx, a ledger.Admission) error {
 		if err := ledger.CheckRunStep(r.run(), a); err != nil {
 			return abort(err)
 		}
-		if spec, _ := a.Action.Spec(); !spec.Stage {
-			return nil // a step that keeps the stage (a restart)
-		}
 		prev := r
-		r.Stage = a.Stage
-		return putRunRec(tx, &prev, r)
-	case api.EffectReleaseBooking:
-		bookings := tx.Bucket(bucketBookings)
-		if bookings.Get([]byte(a.BookingID)) == nil {
-			err := putJSON(bookings, []byte(a.BookingID), bookingRecord{ReleasedAt: a.CreatedAt.UTC(), ReleasedBy: a.IdempotencyKey})
-			if err != nil {
-				return err
-			}
+		next := ledger.Stepped(r.run(), a)
+		r.Stage, r.Restarts, r.LastCheckpointStep = next.Stage, next.Restarts, next.LastCheckpointStep
+		if err := putRunRec(tx, &prev, r); err != nil {
+			return err
 		}
+		return appendEvent(tx, ledger.AdmissionEvent(a, a.RunID, true))
+	case api.EffectReleaseBooking:
 		// end changes only the runs live at a.CreatedAt: those the live
 		// index lists (collected first: writes invalidate the cursor).
 		var ids []string
@@ -140,12 +235,124 @@ func writeRunLife(tx *bbolt.Tx, a ledger.Admission) error {
 			if err != nil {
 				return err
 			}
-			if err := end(r); err != nil {
+			if !r.EndedAt.IsZero() {
+				continue // an end decided later committed first: it stays
+			}
+			prev := r
+			r.EndedAt, r.EndedBy = a.CreatedAt.UTC(), string(a.Action)
+			if err := putRunRec(tx, &prev, r); err != nil {
+				return err
+			}
+			if err := appendEvent(tx, ledger.AdmissionEvent(a, r.RunID, true)); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// revokeRuns revokes, for the revocation r stored as stored, every run of
+// its booking or admitted under its entitlement that is live at
+// r.RevokedAt and not revoked yet.
+func revokeRuns(tx *bbolt.Tx, r, stored ledger.Revocation) error {
+	var ids []string
+	switch r.Kind {
+	case ledger.RevokeBooking:
+		err := liveRuns(tx, r.Subject, r.RevokedAt, func(run ledger.RunRecord) error {
+			ids = append(ids, run.RunID)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	case ledger.RevokeEntitlement:
+		prefix := joinKey(r.Subject, "")
+		c := tx.Bucket(bucketEntitlementRuns).Cursor()
+		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			ids = append(ids, string(k[len(prefix):]))
+		}
+	default:
+		return nil
+	}
+	applied := stored
+	applied.RevokedAt = r.RevokedAt
+	recs := tx.Bucket(bucketRunRecs)
+	for _, id := range ids {
+		run, err := getRun(recs, id)
+		if err != nil {
+			return err
+		}
+		if run.Revocation != nil || !run.run().Live(r.RevokedAt) {
+			continue
+		}
+		prev := run
+		run.Revocation = runRevocationToRecord(applied)
+		if err := putRunRec(tx, &prev, run); err != nil {
+			return err
+		}
+		if err := appendEvent(tx, ledger.RevocationEvent(id, applied)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// HaltRun implements ledger.Store.
+func (s *Store) HaltRun(ctx context.Context, h ledger.Halt) (ledger.RunRecord, bool, error) {
+	if err := h.Validate(); err != nil {
+		return ledger.RunRecord{}, false, err
+	}
+	var (
+		out    ledger.RunRecord
+		halted bool
+	)
+	err := s.write(ctx, "halt", s.db.Update, func(tx *bbolt.Tx) error {
+		recs := tx.Bucket(bucketRunRecs)
+		if recs.Get([]byte(h.RunID)) == nil {
+			return abort(fmt.Errorf("ledger: halt: run: %w", ledger.ErrNotFound))
+		}
+		r, err := getRun(recs, h.RunID)
+		if err != nil {
+			return err
+		}
+		out, halted = r.run(), false
+		ok, err := ledger.CheckHalt(out, h)
+		if err != nil {
+			return abort(err)
+		}
+		if !ok {
+			return nil
+		}
+		prev := r
+		r.Halt = haltToRecord(h.RunHalt)
+		if err := putRunRec(tx, &prev, r); err != nil {
+			return err
+		}
+		out, halted = r.run(), true
+		return appendEvent(tx, ledger.HaltEvent(h))
+	})
+	if err != nil {
+		return ledger.RunRecord{}, false, err
+	}
+	return out, halted, nil
+}
+
+// RunEvents implements ledger.Store.
+func (s *Store) RunEvents(ctx context.Context, runID string) ([]ledger.RunEvent, error) {
+	var out []ledger.RunEvent
+	err := s.read(ctx, "run events", func(tx *bbolt.Tx) error {
+		out = nil
+		return runEvents(tx, runID, func(e ledger.RunEvent) error {
+			if len(out) < ledger.MaxRunEvents {
+				out = append(out, e)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // RunRecord implements ledger.Store.
@@ -170,7 +377,12 @@ func (s *Store) BookingUsage(ctx context.Context, bookingID string, now time.Tim
 	var u ledger.BookingUsage
 	err := s.read(ctx, "booking usage", func(tx *bbolt.Tx) error {
 		runs, released, err := liveUsage(tx, bookingID, now)
+		if err != nil {
+			return err
+		}
 		u = ledger.Usage(bookingID, runs, released, now)
+		b, _, err := getBooking(tx, bookingID)
+		u.Account = b.Account
 		return err
 	})
 	if err != nil {
@@ -185,7 +397,7 @@ func (s *Store) Revoke(ctx context.Context, r ledger.Revocation) (ledger.Revocat
 		return ledger.Revocation{}, false, err
 	}
 	rec := revocationRecord{Kind: r.Kind, Subject: r.Subject, Reason: r.Reason, RevokedBy: r.RevokedBy,
-		RevokedAt: r.RevokedAt.UTC(), ExpiresAt: r.ExpiresAt.UTC()}
+		RevokedAt: r.RevokedAt.UTC(), ExpiresAt: r.ExpiresAt.UTC(), DecisionID: r.DecisionID}
 	var (
 		stored  ledger.Revocation
 		created bool
@@ -199,10 +411,13 @@ func (s *Store) Revoke(ctx context.Context, r ledger.Revocation) (ledger.Revocat
 				return fmt.Errorf("corrupt revocation record: %w", err)
 			}
 			stored, created = prev.revocation(), false
-			return nil
+			return revokeRuns(tx, r, stored)
 		}
 		stored, created = rec.revocation(), true
-		return putJSON(b, k, rec)
+		if err := putJSON(b, k, rec); err != nil {
+			return err
+		}
+		return revokeRuns(tx, r, stored)
 	})
 	if err != nil {
 		return ledger.Revocation{}, false, err
@@ -298,5 +513,8 @@ func checkRunLife(tx *bbolt.Tx, bad func(string, ...any)) error {
 			bad("booking %s: %s", booking, p)
 		}
 	}
-	return checkLive(tx, bad)
+	if err := checkLive(tx, bad); err != nil {
+		return err
+	}
+	return checkRunEvents(tx, bad)
 }

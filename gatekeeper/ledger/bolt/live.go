@@ -398,11 +398,8 @@ func checkLive(tx *bbolt.Tx, bad func(string, ...any)) error {
 	return nil
 }
 
-// sameRun reports whether a and b are the same record (times by Equal).
+// sameRun reports whether the live index entry a holds the record b: the
+// facts of the GPUs it holds (RunRecord.Held), times by Equal.
 func sameRun(a, b ledger.RunRecord) bool {
-	if !a.AdmittedAt.Equal(b.AdmittedAt) || !a.LiveUntil.Equal(b.LiveUntil) || !a.EndedAt.Equal(b.EndedAt) {
-		return false
-	}
-	a.AdmittedAt, a.LiveUntil, a.EndedAt = b.AdmittedAt, b.LiveUntil, b.EndedAt
-	return a == b
+	return a.Held().Equal(b.Held())
 }

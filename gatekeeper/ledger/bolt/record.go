@@ -69,33 +69,104 @@ type runRecord struct {
 	EndedAt        time.Time `json:"ended_at,omitzero"`
 	EndedBy        string    `json:"ended_by,omitempty"`
 	Stage          string    `json:"stage,omitempty"`
+	// Schema 3: the run's state beyond how it ended.
+	EntitlementJTI     string            `json:"entitlement_jti,omitempty"`
+	Restarts           int               `json:"restarts,omitempty"`
+	LastCheckpointStep int64             `json:"last_checkpoint_step,omitempty"`
+	Halt               *haltRecord       `json:"halt,omitempty"`
+	Revocation         *runRevocationRec `json:"revocation,omitempty"`
+}
+
+type haltRecord struct {
+	At           time.Time `json:"at"`
+	DecisionID   string    `json:"decision_id"`
+	Stage        string    `json:"stage"`
+	ReportDigest string    `json:"report_digest"`
+	FailedEvals  []string  `json:"failed_evals"`
+	By           string    `json:"by"`
+}
+
+type runRevocationRec struct {
+	At         time.Time             `json:"at"`
+	Kind       ledger.RevocationKind `json:"kind"`
+	Subject    string                `json:"subject"`
+	By         string                `json:"by"`
+	Reason     string                `json:"reason,omitempty"`
+	DecisionID string                `json:"decision_id,omitempty"`
+}
+
+// eventRecord is one run event (bucket runevents).
+type eventRecord struct {
+	At             time.Time `json:"at"`
+	To             string    `json:"to,omitempty"`
+	Action         string    `json:"action,omitempty"`
+	DecisionID     string    `json:"decision_id,omitempty"`
+	By             string    `json:"by,omitempty"`
+	Reason         string    `json:"reason,omitempty"`
+	Stage          string    `json:"stage,omitempty"`
+	CheckpointStep int64     `json:"checkpoint_step,omitempty"`
 }
 
 type bookingRecord struct {
+	// Account is the account of the booking's first admission (schema 3);
+	// BoundAt that admission's decision time.
+	Account    string    `json:"account,omitempty"`
+	BoundAt    time.Time `json:"bound_at,omitzero"`
 	ReleasedAt time.Time `json:"released_at,omitzero"`
 	ReleasedBy string    `json:"released_by,omitempty"` // idempotency key of the release
 }
 
 type revocationRecord struct {
-	Kind      ledger.RevocationKind `json:"kind"`
-	Subject   string                `json:"subject"`
-	Reason    string                `json:"reason,omitempty"`
-	RevokedBy string                `json:"revoked_by"`
-	RevokedAt time.Time             `json:"revoked_at"`
-	ExpiresAt time.Time             `json:"expires_at"`
+	Kind       ledger.RevocationKind `json:"kind"`
+	Subject    string                `json:"subject"`
+	Reason     string                `json:"reason,omitempty"`
+	RevokedBy  string                `json:"revoked_by"`
+	RevokedAt  time.Time             `json:"revoked_at"`
+	ExpiresAt  time.Time             `json:"expires_at"`
+	DecisionID string                `json:"decision_id,omitempty"`
 }
 
 func (r runRecord) run() ledger.RunRecord {
-	return ledger.RunRecord{
+	out := ledger.RunRecord{
 		RunID: r.RunID, Account: r.Account, BookingID: r.BookingID, ManifestDigest: r.ManifestDigest,
 		GPUs: r.GPUs, BookedGPUs: r.BookedGPUs, AdmittedAt: r.AdmittedAt.UTC(), LiveUntil: r.LiveUntil.UTC(),
 		EndedAt: utcOrZero(r.EndedAt), EndedBy: api.Action(r.EndedBy), Stage: r.Stage,
+		EntitlementJTI: r.EntitlementJTI, Restarts: r.Restarts, LastCheckpointStep: r.LastCheckpointStep,
 	}
+	if h := r.Halt; h != nil {
+		out.Halt = ledger.RunHalt{At: h.At.UTC(), DecisionID: h.DecisionID, Stage: h.Stage, ReportDigest: h.ReportDigest,
+			FailedEvals: h.FailedEvals, By: h.By}
+	}
+	if v := r.Revocation; v != nil {
+		out.Revocation = ledger.RunRevocation{At: v.At.UTC(), Kind: v.Kind, Subject: v.Subject, By: v.By,
+			Reason: v.Reason, DecisionID: v.DecisionID}
+	}
+	return out
+}
+
+func haltToRecord(h ledger.RunHalt) *haltRecord {
+	return &haltRecord{At: h.At.UTC(), DecisionID: h.DecisionID, Stage: h.Stage, ReportDigest: h.ReportDigest,
+		FailedEvals: h.FailedEvals, By: h.By}
+}
+
+func runRevocationToRecord(r ledger.Revocation) *runRevocationRec {
+	return &runRevocationRec{At: r.RevokedAt.UTC(), Kind: r.Kind, Subject: r.Subject, By: r.RevokedBy,
+		Reason: r.Reason, DecisionID: r.DecisionID}
+}
+
+func eventToRecord(e ledger.RunEvent) eventRecord {
+	return eventRecord{At: e.At.UTC(), To: string(e.To), Action: string(e.Action), DecisionID: e.DecisionID,
+		By: e.By, Reason: e.Reason, Stage: e.Stage, CheckpointStep: e.CheckpointStep}
+}
+
+func (e eventRecord) event(runID string) ledger.RunEvent {
+	return ledger.RunEvent{RunID: runID, At: e.At.UTC(), To: api.RunState(e.To), Action: api.Action(e.Action),
+		DecisionID: e.DecisionID, By: e.By, Reason: e.Reason, Stage: e.Stage, CheckpointStep: e.CheckpointStep}
 }
 
 func (r revocationRecord) revocation() ledger.Revocation {
 	return ledger.Revocation{Kind: r.Kind, Subject: r.Subject, Reason: r.Reason, RevokedBy: r.RevokedBy,
-		RevokedAt: r.RevokedAt.UTC(), ExpiresAt: r.ExpiresAt.UTC()}
+		RevokedAt: r.RevokedAt.UTC(), ExpiresAt: r.ExpiresAt.UTC(), DecisionID: r.DecisionID}
 }
 
 func confirmationToRecord(c ledger.Confirmation) confirmationRecord {

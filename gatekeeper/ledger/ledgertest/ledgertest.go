@@ -104,6 +104,16 @@ var cases = []struct {
 	{"Revocations", testRevocations},
 	{"ClosedStore", testClosedStore},
 	{"CancelledContext", testCancelledContext},
+	{"RunStateTransitions", testRunStateTransitions},
+	{"RevokedBookingRevokesRuns", testRevokedBookingRevokesRuns},
+	{"RevokedEntitlementRevokesItsRuns", testRevokedEntitlementRevokesItsRuns},
+	{"HaltRun", testHaltRun},
+	{"BookingBoundToOneAccount", testBookingBoundToOneAccount},
+	{"RaceRevokeRestart", testRaceRevokeRestart},
+	{"RaceHaltRestart", testRaceHaltRestart},
+	{"RaceRevokeCreate", testRaceRevokeCreate},
+	{"RaceHaltAdvance", testRaceHaltAdvance},
+	{"RunLifeHistory", testRunLifeHistory},
 	{"WorkloadBindsOnce", testWorkloadBindsOnce},
 	{"WorkloadChildren", testWorkloadChildren},
 	{"WorkloadConcurrentRoots", testWorkloadConcurrentRoots},
@@ -543,8 +553,18 @@ func testCommitInvalid(t *testing.T, f *fixture) {
 }
 
 func testKeysScopedByAccount(t *testing.T, f *fixture) {
-	ca := f.deposit("acct_a", "train.create")
-	cb := f.deposit("acct_b", "train.create")
+	// Each account on a booking of its own: a booking belongs to one.
+	depositOn := func(account, booking string) ledger.Confirmation {
+		c := f.confirmation(account, "train.create")
+		c.BookingID = booking
+		if err := f.s.DepositConfirmation(f.ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		c.State = ledger.ConfirmationAvailable
+		return c
+	}
+	ca := depositOn("acct_a", "bk_a")
+	cb := depositOn("acct_b", "bk_b")
 	aa := f.commit(admission(ca, "same-key", "req-a"))
 	ab := f.commit(admission(cb, "same-key", "req-b"))
 	f.wantAdmission("acct_a", "same-key", aa)
@@ -554,7 +574,7 @@ func testKeysScopedByAccount(t *testing.T, f *fixture) {
 
 	// Account and key are not concatenated ambiguously: ("acct_a", "x")
 	// and ("acct_", "ax") are different slots.
-	c1 := f.deposit("acct_", "train.create")
+	c1 := depositOn("acct_", "bk_c")
 	f.commit(admission(c1, "asame-key", "req-c"))
 	f.wantAdmission("acct_a", "same-key", aa)
 }

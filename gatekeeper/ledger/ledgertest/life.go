@@ -3,6 +3,7 @@ package ledgertest
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -72,12 +73,8 @@ func testRunRecordLife(t *testing.T, f *fixture) {
 	f.commit(a)
 	r := f.wantRun(a.RunID, true, a.CreatedAt)
 	want := ledger.RunRecord{RunID: a.RunID, Account: "acct_42", BookingID: "bk_life", ManifestDigest: a.ManifestDigest,
-		GPUs: 16, BookedGPUs: 64, AdmittedAt: a.CreatedAt, LiveUntil: a.LiveUntil}
-	if !r.AdmittedAt.Equal(want.AdmittedAt) || !r.LiveUntil.Equal(want.LiveUntil) {
-		t.Fatalf("RunRecord times = %+v, want %+v", r, want)
-	}
-	r.AdmittedAt, r.LiveUntil = want.AdmittedAt, want.LiveUntil
-	if r != want {
+		GPUs: 16, BookedGPUs: 64, AdmittedAt: a.CreatedAt, LiveUntil: a.LiveUntil, EntitlementJTI: a.EntitlementJTI}
+	if !r.Equal(want) {
 		t.Fatalf("RunRecord = %+v, want %+v", r, want)
 	}
 	// A decision time a little behind the admission (another replica's
@@ -110,12 +107,12 @@ func testRunRecordLife(t *testing.T, f *fixture) {
 }
 
 // testCapacity: runs share their booking's GPUs; a create beyond them is
-// refused naming the account's own live runs (never another account's),
-// nothing written; cleanup, cancel and the declared end free GPUs.
+// refused naming the live runs, nothing written; cleanup, cancel and the
+// declared end free GPUs.
 func testCapacity(t *testing.T, f *fixture) {
 	first := f.create("acct_42", "bk_cap", "first", 48, 64)
 	f.commit(first)
-	other := f.create("acct_43", "bk_cap", "other", 8, 64)
+	other := f.create("acct_42", "bk_cap", "other", 8, 64)
 	f.commit(other)
 
 	over := f.create("acct_42", "bk_cap", "over", 16, 64)
@@ -123,8 +120,8 @@ func testCapacity(t *testing.T, f *fixture) {
 	wantErr(t, "create beyond the booking", err, ledger.ErrCapacityExceeded)
 	var ce *ledger.CapacityError
 	if !errors.As(err, &ce) || ce.HeldGPUs != 56 || ce.WantGPUs != 16 || ce.BookedGPUs != 64 ||
-		len(ce.Runs) != 1 || ce.Runs[0].RunID != first.RunID {
-		t.Fatalf("CapacityError = %+v, want 56 held + 16 > 64 naming only %s", ce, first.RunID)
+		len(ce.Runs) != 2 || !sameIDs(ce.Runs, first.RunID, other.RunID) {
+		t.Fatalf("CapacityError = %+v, want 56 held + 16 > 64 naming %s and %s", ce, first.RunID, other.RunID)
 	}
 	f.wantNothingFrom(over)
 	f.wantState(over.ConfirmationRef, ledger.ConfirmationAvailable, "")
@@ -330,4 +327,17 @@ func testCapacityRaces(t *testing.T, f *fixture) {
 	for _, n := range []int{2, 10, 50} {
 		CapacityRace(t, []ledger.Store{f.s}, fmt.Sprintf("bk_race_%d", n), n)
 	}
+}
+
+// sameIDs reports whether runs are the runs ids, in any order.
+func sameIDs(runs []ledger.RunRecord, ids ...string) bool {
+	if len(runs) != len(ids) {
+		return false
+	}
+	for _, id := range ids {
+		if !slices.ContainsFunc(runs, func(r ledger.RunRecord) bool { return r.RunID == id }) {
+			return false
+		}
+	}
+	return true
 }

@@ -19,9 +19,29 @@ import (
 // bookingLockKey is the advisory lock that serializes commits on one booking
 // in this schema.
 func bookingLockKey(schema, booking string) int64 {
+	return lockKey("itogate.ledger.booking/" + schema + "/" + booking)
+}
+
+// entitlementLockKey is the advisory lock that serializes the creates under
+// one entitlement with its revocation.
+func entitlementLockKey(schema, jti string) int64 {
+	return lockKey("itogate.ledger.entitlement/" + schema + "/" + jti)
+}
+
+func lockKey(name string) int64 {
 	h := fnv.New64a()
-	_, _ = h.Write([]byte("itogate.ledger.booking/" + schema + "/" + booking))
+	_, _ = h.Write([]byte(name))
 	return int64(h.Sum64())
+}
+
+// commitLocks are the two advisory locks a commit takes (lockBooking): the
+// booking's, and for a create under an entitlement that entitlement's.
+func (s *Store) commitLocks(a ledger.Admission) (int64, int64) {
+	booking := bookingLockKey(s.opts.Schema, a.BookingID)
+	if a.Action.Effect() == api.EffectCreateRun && a.EntitlementJTI != "" {
+		return booking, entitlementLockKey(s.opts.Schema, a.EntitlementJTI)
+	}
+	return booking, booking
 }
 
 func (s *Store) commitOnce(ctx context.Context, a ledger.Admission) (ledger.Admission, bool, error) {
@@ -50,11 +70,13 @@ func (s *Store) commitOnce(ctx context.Context, a ledger.Admission) (ledger.Admi
 		liveUntil = &a.LiveUntil
 	}
 	b := &pgx.Batch{}
-	b.Queue(s.q.lockBooking, bookingLockKey(s.opts.Schema, a.BookingID))
+	lock1, lock2 := s.commitLocks(a)
+	b.Queue(s.q.lockBooking, lock1, lock2)
 	b.Queue(s.q.commit, a.Account, a.IdempotencyKey, a.RequestDigest, a.DecisionID, a.RunID,
 		a.Action, a.BookingID, a.ManifestDigest, a.ConfirmationRef, a.ConfirmationJTI, a.BundleRevision,
 		string(a.State), a.CreatedAt, a.EntitlementJTI, a.CallerKeyID, a.CostMicroUSD, a.GPUs, a.BookedGPUs, liveUntil,
-		kinds, subjects, a.Ticket, a.Stage, a.FromStage, a.CheckpointStep, spec.Effect.String(), spec.Stage)
+		kinds, subjects, a.Ticket, a.Stage, a.FromStage, a.CheckpointStep, spec.Effect.String(), spec.Stage,
+		spec.CheckpointStep, string(spec.RunState))
 	br := conn.SendBatch(qctx, b)
 	var tag pgconn.CommandTag
 	_, err = br.Exec()
@@ -107,6 +129,7 @@ func (s *Store) explain(qctx, ctx context.Context, conn *pgxpool.Conn, a ledger.
 	b.Queue(s.q.confirmation, a.ConfirmationRef)
 	b.Queue(s.q.revocations, kinds, subjects)
 	b.Queue(s.q.runRecord, a.RunID)
+	b.Queue(s.q.booking, a.BookingID)
 	br := conn.SendBatch(qctx, b)
 	prev, perr := scanAdmission(br.QueryRow())
 	c, cerr := scanConfirmation(br.QueryRow())
@@ -116,8 +139,16 @@ func (s *Store) explain(qctx, ctx context.Context, conn *pgxpool.Conn, a ledger.
 		revs, rerr = pgx.CollectRows(rows, scanRevocationRow)
 	}
 	run, runErr := scanRun(br.QueryRow())
+	var (
+		bound    string
+		released *time.Time
+	)
+	berr := br.QueryRow().Scan(&bound, &released)
 	if err := br.Close(); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return ledger.Admission{}, false, s.fault(ctx, "commit", err)
+	}
+	if berr != nil && !errors.Is(berr, pgx.ErrNoRows) {
+		return ledger.Admission{}, false, s.fault(ctx, "commit", berr)
 	}
 	switch {
 	case perr == nil && prev.RequestDigest == a.RequestDigest:
@@ -134,6 +165,9 @@ func (s *Store) explain(qctx, ctx context.Context, conn *pgxpool.Conn, a ledger.
 		return ledger.Admission{}, false, s.fault(ctx, "commit", rerr)
 	}
 	if err := ledger.CheckBindings(c, a); err != nil {
+		return ledger.Admission{}, false, err
+	}
+	if err := ledger.CheckBookingAccount(bound, a); err != nil {
 		return ledger.Admission{}, false, err
 	}
 	want := map[[2]string]bool{}
@@ -189,7 +223,8 @@ func revocationArrays(a ledger.Admission) ([]string, []string) {
 func isDomain(err error) bool {
 	for _, e := range []error{ledger.ErrNotFound, ledger.ErrKeyConflict, ledger.ErrConfirmationMismatch,
 		ledger.ErrCostExceeded, ledger.ErrRevoked, ledger.ErrConfirmationConsumed, ledger.ErrConfirmationExpired,
-		ledger.ErrCapacityExceeded, ledger.ErrBookingReleased, ledger.ErrRunEnded, ledger.ErrStageConflict} {
+		ledger.ErrCapacityExceeded, ledger.ErrBookingReleased, ledger.ErrRunEnded, ledger.ErrStageConflict,
+		ledger.ErrRunHalted, ledger.ErrBookingAccount} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -261,10 +296,16 @@ func (s *Store) bookingRuns(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 	QueryRow(context.Context, string, ...any) pgx.Row
 }, booking string, t time.Time) ([]ledger.RunRecord, time.Time, error) {
-	var released time.Time
-	err := q.QueryRow(ctx, s.q.released, booking).Scan(&released)
+	var (
+		released time.Time
+		at       *time.Time
+	)
+	err := q.QueryRow(ctx, s.q.released, booking).Scan(&at)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return nil, time.Time{}, err
+	}
+	if at != nil {
+		released = *at
 	}
 	rows, err := q.Query(ctx, s.q.bookingRuns, booking, t)
 	if err != nil {
@@ -284,15 +325,30 @@ func scanRunRow(row pgx.CollectableRow) (ledger.RunRecord, error) { return scanR
 
 func scanRun(row pgx.Row) (ledger.RunRecord, error) {
 	var (
-		r       ledger.RunRecord
-		endedAt *time.Time
-		endedBy *string
+		r                 ledger.RunRecord
+		endedAt           *time.Time
+		endedBy           *string
+		haltedAt, revoked *time.Time
+		revocationKind    string
 	)
 	err := row.Scan(&r.RunID, &r.Account, &r.BookingID, &r.ManifestDigest, &r.GPUs, &r.BookedGPUs,
-		&r.AdmittedAt, &r.LiveUntil, &endedAt, &endedBy, &r.Stage)
+		&r.AdmittedAt, &r.LiveUntil, &endedAt, &endedBy, &r.Stage,
+		&r.EntitlementJTI, &r.Restarts, &r.LastCheckpointStep,
+		&haltedAt, &r.Halt.DecisionID, &r.Halt.Stage, &r.Halt.ReportDigest, &r.Halt.FailedEvals, &r.Halt.By,
+		&revoked, &revocationKind, &r.Revocation.Subject, &r.Revocation.By, &r.Revocation.Reason, &r.Revocation.DecisionID)
 	if err != nil {
 		return ledger.RunRecord{}, err
 	}
+	if haltedAt != nil {
+		r.Halt.At = haltedAt.UTC()
+	}
+	if len(r.Halt.FailedEvals) == 0 {
+		r.Halt.FailedEvals = nil
+	}
+	if revoked != nil {
+		r.Revocation.At = revoked.UTC()
+	}
+	r.Revocation.Kind = ledger.RevocationKind(revocationKind)
 	r.AdmittedAt, r.LiveUntil = r.AdmittedAt.UTC(), r.LiveUntil.UTC()
 	if endedAt != nil {
 		r.EndedAt = endedAt.UTC()
@@ -310,7 +366,7 @@ func scanRevocation(row pgx.Row) (ledger.Revocation, error) {
 		r    ledger.Revocation
 		kind string
 	)
-	if err := row.Scan(&kind, &r.Subject, &r.Reason, &r.RevokedBy, &r.RevokedAt, &r.ExpiresAt); err != nil {
+	if err := row.Scan(&kind, &r.Subject, &r.Reason, &r.RevokedBy, &r.RevokedAt, &r.ExpiresAt, &r.DecisionID); err != nil {
 		return ledger.Revocation{}, err
 	}
 	r.Kind = ledger.RevocationKind(kind)
@@ -336,13 +392,27 @@ func (s *Store) BookingUsage(ctx context.Context, bookingID string, now time.Tim
 	var u ledger.BookingUsage
 	err := s.read(ctx, "booking usage", func(qctx context.Context, conn *pgxpool.Conn) error {
 		runs, released, err := s.bookingRuns(qctx, conn, bookingID, now)
+		if err != nil {
+			return err
+		}
 		u = ledger.Usage(bookingID, runs, released, now)
+		var at *time.Time
+		err = conn.QueryRow(qctx, s.q.booking, bookingID).Scan(&u.Account, &at)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
 		return err
 	})
 	return u, err
 }
 
-// Revoke implements ledger.Store.
+// Revoke implements ledger.Store. One transaction (a pipelined batch):
+// the lock of the booking a booking revocation names, or of the
+// entitlement an entitlement revocation names (a create under it takes the
+// same lock), then the revocation's insert and the revocation of the runs
+// it covers (revokeRuns) with their events. Steps of those runs lock their
+// row first, so each either commits before and is followed by the
+// revocation, or waits and is refused.
 func (s *Store) Revoke(ctx context.Context, r ledger.Revocation) (ledger.Revocation, bool, error) {
 	if err := r.Validate(); err != nil {
 		return ledger.Revocation{}, false, err
@@ -352,13 +422,41 @@ func (s *Store) Revoke(ctx context.Context, r ledger.Revocation) (ledger.Revocat
 		return ledger.Revocation{}, false, err
 	}
 	defer conn.Release()
-	qctx, cancel := s.bound(ctx, 2)
+	qctx, cancel := s.bound(ctx, 3)
 	defer cancel()
-	tag, err := conn.Exec(qctx, s.q.revoke, string(r.Kind), r.Subject, r.Reason, r.RevokedBy, r.RevokedAt.UTC(), r.ExpiresAt.UTC())
-	if err != nil {
-		return ledger.Revocation{}, false, s.fault(ctx, "revoke", err)
+	b := &pgx.Batch{}
+	locked := r.Kind.RevokesRuns()
+	switch r.Kind {
+	case ledger.RevokeBooking:
+		key := bookingLockKey(s.opts.Schema, r.Subject)
+		b.Queue(s.q.lockBooking, key, key)
+	case ledger.RevokeEntitlement:
+		key := entitlementLockKey(s.opts.Schema, r.Subject)
+		b.Queue(s.q.lockBooking, key, key)
 	}
-	stored, err := scanRevocation(conn.QueryRow(qctx, s.q.revoked, string(r.Kind), r.Subject))
+	b.Queue(s.q.revoke, string(r.Kind), r.Subject, r.Reason, r.RevokedBy, r.RevokedAt.UTC(), r.ExpiresAt.UTC(), r.DecisionID)
+	if locked {
+		b.Queue(s.q.revokeRuns, string(r.Kind), r.Subject, r.RevokedAt.UTC())
+	}
+	b.Queue(s.q.revoked, string(r.Kind), r.Subject)
+	br := conn.SendBatch(qctx, b)
+	var tag pgconn.CommandTag
+	if locked {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		tag, err = br.Exec()
+	}
+	if err == nil && locked {
+		_, err = br.Exec()
+	}
+	var stored ledger.Revocation
+	if err == nil {
+		stored, err = scanRevocation(br.QueryRow())
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return ledger.Revocation{}, false, s.fault(ctx, "revoke", err)
 	}

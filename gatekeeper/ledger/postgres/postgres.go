@@ -216,8 +216,10 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 type queries struct {
 	deposit, confirmation, admission, run, commit, sweep, version string
 	// The run's life and revocations (life.go).
-	lockBooking, confirmationForUpdate, revocations, bookingRuns, released, insertRun, runRecord,
+	lockBooking, confirmationForUpdate, revocations, bookingRuns, released, runRecord,
 	endRun, releaseBooking, endBookingRuns, consume, insertAdmission, revoke, revoked, sweepRevocations string
+	// The run's state (state.go).
+	revokeRuns, halt, runEvents, booking string
 }
 
 const (
@@ -227,27 +229,45 @@ const (
 		manifest_digest, confirmation_ref, confirmation_jti, bundle_revision, state, created_at,
 		entitlement_jti, caller_key_id, cost_micro_usd, gpus, booked_gpus, live_until, ticket,
 		stage, from_stage, checkpoint_step`
-	runCols        = `run_id, account, booking_id, manifest_digest, gpus, booked_gpus, admitted_at, live_until, ended_at, ended_by, stage`
-	revocationCols = `kind, subject, reason, revoked_by, revoked_at, expires_at`
+	runCols = `run_id, account, booking_id, manifest_digest, gpus, booked_gpus, admitted_at, live_until, ended_at, ended_by, stage,
+		entitlement_jti, restarts, last_checkpoint_step,
+		halted_at, halt_decision_id, halt_stage, halt_report_digest, halt_failed_evals, halted_by,
+		revoked_at, revocation_kind, revocation_subject, revoked_by, revocation_reason, revocation_decision_id`
+	revocationCols = `kind, subject, reason, revoked_by, revoked_at, expires_at, decision_id`
+	eventCols      = `run_id, at, to_state, action, decision_id, actor, reason, stage, checkpoint_step`
 )
 
 func newQueries(schema string) queries {
 	r := strings.NewReplacer("{s}", schema, "{ccols}", confirmationCols, "{acols}", admissionCols,
-		"{rcols}", runCols, "{vcols}", revocationCols)
+		"{rcols}", runCols, "{vcols}", revocationCols, "{ecols}", eventCols)
 	return queries{
 		deposit: r.Replace(`INSERT INTO {s}.confirmations (ref, jti, account, action, token, expires_at, deposited_at, state,
 				booking_id, manifest_digest, run_id, cost_micro_usd)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, 'available', $8, $9, $10, $11)`),
-		lockBooking: `SELECT pg_advisory_xact_lock($1)`,
+		// The booking's lock and, for a create, its entitlement's ($2; the
+		// booking's again otherwise): an entitlement revocation takes the
+		// latter, so a create under it and the revocation serialize.
+		lockBooking: `SELECT pg_advisory_xact_lock($1), pg_advisory_xact_lock($2)`,
 		// See Commit. $1..$19 are the admission's columns in {acols} order,
 		// $20/$21 the (kind, subject) pairs that must not be revoked, $22
 		// the admission ticket, $23..$25 its stage, from_stage and
 		// checkpoint_step, $26 the action's effect (api.Effect: what the
 		// statement does is decided by the effect, never by an action's
-		// name) and $27 whether it moves the run's stage: a step needs its
-		// run live on the booking (one that moves the stage: in stage $24,
-		// and it moves the run to $23).
-		commit: r.Replace(`WITH consumed AS (
+		// name), $27 whether it moves the run's stage, $28 whether it
+		// counts a restart and $29 the state it leaves its run in
+		// (api.ActionSpec.RunState). A step needs its run to pass
+		// ledger.RunRecord.May — live at $13, not revoked, not halted —
+		// on the booking (one that moves the stage: in stage $24, and it
+		// moves the run to $23); the run's row is locked first (FOR
+		// UPDATE), so a revocation or halt racing it is seen, re-checked,
+		// or waits. Every run the admission acts on gets its event; the
+		// booking's first admission binds it to its account.
+		commit: r.Replace(`WITH run AS (
+				SELECT run_id, account, booking_id, stage, live_until, ended_at, halted_at, revoked_at
+				FROM {s}.runs WHERE run_id = $5 AND $26 IN ('step_run', 'end_run')
+				FOR UPDATE),
+			booking AS (SELECT account, released_at FROM {s}.bookings WHERE booking_id = $7),
+			consumed AS (
 				UPDATE {s}.confirmations c SET state = 'consumed', consumed_by = $2, consumed_at = $13
 				WHERE c.ref = $9 AND c.state = 'available' AND c.account = $1 AND c.action = $6 AND c.jti = $10
 					AND c.booking_id = $7
@@ -255,37 +275,54 @@ func newQueries(schema string) queries {
 					AND ($26 NOT IN ('step_run', 'end_run') OR c.run_id = $5)
 					AND c.cost_micro_usd >= $16
 					AND NOT EXISTS (SELECT 1 FROM {s}.admissions WHERE account = $1 AND idempotency_key = $2)
+					AND NOT EXISTS (SELECT 1 FROM booking WHERE account <> $1)
 					AND NOT EXISTS (SELECT 1 FROM {s}.revocations r
 						JOIN unnest($20::text[], $21::text[]) AS x(kind, subject)
 						ON r.kind = x.kind AND r.subject = x.subject)
 					AND ($26 <> 'create_run' OR (
-						NOT EXISTS (SELECT 1 FROM {s}.bookings WHERE booking_id = $7)
+						NOT EXISTS (SELECT 1 FROM booking WHERE released_at IS NOT NULL)
 						AND (SELECT coalesce(sum(gpus), 0) FROM {s}.runs
 							WHERE booking_id = $7 AND ended_at IS NULL AND live_until > $13)
 						+ (SELECT coalesce(sum(gpus), 0) FROM {s}.runs
 							WHERE booking_id = $7 AND ended_at > $13 AND live_until > $13) + $17 <= $18))
 					AND ($26 <> 'end_run' OR NOT EXISTS (
-						SELECT 1 FROM {s}.runs WHERE run_id = $5 AND (account <> $1 OR booking_id <> $7)))
+						SELECT 1 FROM run WHERE account <> $1 OR booking_id <> $7))
 					AND ($26 <> 'step_run' OR EXISTS (
-						SELECT 1 FROM {s}.runs WHERE run_id = $5 AND account = $1 AND booking_id = $7
-							AND admitted_at <= $13 AND live_until > $13 AND (ended_at IS NULL OR ended_at > $13)
+						SELECT 1 FROM run WHERE account = $1 AND booking_id = $7
+							AND live_until > $13 AND (ended_at IS NULL OR ended_at > $13)
+							AND revoked_at IS NULL AND halted_at IS NULL
 							AND (NOT $27 OR stage = $24)))
 				RETURNING c.ref),
 			created AS (
-				INSERT INTO {s}.runs ({rcols})
-				SELECT $5, $1, $7, $8, $17, $18, $13, $19, NULL, NULL, $23 FROM consumed WHERE $26 = 'create_run'),
-			staged AS (
-				UPDATE {s}.runs SET stage = $23
-				WHERE run_id = $5 AND $27 AND EXISTS (SELECT 1 FROM consumed)),
+				INSERT INTO {s}.runs (run_id, account, booking_id, manifest_digest, gpus, booked_gpus, admitted_at,
+					live_until, stage, entitlement_jti)
+				SELECT $5, $1, $7, $8, $17, $18, $13, $19, $23, $14 FROM consumed WHERE $26 = 'create_run'),
+			stepped AS (
+				UPDATE {s}.runs SET stage = CASE WHEN $27 THEN $23 ELSE stage END,
+					restarts = restarts + CASE WHEN $28 THEN 1 ELSE 0 END,
+					last_checkpoint_step = CASE WHEN $28 THEN $25 ELSE last_checkpoint_step END
+				WHERE run_id = $5 AND $26 = 'step_run' AND EXISTS (SELECT 1 FROM consumed)),
 			ended AS (
 				UPDATE {s}.runs SET ended_at = $13, ended_by = $6
 				WHERE EXISTS (SELECT 1 FROM consumed) AND ended_at IS NULL AND live_until > $13
 					AND ((run_id = $5 AND $26 = 'end_run')
-						OR (booking_id = $7 AND $26 = 'release_booking'))),
-			released AS (
-				INSERT INTO {s}.bookings (booking_id, released_at, released_by)
-				SELECT $7, $13, $2 FROM consumed WHERE $26 = 'release_booking'
-				ON CONFLICT (booking_id) DO NOTHING)
+						OR (booking_id = $7 AND $26 = 'release_booking'))
+				RETURNING run_id),
+			bound AS (
+				INSERT INTO {s}.bookings AS b (booking_id, account, bound_at, released_at, released_by)
+				SELECT $7, $1, $13, CASE WHEN $26 = 'release_booking' THEN $13 END,
+					CASE WHEN $26 = 'release_booking' THEN $2 END
+				FROM consumed
+				ON CONFLICT (booking_id) DO UPDATE SET released_at = EXCLUDED.released_at, released_by = EXCLUDED.released_by
+				WHERE EXCLUDED.released_at IS NOT NULL AND b.released_at IS NULL),
+			events AS (
+				INSERT INTO {s}.run_events ({ecols})
+				SELECT $5, $13, CASE WHEN $26 <> 'end_run' OR EXISTS (SELECT 1 FROM ended) THEN $29 ELSE '' END,
+					$6, $4, $1, '', $23, $25
+				FROM consumed
+				WHERE $26 = 'create_run' OR ($26 IN ('step_run', 'end_run') AND EXISTS (SELECT 1 FROM run))
+				UNION ALL
+				SELECT e.run_id, $13, $29, $6, $4, $1, '', $23, $25 FROM ended e WHERE $26 = 'release_booking')
 			INSERT INTO {s}.admissions ({acols})
 			SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $22, $23, $24, $25
 			FROM consumed`),
@@ -300,8 +337,42 @@ func newQueries(schema string) queries {
 				WHERE booking_id = $1 AND ended_at > $2 AND live_until > $2
 			ORDER BY admitted_at, run_id`),
 		released:  r.Replace(`SELECT released_at FROM {s}.bookings WHERE booking_id = $1`),
-		insertRun: r.Replace(`INSERT INTO {s}.runs ({rcols}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL, $9)`),
+		booking:   r.Replace(`SELECT account, released_at FROM {s}.bookings WHERE booking_id = $1`),
 		runRecord: r.Replace(`SELECT {rcols} FROM {s}.runs WHERE run_id = $1`),
+		// Revoke's second statement, after the revocation's insert in the
+		// same transaction: $1/$2 its kind and subject, $3 the time it is
+		// applied at. Each run of the booking ($1 booking) or admitted
+		// under the entitlement ($1 entitlement) live at $3 and not revoked
+		// yet is revoked with the stored revocation, and gets its event
+		// (ledger.RevocationEvent).
+		revokeRuns: r.Replace(`WITH stored AS (
+				SELECT kind, subject, reason, revoked_by, decision_id FROM {s}.revocations WHERE kind = $1 AND subject = $2),
+			revoked AS (
+				UPDATE {s}.runs u SET revoked_at = $3, revocation_kind = s.kind, revocation_subject = s.subject,
+					revoked_by = s.revoked_by, revocation_reason = s.reason, revocation_decision_id = s.decision_id
+				FROM stored s
+				WHERE ((s.kind = 'booking' AND u.booking_id = s.subject)
+						OR (s.kind = 'entitlement' AND u.entitlement_jti = s.subject))
+					AND u.revoked_at IS NULL AND u.live_until > $3 AND (u.ended_at IS NULL OR u.ended_at > $3)
+				RETURNING u.run_id, s.kind, s.subject, s.reason, s.revoked_by, s.decision_id)
+			INSERT INTO {s}.run_events ({ecols})
+			SELECT run_id, $3, 'revoked', '', decision_id, revoked_by,
+				kind || ' ' || subject || ' revoked' || CASE WHEN reason <> '' THEN ': ' || reason ELSE '' END, '', 0
+			FROM revoked`),
+		// HaltRun, under the booking's lock: $1 the run, $2 the halt's time,
+		// $3..$7 its decision id, stage, report digest, failed evals and
+		// author, $8/$9 the run's account and booking, $10 the event's
+		// reason. Only a run that passes ledger.CheckHalt is halted.
+		halt: r.Replace(`WITH halted AS (
+				UPDATE {s}.runs SET halted_at = $2, halt_decision_id = $3, halt_stage = $4, halt_report_digest = $5,
+					halt_failed_evals = $6, halted_by = $7
+				WHERE run_id = $1 AND account = $8 AND booking_id = $9 AND stage = $4
+					AND halted_at IS NULL AND revoked_at IS NULL
+					AND live_until > $2 AND (ended_at IS NULL OR ended_at > $2)
+				RETURNING run_id)
+			INSERT INTO {s}.run_events ({ecols})
+			SELECT run_id, $2, 'halted', '', $3, $7, $10, $4, 0 FROM halted`),
+		runEvents: r.Replace(`SELECT {ecols} FROM {s}.run_events WHERE run_id = $1 ORDER BY id LIMIT $2`),
 		endRun: r.Replace(`UPDATE {s}.runs SET ended_at = $2, ended_by = $3
 			WHERE run_id = $1 AND ended_at IS NULL AND live_until > $2`),
 		releaseBooking: r.Replace(`INSERT INTO {s}.bookings (booking_id, released_at, released_by) VALUES ($1, $2, $3)
@@ -312,7 +383,7 @@ func newQueries(schema string) queries {
 			WHERE ref = $1 AND state = 'available'`),
 		insertAdmission: r.Replace(`INSERT INTO {s}.admissions ({acols})
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)`),
-		revoke: r.Replace(`INSERT INTO {s}.revocations ({vcols}) VALUES ($1, $2, $3, $4, $5, $6)
+		revoke: r.Replace(`INSERT INTO {s}.revocations ({vcols}) VALUES ($1, $2, $3, $4, $5, $6, $7)
 			ON CONFLICT (kind, subject) DO NOTHING`),
 		revoked:          r.Replace(`SELECT {vcols} FROM {s}.revocations WHERE kind = $1 AND subject = $2`),
 		sweepRevocations: r.Replace(`DELETE FROM {s}.revocations WHERE expires_at < $1`),
@@ -767,6 +838,10 @@ func (s *Store) Check(ctx context.Context) (ledger.CheckReport, error) {
 	}
 	more, err := s.checkRunLife(ctx, tx, r)
 	if err != nil {
+		return rep, s.fault(ctx, "check", err)
+	}
+	problems = append(problems, more...)
+	if more, err = s.checkRunEvents(ctx, tx, r); err != nil {
 		return rep, s.fault(ctx, "check", err)
 	}
 	problems = append(problems, more...)

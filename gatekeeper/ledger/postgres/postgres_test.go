@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -636,5 +637,141 @@ func TestCapacityRaceTwoReplicas(t *testing.T) {
 	}
 	if rep, err := a.Check(t.Context()); err != nil || rep.Runs != 3 {
 		t.Fatalf("Check = %+v, %v; want 3 runs and no problem", rep, err)
+	}
+}
+
+// TestRunRacesTwoReplicas: the run's state races of the conformance suite
+// on two stores (replicas) sharing one schema: restarts racing a booking
+// revocation and a halt, creates racing their entitlement's revocation, an
+// advance racing a halt; Check finds every event admissible afterwards.
+func TestRunRacesTwoReplicas(t *testing.T) {
+	t.Parallel()
+	opts := testOptions(t)
+	a, b := open(t, opts), open(t, opts)
+	defer a.Close()
+	defer b.Close()
+	stores := []ledger.Store{a, b}
+	for _, n := range []int{2, 10, 30} {
+		ledgertest.RaceRevokeRestart(t, stores, fmt.Sprintf("bk_rr2_%d", n), n)
+		ledgertest.RaceHaltRestart(t, stores, fmt.Sprintf("bk_hr2_%d", n), n)
+		ledgertest.RaceRevokeCreate(t, stores, fmt.Sprintf("ent-race2-%d", n), n)
+	}
+	for i := range 10 {
+		ledgertest.RaceHaltAdvance(t, stores, fmt.Sprintf("bk_ha2_%d", i))
+	}
+	if _, err := a.Check(t.Context()); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+}
+
+// TestMigrateSchema5: a schema at version 5 (no run state, events or
+// booking accounts: what this store wrote, taken back to version 5) is
+// migrated to 6 with each run's events written from its admissions exactly
+// as the store wrote them, its restarts and entitlement, each booking bound
+// to its account; it passes Check and answers ledgertest.BookingHistory
+// and ledgertest.RunLifeHistory as before.
+func TestMigrateSchema5(t *testing.T) {
+	t.Parallel()
+	opts := testOptions(t)
+	s := open(t, opts)
+	verify := ledgertest.BookingHistory(t, s)
+	extra := ledgertest.RunLifeHistory(t, s)
+	schema := pgx.Identifier{opts.Schema}.Sanitize()
+	rows, err := s.pool.Query(t.Context(), "SELECT "+runCols+" FROM "+schema+".runs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs, err := pgx.CollectRows(rows, scanRunRow)
+	if err != nil || len(runs) < 10 {
+		t.Fatalf("runs before: %d, %v", len(runs), err)
+	}
+	want := map[string][]ledger.RunEvent{}
+	for _, r := range runs {
+		if want[r.RunID], err = s.RunEvents(t.Context(), r.RunID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = s.pool.Exec(t.Context(), strings.ReplaceAll(`
+		DROP TABLE {s}.run_events;
+		DROP INDEX {s}.runs_entitlement_idx;
+		ALTER TABLE {s}.runs DROP CONSTRAINT runs_restarts_check, DROP CONSTRAINT runs_halt_check,
+			DROP CONSTRAINT runs_revocation_check,
+			DROP COLUMN entitlement_jti, DROP COLUMN restarts, DROP COLUMN last_checkpoint_step,
+			DROP COLUMN halted_at, DROP COLUMN halt_decision_id, DROP COLUMN halt_stage, DROP COLUMN halt_report_digest,
+			DROP COLUMN halt_failed_evals, DROP COLUMN halted_by, DROP COLUMN revoked_at, DROP COLUMN revocation_kind,
+			DROP COLUMN revocation_subject, DROP COLUMN revoked_by, DROP COLUMN revocation_reason,
+			DROP COLUMN revocation_decision_id;
+		DELETE FROM {s}.bookings WHERE released_at IS NULL;
+		ALTER TABLE {s}.bookings DROP CONSTRAINT bookings_account_check, DROP CONSTRAINT bookings_released_check,
+			DROP COLUMN account, DROP COLUMN bound_at,
+			ALTER COLUMN released_at SET NOT NULL, ALTER COLUMN released_by SET NOT NULL;
+		ALTER TABLE {s}.revocations DROP COLUMN decision_id;
+		DELETE FROM {s}.schema_migrations WHERE version = 6;`, "{s}", schema))
+	if err != nil {
+		t.Fatalf("back to version 5: %v", err)
+	}
+	s.Close()
+	s = open(t, opts)
+	defer s.Close()
+	if _, err := s.Check(t.Context()); err != nil {
+		t.Fatalf("Check after migration: %v", err)
+	}
+	for _, r := range runs {
+		got, err := s.RunRecord(t.Context(), r.RunID)
+		if err != nil || !got.Equal(r) {
+			t.Fatalf("RunRecord(%s) after migration = %+v, %v\nwant %+v", r.RunID, got, err, r)
+		}
+		events, err := s.RunEvents(t.Context(), r.RunID)
+		if err != nil || !reflect.DeepEqual(events, want[r.RunID]) {
+			t.Fatalf("RunEvents(%s) after migration = %+v, %v\nwant %+v", r.RunID, events, err, want[r.RunID])
+		}
+	}
+	verify(t, s)
+	extra(t, s)
+	if _, err := s.Check(t.Context()); err != nil {
+		t.Fatalf("Check after the migrated store committed: %v", err)
+	}
+}
+
+// TestCheckFindsRunStateFaults: Check replays each run's events through
+// RunRecord.May and reports a restart written after the run's halt, and an
+// admission on a run without its event.
+func TestCheckFindsRunStateFaults(t *testing.T) {
+	t.Parallel()
+	opts := testOptions(t)
+	s := open(t, opts)
+	defer s.Close()
+	ctx := t.Context()
+	c := confirmation("acct_1")
+	if err := s.DepositConfirmation(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	a := admissionFor(c, "k1")
+	a.Stage = "pretrain"
+	if _, _, err := s.Commit(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if _, halted, err := s.HaltRun(ctx, ledger.Halt{RunID: a.RunID, Account: "acct_1", BookingID: "bk_1",
+		RunHalt: ledger.RunHalt{At: a.CreatedAt, DecisionID: "dec_halt", Stage: "pretrain",
+			ReportDigest: "sha256:" + strings.Repeat("e", 64), FailedEvals: []string{"mmlu_5shot"}, By: "evals:k"}}); err != nil || !halted {
+		t.Fatalf("HaltRun = %v, %v", halted, err)
+	}
+	if _, err := s.Check(ctx); err != nil {
+		t.Fatalf("Check on a sound ledger = %v", err)
+	}
+	schema := pgx.Identifier{opts.Schema}.Sanitize()
+	_, err := s.pool.Exec(ctx, `INSERT INTO `+schema+`.run_events (`+eventCols+`)
+		VALUES ($1, $2, 'live', 'train.restart', 'dec_ghost', 'acct_1', '', '', 500)`, a.RunID, a.CreatedAt.Add(time.Second))
+	if err == nil {
+		_, err = s.pool.Exec(ctx, `DELETE FROM `+schema+`.run_events WHERE decision_id = $1`, a.DecisionID)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Check(ctx)
+	for _, want := range []string{"on run " + a.RunID + " has no event", "is not the train.create"} {
+		if !errors.Is(err, ledger.ErrInconsistent) || !strings.Contains(err.Error(), want) {
+			t.Errorf("Check = %v, want ErrInconsistent saying %q", err, want)
+		}
 	}
 }

@@ -28,16 +28,28 @@ import data.ito.rlvr
 # METADATA
 # title: Admission decision
 # description: >-
-#   {"allow": bool, "violations": [...], "warnings": [...], "estimates": {...}};
-#   violations and warnings are {code, gate, message[, fix]} sorted by code,
-#   then message. Shape documented in docs/policy-input.md.
+#   {"allow": bool, "violations": [...], "warnings": [...], "estimates": {...}[,
+#   "halt": {"failed_evals": [...]}]}; violations and warnings are {code, gate,
+#   message[, fix]} sorted by code, then message; halt (a deny only) is the
+#   lifecycle gate's: the run's eval gate failed and Go halts the run. Shape
+#   documented in docs/policy-input.md.
 # entrypoint: true
-decision := {
-	"allow": count(violations) == 0,
-	"violations": violations,
-	"warnings": warnings,
-	"estimates": estimates,
+decision := object.union(
+	{
+		"allow": count(violations) == 0,
+		"violations": violations,
+		"warnings": warnings,
+		"estimates": estimates,
+	},
+	_halt,
+)
+
+_halt := {"halt": lifecycle.halt} if {
+	_is_known_action
+	lifecycle.halt
 }
+
+else := {}
 
 # METADATA
 # title: Violations, sorted

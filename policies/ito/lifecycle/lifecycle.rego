@@ -11,8 +11,11 @@
 #   battery (bundle data) and every eval gate the manifest declares for the
 #   stage is present and passes. There is no override. train.restart needs a
 #   live run. The ledger (input.ledger.run) says which stage a run is in and
-#   whether it is live; it records the new stage in the same transaction
-#   that consumes the confirmation.
+#   its state (the ledger's RunRecord.State, which its commit and the
+#   webhook read too); it records the new stage in the same transaction
+#   that consumes the confirmation. A verified report bound to the run that
+#   fails its stage's gate halts the run (halt, decision.halt): a halted run
+#   is refused every advance and restart.
 package ito.lifecycle
 
 import data.ito.lib
@@ -145,17 +148,45 @@ _is_live if _run.state == "live"
 # METADATA
 # title: Run not live
 # description: >-
-#   train.stage.advance and train.restart act only on a live run: not on a
-#   cancelled or cleaned-up run, nor on one the ledger does not know.
+#   train.stage.advance and train.restart act only on a live run
+#   (input.ledger.run.state): not on a run that was cancelled, cleaned up,
+#   released, revoked with its booking or entitlement, or is past its
+#   declared end, nor on one the ledger does not know. A halted run has its
+#   own code, RUN_HALTED.
 # custom:
 #   code: RUN_NOT_LIVE
 #   gate: lifecycle
-#   fix: Create a new run; a cancelled or cleaned-up run cannot be advanced or restarted.
+#   fix: >-
+#     Create a new run; a run that ended or was revoked cannot be advanced or
+#     restarted, only cancelled or cleaned up.
 deny contains v if {
 	_is_run_action
 	not _is_live
+	not _is_halted
 	v := lib.violation(rego.metadata.rule(), sprintf("%s needs a live run; the run is %s", [
 		_action, lib.show(lib.value_at(input, ["ledger", "run", "state"], null)),
+	]))
+}
+
+_is_halted if _run.state == "halted"
+
+# METADATA
+# title: Run halted by a failed eval gate
+# description: >-
+#   A signed eval report failed the gate of the run's stage and the ledger
+#   halted the run (input.ledger.run.halt): it gets no stage advance, no
+#   restart and no new workload. Only train.cancel and train.cleanup are
+#   admitted; a failed eval gate has no override.
+# custom:
+#   code: RUN_HALTED
+#   gate: lifecycle
+#   fix: Cancel or clean up the run; create a new run to train again.
+deny contains v if {
+	_is_run_action
+	_is_halted
+	v := lib.violation(rego.metadata.rule(), sprintf("the run was halted in stage %s: its eval gate failed (%s)", [
+		lib.show(lib.value_at(input, ["ledger", "run", "halt", "stage"], null)),
+		concat(", ", [sprintf("%v", [e]) | some e in lib.value_at(input, ["ledger", "run", "halt", "failed_evals"], [])]),
 	]))
 }
 
@@ -263,6 +294,13 @@ deny contains v if {
 #   fix: Get an eval report for this run's current stage, battery and manifest.
 deny contains v if {
 	_action == "train.stage.advance"
+	some msg in _binding_problems
+	v := lib.violation(rego.metadata.rule(), msg)
+}
+
+_binding_problems contains sprintf("the eval report's %s is %s, this advance needs %s", [
+	field, lib.show(lib.value_at(_report, ["claims", field], null)), lib.show(want),
+]) if {
 	some field, want in {
 		"run_id": lib.value_at(input, ["request", "run_id"], null),
 		"stage": lib.value_at(input, ["ledger", "run", "stage"], null),
@@ -270,9 +308,6 @@ deny contains v if {
 		"battery_id": object.get(_battery, "id", null),
 	}
 	not lib.value_at(_report, ["claims", field], null) == want
-	v := lib.violation(rego.metadata.rule(), sprintf("the eval report's %s is %s, this advance needs %s", [
-		field, lib.show(lib.value_at(_report, ["claims", field], null)), lib.show(want),
-	]))
 }
 
 # the evals a stage must pass: the bundle's battery and the manifest's own gates
@@ -348,6 +383,52 @@ _eval_failures contains sprintf("%s = %v is below the %s's minimum %v", [e.metri
 }
 
 _eval_failures contains sprintf("%s = %v is above the %s's maximum %v", [e.metric, value, e.by, e.max]) if {
+	_report
+	some e in _required_evals
+	value := object.get(_results, e.metric, null)
+	is_number(value)
+	is_number(e.max)
+	value > e.max
+}
+
+# ---------------------------------------------------------------------------
+# A failed gate halts the run
+
+# METADATA
+# title: Halt
+# description: >-
+#   {"failed_evals": [...]} when a stage advance of a live run carries one
+#   verified eval report bound to this run, its current stage, its manifest
+#   and the stage's battery, and an eval of the stage's gate failed or has no
+#   result (sorted metric names). The admission decision carries it
+#   (decision.halt) and Go records the halt on the run: a failed gate is a
+#   fact about the run, not about the request, so it halts whatever else the
+#   request got wrong, and consumes nothing. Undefined otherwise.
+halt := {"failed_evals": sort(_failed_metrics)} if {
+	_action == "train.stage.advance"
+	_is_live
+	_is_run_manifest
+	_is_report_verified
+	count(_binding_problems) == 0
+	count(_failed_metrics) > 0
+}
+
+_failed_metrics contains e.metric if {
+	_report
+	some e in _required_evals
+	not is_number(object.get(_results, e.metric, null))
+}
+
+_failed_metrics contains e.metric if {
+	_report
+	some e in _required_evals
+	value := object.get(_results, e.metric, null)
+	is_number(value)
+	is_number(e.min)
+	value < e.min
+}
+
+_failed_metrics contains e.metric if {
 	_report
 	some e in _required_evals
 	value := object.get(_results, e.metric, null)

@@ -1,5 +1,6 @@
 package ito.lifecycle_test
 
+import data.ito.admission
 import data.ito.lifecycle
 
 _base := data.ito.testdata.base.input
@@ -63,4 +64,80 @@ test_failed_eval_names_both_thresholds if {
 		"mmlu_5shot = 0.2 is below the battery's minimum 0.25",
 		"mmlu_5shot = 0.2 is below the manifest's minimum 0.25",
 	}
+}
+
+# A failed gate halts the run: the report's failing and missing evals.
+
+_report(results) := {"verified": true, "key_id": "k", "claims": {
+	"kind": "eval_report", "run_id": "run_01", "stage": "pretrain",
+	"manifest_digest": _base.manifest_digest, "battery_id": "ito-battery-pretrain-2026.10",
+	"results": results,
+}}
+
+_advance_with(report, more) := json.patch(_base, array.concat(array.concat(_advance, [_set("/eval_reports", [report])]), more))
+
+test_failing_report_halts_the_run if {
+	inp := _advance_with(_report({"mmlu_5shot": 0.2, "hellaswag_acc": 0.9}), [])
+	lifecycle.halt == {"failed_evals": ["mmlu_5shot"]} with input as inp
+	d := admission.decision with input as inp
+	d.allow == false
+	d.halt == {"failed_evals": ["mmlu_5shot"]}
+}
+
+test_missing_result_halts_the_run if {
+	inp := _advance_with(_report({"mmlu_5shot": 0.2}), [])
+	lifecycle.halt == {"failed_evals": ["hellaswag_acc", "mmlu_5shot"]} with input as inp
+}
+
+test_passing_report_halts_nothing if {
+	inp := _advance_with(_report({"mmlu_5shot": 0.3, "hellaswag_acc": 0.9}), [])
+	not lifecycle.halt with input as inp
+	d := admission.decision with input as inp
+	not "halt" in object.keys(d)
+}
+
+# A failing report that is no fact about this run's stage halts nothing.
+test_halt_needs_a_bound_verified_report_of_a_live_run[name] if {
+	failing := _report({"mmlu_5shot": 0.2, "hellaswag_acc": 0.9})
+	some name, tc in {
+		"another run": {"report": json.patch(failing, [_set("/claims/run_id", "run_02")]), "more": []},
+		"another stage": {"report": json.patch(failing, [_set("/claims/stage", "midtrain")]), "more": []},
+		"another manifest": {
+			"report": json.patch(failing, [_set("/claims/manifest_digest", "sha256:0000000000000000000000000000000000000000000000000000000000000000")]),
+			"more": [],
+		},
+		"another battery": {"report": json.patch(failing, [_set("/claims/battery_id", "ito-battery-midtrain-2026.10")]), "more": []},
+		"unverified": {"report": json.patch(failing, [_set("/verified", false)]), "more": []},
+		"cancelled run": {"report": failing, "more": [_set("/ledger/run/state", "cancelled")]},
+		"halted run": {"report": failing, "more": [_set("/ledger/run/state", "halted")]},
+		"revoked run": {"report": failing, "more": [_set("/ledger/run/state", "revoked")]},
+	}
+	inp := _advance_with(tc.report, tc.more)
+	not lifecycle.halt with input as inp
+	d := admission.decision with input as inp
+	d.allow == false
+	not "halt" in object.keys(d)
+}
+
+test_halted_run_names_its_failed_evals[action] if {
+	some action in ["train.stage.advance", "train.restart"]
+	inp := json.patch(_base, array.concat(_advance, [
+		_set("/request/action", action),
+		_set("/ledger/run/state", "halted"),
+		_set("/ledger/run/halt", {
+			"stage": "pretrain", "failed_evals": ["hellaswag_acc", "mmlu_5shot"],
+			"report_digest": _base.manifest_digest, "decision_id": "dec_1",
+		}),
+	]))
+	[v.message | some v in lifecycle.deny with input as inp; v.code == "RUN_HALTED"] == [
+		"the run was halted in stage \"pretrain\": its eval gate failed (hellaswag_acc, mmlu_5shot)",
+	]
+	not "RUN_NOT_LIVE" in {v.code | some v in lifecycle.deny with input as inp}
+}
+
+test_revoked_run_is_not_live if {
+	inp := json.patch(_base, array.concat(_advance, [_set("/request/action", "train.restart"), _set("/ledger/run/state", "revoked")]))
+	[v.message | some v in lifecycle.deny with input as inp; v.code == "RUN_NOT_LIVE"] == [
+		"train.restart needs a live run; the run is \"revoked\"",
+	]
 }

@@ -295,12 +295,17 @@ _run_matches if {
 # METADATA
 # title: Run no longer live
 # description: >-
-#   The run was cancelled or cleaned up, its booking was released, or its
-#   declared end has passed: no new Pods or workloads for it.
+#   The run may take no new work (the ledger's RunRecord.MayWork, the
+#   predicate the admission and its commit ask too): a failed eval gate
+#   halted it, its booking or entitlement was revoked, it was cancelled or
+#   cleaned up, its booking was released, or its declared end has passed.
+#   No new Pods or workloads for it; run.ended_by says which.
 # custom:
 #   code: WORKLOAD_RUN_NOT_LIVE
 #   gate: workload
-#   fix: Admit a new run; a cancelled or finished run creates nothing.
+#   fix: >-
+#     Admit a new run; a halted, revoked, cancelled or finished run creates
+#     nothing (it can only be cancelled or cleaned up).
 deny contains v if {
 	requests_gpus
 	_ticket_ok

@@ -1,0 +1,406 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/itocompute/itogate/gatekeeper/api"
+)
+
+// The run's state machine (docs/architecture.md §3, "A run's life"). A run
+// is in one api.RunState at a time, read from its record by State:
+//
+//	live        train.create admitted it; train.stage.advance moves its
+//	            stage, train.restart keeps it live
+//	halted      a signed eval report failed its stage's gate (HaltRun)
+//	revoked     its booking, or the entitlement it was admitted under, was
+//	            revoked while it was live (Revoke)
+//	cancelled   ended by train.cancel
+//	cleaned_up  ended by train.cleanup
+//	released    ended by booking.release of its booking
+//	expired     its declared end plus grace passed (no event: time)
+//
+// Every transition is an admission, a revocation or a halt, written in the
+// same transaction as what caused it, with its decision id, actor and
+// reason (RunEvent). May is the one predicate "may this run do that now?"
+// that every enforcement point asks — the admission pipeline, both stores'
+// commits, the Kubernetes webhook — and State is the fact the policy gets
+// (input.ledger.run.state), so none of them can disagree.
+
+// Errors of the run's state.
+var (
+	// ErrRunHalted: a train.stage.advance or train.restart (or a new
+	// workload) of a run a failed eval gate halted (see RunHaltedError).
+	// Nothing was written.
+	ErrRunHalted = errors.New("run halted by a failed eval gate")
+	// ErrBookingAccount: the booking is bound to another account (the
+	// account of its first admission). Nothing was written.
+	ErrBookingAccount = errors.New("booking bound to another account")
+)
+
+// RunHalt is the halt transition a failed eval gate recorded on a run.
+type RunHalt struct {
+	// At is the decision time of the denied stage advance that carried the
+	// failing report; zero while the run was never halted.
+	At time.Time
+	// DecisionID is that advance's decision id.
+	DecisionID string
+	// Stage is the stage whose gate failed (the run's stage then).
+	Stage string
+	// ReportDigest is "sha256:<hex>" of the eval report token.
+	ReportDigest string
+	// FailedEvals are the metrics that failed or had no result, sorted.
+	FailedEvals []string
+	// By names the eval authority key that signed the report.
+	By string
+}
+
+// RunRevocation is the revocation transition a revoked booking or
+// entitlement recorded on a run that was live.
+type RunRevocation struct {
+	// At is when the revocation was stored; zero while the run was never
+	// revoked.
+	At time.Time
+	// Kind is RevokeBooking or RevokeEntitlement; Subject the booking id or
+	// the entitlement's jti.
+	Kind    RevocationKind
+	Subject string
+	// By is the revoker, Reason its reason, DecisionID the revocation's
+	// decision id (its decision-log line).
+	By, Reason, DecisionID string
+}
+
+// Revocation returns r as the revocation it records.
+func (r RunRevocation) Revocation() Revocation {
+	return Revocation{Kind: r.Kind, Subject: r.Subject, Reason: r.Reason, RevokedBy: r.By, RevokedAt: r.At,
+		DecisionID: r.DecisionID}
+}
+
+// State is the run's state at now. Ends come first (an end at or before
+// now, then the declared end passing), then a revocation, then a halt: a
+// stored revocation or halt holds whatever the decision times, as a stored
+// release does (CheckCapacity).
+func (r RunRecord) State(now time.Time) api.RunState {
+	switch {
+	case !r.EndedAt.IsZero() && !now.Before(r.EndedAt):
+		if spec, ok := r.EndedBy.Spec(); ok && spec.RunState.Ended() {
+			return spec.RunState
+		}
+		return api.RunExpired // an end this binary does not know: ended all the same
+	case !now.Before(r.LiveUntil):
+		return api.RunExpired
+	case !r.Revocation.At.IsZero():
+		return api.RunRevoked
+	case !r.Halt.At.IsZero():
+		return api.RunHalted
+	}
+	return api.RunLive
+}
+
+// May is the one answer to "may this run do a now?":
+//
+//   - a teardown of the run (train.cancel, train.cleanup) is always
+//     admissible: stopping never needs the run's consent, and an ended
+//     run stays as it ended;
+//   - an action that steps the run (train.stage.advance, train.restart)
+//     needs MayWork.
+//
+// Any other action does not act on an existing run: ErrInvalid.
+func (r RunRecord) May(a api.Action, now time.Time) error {
+	switch a.Effect() {
+	case api.EffectEndRun:
+		return nil
+	case api.EffectStepRun:
+		return r.MayWork(now)
+	}
+	return fmt.Errorf("ledger: %q does not act on an admitted run: %w", a, ErrInvalid)
+}
+
+// MayWork reports whether the run may take new work at now — a stage
+// advance, a restart, a new workload (the Kubernetes webhook): only a live
+// run may. Otherwise the error says why: a *RevocationError (ErrRevoked)
+// for a revoked run, a *RunHaltedError (ErrRunHalted) for a halted one, a
+// *RunEndedError (ErrRunEnded) for one that ended.
+func (r RunRecord) MayWork(now time.Time) error {
+	switch s := r.State(now); s {
+	case api.RunLive:
+		return nil
+	case api.RunRevoked:
+		return &RevocationError{Revocation: r.Revocation.Revocation()}
+	case api.RunHalted:
+		return &RunHaltedError{Halt: r.Halt}
+	default:
+		return &RunEndedError{State: s}
+	}
+}
+
+// RunHaltedError is returned for a halted run. It wraps ErrRunHalted.
+type RunHaltedError struct{ Halt RunHalt }
+
+func (e *RunHaltedError) Error() string {
+	return fmt.Sprintf("ledger: the run was halted in stage %s by failed evals %s: %v",
+		e.Halt.Stage, strings.Join(e.Halt.FailedEvals, ", "), ErrRunHalted)
+}
+
+func (e *RunHaltedError) Unwrap() error { return ErrRunHalted }
+
+// RunEndedError is returned for a run that ended. It wraps ErrRunEnded.
+type RunEndedError struct{ State api.RunState }
+
+func (e *RunEndedError) Error() string {
+	return fmt.Sprintf("ledger: the run is %s: %v", e.State, ErrRunEnded)
+}
+
+func (e *RunEndedError) Unwrap() error { return ErrRunEnded }
+
+// Equal reports whether r and o are the same record, times by instant.
+func (r RunRecord) Equal(o RunRecord) bool {
+	if !r.AdmittedAt.Equal(o.AdmittedAt) || !r.LiveUntil.Equal(o.LiveUntil) || !r.EndedAt.Equal(o.EndedAt) ||
+		!r.Halt.At.Equal(o.Halt.At) || !r.Revocation.At.Equal(o.Revocation.At) ||
+		!slices.Equal(r.Halt.FailedEvals, o.Halt.FailedEvals) {
+		return false
+	}
+	r.AdmittedAt, r.LiveUntil, r.EndedAt, r.Halt.At, r.Revocation.At = o.AdmittedAt, o.LiveUntil, o.EndedAt, o.Halt.At, o.Revocation.At
+	r.Halt.FailedEvals = o.Halt.FailedEvals
+	return r.comparable() == o.comparable()
+}
+
+// comparable is r without its slice, for ==.
+func (r RunRecord) comparable() runKey {
+	return runKey{r.RunID, r.Account, r.BookingID, r.ManifestDigest, r.EntitlementJTI, r.GPUs, r.BookedGPUs,
+		r.AdmittedAt, r.LiveUntil, r.EndedAt, r.EndedBy, r.Stage, r.Restarts, r.LastCheckpointStep,
+		r.Halt.At, r.Halt.DecisionID, r.Halt.Stage, r.Halt.ReportDigest, r.Halt.By, r.Revocation}
+}
+
+type runKey struct {
+	runID, account, bookingID, manifestDigest, entitlementJTI string
+	gpus, bookedGPUs                                          int
+	admittedAt, liveUntil, endedAt                            time.Time
+	endedBy                                                   api.Action
+	stage                                                     string
+	restarts                                                  int
+	lastStep                                                  int64
+	haltAt                                                    time.Time
+	haltDecision, haltStage, haltDigest, haltBy               string
+	revocation                                                RunRevocation
+}
+
+// Held is r as a booking's usage lists it: the facts of the GPUs it holds
+// (run, account, booking, manifest, GPUs, times, how it ended, stage).
+// ledger.Usage lists runs this way on every store, so a usage never
+// disagrees with another store's; ask RunRecord for the run's state.
+func (r RunRecord) Held() RunRecord {
+	return RunRecord{RunID: r.RunID, Account: r.Account, BookingID: r.BookingID, ManifestDigest: r.ManifestDigest,
+		GPUs: r.GPUs, BookedGPUs: r.BookedGPUs, AdmittedAt: r.AdmittedAt, LiveUntil: r.LiveUntil,
+		EndedAt: r.EndedAt, EndedBy: r.EndedBy, Stage: r.Stage}
+}
+
+// RunEvent is one transition of a run, as the store wrote it in the same
+// transaction as its cause: an admission on the run (train.create, a stage
+// advance, a restart, a cancel, a cleanup, or a booking.release that ended
+// it), a revocation that revoked it, or a halt.
+type RunEvent struct {
+	RunID string
+	// At is the cause's time: the admission's decision time, the
+	// revocation's, the halt's.
+	At time.Time
+	// To is the state the event moved the run to; "" when an admission
+	// changed nothing (a cancel of a run that had already ended).
+	To api.RunState
+	// Action is the admission's action; "" for a revocation or a halt.
+	Action api.Action
+	// DecisionID is the admission's, the revocation's or the halting
+	// advance's decision id.
+	DecisionID string
+	// By is who caused it: the admitting account, the revoker, the eval
+	// authority key that signed a failing report.
+	By string
+	// Reason says why, for a revocation and a halt.
+	Reason string
+	// Stage is the stage a train.create starts the run in or a stage
+	// advance moves it to; CheckpointStep is a restart's step.
+	Stage          string
+	CheckpointStep int64
+}
+
+// MaxRunEvents bounds the events RunEvents returns (the oldest are kept):
+// every event but a revocation and a halt needs a confirmation of its own.
+const MaxRunEvents = 1024
+
+// AdmissionEvent is the event the admission a writes on the run it acts
+// on; changed says whether it moved the run (a teardown of an ended run
+// does not).
+func AdmissionEvent(a Admission, runID string, changed bool) RunEvent {
+	spec, _ := a.Action.Spec()
+	e := RunEvent{RunID: runID, At: a.CreatedAt, Action: a.Action, DecisionID: a.DecisionID, By: a.Account,
+		Stage: a.Stage, CheckpointStep: a.CheckpointStep}
+	if changed {
+		e.To = spec.RunState
+	}
+	return e
+}
+
+// RevocationEvent is the event the revocation r writes on a run it revoked.
+func RevocationEvent(runID string, r Revocation) RunEvent {
+	return RunEvent{RunID: runID, At: r.RevokedAt, To: api.RunRevoked, DecisionID: r.DecisionID, By: r.RevokedBy,
+		Reason: revocationReason(r)}
+}
+
+func revocationReason(r Revocation) string {
+	s := fmt.Sprintf("%s %s revoked", r.Kind, r.Subject)
+	if r.Reason != "" {
+		s += ": " + r.Reason
+	}
+	return s
+}
+
+// HaltEvent is the event h writes on its run.
+func HaltEvent(h Halt) RunEvent {
+	return RunEvent{RunID: h.RunID, At: h.At, To: api.RunHalted, DecisionID: h.DecisionID, By: h.By,
+		Stage: h.Stage, Reason: haltReason(h.RunHalt)}
+}
+
+func haltReason(h RunHalt) string {
+	return fmt.Sprintf("stage %s: failed %s (report %s)", h.Stage, strings.Join(h.FailedEvals, ", "), h.ReportDigest)
+}
+
+// Halt asks HaltRun to halt the run RunID of Account on BookingID.
+type Halt struct {
+	RunID, Account, BookingID string
+	RunHalt
+}
+
+// maxFailedEvals bounds Halt.FailedEvals.
+const maxFailedEvals = 64
+
+// Validate reports whether h may be stored. The error wraps ErrInvalid.
+func (h Halt) Validate() error {
+	bad := func(field, problem string) error {
+		return fmt.Errorf("ledger: halt %s %s: %w", field, problem, ErrInvalid)
+	}
+	if !IsRunID(h.RunID) {
+		return bad("RunID", "is not a run id from NewRunID")
+	}
+	for _, f := range []struct{ name, v string }{{"Account", h.Account}, {"BookingID", h.BookingID},
+		{"DecisionID", h.DecisionID}, {"Stage", h.Stage}, {"By", h.By}} {
+		if p := idProblem(f.v); p != "" {
+			return bad(f.name, p)
+		}
+	}
+	if !IsSHA256Digest(h.ReportDigest) {
+		return bad("ReportDigest", "is not sha256: followed by 64 lowercase hex digits")
+	}
+	if len(h.FailedEvals) == 0 || len(h.FailedEvals) > maxFailedEvals {
+		return bad("FailedEvals", fmt.Sprintf("must name 1 to %d evals", maxFailedEvals))
+	}
+	for _, e := range h.FailedEvals {
+		if p := idProblem(e); p != "" || strings.Contains(e, ",") {
+			return bad("FailedEvals", "holds an eval name that is empty, too long, or has a comma or control character")
+		}
+	}
+	if !slices.IsSorted(h.FailedEvals) || len(slices.Compact(slices.Clone(h.FailedEvals))) != len(h.FailedEvals) {
+		return bad("FailedEvals", "is not sorted without repeats")
+	}
+	if h.At.IsZero() {
+		return bad("At", "is zero")
+	}
+	return nil
+}
+
+// CheckHalt is the rule every store applies inside HaltRun's transaction to
+// the run r it halts: the run is h's account's, on its booking (else
+// ErrConfirmationMismatch), may take work at h.At (else MayWork's error: a
+// revoked or ended run is not halted) and is still in the stage whose gate
+// failed (else ErrStageConflict: another advance moved it on). A run
+// already halted is not halted again, whatever happened since (halted
+// false, no error).
+func CheckHalt(r RunRecord, h Halt) (halt bool, err error) {
+	if r.Account != h.Account || r.BookingID != h.BookingID {
+		return false, fmt.Errorf("ledger: halt: run of another booking or account: %w", ErrConfirmationMismatch)
+	}
+	if !r.Halt.At.IsZero() {
+		return false, nil
+	}
+	if err := r.MayWork(h.At); err != nil {
+		return false, err
+	}
+	if r.Stage != h.Stage {
+		return false, fmt.Errorf("ledger: halt: the run left stage %s: %w", h.Stage, ErrStageConflict)
+	}
+	return true, nil
+}
+
+// CheckEvents is the checkers' (fsck) state-machine invariant over one
+// run's record and its events in the order they were written: the first
+// is the train.create that admitted it; each stage advance or restart was
+// admissible (RunRecord.May) on the run as the events before it left it;
+// a halt or revocation is recorded on the run exactly when an event says
+// so; the record's stage and restarts are the events'. It returns one line
+// per violation.
+func CheckEvents(r RunRecord, events []RunEvent) []string {
+	var out []string
+	bad := func(format string, args ...any) {
+		out = append(out, fmt.Sprintf("run %s: ", r.RunID)+fmt.Sprintf(format, args...))
+	}
+	if len(events) == 0 || events[0].Action.Effect() != api.EffectCreateRun || events[0].To != api.RunLive {
+		bad("its first event is not the train.create that admitted it")
+		return out
+	}
+	// Replay: the record as each event found it. Ends keep the record's
+	// own end (ends commit out of decision order: FirstEndStays).
+	sim := RunRecord{RunID: r.RunID, Account: r.Account, BookingID: r.BookingID, LiveUntil: r.LiveUntil,
+		Stage: events[0].Stage}
+	halts, revocations, ends := 0, 0, 0
+	for i, e := range events[1:] {
+		switch {
+		case e.To == api.RunHalted:
+			halts++
+			sim.Halt.At = e.At
+		case e.To == api.RunRevoked:
+			revocations++
+			sim.Revocation.At = e.At
+		case e.Action.Effect() == api.EffectStepRun:
+			if err := sim.May(e.Action, e.At); err != nil {
+				bad("event %d (%s, decision %s) was not admissible: %v", i+1, e.Action, e.DecisionID, err)
+			}
+			if spec, _ := e.Action.Spec(); spec.Stage {
+				sim.Stage = e.Stage
+			}
+			if spec, _ := e.Action.Spec(); spec.CheckpointStep {
+				sim.Restarts++
+				sim.LastCheckpointStep = e.CheckpointStep
+			}
+		case e.Action.Effect() == api.EffectEndRun || e.Action.Effect() == api.EffectReleaseBooking:
+			if e.To == "" {
+				continue // a teardown of a run that had ended: no transition
+			}
+			ends++
+			if ends == 1 && (!e.At.Equal(r.EndedAt) || e.Action != r.EndedBy) {
+				bad("event %d ended it at %s by %s, the record at %s by %s", i+1, e.At, e.Action, r.EndedAt, r.EndedBy)
+			}
+			if ends == 1 {
+				sim.EndedAt, sim.EndedBy = e.At, e.Action
+			}
+		default:
+			bad("event %d (%q to %q) is no transition", i+1, e.Action, e.To)
+		}
+	}
+	if halts > 1 || revocations > 1 || ends > 1 {
+		bad("%d halts, %d revocations and %d ends recorded, at most one each", halts, revocations, ends)
+	}
+	if (ends == 1) != !r.EndedAt.IsZero() {
+		bad("ended %v on the record, %d end events", !r.EndedAt.IsZero(), ends)
+	}
+	if (halts == 1) != !r.Halt.At.IsZero() || (revocations == 1) != !r.Revocation.At.IsZero() {
+		bad("halted %v and revoked %v on the record, %d halt and %d revocation events", !r.Halt.At.IsZero(),
+			!r.Revocation.At.IsZero(), halts, revocations)
+	}
+	if sim.Stage != r.Stage || sim.Restarts != r.Restarts || sim.LastCheckpointStep != r.LastCheckpointStep {
+		bad("stage %q, %d restarts (last step %d) on the record; the events say %q, %d (%d)", r.Stage, r.Restarts,
+			r.LastCheckpointStep, sim.Stage, sim.Restarts, sim.LastCheckpointStep)
+	}
+	return out
+}

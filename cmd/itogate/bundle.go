@@ -56,12 +56,12 @@ added), the .manifest (revision <YYYYMMDDTHHMMSSZ>[-label], signed
 metadata.built_at, roots within "ito", Rego v1) and that the policy compiles.
 
 Without --verification-key the PUBLISHED development bundle key is used.
-With --max-age the bundle must also be younger than that. Exit status 1 when
-anything fails.`,
+With --max-age the bundle must also be younger than that. Exit status 0 when
+it verifies, 1 when anything fails, 4 on bad input (a flag, a refused file).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.complete(args, stderr); err != nil {
-				return err
+				return badInput(err)
 			}
 			return o.run(cmd.Context(), stdout)
 		},
@@ -107,7 +107,7 @@ func (o *bundleInspectOptions) complete(args []string, stderr io.Writer) error {
 func (o *bundleInspectOptions) run(ctx context.Context, w io.Writer) error {
 	v, err := bundle.NewVerifier(bundle.VerifierOptions{Keys: o.keys, Scope: o.scope})
 	if err != nil {
-		return err
+		return badInput(err) // the key given does not load
 	}
 	raw, err := safefile.ReadFile(o.path, v.MaxBytes())
 	if err != nil {

@@ -26,7 +26,8 @@ func newDemoCmd(stdout, stderr io.Writer) *cobra.Command {
 		Long: `Start "itogate serve" (development mode, a fresh temporary ledger) on a free
 loopback port, drive the admission cases of fixtures/ through the real HTTP
 API, print a table and stop the server. With --server it drives an already
-running development server instead. Exit status 1 if any case differs.`,
+running development server instead. Exit status 0 when every case answers as
+expected, 1 if any case differs or the server fails, 4 on a bad flag.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
@@ -69,7 +70,7 @@ func runDemo(ctx context.Context, w io.Writer, server string) error {
 	tw.Flush()
 	fmt.Fprintf(w, "\n%d passed, %d failed\n", len(results)-failed, failed)
 	if failed > 0 {
-		return exitError{1}
+		return exitError{exitDemoFail}
 	}
 	return nil
 }

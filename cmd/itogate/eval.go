@@ -48,7 +48,9 @@ of exactly the manifest's hardware at 2.49 USD per GPU-hour, of which
 (unless --confirmation) binds the manifest digest with cost = budget ceiling.
 For reviewers and manifest authors: what would the gate say, and why.
 
-Exit status: 0 allow, 2 deny (like "opa eval --fail-defined" users expect in CI).`,
+Exit status: 0 allow, 2 deny (like "opa eval --fail-defined" users expect in
+CI), 4 bad input (a flag, a refused or invalid file), 1 the policy could not
+be evaluated.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), stdout) },
 	}
@@ -73,7 +75,7 @@ func (o *evalOptions) run(ctx context.Context, w io.Writer) error {
 	}
 	doc, err := manifest.Parse(raw)
 	if err != nil {
-		return err
+		return badInput(err)
 	}
 	now := time.Now()
 	if o.now != 0 {
@@ -81,17 +83,19 @@ func (o *evalOptions) run(ctx context.Context, w io.Writer) error {
 	}
 	input, err := o.input(raw, doc, now)
 	if err != nil {
-		return err
+		return badInput(err)
 	}
 	bundle := policies.Bundle()
 	if o.bundleDir != "" {
 		if bundle, err = bundleDirFS(o.bundleDir); err != nil {
-			return err
+			return badInput(err)
 		}
 	}
 	engine, err := policy.New(ctx, policy.Options{Bundle: bundle, Deadline: o.deadline})
 	if err != nil {
-		return err
+		// The embedded bundle compiles (its tests say so): a bundle that
+		// does not is the --bundle-dir given.
+		return badInput(err)
 	}
 	d, err := engine.Decide(ctx, input)
 	if err != nil {

@@ -5,6 +5,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,15 +21,24 @@ type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 
-func main() {
-	root := newRootCmd(os.Stdout, os.Stderr)
-	if err := root.Execute(); err != nil {
-		if ee, ok := err.(exitError); ok {
-			os.Exit(ee.code)
-		}
-		fmt.Fprintln(os.Stderr, "itogate:", err)
-		os.Exit(1)
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// run runs the command line args and returns the exit code of the command
+// that ran, from exitTable: an error the command did not print itself is
+// printed on stderr, inert.
+func run(args []string, stdout, stderr io.Writer) int {
+	return runContext(context.Background(), args, stdout, stderr)
+}
+
+func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := newRootCmd(stdout, stderr)
+	root.SetArgs(args)
+	c, err := root.ExecuteContextC(ctx)
+	code, msg := exitStatus(c, err)
+	if msg != "" {
+		fmt.Fprintln(stderr, msg)
 	}
+	return code
 }
 
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -59,6 +69,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd()
 	plainBoolFlags(root)
+	markUsageErrors(root)
 	return root
 }
 

@@ -29,20 +29,21 @@ ran (bad signature, unknown confirmation) are skipped; so are decisions whose
 input lost facts to the mask or the guard (a manifest that held a
 credential), counted apart: without those facts any bundle would decide
 differently. Warnings are compared too. --bundle is the directory holding
-ito/ (e.g. policies). With --fail-on-flip the exit status is 1 when anything
-flips.`,
+ito/ (e.g. policies). Exit status: 0 replayed, 1 with --fail-on-flip when
+anything flips, 4 bad input (a flag, a refused log or bundle directory, a
+bundle that does not compile), 3 any other failure.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
 			bundle := policies.Bundle()
 			if bundleDir != "" {
 				if bundle, err = bundleDirFS(bundleDir); err != nil {
-					return err
+					return badInput(err)
 				}
 			}
 			engine, err := policy.New(cmd.Context(), policy.Options{Bundle: bundle, Deadline: deadline})
 			if err != nil {
-				return err
+				return badInput(err) // the --bundle given does not compile
 			}
 			f, err := safefile.Open(logPath)
 			if err != nil {
@@ -51,7 +52,7 @@ flips.`,
 			defer f.Close()
 			events, err := decisionlog.Read(f)
 			if err != nil {
-				return err
+				return badInput(err)
 			}
 			r := replay.Run(cmd.Context(), engine, events)
 			if jsonOut {
@@ -64,7 +65,7 @@ flips.`,
 				r.Print(stdout)
 			}
 			if failOnFlip && len(r.Flips) > 0 {
-				return exitError{1}
+				return exitError{exitReplayFlip}
 			}
 			return nil
 		},

@@ -33,7 +33,7 @@ func TestReplayBundleArgument(t *testing.T) {
 			{"eval", "--manifest", filepath.Join("..", "..", "fixtures", "manifests", "llama3-8b.json"), "--bundle-dir", tc.bundle},
 		} {
 			res := runCLI(t, args...)
-			if res.exit != 1 || !strings.Contains(res.stderr, tc.want) {
+			if res.exit != exitFailed || !strings.Contains(res.stderr, tc.want) {
 				t.Errorf("%s --bundle %s: exit %d, stderr %q; want %q", args[0], tc.bundle, res.exit, res.stderr, tc.want)
 			}
 		}

@@ -39,7 +39,7 @@ cosign's own encrypted key files are not read: sign those with cosign itself.`,
 			}
 			priv, err := verify.LoadPrivateKeyPEM(pemBytes)
 			if err != nil {
-				return err
+				return badInput(fmt.Errorf("key: %w", err))
 			}
 			sig, err := token.SignManifest(priv, raw)
 			if err != nil {
@@ -83,13 +83,13 @@ func newVerifyCmd(stdout io.Writer) *cobra.Command {
 				}
 				pub, err := verify.LoadPublicKeyPEM(pem)
 				if err != nil {
-					return fmt.Errorf("%s: %w", kf, err)
+					return badInput(fmt.Errorf("%s: %w", kf, err))
 				}
 				signers = append(signers, verify.Signer{KeyID: kf, PublicKey: pub})
 			}
 			mv, err := verify.NewManifestVerifier(signers)
 			if err != nil {
-				return err
+				return badInput(err)
 			}
 			if sigFile == "" {
 				sigFile = args[0] + ".sig"
@@ -101,13 +101,13 @@ func newVerifyCmd(stdout io.Writer) *cobra.Command {
 			keyID, err := mv.Verify(raw, strings.TrimSpace(string(sig)))
 			if err != nil {
 				fmt.Fprintf(stdout, "FAIL  %s  %s: the signature does not verify with the given key(s)\n", args[0], digest)
-				return exitError{1}
+				return exitError{exitVerifyFail}
 			}
 			if _, err := manifest.Parse(raw); err != nil {
 				var me *manifest.Error
 				if errors.As(err, &me) {
 					fmt.Fprintf(stdout, "FAIL  %s  signature ok (%s) but %s: %s\n", args[0], keyID, me.Code, me.Message)
-					return exitError{1}
+					return exitError{exitVerifyFail}
 				}
 				return err
 			}
@@ -143,7 +143,7 @@ or "itogate ticket verify --jwks" reads. No file is ever overwritten.`,
 			case "ed25519":
 				priv, err = token.GenerateEd25519()
 			default:
-				return errors.New("--type must be ecdsa or ed25519")
+				return badInput(errors.New("--type must be ecdsa or ed25519"))
 			}
 			if err != nil {
 				return err

@@ -16,14 +16,6 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/verify"
 )
 
-// Exit codes of `itogate ticket verify` (docs/tickets.md).
-const (
-	ticketExitOK       = 0
-	ticketExitRejected = 1 // the ticket does not verify
-	ticketExitUsage    = 2 // bad flags, unreadable key or ticket
-	ticketExitMismatch = 3 // verifies, but not for what this runtime expects
-)
-
 // maxTicketInput bounds the ticket read from a file or stdin.
 const maxTicketInput = verify.DefaultMaxTokenBytes
 

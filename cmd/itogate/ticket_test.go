@@ -19,17 +19,9 @@ func TestTicketVerifyOffline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now().Truncate(time.Second)
-	c := ticket.Claims{
-		Account: "acct-1", ID: "dec_00112233445566778899aabbccddeeff", RunID: "run_01JDEXAMPLE0000000000000",
-		BookingID: "bk-1", Action: "train.create", ManifestDigest: "sha256:" + strings.Repeat("0f", 32),
-		WorldSize: 64, Nodes: 8, GPUsPerNode: 8, GPUType: "H100-SXM-80GB", Region: "eu-west",
-		BundleRevision: "rev", IssuedAt: now, Expiry: now.Add(time.Hour),
-	}
-	raw, err := ts.Tickets.Issue(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	now := testNow()
+	c := testTicketClaims(now)
+	raw := issueTestTicket(t, ts)
 	expired := c
 	expired.IssuedAt, expired.Expiry = now.Add(-3*time.Hour), now.Add(-2*time.Hour)
 	rawExpired, _ := ts.Tickets.Issue(expired)
@@ -80,4 +72,27 @@ func TestTicketVerifyOffline(t *testing.T) {
 			}
 		})
 	}
+}
+
+// testNow is now, to the second.
+func testNow() time.Time { return time.Now().UTC().Truncate(time.Second) }
+
+// testTicketClaims are the claims of the test ticket, issued at now.
+func testTicketClaims(now time.Time) ticket.Claims {
+	return ticket.Claims{
+		Account: "acct-1", ID: "dec_00112233445566778899aabbccddeeff", RunID: "run_01JDEXAMPLE0000000000000",
+		BookingID: "bk-1", Action: "train.create", ManifestDigest: "sha256:" + strings.Repeat("0f", 32),
+		WorldSize: 64, Nodes: 8, GPUsPerNode: 8, GPUType: "H100-SXM-80GB", Region: "eu-west",
+		BundleRevision: "rev", IssuedAt: now, Expiry: now.Add(time.Hour),
+	}
+}
+
+// issueTestTicket issues the test ticket, valid for an hour from now.
+func issueTestTicket(t *testing.T, ts *trust.Set) string {
+	t.Helper()
+	raw, err := ts.Tickets.Issue(testTicketClaims(testNow()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
 }

@@ -66,7 +66,7 @@ flags are its own: see "itogate token <kind> --help".`,
 			for _, k := range cmd.Commands() {
 				kinds = append(kinds, k.Name())
 			}
-			return fmt.Errorf("name the kind of token: itogate token %s", strings.Join(kinds, "|"))
+			return usageError{fmt.Errorf("name the kind of token: itogate token %s", strings.Join(kinds, "|"))}
 		},
 	}
 	cmd.AddCommand(
@@ -114,11 +114,13 @@ type tokenRunner interface {
 
 func runToken(o tokenRunner) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, _ []string) error {
+		// What Complete and Validate refuse (a key or manifest file, flags
+		// that must come together) is bad input.
 		if err := o.Complete(); err != nil {
-			return err
+			return badInput(err)
 		}
 		if err := o.Validate(); err != nil {
-			return err
+			return badInput(err)
 		}
 		return o.Run(cmd.Context())
 	}

@@ -18,27 +18,6 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/safefile"
 )
 
-// Exit codes of train and status (README "Exit codes"):
-//
-//	0 allowed (train) or found (status)
-//	1 an unexpected internal error
-//	2 denied: 403 policy or ledger deny, 409 idempotency conflict
-//	3 not found (status): nothing was admitted under the key
-//	4 bad input: refused locally (nothing sent) or 400/413/415 from the server
-//	5 unavailable: 503, 408, a transport failure or the --timeout with no
-//	  definite answer — ask status with the same key, then retry
-//	6 unauthenticated: 401, the caller token is missing, invalid or expired
-//	7 revoked: CALLER_REVOKED, CONFIRMATION_REVOKED or ENTITLEMENT_REVOKED —
-//	  stop; no retry helps
-const (
-	exitDenied          = 2
-	exitNotFound        = 3
-	exitFailed          = 4 // bad input
-	exitUnavailable     = 5
-	exitUnauthenticated = 6
-	exitRevoked         = 7
-)
-
 // revokedCodes end the client at once (exit 7): the credential will not
 // become valid by trying again.
 var revokedCodes = map[api.Code]bool{

@@ -47,23 +47,10 @@ type cliResult struct {
 func runCLI(t *testing.T, args ...string) cliResult {
 	t.Helper()
 	var out, errb bytes.Buffer
-	root := newRootCmd(&out, &errb)
-	root.SetArgs(args)
 	ctx, cancel := context.WithTimeout(context.Background(), patience.Deadline)
 	defer cancel()
-	err := root.ExecuteContext(ctx)
-	res := cliResult{}
-	var ee exitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		res.exit = ee.code
-	default:
-		errb.WriteString("itogate: " + err.Error() + "\n")
-		res.exit = 1
-	}
-	res.stdout, res.stderr = out.String(), errb.String()
-	return res
+	code := runContext(ctx, args, &out, &errb)
+	return cliResult{exit: code, stdout: out.String(), stderr: errb.String()}
 }
 
 // admissionSink is a stand-in itogate that records each admission's
@@ -252,7 +239,7 @@ func hostileManifestTree(t *testing.T, dir string, content []byte) (cases []host
 }
 
 // checkHostileManifestPath: train refuses tc's path with its code (exit 4,
-// promptly, no file contents echoed); sign refuses it (exit 1) and writes
+// promptly, no file contents echoed); sign refuses it (exit 4, bad input) and writes
 // no signature.
 func checkHostileManifestPath(t *testing.T, sink *admissionSink, dir string, tc hostilePath) {
 	t.Helper()
@@ -273,8 +260,8 @@ func checkHostileManifestPath(t *testing.T, sink *admissionSink, dir string, tc 
 	sigOut := filepath.Join(t.TempDir(), "out.sig")
 	res = runCLI(t, "sign", "--key", filepath.Join("..", "..", "fixtures", "keys", "dev-manifest-ecdsa.key.pem"),
 		"--output-signature", sigOut, tc.path)
-	if res.exit != 1 || !strings.Contains(res.stderr, string(tc.code)) {
-		t.Fatalf("sign: exit %d, stderr %q; want exit 1 and %s", res.exit, res.stderr, tc.code)
+	if res.exit != exitFailed || !strings.Contains(res.stderr, string(tc.code)) {
+		t.Fatalf("sign: exit %d, stderr %q; want exit %d and %s", res.exit, res.stderr, exitFailed, tc.code)
 	}
 	if _, err := os.Stat(sigOut); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("sign wrote a signature for a refused path: %v", err)
@@ -395,7 +382,7 @@ func raceSign(t *testing.T, path, sigOut string, a []byte, pub *ecdsa.PublicKey)
 	res := runCLI(t, "sign", "--key", filepath.Join("..", "..", "fixtures", "keys", "dev-manifest-ecdsa.key.pem"),
 		"--output-signature", sigOut, path)
 	switch {
-	case res.exit == 1 && strings.Contains(res.stderr, string(api.CodeManifestPathSymlink)):
+	case res.exit == exitFailed && strings.Contains(res.stderr, string(api.CodeManifestPathSymlink)):
 		return false
 	case res.exit == 0:
 		sig, err := os.ReadFile(sigOut)

@@ -1,0 +1,330 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/itocompute/itogate/gatekeeper/safefile"
+	"github.com/itocompute/itogate/internal/inert"
+)
+
+// The exit codes of every command, in one table: main maps errors through
+// it, the README's and docs/tickets.md's exit-code tables are rendered from
+// it (TestExitCodeTablesInDocs), and TestExitCodesPerCommand makes every
+// row happen through the real command line.
+
+// exitKind is what main needs to know of a row: whether it is the code of
+// success, of bad input (the command line — an unknown flag, a bad value, a
+// missing argument — or a file or value refused before anything was done),
+// of any other failure, or a code the command returns itself
+// (exitError).
+type exitKind uint8
+
+const (
+	kindOK       exitKind = 1 << iota // success
+	kindBadInput                      // command line, refused file or value
+	kindOther                         // any failure without a code of its own
+	kindOwn                           // returned by the command as exitError
+)
+
+type exitRow struct {
+	code    int
+	kind    exitKind
+	meaning string
+	todo    string
+}
+
+// exitGroup is the rows of one or more commands, named by their path
+// without "itogate " ("train", "ticket verify"); the group whose commands
+// list is empty holds every command not named in another.
+type exitGroup struct {
+	commands []string
+	rows     []exitRow
+}
+
+// Exit codes returned by the commands themselves (exitError).
+const (
+	exitDenied          = 2 // train, status: 403 or 409
+	exitNotFound        = 3 // status: 404
+	exitFailed          = 4 // bad input, every command but ticket verify
+	exitUnavailable     = 5 // train, status: no definite answer
+	exitUnauthenticated = 6 // train, status: 401
+	exitRevoked         = 7 // train, status: a revoked credential
+
+	exitOther       = 1 // any other failure, every command but replay and ticket verify
+	exitReplayFlip  = 1 // replay --fail-on-flip: a decision flips
+	exitReplayOther = 3 // replay: any other failure (1 is a flip)
+	exitVerifyFail  = 1 // verify: the manifest is not accepted
+	exitDemoFail    = 1 // demo: a case differs
+
+	ticketExitOK       = 0
+	ticketExitRejected = 1 // the ticket does not verify
+	ticketExitUsage    = 2 // bad flags, unreadable key or ticket
+	ticketExitMismatch = 3 // verifies, but not for what this runtime expects
+)
+
+var exitTable = []exitGroup{
+	{[]string{"train", "status"}, []exitRow{
+		{0, kindOK, "allowed (train) / the admission is stored (status)", "create the run"},
+		{exitOther, kindOther, "unexpected internal error, or an answer of no status it knows (1xx, 3xx)", "report it"},
+		{exitDenied, kindOwn, "denied: 403 policy or ledger deny, 409 idempotency key bound to another request", "read the codes and fixes"},
+		{exitNotFound, kindOwn, "status only: nothing was admitted under the key (404 `ADMISSION_NOT_FOUND`)", "retry the admission with the same key"},
+		{exitFailed, kindBadInput, "bad input: a flag or argument (an unknown flag included), a refused file: nothing sent; or 400/413/415 from the server", "fix the named flag, file or field"},
+		{exitUnavailable, kindOwn, "unavailable or no definite answer: 503, 408, 429, transport failure, `--timeout` passed, an answer that is not an envelope", "ask `itogate status` with the same key, then retry"},
+		{exitUnauthenticated, kindOwn, "unauthenticated: 401 `CALLER_UNAUTHENTICATED`", "get a current caller token"},
+		{exitRevoked, kindOwn, "revoked: `CALLER_REVOKED`, `CONFIRMATION_REVOKED`, `ENTITLEMENT_REVOKED`", "stop: no retry helps; get a new credential"},
+	}},
+	{[]string{"ticket verify"}, []exitRow{
+		{ticketExitOK, kindOK, "verifies and meets every expectation; prints the claims (`--json`: as JSON)", "start the job"},
+		{ticketExitRejected, kindOwn, "does not verify: forged, altered (one changed byte is enough), expired, another `typ`/`iss`/`aud`, a claim missing", "refuse the job"},
+		{ticketExitUsage, kindBadInput | kindOther, "usage: a bad flag or argument (an unknown flag included), a key or ticket file refused or unreadable", "fix the installation (fail closed: refuse the job)"},
+		{ticketExitMismatch, kindOwn, "verifies, but names another run, booking, account or topology than expected", "refuse the job"},
+	}},
+	{[]string{"eval"}, []exitRow{
+		{0, kindOK, "the policy allows", ""},
+		{exitOther, kindOther, "the policy could not be evaluated (an evaluation error, `--deadline` passed)", "report it, or raise --deadline"},
+		{exitDenied, kindOwn, "the policy denies; the violations and fixes are printed", "apply the fixes"},
+		{exitFailed, kindBadInput, "bad input: a flag or argument, a refused or invalid manifest, claims file or bundle directory", "fix the named flag or file"},
+	}},
+	{[]string{"replay"}, []exitRow{
+		{0, kindOK, "replayed (nothing flips, or no `--fail-on-flip`)", ""},
+		{exitReplayFlip, kindOwn, "`--fail-on-flip`: a decision flips", "review the flips before shipping the bundle"},
+		{exitReplayOther, kindOther, "the replay failed otherwise", "report it"},
+		{exitFailed, kindBadInput, "bad input: a flag or argument, a refused decision log or bundle directory, a bundle that does not compile", "fix the named flag or file"},
+	}},
+	{[]string{"verify"}, []exitRow{
+		{0, kindOK, "the signature verifies with a given key and the schema accepts the manifest", ""},
+		{exitVerifyFail, kindOwn | kindOther, "FAIL: the signature does not verify with the given keys, or the schema refuses the manifest", "do not use the manifest"},
+		{exitFailed, kindBadInput, "bad input: a flag or argument, a refused or unreadable manifest, key or signature file", "fix the named flag or file"},
+	}},
+	{[]string{"bundle inspect"}, []exitRow{
+		{0, kindOK, "the bundle verifies and compiles as the server would activate it", ""},
+		{exitOther, kindOther, "the bundle fails: limits, entries, signature, manifest, age or compilation", "do not ship it"},
+		{exitFailed, kindBadInput, "bad input: a flag or argument, a refused archive or key file", "fix the named flag or file"},
+	}},
+	{[]string{"demo"}, []exitRow{
+		{0, kindOK, "every admission case answered as expected", ""},
+		{exitDemoFail, kindOwn | kindOther, "a case differs, or the server could not be started or reached", "read the table and the server log"},
+		{exitFailed, kindBadInput, "bad input: a flag or argument", "fix it"},
+	}},
+	{[]string{"serve"}, []exitRow{
+		{0, kindOK, "stopped on SIGINT or SIGTERM after draining", ""},
+		{exitOther, kindOther, "could not start (a configuration refused included) or failed", "read the log line"},
+		{exitFailed, kindBadInput, "bad command line: an unknown flag, a bad flag value, an argument", "fix it"},
+	}},
+	{nil, []exitRow{
+		{0, kindOK, "done", ""},
+		{exitOther, kindOther, "failed (a deposit refused, a file that exists, a write that failed …)", "read the message"},
+		{exitFailed, kindBadInput, "bad input: a flag or argument (an unknown flag or kind included), a refused or invalid file", "fix the named flag or file"},
+	}},
+}
+
+// exitGroupOf is the group of the command at path ("ticket verify").
+func exitGroupOf(path string) exitGroup {
+	var rest exitGroup
+	for _, g := range exitTable {
+		if g.commands == nil {
+			rest = g
+		}
+		if slices.Contains(g.commands, path) {
+			return g
+		}
+	}
+	return rest
+}
+
+// exitCodeOf is the code of kind k for the command at path.
+func exitCodeOf(path string, k exitKind) int {
+	for _, r := range exitGroupOf(path).rows {
+		if r.kind&k != 0 {
+			return r.code
+		}
+	}
+	panic("exit table: no row of kind " + fmt.Sprint(k) + " for " + path)
+}
+
+// commandPath is c's path without the root's name: "ticket verify".
+func commandPath(c *cobra.Command) string {
+	p := c.CommandPath()
+	if i := strings.IndexByte(p, ' '); i >= 0 {
+		return p[i+1:]
+	}
+	return ""
+}
+
+// usageError is a command-line error: an unknown or malformed flag, a
+// wrong argument, a missing required flag. It exits with the command's
+// bad-input code.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// inputError is bad input found by the command itself: a value or file it
+// refuses before doing anything.
+type inputError struct{ err error }
+
+func (e inputError) Error() string { return e.err.Error() }
+func (e inputError) Unwrap() error { return e.err }
+
+// badInput marks err as bad input (nil stays nil).
+func badInput(err error) error {
+	if err == nil {
+		return nil
+	}
+	return inputError{err}
+}
+
+// isBadInput: a usage error, an error marked bad input, or a file the safe
+// reader refused.
+func isBadInput(err error) bool {
+	var ue usageError
+	var ie inputError
+	var fe *safefile.Error
+	return errors.As(err, &ue) || errors.As(err, &ie) || errors.As(err, &fe)
+}
+
+// exitStatus maps what the command c returned to the process exit code, and
+// the message main prints on stderr ("" when the command printed its own).
+func exitStatus(c *cobra.Command, err error) (int, string) {
+	if err == nil {
+		return 0, ""
+	}
+	var ee exitError
+	if errors.As(err, &ee) {
+		return ee.code, ""
+	}
+	path := ""
+	if c != nil {
+		path = commandPath(c)
+	}
+	msg := "itogate: " + inert.Text(err.Error())
+	var ue usageError
+	if errors.As(err, &ue) || (c != nil && !c.Runnable()) {
+		return exitCodeOf(path, kindBadInput), msg + "\n" + `run "` + strings.TrimSpace("itogate "+path) + ` --help" for usage`
+	}
+	if isBadInput(err) {
+		return exitCodeOf(path, kindBadInput), msg
+	}
+	return exitCodeOf(path, kindOther), msg
+}
+
+// markUsageErrors makes every command-line error of the tree a usageError:
+// flag parsing (every command's FlagErrorFunc), and, for each runnable
+// command, its arguments, required flags and flag groups (checked together
+// before the command runs; cobra would check the last two after).
+func markUsageErrors(root *cobra.Command) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		inner := c.FlagErrorFunc()
+		c.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+			if err = inner(c, err); err == nil {
+				return nil
+			}
+			return usageError{err}
+		})
+		if !c.Runnable() && c.HasSubCommands() {
+			// A group (itogate, bundle, ticket, completion): its help when
+			// alone, an unknown command otherwise (cobra would print the
+			// help of a group other than the root and exit 0).
+			c.Args = func(c *cobra.Command, a []string) error {
+				if len(a) > 0 {
+					return usageError{fmt.Errorf("unknown command %q for %q", a[0], c.CommandPath())}
+				}
+				return nil
+			}
+			c.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
+		} else if c.Runnable() && (c.Args != nil || !c.HasSubCommands()) {
+			args := c.Args
+			if args == nil {
+				args = cobra.ArbitraryArgs
+			}
+			c.Args = func(c *cobra.Command, a []string) error {
+				if err := args(c, a); err != nil {
+					return usageError{err}
+				}
+				if err := c.ValidateRequiredFlags(); err != nil {
+					return usageError{err}
+				}
+				if err := c.ValidateFlagGroups(); err != nil {
+					return usageError{err}
+				}
+				return nil
+			}
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+}
+
+// renderExitTable is the Markdown of a group's table.
+func renderExitTable(g exitGroup) string {
+	var b strings.Builder
+	b.WriteString("| exit | meaning | what to do |\n|---|---|---|\n")
+	for _, r := range g.rows {
+		fmt.Fprintf(&b, "| %d | %s | %s |\n", r.code, r.meaning, r.todo)
+	}
+	return b.String()
+}
+
+// exitBlockStart opens a rendered table in a Markdown file: the marker
+// names the group's commands ("<!-- exit-codes: train, status -->", or
+// "(every other command)"); exitBlockEnd closes it.
+const (
+	exitBlockStart = "<!-- exit-codes: "
+	exitBlockEnd   = "<!-- /exit-codes -->"
+	otherCommands  = "every other command"
+)
+
+func groupName(g exitGroup) string {
+	if g.commands == nil {
+		return otherCommands
+	}
+	return strings.Join(g.commands, ", ")
+}
+
+// renderExitBlocks rewrites every exit-code block of doc with the table of
+// the group its marker names, and returns the names of the groups it
+// rendered. A marker naming no group is an error.
+func renderExitBlocks(doc []byte) ([]byte, []string, error) {
+	var out bytes.Buffer
+	var names []string
+	rest := doc
+	for {
+		i := bytes.Index(rest, []byte(exitBlockStart))
+		if i < 0 {
+			out.Write(rest)
+			return out.Bytes(), names, nil
+		}
+		lineEnd := bytes.Index(rest[i:], []byte(" -->\n"))
+		if lineEnd < 0 {
+			return nil, nil, errors.New("exit-codes marker without \" -->\"")
+		}
+		name := string(rest[i+len(exitBlockStart) : i+lineEnd])
+		end := bytes.Index(rest[i:], []byte(exitBlockEnd))
+		if end < 0 {
+			return nil, nil, fmt.Errorf("exit-codes block %q not closed", name)
+		}
+		var group *exitGroup
+		for k := range exitTable {
+			if groupName(exitTable[k]) == name {
+				group = &exitTable[k]
+			}
+		}
+		if group == nil {
+			return nil, nil, fmt.Errorf("exit-codes block %q names no group of the table", name)
+		}
+		out.Write(rest[:i+lineEnd+len(" -->\n")])
+		out.WriteString(renderExitTable(*group))
+		out.WriteString(exitBlockEnd)
+		names = append(names, name)
+		rest = rest[i+end+len(exitBlockEnd):]
+	}
+}

@@ -73,6 +73,8 @@ it verifies, 1 when anything fails, 4 on bad input (a flag, a refused file).`,
 	f.StringVar(&o.scope, "scope", "", "required signature scope")
 	f.DurationVar(&o.maxAge, "max-age", 0, "fail when the bundle was built longer ago than this")
 	f.BoolVar(&o.jsonOut, "json", false, "print JSON")
+	readsFile(f, "verification-key")
+	fileArgs(cmd)
 	return cmd
 }
 

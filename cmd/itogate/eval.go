@@ -64,6 +64,8 @@ be evaluated.`,
 	f.IntVar(&o.heldGPUs, "held-gpus", 0, "GPUs the booking's live runs already hold (input.ledger.booking.held_gpus)")
 	f.BoolVar(&o.released, "released", false, "the booking was released (input.ledger.booking.released)")
 	f.DurationVar(&o.deadline, "deadline", policy.DefaultDeadline, "bound on the evaluation (the server's policy.deadline default)")
+	readsFile(f, "manifest", "entitlement", "confirmation")
+	annotate(f, "bundle-dir", valueReadsDir)
 	_ = cmd.MarkFlagRequired("manifest")
 	return cmd
 }

@@ -76,6 +76,8 @@ bundle that does not compile), 3 any other failure.`,
 	cmd.Flags().BoolVar(&failOnFlip, "fail-on-flip", false, "exit 1 when any decision flips (for CI)")
 	cmd.Flags().DurationVar(&deadline, "deadline", policy.DefaultDeadline,
 		"bound on one evaluation; past it the decision is reported as an evaluation error (the server's default)")
+	readsFile(cmd.Flags(), "decisions")
+	annotate(cmd.Flags(), "bundle", valueReadsDir)
 	_ = cmd.MarkFlagRequired("decisions")
 	return cmd
 }

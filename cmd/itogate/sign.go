@@ -59,6 +59,9 @@ cosign's own encrypted key files are not read: sign those with cosign itself.`,
 	}
 	cmd.Flags().StringVar(&keyFile, "key", "", "private key PEM (PKCS#8; ECDSA P-256 or Ed25519)")
 	cmd.Flags().StringVar(&out, "output-signature", "", "signature file (default MANIFEST.sig)")
+	readsFile(cmd.Flags(), "key")
+	annotate(cmd.Flags(), "output-signature", valueWrites)
+	fileArgs(cmd)
 	_ = cmd.MarkFlagRequired("key")
 	return cmd
 }
@@ -117,6 +120,8 @@ func newVerifyCmd(stdout io.Writer) *cobra.Command {
 	}
 	cmd.Flags().StringSliceVar(&keyFiles, "key", nil, "public key PEM of a trusted signer (repeatable)")
 	cmd.Flags().StringVar(&sigFile, "signature", "", "signature file (default MANIFEST.sig)")
+	readsFile(cmd.Flags(), "key", "signature")
+	fileArgs(cmd)
 	_ = cmd.MarkFlagRequired("key")
 	return cmd
 }
@@ -169,6 +174,7 @@ or "itogate ticket verify --jwks" reads. No file is ever overwritten.`,
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", ".", "output directory")
+	annotate(cmd.Flags(), "dir", valueWrites)
 	cmd.Flags().StringVar(&name, "name", "", "file stem: NAME.key.pem and NAME.pub.pem")
 	cmd.Flags().StringVar(&typ, "type", "ecdsa", "ecdsa (P-256, ES256) or ed25519 (EdDSA)")
 	cmd.Flags().BoolVar(&jwks, "jwks", false, "also write NAME.jwks.json, the public key as a JWKS")

@@ -85,6 +85,8 @@ on failure one line naming the reason to standard error, never the ticket.`,
 	f.Int64Var(&o.expect.Nodes, "nodes", 0, "expected nodes")
 	f.Int64Var(&o.expect.GPUsPerNode, "gpus-per-node", 0, "expected gpus_per_node")
 	f.BoolVar(&o.json, "json", false, "print the verified claims as JSON")
+	readsFile(f, "jwks", "pem")
+	fileArgs(cmd)
 	return cmd
 }
 

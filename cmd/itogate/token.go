@@ -27,6 +27,7 @@ import (
 
 // tokenDeps are what the token commands take from the process.
 type tokenDeps struct {
+	stdin          io.Reader // nil: the command's (cobra's InOrStdin)
 	stdout, stderr io.Writer
 	getenv         func(string) string
 	now            func() time.Time
@@ -114,6 +115,9 @@ type tokenRunner interface {
 
 func runToken(o tokenRunner) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, _ []string) error {
+		if s, ok := o.(interface{ useStdin(io.Reader) }); ok {
+			s.useStdin(cmd.InOrStdin())
+		}
 		// What Complete and Validate refuse (a key or manifest file, flags
 		// that must come together) is bad input.
 		if err := o.Complete(); err != nil {
@@ -143,6 +147,16 @@ type tokenOptions struct {
 	keyFile, keyID, issuer, audience string
 	ttl                              time.Duration
 	signer                           signingKey // set by Complete
+	secrets                          *secretSource
+}
+
+// useStdin sets where "-" reads a secret from (the command's standard
+// input unless the deps name one).
+func (o *tokenOptions) useStdin(r io.Reader) {
+	if o.deps.stdin != nil {
+		r = o.deps.stdin
+	}
+	o.secrets = &secretSource{stdin: r, getenv: o.deps.getenv}
 }
 
 func newTokenOptions(d tokenDeps, k tokenKind) tokenOptions {
@@ -151,6 +165,7 @@ func newTokenOptions(d tokenDeps, k tokenKind) tokenOptions {
 
 func (o *tokenOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.keyFile, "key", "", "your own private key PEM (PKCS#8) instead of the development key; needs --kid, --issuer, --audience")
+	readsFile(f, "key")
 	f.StringVar(&o.keyID, "kid", "", "key id written into the token header (the key_id of the trust entry)")
 	f.StringVar(&o.issuer, "issuer", "", "iss claim (with --key: the trust entry's issuer)")
 	f.StringVar(&o.audience, "audience", "", "aud claim (with --key: the trust entry's audience)")
@@ -235,6 +250,7 @@ type manifestRef struct {
 
 func (m *manifestRef) addFlag(f *pflag.FlagSet, usage string) {
 	f.StringVar(&m.path, "manifest", "", usage)
+	readsFile(f, "manifest")
 }
 
 // load reads the manifest when --manifest is given.

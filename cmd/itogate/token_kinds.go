@@ -175,7 +175,8 @@ type confirmationOptions struct {
 	account, booking, act, cost, runID string
 	checkpointStep                     int64
 	deposit                            bool
-	server, depositorToken             string
+	server, depositorTokenFile         string
+	depositorToken                     string // read by Complete
 }
 
 func newTokenConfirmationCmd(d tokenDeps) *cobra.Command {
@@ -189,7 +190,9 @@ defaults to the manifest's budget ceiling. A train.restart confirmation takes
 
 --deposit deposits it with --server and prints the confirmation_ref instead
 of the token. Without --key the development depositor identity deposits it;
-with --key, give the depositor's bearer token (ITOGATE_DEPOSITOR_TOKEN, mint
+with --key, give the depositor's bearer token in a file
+(--depositor-token-file FILE), on standard input (--depositor-token-file -)
+or in $ITOGATE_DEPOSITOR_TOKEN — never as an argument, which ps shows (mint
 one with "itogate token depositor --key ...").
 
 Clock: a confirmation lives 10 minutes (--ttl); the command says when it
@@ -203,8 +206,10 @@ expires on stderr.`)
 	f.StringVar(&o.runID, "run-id", "", "run_id claim (every action but train.create)")
 	f.Int64Var(&o.checkpointStep, "checkpoint-step", -1, "checkpoint_step claim (train.restart)")
 	f.BoolVar(&o.deposit, "deposit", false, "deposit with --server and print the confirmation_ref")
-	f.StringVar(&o.server, "server", getenvOr(d.getenv, "ITOGATE_URL", "http://127.0.0.1:8443"), "itogate base URL for --deposit ($ITOGATE_URL)")
-	f.StringVar(&o.depositorToken, "depositor-token", d.getenv("ITOGATE_DEPOSITOR_TOKEN"), "--deposit with --key: the depositor's bearer token (default $ITOGATE_DEPOSITOR_TOKEN)")
+	f.StringVar(&o.server, "server", "", "itogate base URL for --deposit (default $ITOGATE_URL, else "+defaultServer+")")
+	f.StringVar(&o.depositorTokenFile, "depositor-token-file", "",
+		"--deposit with --key: file holding the depositor's bearer token, - for standard input (default $ITOGATE_DEPOSITOR_TOKEN)")
+	readsFile(f, "depositor-token-file")
 	return cmd
 }
 
@@ -214,6 +219,13 @@ func (o *confirmationOptions) Complete() error {
 	}
 	if err := o.manifest.load(); err != nil {
 		return err
+	}
+	if o.deposit && o.keyFile != "" {
+		tok, err := o.secrets.read("depositor-token-file", o.depositorTokenFile, "ITOGATE_DEPOSITOR_TOKEN", "depositor token")
+		if err != nil {
+			return fmt.Errorf("--deposit with --key needs the depositor's bearer token: %w (mint one with: itogate token depositor --key …)", err)
+		}
+		o.depositorToken = tok
 	}
 	if o.cost == "" {
 		o.cost, _ = o.manifest.section("budget")["ceiling_usd"].(string)
@@ -225,8 +237,8 @@ func (o *confirmationOptions) Validate() error {
 	if err := o.tokenOptions.Validate(); err != nil {
 		return err
 	}
-	if o.keyFile != "" && o.deposit && o.depositorToken == "" {
-		return errors.New("--deposit with --key needs the depositor's bearer token: --depositor-token or ITOGATE_DEPOSITOR_TOKEN (mint one with: itogate token depositor --key …)")
+	if o.depositorTokenFile != "" && (o.keyFile == "" || !o.deposit) {
+		return errors.New("--depositor-token-file goes with --deposit and --key (without --key the development depositor deposits)")
 	}
 	if o.cost == "" && o.manifest.path == "" {
 		return errors.New("--cost is required without a --manifest")
@@ -279,7 +291,11 @@ func (o *confirmationOptions) depositRef(ctx context.Context, confirmation []byt
 		}
 		bearer = string(tok)
 	}
-	c, err := client.New(client.Options{BaseURL: o.server, Bearer: bearer, Attempts: 1})
+	server, err := serverURL(o.server, o.deps.getenv)
+	if err != nil {
+		return "", err
+	}
+	c, err := client.New(client.Options{BaseURL: server, Bearer: bearer, Attempts: 1})
 	if err != nil {
 		return "", err
 	}

@@ -66,7 +66,8 @@ func TestTokenOwnKeyFlagsTogether(t *testing.T) {
 		{[]string{"caller", "--key", pems["caller"] + ".key.pem"}, "--key needs --kid, --issuer and --audience"},
 		{[]string{"caller", "--kid", "caller-1"}, "go with --key"},
 		{[]string{"confirmation", "--key", pems["confirmation"] + ".key.pem", "--kid", "c", "--issuer", "i",
-			"--audience", "a", "--cost", "1.00", "--deposit", "--depositor-token", ""}, "needs the depositor's bearer token"},
+			"--audience", "a", "--cost", "1.00", "--deposit"}, "needs the depositor's bearer token"},
+		{[]string{"confirmation", "--cost", "1.00", "--depositor-token-file", "-"}, "--depositor-token-file goes with --deposit and --key"},
 	} {
 		t.Setenv("ITOGATE_DEPOSITOR_TOKEN", "")
 		if _, _, err := mintWithRoot(tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {

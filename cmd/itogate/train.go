@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -25,6 +26,7 @@ var revokedCodes = map[api.Code]bool{
 }
 
 type connOptions struct {
+	src            *secretSource // set when the command runs
 	server         string
 	tokenFile      string
 	timeout        time.Duration
@@ -33,8 +35,9 @@ type connOptions struct {
 }
 
 func (c *connOptions) bind(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&c.server, "server", envOr("ITOGATE_URL", "http://127.0.0.1:8443"), "itogate base URL ($ITOGATE_URL)")
-	cmd.Flags().StringVar(&c.tokenFile, "token-file", "", "file holding the caller bearer token (default $ITOGATE_TOKEN)")
+	cmd.Flags().StringVar(&c.server, "server", "", "itogate base URL (default $ITOGATE_URL, else "+defaultServer+")")
+	cmd.Flags().StringVar(&c.tokenFile, "token-file", "", "file holding the caller bearer token, - for standard input (default $ITOGATE_TOKEN)")
+	readsFile(cmd.Flags(), "token-file")
 	cmd.Flags().DurationVar(&c.timeout, "timeout", 30*time.Second,
 		"overall deadline of the command, every attempt and status lookup included (exit 5 when it passes)")
 	cmd.Flags().DurationVar(&c.connectTimeout, "connect-timeout", 3*time.Second, "bound on establishing one connection")
@@ -56,11 +59,15 @@ func (c *connOptions) client() (*client.Client, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	bearer, err := secret(c.tokenFile, "ITOGATE_TOKEN", "caller token")
+	server, err := serverURL(c.server, c.src.getenv)
 	if err != nil {
 		return nil, err
 	}
-	return client.New(client.Options{BaseURL: c.server, Bearer: bearer, Timeout: c.timeout, ConnectTimeout: c.connectTimeout})
+	bearer, err := c.src.read("token-file", c.tokenFile, "ITOGATE_TOKEN", "caller token")
+	if err != nil {
+		return nil, err
+	}
+	return client.New(client.Options{BaseURL: server, Bearer: bearer, Timeout: c.timeout, ConnectTimeout: c.connectTimeout})
 }
 
 // withDeadline bounds the whole command by --timeout.
@@ -135,7 +142,10 @@ answer (ask status first), 6 unauthenticated, 7 revoked credential (stop), 1
 other. With --json every outcome, local refusals included, is one envelope
 on stdout.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), stdout, stderr) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.conn.src = &secretSource{stdin: cmd.InOrStdin(), getenv: os.Getenv}
+			return o.run(cmd.Context(), stdout, stderr)
+		},
 	}
 	o.conn.bind(cmd)
 	f := cmd.Flags()
@@ -143,11 +153,14 @@ on stdout.`,
 	f.StringVar(&o.booking, "booking", "", "booking id")
 	f.StringVar(&o.manifestPath, "manifest", "", "training manifest (JSON), train.create only")
 	f.StringVar(&o.signaturePath, "signature", "", "detached manifest signature file (default <manifest>.sig)")
-	f.StringVar(&o.entitlementFile, "entitlement-file", "", "file holding the entitlement token (default $ITOGATE_ENTITLEMENT)")
+	f.StringVar(&o.entitlementFile, "entitlement-file", "", "file holding the entitlement token, - for standard input (default $ITOGATE_ENTITLEMENT)")
 	f.StringVar(&o.confirmationRef, "confirmation-ref", "", "confirmation reference (cfr_…)")
 	f.StringVar(&o.idempotencyKey, "idempotency-key", "", "idempotency key for this admission")
 	f.StringVar(&o.runID, "run-id", "", "run id (train.cancel, train.cleanup)")
 	f.BoolVar(&o.releaseBooking, "release-booking", false, "train.cleanup: also release the booking (needs a booking.release confirmation)")
+	readsFile(f, "manifest", "signature", "entitlement-file")
+	plainValue(f, "confirmation-ref", "a reference (cfr_…) to a deposited confirmation, spendable only by a caller of its account with the entitlement and manifest it binds")
+	plainValue(f, "idempotency-key", "names one admission request; it grants nothing")
 	for _, req := range []string{"booking", "confirmation-ref", "idempotency-key"} {
 		_ = cmd.MarkFlagRequired(req)
 	}
@@ -184,9 +197,9 @@ func (o *trainOptions) run(ctx context.Context, stdout, stderr io.Writer) error 
 		req.Manifest, req.ManifestSignature = data, strings.TrimSpace(string(sig))
 		fmt.Fprintf(stderr, "manifest %s (%d bytes)\n", digest, len(data))
 	}
-	ent, err := secret(o.entitlementFile, "ITOGATE_ENTITLEMENT", "entitlement token")
+	ent, err := o.conn.src.read("entitlement-file", o.entitlementFile, "ITOGATE_ENTITLEMENT", "entitlement token")
 	if err != nil {
-		return usageErr(stderr, err.Error())
+		return o.conn.inputErr(stdout, stderr, err)
 	}
 	req.EntitlementToken = ent
 	c, err := o.conn.client()
@@ -223,9 +236,10 @@ Exit status: 0 found, 3 not found (nothing was admitted under the key),
 With --json every outcome is one envelope on stdout.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.conn.src = &secretSource{stdin: cmd.InOrStdin(), getenv: os.Getenv}
 			c, err := o.conn.client()
 			if err != nil {
-				return o.conn.localErr(stdout, stderr, api.CodeClientInput, err.Error(), exitFailed)
+				return o.conn.inputErr(stdout, stderr, err)
 			}
 			ctx, cancel := o.conn.withDeadline(cmd.Context())
 			defer cancel()
@@ -238,6 +252,7 @@ With --json every outcome is one envelope on stdout.`,
 	}
 	o.conn.bind(cmd)
 	cmd.Flags().StringVar(&o.key, "idempotency-key", "", "idempotency key")
+	plainValue(cmd.Flags(), "idempotency-key", "names one admission request; it grants nothing")
 	_ = cmd.MarkFlagRequired("idempotency-key")
 	return cmd
 }
@@ -321,20 +336,22 @@ func exitFor(status int, code api.Code) int {
 	return 1
 }
 
-// secret reads a token from a file, else from an environment variable; never
-// from a flag value, which other users can read in the process list.
-func secret(file, env, what string) (string, error) {
-	if file != "" {
-		b, err := safefile.ReadFile(file, 64<<10)
-		if err != nil {
-			return "", fmt.Errorf("%s: %w", what, err)
-		}
-		return strings.TrimSpace(string(b)), nil
-	}
-	if v := os.Getenv(env); v != "" {
-		return v, nil
-	}
-	return "", fmt.Errorf("%s: give a file or set $%s", what, env)
-}
+// defaultServer is the server of the client commands without --server and
+// $ITOGATE_URL.
+const defaultServer = "http://127.0.0.1:8443"
 
-func envOr(k, def string) string { return getenvOr(os.Getenv, k, def) }
+// serverURL is --server, else $ITOGATE_URL, else defaultServer: resolved
+// when the command runs, so --help never shows the environment's value. A
+// URL with a password is refused: a credential in an argument is visible
+// in ps, and the server takes bearer tokens only.
+func serverURL(flag string, getenv func(string) string) (string, error) {
+	s := flag
+	if s == "" {
+		s = getenvOr(getenv, "ITOGATE_URL", defaultServer)
+	}
+	if u, err := url.Parse(s); err == nil && u.User != nil {
+		return "", errors.New("the server URL (--server or $ITOGATE_URL) holds user credentials: " +
+			"give the URL without them; the caller's identity is its bearer token")
+	}
+	return s, nil
+}

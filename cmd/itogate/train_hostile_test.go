@@ -46,10 +46,16 @@ type cliResult struct {
 // mapping of errors to exit statuses and messages.
 func runCLI(t *testing.T, args ...string) cliResult {
 	t.Helper()
+	return runCLIStdin(t, "", args...)
+}
+
+// runCLIStdin is runCLI with stdin as the standard input.
+func runCLIStdin(t *testing.T, stdin string, args ...string) cliResult {
+	t.Helper()
 	var out, errb bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), patience.Deadline)
 	defer cancel()
-	code := runContext(ctx, args, &out, &errb)
+	code := runContext(ctx, args, strings.NewReader(stdin), &out, &errb)
 	return cliResult{exit: code, stdout: out.String(), stderr: errb.String()}
 }
 

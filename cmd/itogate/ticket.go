@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/lestrrat-go/jwx/v3/jwk"
 	"github.com/spf13/cobra"
 
+	"github.com/itocompute/itogate/gatekeeper/safefile"
 	"github.com/itocompute/itogate/gatekeeper/ticket"
 	"github.com/itocompute/itogate/gatekeeper/verify"
 )
@@ -58,8 +58,8 @@ Exit codes:
 On success it prints the verified claims (--json: as JSON) to standard output;
 on failure one line naming the reason to standard error, never the ticket.`,
 		Args: cobra.MaximumNArgs(1),
-		RunE: func(_ *cobra.Command, args []string) error {
-			code := runTicketVerify(o, args, os.Stdin, stdout, stderr)
+		RunE: func(cmd *cobra.Command, args []string) error {
+			code := runTicketVerify(o, args, cmd.InOrStdin(), stdout, stderr)
 			if code != ticketExitOK {
 				return exitError{code: code}
 			}
@@ -136,36 +136,34 @@ func (o *ticketVerifyOptions) keySet() (jwk.Set, error) {
 	case o.jwksFile != "" && o.pemFile != "":
 		return nil, errors.New("give --jwks or --pem, not both")
 	case o.jwksFile != "":
-		raw, err := os.ReadFile(o.jwksFile)
+		raw, err := safefile.ReadFile(o.jwksFile, verify.MaxKeyFileBytes)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("--jwks: %w", err)
 		}
 		return verify.LoadJWKS(raw)
 	case o.pemFile != "":
 		if o.keyID == "" || o.algorithm == "" {
 			return nil, errors.New("--pem needs --key-id and --algorithm")
 		}
-		raw, err := os.ReadFile(o.pemFile)
+		raw, err := safefile.ReadFile(o.pemFile, verify.MaxKeyFileBytes)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("--pem: %w", err)
 		}
 		return verify.KeySetFromPEM(o.keyID, o.algorithm, raw)
 	}
 	return nil, errors.New("--jwks or --pem is required")
 }
 
+// readTicket reads the ticket from its file (through the safe reader) or
+// standard input, at most maxTicketInput bytes.
 func readTicket(args []string, stdin io.Reader) ([]byte, error) {
-	r := stdin
+	var raw []byte
+	var err error
 	if len(args) == 1 && args[0] != "-" {
-		f, err := os.Open(args[0])
-		if err != nil {
-			return nil, err
+		if raw, err = safefile.ReadFile(args[0], maxTicketInput); err != nil {
+			return nil, fmt.Errorf("ticket: %w", err)
 		}
-		defer f.Close()
-		r = f
-	}
-	raw, err := io.ReadAll(io.LimitReader(r, maxTicketInput+1))
-	if err != nil {
+	} else if raw, err = io.ReadAll(io.LimitReader(stdin, maxTicketInput+1)); err != nil {
 		return nil, err
 	}
 	if len(raw) > maxTicketInput {

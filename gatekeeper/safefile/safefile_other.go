@@ -3,6 +3,7 @@
 package safefile
 
 import (
+	"io/fs"
 	"os"
 
 	"github.com/itocompute/itogate/gatekeeper/api"
@@ -21,5 +22,17 @@ func ReadFile(path string, limit int64) ([]byte, error) {
 
 // Open is not supported off Unix (see ReadManifest).
 func Open(path string) (*os.File, error) {
+	return nil, &Error{Code: api.CodeManifestUnreadable, Path: path, Detail: "not supported on this platform"}
+}
+
+// DirLimits bound ReadDir (see the Unix build).
+type DirLimits struct {
+	MaxBytes   int64
+	MaxEntries int
+	MaxDepth   int
+}
+
+// ReadDir is not supported off Unix (see ReadManifest).
+func ReadDir(path string, lim DirLimits) (fs.FS, error) {
 	return nil, &Error{Code: api.CodeManifestUnreadable, Path: path, Detail: "not supported on this platform"}
 }

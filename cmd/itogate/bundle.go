@@ -18,6 +18,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/bundle"
 	"github.com/itocompute/itogate/gatekeeper/safefile"
 	"github.com/itocompute/itogate/gatekeeper/verify"
+	"github.com/itocompute/itogate/internal/inert"
 )
 
 func newBundleCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -148,8 +149,9 @@ func (o *bundleInspectOptions) run(ctx context.Context, w io.Writer) error {
 			"development_key": o.dev,
 		})
 	}
-	fmt.Fprintf(w, "ok        %s\nrevision  %s\nbuilt_at  %s (%s ago)\nsigned by %s\ndigest    %s\nsize      %d bytes\nroots     %v\nmodules   %d\n",
-		o.path, b.Revision, b.BuiltAt.Format(time.RFC3339), age, b.KeyID, b.Digest, b.Size, roots, len(modules))
+	t := inert.Text // the archive's strings and the path are from outside
+	fmt.Fprintf(w, "ok        %s\nrevision  %s\nbuilt_at  %s (%s ago)\nsigned by %s\ndigest    %s\nsize      %d bytes\nroots     %s\nmodules   %d\n",
+		t(o.path), t(b.Revision), b.BuiltAt.Format(time.RFC3339), age, t(b.KeyID), t(b.Digest), b.Size, t(fmt.Sprint(roots)), len(modules))
 	return nil
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/itocompute/itogate/fixtures"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
+	"github.com/itocompute/itogate/internal/inert"
 )
 
 func newDemoCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -65,7 +66,7 @@ func runDemo(ctx context.Context, w io.Writer, server string) error {
 		if !res.Pass {
 			mark, failed = "FAIL", failed+1
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", res.Name, res.Expected, res.Got, mark)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", inert.Text(res.Name), inert.Text(res.Expected), inert.Text(res.Got), mark)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\n%d passed, %d failed\n", len(results)-failed, failed)

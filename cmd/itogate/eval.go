@@ -20,6 +20,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/gatekeeper/safefile"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
+	"github.com/itocompute/itogate/internal/inert"
 	"github.com/itocompute/itogate/policies"
 )
 
@@ -118,16 +119,19 @@ func (o *evalOptions) run(ctx context.Context, w io.Writer) error {
 	if !d.Allow {
 		verdict = "DENY"
 	}
-	fmt.Fprintf(w, "%s  %s  %s (bundle %s; offline: signatures assumed verified)\n\n", verdict, o.manifestPath, digest, engine.Revision())
+	// The bundle (--bundle-dir), its findings and estimates, and the
+	// manifest's values in them are from outside: printed inert.
+	t := inert.Text
+	fmt.Fprintf(w, "%s  %s  %s (bundle %s; offline: signatures assumed verified)\n\n", verdict, t(o.manifestPath), digest, t(engine.Revision()))
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	for _, group := range []struct {
 		title string
 		fs    []api.Finding
 	}{{"VIOLATION", d.Violations}, {"WARNING", d.Warnings}} {
 		for _, f := range group.fs {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", group.title, f.Code, f.Gate, f.Message)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", group.title, t(string(f.Code)), t(f.Gate), t(f.Message))
 			if f.Fix != "" {
-				fmt.Fprintf(tw, "\t\tfix\t%s\n", f.Fix)
+				fmt.Fprintf(tw, "\t\tfix\t%s\n", t(f.Fix))
 			}
 		}
 	}
@@ -214,12 +218,12 @@ func printDecisionEstimates(w io.Writer, doc map[string]any, est map[string]any)
 	if fix != nil {
 		where := "on the booked hardware"
 		if fix["on_booked_hardware"] != true {
-			where = fmt.Sprintf("on %v nodes", fix["nodes"])
+			where = fmt.Sprintf("on %s nodes", show(fix["nodes"]))
 		}
 		var changes []string
 		list, _ := fix["changes"].([]any)
 		for _, c := range list {
-			changes = append(changes, fmt.Sprint(c))
+			changes = append(changes, show(c))
 		}
 		fmt.Fprintf(tw, "  \trequested\tfix (%s; changes: %s)\n", where, strings.Join(changes, ", "))
 	}
@@ -233,7 +237,7 @@ func printDecisionEstimates(w io.Writer, doc map[string]any, est map[string]any)
 		}
 		if fix == nil {
 			if req != nil {
-				fmt.Fprintf(tw, "  %s\t%v\n", r.label, req)
+				fmt.Fprintf(tw, "  %s\t%s\n", r.label, show(req))
 			}
 			continue
 		}
@@ -244,10 +248,10 @@ func printDecisionEstimates(w io.Writer, doc map[string]any, est map[string]any)
 		if r.fix != "" && fix[r.fix] != nil {
 			fixed = fix[r.fix]
 		}
-		fmt.Fprintf(tw, "  %s\t%v\t%v\n", r.label, req, fixed)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", r.label, show(req), show(fixed))
 	}
 	if fix != nil && fix["tensor"] == nil {
-		fmt.Fprintf(tw, "  (no layout found on nodes %v)\n", fix["searched_nodes"])
+		fmt.Fprintf(tw, "  (no layout found on nodes %s)\n", show(fix["searched_nodes"]))
 	}
 	tw.Flush()
 
@@ -261,10 +265,10 @@ func printDecisionEstimates(w io.Writer, doc map[string]any, est map[string]any)
 		shown[r.usd] = true
 		if r.micro != "" {
 			shown[r.micro] = true
-			fmt.Fprintf(tw, "  %s\t%v\t%v\n", r.label, v, est[r.micro])
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", r.label, show(v), show(est[r.micro]))
 			continue
 		}
-		fmt.Fprintf(tw, "  %s\t%v\t\n", r.label, v)
+		fmt.Fprintf(tw, "  %s\t%s\t\n", r.label, show(v))
 	}
 	tw.Flush()
 
@@ -306,9 +310,12 @@ func printEstimates(w io.Writer, prefix string, m map[string]any) {
 			printEstimates(w, prefix+k+".", sub)
 			continue
 		}
-		fmt.Fprintf(w, "  %s%s\t%v\n", prefix, k, m[k])
+		fmt.Fprintf(w, "  %s%s\t%s\n", inert.Text(prefix), inert.Text(k), show(m[k]))
 	}
 }
+
+// show is a value of the policy's estimates as text, inert.
+func show(v any) string { return inert.Text(fmt.Sprint(v)) }
 
 func readClaims(path string) (map[string]any, error) {
 	raw, err := safefile.ReadFile(path, 64<<10)

@@ -16,6 +16,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/safefile"
 	"github.com/itocompute/itogate/gatekeeper/token"
 	"github.com/itocompute/itogate/gatekeeper/verify"
+	"github.com/itocompute/itogate/internal/inert"
 )
 
 func newSignCmd(stdout io.Writer) *cobra.Command {
@@ -53,7 +54,7 @@ cosign's own encrypted key files are not read: sign those with cosign itself.`,
 			if err := safefile.WriteFile(out, []byte(sig), 0o644); err != nil {
 				return err
 			}
-			fmt.Fprintf(stdout, "signed %s (%s) → %s\n", args[0], digest, out)
+			fmt.Fprintf(stdout, "signed %s (%s) → %s\n", inert.Text(args[0]), digest, inert.Text(out))
 			return nil
 		},
 	}
@@ -103,18 +104,18 @@ func newVerifyCmd(stdout io.Writer) *cobra.Command {
 			}
 			keyID, err := mv.Verify(raw, strings.TrimSpace(string(sig)))
 			if err != nil {
-				fmt.Fprintf(stdout, "FAIL  %s  %s: the signature does not verify with the given key(s)\n", args[0], digest)
+				fmt.Fprintf(stdout, "FAIL  %s  %s: the signature does not verify with the given key(s)\n", inert.Text(args[0]), digest)
 				return exitError{exitVerifyFail}
 			}
 			if _, err := manifest.Parse(raw); err != nil {
 				var me *manifest.Error
 				if errors.As(err, &me) {
-					fmt.Fprintf(stdout, "FAIL  %s  signature ok (%s) but %s: %s\n", args[0], keyID, me.Code, me.Message)
+					fmt.Fprintf(stdout, "FAIL  %s  signature ok (%s) but %s: %s\n", inert.Text(args[0]), inert.Text(keyID), me.Code, inert.Text(me.Message))
 					return exitError{exitVerifyFail}
 				}
 				return err
 			}
-			fmt.Fprintf(stdout, "OK    %s  %s  signed by %s, schema ito.training/v1 valid\n", args[0], digest, keyID)
+			fmt.Fprintf(stdout, "OK    %s  %s  signed by %s, schema ito.training/v1 valid\n", inert.Text(args[0]), digest, inert.Text(keyID))
 			return nil
 		},
 	}
@@ -161,14 +162,14 @@ or "itogate ticket verify --jwks" reads. No file is ever overwritten.`,
 				return err
 			}
 			fmt.Fprintf(stdout, "private %s (keep secret)\npublic  %s\nfingerprint %s\n",
-				privPath, pubPath, verify.Fingerprint(priv.Public()))
+				inert.Text(privPath), inert.Text(pubPath), verify.Fingerprint(priv.Public()))
 			if jwks {
 				alg := map[string]string{"ecdsa": "ES256", "ed25519": "EdDSA"}[typ]
 				path, err := writePublicJWKS(filepath.Join(dir, name+".jwks.json"), keyID, alg, priv.Public())
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(stdout, "jwks    %s (kid %s, alg %s)\n", path, keyID, alg)
+				fmt.Fprintf(stdout, "jwks    %s (kid %s, alg %s)\n", inert.Text(path), inert.Text(keyID), alg)
 			}
 			return nil
 		},

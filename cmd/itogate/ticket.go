@@ -14,6 +14,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/safefile"
 	"github.com/itocompute/itogate/gatekeeper/ticket"
 	"github.com/itocompute/itogate/gatekeeper/verify"
+	"github.com/itocompute/itogate/internal/inert"
 )
 
 // maxTicketInput bounds the ticket read from a file or stdin.
@@ -92,7 +93,7 @@ on failure one line naming the reason to standard error, never the ticket.`,
 
 func runTicketVerify(o *ticketVerifyOptions, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	usage := func(err error) int {
-		fmt.Fprintln(stderr, "itogate ticket verify: usage:", err)
+		fmt.Fprintln(stderr, "itogate ticket verify: usage:", inert.Text(err.Error()))
 		return ticketExitUsage
 	}
 	if o.issuer == "" {
@@ -113,20 +114,22 @@ func runTicketVerify(o *ticketVerifyOptions, args []string, stdin io.Reader, std
 	c, err := v.Verify(raw, time.Now())
 	if err != nil {
 		// verify's messages name the purpose and kind, never token bytes.
-		fmt.Fprintln(stderr, "itogate ticket verify: rejected:", err)
+		fmt.Fprintln(stderr, "itogate ticket verify: rejected:", inert.Text(err.Error()))
 		return ticketExitRejected
 	}
 	if err := c.Check(o.expect); err != nil {
-		fmt.Fprintf(stderr, "itogate ticket verify: mismatch: %v (jti %s)\n", err, c.ID)
+		fmt.Fprintf(stderr, "itogate ticket verify: mismatch: %s (jti %s)\n", inert.Text(err.Error()), inert.Text(c.ID))
 		return ticketExitMismatch
 	}
 	if o.json {
 		out, _ := json.MarshalIndent(c.Map(), "", "  ")
 		fmt.Fprintln(stdout, string(out))
 	} else {
+		// The claims are the issuer's strings: printed inert.
+		t := inert.Text
 		fmt.Fprintf(stdout, "ok: run %s booking %s account %s: %d × %s (%d nodes × %d) in %s until %s (jti %s)\n",
-			c.RunID, c.BookingID, c.Account, c.WorldSize, c.GPUType, c.Nodes, c.GPUsPerNode, c.Region,
-			c.Expiry.UTC().Format(time.RFC3339), c.ID)
+			t(c.RunID), t(c.BookingID), t(c.Account), c.WorldSize, t(c.GPUType), c.Nodes, c.GPUsPerNode, t(c.Region),
+			c.Expiry.UTC().Format(time.RFC3339), t(c.ID))
 	}
 	return ticketExitOK
 }

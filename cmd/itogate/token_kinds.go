@@ -17,6 +17,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/config"
 	"github.com/itocompute/itogate/gatekeeper/token"
 	"github.com/itocompute/itogate/gatekeeper/trust"
+	"github.com/itocompute/itogate/internal/inert"
 	"github.com/itocompute/itogate/policies"
 )
 
@@ -271,7 +272,7 @@ func (o *confirmationOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintln(o.deps.stdout, ref)
+	_, err = fmt.Fprintln(o.deps.stdout, inert.Text(ref)) // the server's string
 	return err
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/client"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/safefile"
+	"github.com/itocompute/itogate/internal/inert"
 )
 
 // revokedCodes end the client at once (exit 7): the credential will not
@@ -85,7 +86,7 @@ func (c *connOptions) localErr(stdout, stderr io.Writer, code api.Code, msg stri
 		b, _ := json.Marshal(api.Envelope[any]{Error: &api.ErrorBody{Code: code, Message: msg}})
 		fmt.Fprintln(stdout, string(b))
 	} else {
-		fmt.Fprintf(stderr, "itogate: %s: %s\n", code, msg)
+		fmt.Fprintf(stderr, "itogate: %s: %s\n", inert.Text(string(code)), inert.Text(msg))
 	}
 	return exitError{exit}
 }
@@ -275,9 +276,12 @@ func render(w, stderr io.Writer, resp client.Response, raw bool) error {
 	if raw {
 		_, _ = w.Write(resp.Body)
 	} else {
+		// Every string of the answer is the server's: printed inert (no
+		// escape sequence, no line of its own), codes included.
+		t := inert.Text
 		switch d := env.Data; {
 		case env.OK && d != nil:
-			fmt.Fprintf(w, "ALLOW  %s  run_id=%s  state=%s  decision_id=%s\n", d.Action, d.RunID, d.State, d.DecisionID)
+			fmt.Fprintf(w, "ALLOW  %s  run_id=%s  state=%s  decision_id=%s\n", t(string(d.Action)), t(d.RunID), t(string(d.State)), t(d.DecisionID))
 			// What was admitted, each fact on its own line: compare the
 			// digest with the manifest you would send before retrying.
 			for _, f := range []struct{ label, v string }{
@@ -285,25 +289,25 @@ func render(w, stderr io.Writer, resp client.Response, raw bool) error {
 				{"idempotency_key", d.IdempotencyKey}, {"bundle_revision", d.BundleRevision},
 			} {
 				if f.v != "" {
-					fmt.Fprintf(w, "  %s %s\n", f.label, f.v)
+					fmt.Fprintf(w, "  %s %s\n", f.label, t(f.v))
 				}
 			}
 		case env.Error != nil && resp.Status == 404:
-			fmt.Fprintf(w, "NOT FOUND  %s: %s\n", env.Error.Code, env.Error.Message)
+			fmt.Fprintf(w, "NOT FOUND  %s: %s\n", t(string(env.Error.Code)), t(env.Error.Message))
 		case env.Error != nil:
-			fmt.Fprintf(w, "DENY   HTTP %d  %s: %s\n", resp.Status, env.Error.Code, env.Error.Message)
+			fmt.Fprintf(w, "DENY   HTTP %d  %s: %s\n", resp.Status, t(string(env.Error.Code)), t(env.Error.Message))
 			for _, v := range env.Error.Violations {
-				fmt.Fprintf(w, "  - %-34s [%s] %s\n", v.Code, v.Gate, v.Message)
+				fmt.Fprintf(w, "  - %-34s [%s] %s\n", t(string(v.Code)), t(v.Gate), t(v.Message))
 				if v.Fix != "" {
-					fmt.Fprintf(w, "    fix: %s\n", v.Fix)
+					fmt.Fprintf(w, "    fix: %s\n", t(v.Fix))
 				}
 			}
 			if env.Error.DecisionID != "" {
-				fmt.Fprintf(w, "  decision_id=%s\n", env.Error.DecisionID)
+				fmt.Fprintf(w, "  decision_id=%s\n", t(env.Error.DecisionID))
 			}
 		}
 		if env.Notice != "" {
-			fmt.Fprintf(w, "  note: %s\n", env.Notice)
+			fmt.Fprintf(w, "  note: %s\n", t(env.Notice))
 		}
 	}
 	var code api.Code

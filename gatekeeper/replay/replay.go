@@ -14,6 +14,7 @@ import (
 
 	"github.com/itocompute/itogate/gatekeeper/decisionlog"
 	"github.com/itocompute/itogate/gatekeeper/policy"
+	"github.com/itocompute/itogate/internal/inert"
 )
 
 // Decider is the candidate bundle.
@@ -159,8 +160,10 @@ func lostFacts(ev decisionlog.Event) bool {
 	return false
 }
 
-// Print writes the report as a table grouped by code.
+// Print writes the report as a table grouped by code. Every string of the
+// log (decision ids, codes, errors) is printed inert.
 func (r Report) Print(w io.Writer) {
+	t := inert.Text
 	fmt.Fprintf(w, "events %d, replayed %d, skipped %d (decided before the policy), masked %d (input lost facts to the mask), unchanged %d, flipped %d\n",
 		r.Events, r.Replayed, r.Skipped, r.Masked, r.Unchanged, len(r.Flips))
 	fmt.Fprintf(w, "allow → deny %d, deny → allow %d\n", r.AllowToDeny, r.DenyToAllow)
@@ -172,7 +175,7 @@ func (r Report) Print(w io.Writer) {
 		sort.Strings(codes)
 		fmt.Fprintln(w, "\nCODE                                  NEWLY RAISED  NO LONGER RAISED")
 		for _, c := range codes {
-			fmt.Fprintf(w, "%-37s %12d  %16d\n", c, r.ByCode[c].Added, r.ByCode[c].Removed)
+			fmt.Fprintf(w, "%-37s %12d  %16d\n", t(c), r.ByCode[c].Added, r.ByCode[c].Removed)
 		}
 	}
 	if len(r.Flips) > 0 {
@@ -195,7 +198,7 @@ func (r Report) Print(w io.Writer) {
 			if f.Error != "" {
 				change = "evaluation error: " + f.Error
 			}
-			fmt.Fprintf(w, "%-37s %-7s %-6s %s\n", f.DecisionID, f.Before, f.After, change)
+			fmt.Fprintf(w, "%-37s %-7s %-6s %s\n", t(f.DecisionID), t(f.Before), t(f.After), t(change))
 		}
 	}
 }

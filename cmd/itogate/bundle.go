@@ -16,9 +16,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/itocompute/itogate/gatekeeper/bundle"
+	"github.com/itocompute/itogate/gatekeeper/inert"
 	"github.com/itocompute/itogate/gatekeeper/safefile"
 	"github.com/itocompute/itogate/gatekeeper/verify"
-	"github.com/itocompute/itogate/internal/inert"
 )
 
 func newBundleCmd(stdout, stderr io.Writer) *cobra.Command {

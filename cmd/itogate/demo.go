@@ -15,8 +15,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/itocompute/itogate/fixtures"
+	"github.com/itocompute/itogate/gatekeeper/inert"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
-	"github.com/itocompute/itogate/internal/inert"
 )
 
 func newDemoCmd(stdout, stderr io.Writer) *cobra.Command {

@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/itocompute/itogate/gatekeeper/inert"
 	"github.com/itocompute/itogate/gatekeeper/safefile"
-	"github.com/itocompute/itogate/internal/inert"
 )
 
 // The exit codes of every command, in one table: main maps errors through

@@ -13,9 +13,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/itocompute/itogate/gatekeeper/bundle/bundletest"
+	"github.com/itocompute/itogate/gatekeeper/inert"
 	"github.com/itocompute/itogate/gatekeeper/ticket"
 	"github.com/itocompute/itogate/gatekeeper/trust"
-	"github.com/itocompute/itogate/internal/inert"
 	"github.com/itocompute/itogate/internal/patience"
 )
 

@@ -11,10 +11,10 @@ import (
 	"github.com/lestrrat-go/jwx/v3/jwk"
 	"github.com/spf13/cobra"
 
+	"github.com/itocompute/itogate/gatekeeper/inert"
 	"github.com/itocompute/itogate/gatekeeper/safefile"
 	"github.com/itocompute/itogate/gatekeeper/ticket"
 	"github.com/itocompute/itogate/gatekeeper/verify"
-	"github.com/itocompute/itogate/internal/inert"
 )
 
 // maxTicketInput bounds the ticket read from a file or stdin.

@@ -15,9 +15,9 @@ import (
 	"github.com/itocompute/itogate/fixtures/keys"
 	"github.com/itocompute/itogate/gatekeeper/client"
 	"github.com/itocompute/itogate/gatekeeper/config"
+	"github.com/itocompute/itogate/gatekeeper/inert"
 	"github.com/itocompute/itogate/gatekeeper/token"
 	"github.com/itocompute/itogate/gatekeeper/trust"
-	"github.com/itocompute/itogate/internal/inert"
 	"github.com/itocompute/itogate/policies"
 )
 

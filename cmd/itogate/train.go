@@ -15,9 +15,9 @@ import (
 
 	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/client"
+	"github.com/itocompute/itogate/gatekeeper/inert"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/safefile"
-	"github.com/itocompute/itogate/internal/inert"
 )
 
 // revokedCodes end the client at once (exit 7): the credential will not

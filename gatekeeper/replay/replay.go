@@ -13,8 +13,8 @@ import (
 	"strings"
 
 	"github.com/itocompute/itogate/gatekeeper/decisionlog"
+	"github.com/itocompute/itogate/gatekeeper/inert"
 	"github.com/itocompute/itogate/gatekeeper/policy"
-	"github.com/itocompute/itogate/internal/inert"
 )
 
 // Decider is the candidate bundle.

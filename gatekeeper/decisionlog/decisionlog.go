@@ -12,6 +12,7 @@
 package decisionlog
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -65,7 +66,31 @@ type Event struct {
 	// found secret-shaped and replaced with Redact's marker; "/input" when
 	// the input as a whole had to go. The event itself is always kept.
 	Redacted []string `json:"redacted,omitempty"`
+	// Phase is empty on the outcome line of a decision, PhaseIntent on the
+	// write-ahead line of an allow about to be committed, PhaseGap on the
+	// line that records a time the log could not be written.
+	Phase string `json:"phase,omitempty"`
+	// GapSince and GapLost are on a PhaseGap line only: since when the log
+	// could not be written (Time is when it could again) and how many
+	// lines were lost meanwhile.
+	GapSince *time.Time `json:"gap_since,omitempty"`
+	GapLost  int64      `json:"gap_lost,omitempty"`
 }
+
+// The phases of a line (Event.Phase).
+const (
+	// PhaseIntent is the write-ahead line of an allow: written and synced
+	// before the ledger commit in production (Options.Required). Its
+	// outcome line (same decision_id) follows the commit.
+	PhaseIntent = "intent"
+	// PhaseGap is written first when the log can be written again after a
+	// failure: the lines lost between gap_since and time.
+	PhaseGap = "gap"
+)
+
+// DropReasons are every reason an event is dropped (the reason label of
+// itogate_decision_log_dropped_total; docs/operations.md explains each).
+var DropReasons = []string{"mask_failed", "guard", "queue_full", "encode", "write"}
 
 // Masker returns the JSON pointers (RFC 6901, e.g. "/manifest/data/0/uri")
 // to remove from an input before it is logged.
@@ -75,25 +100,57 @@ type Masker interface {
 
 // Logger writes events as JSON lines to w. Log never blocks the admission:
 // events are queued and written by one goroutine; a full queue drops the
-// event and counts it.
+// event and counts it. WriteAhead waits: it returns once its line is
+// written and synced (Options.Sync), or the error that kept it from being.
+//
+// One goroutine writes, in batches: every line queued meanwhile goes out in
+// one Write and one Sync, so waiting admissions share one fsync.
 type Logger struct {
 	w       io.Writer
-	queue   chan Event
+	opts    Options
+	queue   chan item
 	done    chan struct{}
 	closeMu sync.Once
 	// Written, Dropped count events; Dropped is by reason.
 	written atomic.Int64
 	dropped sync.Map // reason → *atomic.Int64
-	onDrop  func(reason string)
+
+	mu    sync.Mutex
+	fault error     // why the log cannot be written; nil when it can
+	since time.Time // when it could not (fault != nil)
+	lost  int64     // lines lost since then
 }
+
+// item is one queued line: an event, or none (a probe). done, when set,
+// receives the outcome of writing it.
+type item struct {
+	ev    *Event
+	done  chan error
+	probe bool
+}
+
+// maxBatch bounds the lines written in one Write.
+const maxBatch = 256
 
 // Options configure a Logger.
 type Options struct {
 	// Queue is the number of events buffered before dropping (default 4096).
 	Queue int
-	// OnDrop is called with the reason whenever an event is dropped
-	// ("mask_failed", "guard", "queue_full", "encode", "write").
+	// OnDrop is called with the reason whenever an event is dropped (one
+	// of DropReasons).
 	OnDrop func(reason string)
+	// Sync, when set, makes what was written durable (fsync); it runs
+	// after every batch, and its failure is a write failure.
+	Sync func() error
+	// Required makes the log part of the decision (production): an allow
+	// is committed only after WriteAhead wrote its line (Required reports
+	// it to the admission).
+	Required bool
+	// OnState is called whenever the log turns unwritable (err, the first
+	// failure) or writable again (nil): once per change, never per line.
+	OnState func(err error)
+	// Now is the clock of the gap lines (default time.Now).
+	Now func() time.Time
 }
 
 // New starts a Logger writing to w.
@@ -101,9 +158,62 @@ func New(w io.Writer, opts Options) *Logger {
 	if opts.Queue <= 0 {
 		opts.Queue = 4096
 	}
-	l := &Logger{w: w, queue: make(chan Event, opts.Queue), done: make(chan struct{}), onDrop: opts.OnDrop}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	l := &Logger{w: w, opts: opts, queue: make(chan item, opts.Queue), done: make(chan struct{})}
 	go l.run()
 	return l
+}
+
+// Required reports whether an allow needs its write-ahead line
+// (Options.Required).
+func (l *Logger) Required() bool { return l.opts.Required }
+
+// ErrUnwritable wraps every error WriteAhead and Probe return.
+var ErrUnwritable = errors.New("decision log cannot be written")
+
+// WriteAhead writes ev as the write-ahead line of an allow (Phase
+// PhaseIntent) and waits until it is written and synced. An error means
+// the line is not known to be durable: the allow must not be committed.
+// ev must be prepared (Prepare).
+func (l *Logger) WriteAhead(ctx context.Context, ev Event) error {
+	ev.Phase = PhaseIntent
+	return l.wait(ctx, item{ev: &ev})
+}
+
+// Probe tries the log when it is failing: it writes the gap line (what was
+// lost since the failure) and syncs. It returns nil at once when the log is
+// writable. Readiness calls it, so that a log that can be written again is
+// noticed without an admission.
+func (l *Logger) Probe(ctx context.Context) error {
+	if l.Fault() == nil {
+		return nil
+	}
+	return l.wait(ctx, item{probe: true})
+}
+
+func (l *Logger) wait(ctx context.Context, it item) error {
+	it.done = make(chan error, 1)
+	select {
+	case l.queue <- it:
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", ErrUnwritable, ctx.Err())
+	}
+	select {
+	case err := <-it.done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", ErrUnwritable, ctx.Err())
+	}
+}
+
+// Fault is why the log cannot be written, nil when it can (as far as the
+// last write knows).
+func (l *Logger) Fault() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fault
 }
 
 // Prepare masks ev.Input with m and applies the guard. It returns false when
@@ -245,22 +355,132 @@ func escapePointer(k string) string {
 // Log queues a prepared event.
 func (l *Logger) Log(ev Event) {
 	select {
-	case l.queue <- ev:
+	case l.queue <- item{ev: &ev}:
 	default:
+		l.lose(1)
 		l.drop("queue_full")
 	}
 }
 
 func (l *Logger) run() {
 	defer close(l.done)
-	enc := json.NewEncoder(l.w)
-	for ev := range l.queue {
-		if err := enc.Encode(ev); err != nil {
-			l.drop("write")
+	batch := make([]item, 0, maxBatch)
+	var buf bytes.Buffer
+	for it := range l.queue {
+		batch = append(batch[:0], it)
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case it, ok := <-l.queue:
+				if !ok {
+					break more
+				}
+				batch = append(batch, it)
+			default:
+				break more
+			}
+		}
+		l.write(&buf, batch)
+	}
+}
+
+// write writes one batch in one Write, then syncs, and answers every
+// waiting item. On failure every line of the batch is lost (the waiting
+// ones are told; the others are dropped as "write") and the log is failing
+// until a later batch is written and synced: that batch starts with the gap
+// line, on a line of its own (a failed Write may have left half a line).
+func (l *Logger) write(buf *bytes.Buffer, batch []item) {
+	buf.Reset()
+	enc := json.NewEncoder(buf)
+	l.mu.Lock()
+	failing, since, lost := l.fault != nil, l.since, l.lost
+	l.mu.Unlock()
+	if failing {
+		now := l.opts.Now().UTC()
+		s := since.UTC()
+		buf.WriteByte('\n')
+		_ = enc.Encode(Event{Phase: PhaseGap, Time: now, GapSince: &s, GapLost: lost})
+	}
+	lines := 0
+	for i := range batch {
+		if batch[i].ev == nil {
 			continue
 		}
-		l.written.Add(1)
+		if err := enc.Encode(batch[i].ev); err != nil {
+			l.drop("encode")
+			l.answer(&batch[i], fmt.Errorf("%w: encode: %w", ErrUnwritable, err))
+			batch[i].ev = nil
+			continue
+		}
+		lines++
 	}
+	var err error
+	if buf.Len() > 0 {
+		if _, err = l.w.Write(buf.Bytes()); err == nil && l.opts.Sync != nil {
+			err = l.opts.Sync()
+		}
+	}
+	if err != nil {
+		err = fmt.Errorf("%w: %w", ErrUnwritable, err)
+		l.failed(err, batch)
+		return
+	}
+	l.written.Add(int64(lines))
+	if failing {
+		l.recovered()
+	}
+	for i := range batch {
+		l.answer(&batch[i], nil)
+	}
+}
+
+func (l *Logger) answer(it *item, err error) {
+	if it.done != nil {
+		it.done <- err
+		it.done = nil
+	}
+}
+
+// failed records a failed batch: its waiting items are answered err, its
+// other lines dropped; the first failure turns the log failing.
+func (l *Logger) failed(err error, batch []item) {
+	l.mu.Lock()
+	first := l.fault == nil
+	if first {
+		l.fault, l.since, l.lost = err, l.opts.Now(), 0
+	}
+	l.mu.Unlock()
+	for i := range batch {
+		switch {
+		case batch[i].done != nil:
+			l.answer(&batch[i], err)
+		case batch[i].ev != nil:
+			l.lose(1)
+			l.drop("write")
+		}
+	}
+	if first && l.opts.OnState != nil {
+		l.opts.OnState(err)
+	}
+}
+
+func (l *Logger) recovered() {
+	l.mu.Lock()
+	l.fault, l.lost = nil, 0
+	l.mu.Unlock()
+	if l.opts.OnState != nil {
+		l.opts.OnState(nil)
+	}
+}
+
+// lose counts a line lost while the log is failing (the gap line's
+// gap_lost).
+func (l *Logger) lose(n int64) {
+	l.mu.Lock()
+	if l.fault != nil {
+		l.lost += n
+	}
+	l.mu.Unlock()
 }
 
 // Close flushes queued events and stops the writer.
@@ -284,8 +504,8 @@ func (l *Logger) Dropped(reason string) int64 {
 func (l *Logger) drop(reason string) {
 	v, _ := l.dropped.LoadOrStore(reason, new(atomic.Int64))
 	v.(*atomic.Int64).Add(1)
-	if l.onDrop != nil {
-		l.onDrop(reason)
+	if l.opts.OnDrop != nil {
+		l.opts.OnDrop(reason)
 	}
 }
 
@@ -421,24 +641,63 @@ func deepCopy(v any) any {
 // ErrNoEvents is returned by Read for an empty log.
 var ErrNoEvents = errors.New("decision log: no events")
 
-// Read parses a decision log (JSON lines). Numbers are kept exact.
+// Read parses a decision log (JSON lines) and returns its decisions: the
+// outcome lines, without the write-ahead (PhaseIntent) and gap lines.
+// Numbers are kept exact. Lines cut short by failed writes are skipped when
+// the gap line that records the failure follows them; any other unparsable
+// line is an error. A gap may be recorded more than once (a retry that
+// failed again wrote part of its batch): the last gap line with a given
+// gap_since has the count.
 func Read(r io.Reader) ([]Event, error) {
-	dec := json.NewDecoder(r)
-	dec.UseNumber()
+	all, err := ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
 	var out []Event
-	for {
-		var ev Event
-		err := dec.Decode(&ev)
-		if errors.Is(err, io.EOF) {
-			break
+	for _, ev := range all {
+		if ev.Phase == "" {
+			out = append(out, ev)
 		}
-		if err != nil {
-			return nil, fmt.Errorf("decision log: event %d: %w", len(out)+1, err)
-		}
-		out = append(out, ev)
 	}
 	if len(out) == 0 {
 		return nil, ErrNoEvents
+	}
+	return out, nil
+}
+
+// ReadAll is Read with every line: write-ahead and gap lines included.
+func ReadAll(r io.Reader) ([]Event, error) {
+	br := bufio.NewReader(r)
+	var out []Event
+	var torn error // the previous line did not parse
+	for n := 1; ; n++ {
+		line, rerr := br.ReadBytes('\n')
+		if rerr != nil && !errors.Is(rerr, io.EOF) {
+			return nil, fmt.Errorf("decision log: line %d: %w", n, rerr)
+		}
+		if len(bytes.TrimSpace(line)) > 0 {
+			dec := json.NewDecoder(bytes.NewReader(line))
+			dec.UseNumber()
+			var ev Event
+			err := dec.Decode(&ev)
+			switch {
+			case err != nil && torn != nil:
+				// Retries during one failure tear lines too.
+			case err != nil:
+				torn = fmt.Errorf("decision log: line %d: %w", n, err)
+			case torn != nil && ev.Phase != PhaseGap:
+				return nil, torn
+			default:
+				torn = nil
+				out = append(out, ev)
+			}
+		}
+		if rerr != nil {
+			break
+		}
+	}
+	if torn != nil {
+		return nil, torn
 	}
 	return out, nil
 }

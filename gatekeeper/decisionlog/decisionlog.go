@@ -450,6 +450,9 @@ func (l *Logger) failed(err error, batch []item) {
 		l.fault, l.since, l.lost = err, l.opts.Now(), 0
 	}
 	l.mu.Unlock()
+	if first && l.opts.OnState != nil {
+		l.opts.OnState(err)
+	}
 	for i := range batch {
 		switch {
 		case batch[i].done != nil:
@@ -458,9 +461,6 @@ func (l *Logger) failed(err error, batch []item) {
 			l.lose(1)
 			l.drop("write")
 		}
-	}
-	if first && l.opts.OnState != nil {
-		l.opts.OnState(err)
 	}
 }
 

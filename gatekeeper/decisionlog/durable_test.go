@@ -289,7 +289,7 @@ func (b *blockingWriter) Write(p []byte) (int, error) {
 func TestReadRefusesATornLineWithoutGap(t *testing.T) {
 	good := `{"decision_id":"dec_1","result":"allow"}`
 	for name, log := range map[string]string{
-		"torn at the end":     good + "\n" + `{"decision_id":"de`,
+		"torn at the end":      good + "\n" + `{"decision_id":"de`,
 		"torn then a decision": `{"decision_id":"de` + "\n" + good + "\n",
 	} {
 		if _, err := ReadAll(strings.NewReader(log)); err == nil {

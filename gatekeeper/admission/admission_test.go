@@ -1,6 +1,7 @@
 package admission_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/itocompute/itogate/gatekeeper/admission"
 	"github.com/itocompute/itogate/gatekeeper/api"
+	"github.com/itocompute/itogate/gatekeeper/decisionlog"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/policy"
@@ -772,6 +774,102 @@ func admitCases() []admitCase {
 			effect: raced, decision: "deny", state: "denied",
 			check: func(t *testing.T, e *env, req admission.Request, _ admission.Outcome) { assertLost(t, e, req) }},
 
+		// Audit is part of the decision (docs/security.md): in production
+		// an allow is committed only after its write-ahead line is written
+		// and synced.
+		{name: "audit/full disk refuses the allow, nothing committed", setup: func(t *testing.T, e *env) admission.Request {
+			req := validCreate(t, e)
+			e.withDecisionLog(t, &disk{full: true}, true)
+			return req
+		}, status: 503, code: api.CodeDecisionLogUnavailable, decision: "deny", state: "denied", effect: unchanged,
+			check: func(t *testing.T, e *env, _ admission.Request, _ admission.Outcome) {
+				policyInput(t, e) // the policy ran and allowed
+				if e.dlog.Fault() == nil {
+					t.Error("the log is not failing")
+				}
+				e.dlog.Close()
+				if got := e.disk.lines(t); len(got) != 0 || e.disk.drops["write"] != 1 {
+					t.Errorf("log %+v, drops %v; want nothing written, the deny's line dropped", got, e.disk.drops)
+				}
+			}},
+		{name: "audit/the write-ahead line is durable before the commit", setup: func(t *testing.T, e *env) admission.Request {
+			req := validCreate(t, e)
+			d := &disk{}
+			d.onWrite = func(p []byte) {
+				if !bytes.Contains(p, []byte(`"phase":"intent"`)) {
+					return
+				}
+				// Called by the log's writer while the admission waits.
+				if _, err := e.store.Admission(context.Background(), caller.Account, req.IdempotencyKey); !errors.Is(err, ledger.ErrNotFound) {
+					t.Errorf("admission stored before its write-ahead line: %v", err)
+				}
+			}
+			e.withDecisionLog(t, d, true)
+			return req
+		}, status: 200, decision: "allow", state: "admitted", effect: committed,
+			check: func(t *testing.T, e *env, req admission.Request, out admission.Outcome) {
+				e.dlog.Close()
+				lines := e.disk.lines(t)
+				if len(lines) != 2 {
+					t.Fatalf("log lines %+v, want the write-ahead and the outcome", lines)
+				}
+				ahead, outcome := lines[0], lines[1]
+				if ahead.Phase != decisionlog.PhaseIntent || ahead.Result != "allow" || ahead.DecisionID != out.Data.DecisionID ||
+					ahead.RunID != out.Data.RunID || ahead.IdempotencyKey != req.IdempotencyKey || ahead.BundleRevision != bundleRev ||
+					ahead.JTIs["confirmation"] != "cnf-1" || ahead.Input != nil {
+					t.Errorf("write-ahead line %+v", ahead)
+				}
+				if outcome.Phase != "" || outcome.Result != "allow" || outcome.DecisionID != out.Data.DecisionID || outcome.Input == nil {
+					t.Errorf("outcome line %+v", outcome)
+				}
+			}},
+		{name: "audit/space returns: the same request is admitted", setup: func(t *testing.T, e *env) admission.Request {
+			req := validCreate(t, e)
+			d := &disk{full: true}
+			l := e.withDecisionLog(t, d, true)
+			if o := e.svc.Admit(context.Background(), caller, req); o.Code != api.CodeDecisionLogUnavailable {
+				t.Fatalf("on a full disk: %d %s", o.HTTPStatus(), o.Code)
+			}
+			// The deny's own line, queued behind, is lost too (the probe
+			// is answered after it).
+			if err := l.Probe(context.Background()); err == nil {
+				t.Fatal("probe of a full disk succeeded")
+			}
+			d.setFull(false)
+			return req
+		}, status: 200, decision: "allow", state: "admitted", effect: committed,
+			check: func(t *testing.T, e *env, _ admission.Request, out admission.Outcome) {
+				if e.dlog.Fault() != nil {
+					t.Errorf("still failing: %v", e.dlog.Fault())
+				}
+				e.dlog.Close()
+				lines := e.disk.lines(t)
+				var phases []string
+				for _, l := range lines {
+					phases = append(phases, l.Phase+":"+l.Result)
+				}
+				if got := strings.Join(phases, ","); got != "gap:,intent:allow,:allow" || lines[0].GapLost != 1 {
+					t.Errorf("log %s (gap lost %d), want the gap (1 lost), then the allow", got, lines[0].GapLost)
+				}
+			}},
+		{name: "audit/a policy deny on a full disk keeps its own code", setup: func(t *testing.T, e *env) admission.Request {
+			req := validCreate(t, e)
+			e.decider = deny("BUDGET_CEILING_EXCEEDED")
+			e.withDecisionLog(t, &disk{full: true}, true)
+			return req
+		}, status: 403, code: "BUDGET_CEILING_EXCEEDED", violations: []api.Code{"BUDGET_CEILING_EXCEEDED"},
+			decision: "deny", state: "denied", effect: unchanged},
+		{name: "audit/development: a best-effort log does not hold the allow", setup: func(t *testing.T, e *env) admission.Request {
+			req := validCreate(t, e)
+			e.withDecisionLog(t, &disk{full: true}, false)
+			return req
+		}, status: 200, decision: "allow", state: "admitted", effect: committed,
+			check: func(t *testing.T, e *env, _ admission.Request, _ admission.Outcome) {
+				e.dlog.Close()
+				if e.disk.drops["write"] != 1 {
+					t.Errorf("drops %v, want the outcome line dropped as write", e.disk.drops)
+				}
+			}},
 		{name: "commit/entitlement revoked between policy and commit", setup: func(t *testing.T, e *env) admission.Request {
 			req := validCreate(t, e)
 			d := allow()

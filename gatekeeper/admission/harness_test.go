@@ -1,6 +1,7 @@
 package admission_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,12 +10,15 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/itocompute/itogate/fixtures"
 	"github.com/itocompute/itogate/gatekeeper/admission"
 	"github.com/itocompute/itogate/gatekeeper/api"
+	"github.com/itocompute/itogate/gatekeeper/decisionlog"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 	"github.com/itocompute/itogate/gatekeeper/ledger/bolt"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
@@ -117,9 +121,12 @@ type env struct {
 	store    *bolt.Store
 	ents     *fakeTokens
 	confs    *fakeTokens
-	evals    *fakeTokens       // the eval authority (trust.evals)
-	otherRun string            // a case's run of another account, for its check
-	decider  admission.Decider // what Options.Policy returns; nil: no bundle
+	evals    *fakeTokens         // the eval authority (trust.evals)
+	otherRun string              // a case's run of another account, for its check
+	decider  admission.Decider   // what Options.Policy returns; nil: no bundle
+	opts     admission.Options   // what svc was built with
+	disk     *disk               // the decision log's file (withDecisionLog)
+	dlog     *decisionlog.Logger // the decision log (withDecisionLog)
 	raw      []byte
 	doc      map[string]any
 	digest   string
@@ -150,15 +157,91 @@ func newEnv(t *testing.T) *env {
 		digest: manifest.Digest(raw),
 	}
 	e.decider = allow()
-	e.svc, err = admission.New(admission.Options{
+	e.opts = admission.Options{
 		Entitlement: e.ents, Confirmation: e.confs, Evals: e.evals, Manifests: fakeManifests{}, Ledger: store,
 		Policy: func() admission.Decider { return e.decider },
 		Now:    func() time.Time { return now },
-	})
+	}
+	e.svc, err = admission.New(e.opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return e
+}
+
+// withDecisionLog rebuilds the Service over the same ledger with a
+// decision log writing to d (required: production's rule), closed when the
+// test ends.
+func (e *env) withDecisionLog(t *testing.T, d *disk, required bool) *decisionlog.Logger {
+	t.Helper()
+	l := decisionlog.New(d, decisionlog.Options{Sync: d.Sync, Required: required, OnDrop: d.dropped})
+	t.Cleanup(l.Close)
+	e.opts.DecisionLog, e.disk, e.dlog = l, d, l
+	svc, err := admission.New(e.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.svc = svc
+	return l
+}
+
+// disk is a decision log file that fails on demand as a full disk does
+// (every Write and Sync fails with ENOSPC while full). onWrite, when set,
+// runs before each successful Write with what it writes.
+type disk struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	full    bool
+	onWrite func(p []byte)
+	drops   map[string]int
+}
+
+func (d *disk) Write(p []byte) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.full {
+		return 0, syscall.ENOSPC
+	}
+	if d.onWrite != nil {
+		d.onWrite(p)
+	}
+	return d.buf.Write(p)
+}
+
+func (d *disk) Sync() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.full {
+		return syscall.ENOSPC
+	}
+	return nil
+}
+
+func (d *disk) setFull(full bool) {
+	d.mu.Lock()
+	d.full = full
+	d.mu.Unlock()
+}
+
+func (d *disk) dropped(reason string) {
+	d.mu.Lock()
+	if d.drops == nil {
+		d.drops = map[string]int{}
+	}
+	d.drops[reason]++
+	d.mu.Unlock()
+}
+
+// lines are the log's lines (close the log first).
+func (d *disk) lines(t *testing.T) []decisionlog.Event {
+	t.Helper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	evs, err := decisionlog.ReadAll(bytes.NewReader(d.buf.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
 }
 
 // asVerified turns claims built in Go (json.Number, int) into what

@@ -416,6 +416,11 @@ func (s *Service) commit(ctx context.Context, p *pending) Outcome {
 				Message: "allowed by policy, but the admission ticket could not be signed; denied, nothing was consumed", Data: data}
 		}
 	}
+	// Production: the allow's write-ahead line is durable before the
+	// commit, or nothing is committed (docs/security.md).
+	if o, done := s.writeAhead(ctx, p, rec); done {
+		return o
+	}
 	stored, wasReplay, err := s.opts.Ledger.Commit(context.WithoutCancel(ctx), rec)
 	return s.committed(ctx, p, stored, wasReplay, err)
 }

@@ -117,6 +117,7 @@ const (
 	CodeStageConflict                 Code = "RUN_STAGE_CONFLICT"
 	CodeIdempotencyConflict           Code = "IDEMPOTENCY_KEY_CONFLICT"
 	CodeLedgerUnavailable             Code = "LEDGER_UNAVAILABLE"
+	CodeDecisionLogUnavailable        Code = "DECISION_LOG_UNAVAILABLE"
 
 	// The policy.
 	CodePolicyNotReady         Code = "POLICY_NOT_READY"
@@ -359,6 +360,9 @@ var registry = []Entry{
 	entry(CodeLedgerUnavailable, "ledger", http.StatusServiceUnavailable, serverWebhook,
 		"The ledger could not be read or written; denied. Before the commit nothing was written; a fault during the commit leaves the outcome unknown (the message says so): query status first.",
 		"Retry later; query status first."),
+	entry(CodeDecisionLogUnavailable, "ledger", http.StatusServiceUnavailable, server,
+		"The policy allowed, but the decision log could not be written (a full disk, an unwritable file): in production no allow is committed without its write-ahead line, so this one was denied and nothing was consumed or stored. /readyz fails until the log can be written again.",
+		"Retry later; the operator frees space or fixes the decision log file (the server log says why)."),
 
 	entry(CodePolicyNotReady, "policy", http.StatusServiceUnavailable, serverWebhook,
 		"No verified policy bundle is active.", "Check the bundle configuration and /readyz."),

@@ -51,8 +51,34 @@ type Config struct {
 	// DecisionLog is where one JSON line per admission goes: "stdout", a
 	// file path (appended, mode 0600), or "off". Default: <data_dir>/decisions.jsonl.
 	DecisionLog string `yaml:"decision_log"`
+	// DecisionLogRotate rotates a decision log file (not stdout) by size
+	// and age; see Rotate.
+	DecisionLogRotate Rotate `yaml:"decision_log_rotate"`
 	// Dev marks development mode; it is never read from a file.
 	Dev bool `yaml:"-"`
+}
+
+// Rotate is when a decision log file is moved aside (renamed with a UTC
+// timestamp, decisions-2026-12-01T15-04-05.000.jsonl) and a new one started.
+// A line is never split across files and none is lost: rotation happens
+// between two writes of the one writer.
+type Rotate struct {
+	// MaxSizeMB rotates before a write would take the file past this many
+	// megabytes (default 100).
+	MaxSizeMB int `yaml:"max_size_mb"`
+	// MaxAge rotates at the first write after the file is this old (0:
+	// by size only).
+	MaxAge Duration `yaml:"max_age"`
+	// MaxBackups is how many rotated files are kept (0: all; the audit
+	// record is yours to archive before deleting).
+	MaxBackups int `yaml:"max_backups"`
+}
+
+func (r Rotate) validate() error {
+	if r.MaxSizeMB < 0 || r.MaxAge < 0 || r.MaxBackups < 0 {
+		return errors.New("decision_log_rotate: max_size_mb, max_age and max_backups must not be negative")
+	}
+	return nil
 }
 
 // Ledger selects the store.
@@ -633,6 +659,9 @@ func (c Config) Validate() error {
 		errs = append(errs, c.validateWebhook()...)
 	}
 	errs = append(errs, c.Limits.validate()...)
+	if err := c.DecisionLogRotate.validate(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 

@@ -9,11 +9,9 @@ import (
 	"time"
 
 	"github.com/itocompute/itogate/gatekeeper/config"
-	"github.com/itocompute/itogate/gatekeeper/decisionlog"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 	"github.com/itocompute/itogate/gatekeeper/ledger/bolt"
 	"github.com/itocompute/itogate/gatekeeper/ledger/postgres"
-	"github.com/itocompute/itogate/gatekeeper/server"
 )
 
 // DefaultSweepInterval is how often the ledger sweeper runs when
@@ -90,24 +88,4 @@ func (rt *Runtime) startSweeper(ctx context.Context, interval time.Duration) {
 			}
 		}
 	})
-}
-
-// openDecisionLog opens the decision log: "off", "stdout" or a file appended
-// with mode 0600 (decisions name accounts and digests: not for everyone).
-// The returned function writes what is queued and closes it.
-func openDecisionLog(dest string, m *server.Metrics) (*decisionlog.Logger, func(), error) {
-	opts := decisionlog.Options{OnDrop: m.DecisionLogDropped}
-	switch dest {
-	case "off":
-		return nil, func() {}, nil
-	case "stdout":
-		l := decisionlog.New(os.Stdout, opts)
-		return l, l.Close, nil
-	}
-	f, err := os.OpenFile(dest, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, nil, fmt.Errorf("decision log: %w (create its directory for the user itogate runs as, or set decision_log: stdout or off)", err)
-	}
-	l := decisionlog.New(f, opts)
-	return l, func() { l.Close(); f.Close() }, nil
 }

@@ -53,11 +53,19 @@ func (rt *Runtime) logStart(addr net.Addr) {
 	} else if cfg.Tickets == nil {
 		log.Warn("tickets: no tickets section: allowed admissions carry no admission ticket and GET /v1/tickets/jwks answers 404")
 	}
+	switch {
+	case rt.dlog == nil:
+		log.Warn("decision_log: off: admissions leave no audit record; allows are committed without one")
+	case !rt.dlog.Required():
+		log.Warn("DEVELOPMENT MODE: the decision log is best effort: a line that cannot be written is dropped and " +
+			"counted (itogate_decision_log_dropped_total), and the allow is committed anyway")
+	}
 	info, _ := rt.bundles.Info()
 	log.Info("itogate listening", "addr", addr.String(), "ledger", rt.ledgerDesc,
 		"bundle_revision", info.Revision, "bundle_digest", info.Digest, "development", cfg.Dev,
 		"gc_percent", gcPercent(), "evaluation_slots", rt.evals.Slots, "evaluation_queue", rt.evals.Queue,
-		"evaluation_queue_wait", rt.evals.Wait.String())
+		"evaluation_queue_wait", rt.evals.Wait.String(), "decision_log", rt.cfg.DecisionLogPath(),
+		"decision_log_required", rt.dlog != nil && rt.dlog.Required())
 }
 
 // gcPercent is the garbage collector's target in force (GOGC or

@@ -15,6 +15,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -48,6 +49,11 @@ type Options struct {
 	// signer. `itogate serve` leaves them nil.
 	Admission func(*admission.Options)
 	Server    func(*server.Options)
+	// DecisionLog, when set, gets the last word on the decision log's
+	// writer and options: a test wraps the file in a writer that fails on
+	// demand (a full disk), or makes the log required on a development
+	// runtime. It returns the writer to use.
+	DecisionLog func(w io.Writer, opts *decisionlog.Options) io.Writer
 }
 
 // Runtime is one wired service. Open builds it, Run serves it, Close
@@ -114,7 +120,7 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Runtime, err
 		return nil, err
 	}
 	rt.startSweeper(bg, sweepInterval(cfg.Ledger))
-	if rt.dlog, rt.closeLog, err = openDecisionLog(cfg.DecisionLogPath(), rt.metrics); err != nil {
+	if rt.dlog, rt.closeLog, err = rt.openDecisionLog(); err != nil {
 		return nil, err
 	}
 	if err := rt.startShadow(ctx, bg); err != nil {
@@ -193,14 +199,21 @@ func (rt *Runtime) buildHandler() error {
 	return err
 }
 
-// ready is /readyz: a verified bundle is active and not stale, and the
-// ledger answers.
+// ready is /readyz: a verified bundle is active and not stale, the ledger
+// answers, and — when it is required (production) — the decision log can be
+// written. A failing log is tried again here (its gap line), so it turns
+// ready again without waiting for an admission.
 func (rt *Runtime) ready(ctx context.Context) error {
 	if err := rt.bundles.Ready(); err != nil {
 		return err
 	}
 	if err := rt.store.Ping(ctx); err != nil {
 		return errors.New("ledger unreachable")
+	}
+	if rt.dlog != nil && rt.dlog.Required() {
+		if err := rt.dlog.Probe(ctx); err != nil {
+			return errors.New("decision log cannot be written")
+		}
 	}
 	return nil
 }

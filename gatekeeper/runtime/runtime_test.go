@@ -130,11 +130,13 @@ func TestRunServesUntilCancelled(t *testing.T) {
 		"(unless --bundle-file/--bundle-url), PUBLISHED development keys from fixtures/keys, loopback only. Anyone can mint tokens "+
 		"these keys accept. Never use this mode in production; pass --config. | DEVELOPMENT MODE: admission tickets are signed "+
 		"with the PUBLISHED development ticket key dev-ticket-1 (fixtures/keys): a ticket from this server proves nothing to a "+
-		"workload boundary | itogate listening | shutting down") {
+		"workload boundary | DEVELOPMENT MODE: the decision log is best effort: a line that cannot be written is dropped and "+
+		"counted (itogate_decision_log_dropped_total), and the allow is committed anyway | itogate listening | shutting down") {
 		t.Fatalf("log lines: %s", got)
 	}
 	for k, want := range map[string]any{"addr": api, "development": true, "evaluation_slots": 3.0, "evaluation_queue": 192.0,
-		"evaluation_queue_wait": "1s", "ledger": "bbolt " + filepath.Join(cfg.DataDir, "ledger.db")} {
+		"evaluation_queue_wait": "1s", "ledger": "bbolt " + filepath.Join(cfg.DataDir, "ledger.db"),
+		"decision_log": filepath.Join(cfg.DataDir, "decisions.jsonl"), "decision_log_required": false} {
 		if listening[k] != want {
 			t.Errorf("start-up line %s = %v, want %v", k, listening[k], want)
 		}

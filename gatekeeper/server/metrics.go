@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/itocompute/itogate/gatekeeper/admission"
+	"github.com/itocompute/itogate/gatekeeper/decisionlog"
 	"github.com/itocompute/itogate/gatekeeper/verify"
 )
 
@@ -25,6 +26,7 @@ type Metrics struct {
 	verifyFail *prometheus.CounterVec
 	bundleInfo *prometheus.GaugeVec
 	logDropped *prometheus.CounterVec
+	logOK      prometheus.Gauge
 	ledgerErrs *prometheus.CounterVec
 	shadow     *prometheus.CounterVec
 	// the booking as one object, aggregated over every booking (a booking
@@ -68,6 +70,15 @@ func NewMetrics() *Metrics {
 		Name: "itogate_decision_log_dropped_total",
 		Help: "Decision-log events dropped, by reason (mask_failed, guard, queue_full, encode, write); never written unmasked.",
 	}, []string{"reason"})
+	// Every reason's series exists from the start (at 0), so an alert on
+	// increase() fires on the first drop.
+	for _, r := range decisionlog.DropReasons {
+		m.logDropped.WithLabelValues(r)
+	}
+	m.logOK = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "itogate_decision_log_writable",
+		Help: "1 while the decision log can be written, 0 while it cannot (production then refuses allows with 503 DECISION_LOG_UNAVAILABLE).",
+	})
 	m.ledgerErrs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "itogate_ledger_errors_total",
 		Help: "Ledger failures by operation; each answered 503 LEDGER_UNAVAILABLE.",
@@ -87,7 +98,7 @@ func NewMetrics() *Metrics {
 			"booked. Aggregated over all bookings; 1 is a full booking.",
 		Buckets: []float64{.125, .25, .5, .75, .875, 1},
 	})
-	m.reg.MustRegister(m.logDropped, m.ledgerErrs, m.shadow, m.runGPUs, m.bookingFill)
+	m.reg.MustRegister(m.logDropped, m.logOK, m.ledgerErrs, m.shadow, m.runGPUs, m.bookingFill)
 	m.bundleActivations = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "itogate_bundle_activations_total",
 		Help: "Policy bundle activation attempts by result (success, failure) and reason (\"\" on success; fetch, too_large, " +
@@ -205,6 +216,15 @@ func (m *Metrics) LedgerError(op string) { m.ledgerErrs.WithLabelValues(op).Inc(
 
 // DecisionLogDropped counts one dropped decision-log event.
 func (m *Metrics) DecisionLogDropped(reason string) { m.logDropped.WithLabelValues(reason).Inc() }
+
+// DecisionLogWritable sets itogate_decision_log_writable.
+func (m *Metrics) DecisionLogWritable(ok bool) {
+	v := 0.0
+	if ok {
+		v = 1
+	}
+	m.logOK.Set(v)
+}
 
 // SetBundle records the active bundle.
 func (m *Metrics) SetBundle(revision, digest string) {

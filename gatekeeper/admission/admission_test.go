@@ -195,7 +195,8 @@ func admitCases() []admitCase {
 			status: 200, decision: "allow", state: "stage_advanced", effect: committed,
 			check: func(t *testing.T, e *env, req admission.Request, _ admission.Outcome) {
 				run := input(policyInput(t, e), "ledger", "run")
-				want := map[string]any{"state": "live", "stage": "pretrain", "manifest_digest": e.digest}
+				want := map[string]any{"state": "live", "stage": "pretrain", "manifest_digest": e.digest,
+					"restarts": 0, "checkpoint": fixturePlan}
 				if !reflect.DeepEqual(run, want) {
 					t.Errorf("input.ledger.run = %v, want %v", run, want)
 				}
@@ -719,6 +720,7 @@ func admitCases() []admitCase {
 			check: func(t *testing.T, e *env, _ admission.Request, _ admission.Outcome) {
 				run := input(policyInput(t, e), "ledger", "run")
 				want := map[string]any{"state": "halted", "stage": "pretrain", "manifest_digest": e.digest,
+					"restarts": 0, "checkpoint": fixturePlan,
 					"halt": map[string]any{"stage": "pretrain", "failed_evals": []any{"mmlu_5shot"},
 						"report_digest": "sha256:" + strings.Repeat("e", 64), "decision_id": "dec_halting"}}
 				if !reflect.DeepEqual(run, want) {
@@ -745,6 +747,41 @@ func admitCases() []admitCase {
 			e.haltRun(t, req.RunID)
 			return req
 		}, status: 200, decision: "allow", state: "cancel_admitted", effect: committed},
+
+		// Restarts within the run's checkpoint plan and its budget.
+		{name: "restart/permissive policy: the ledger refuses a step off the checkpoint plan", setup: with(onRun(restart), func(_ *env, r *admission.Request) {
+			r.CheckpointStep = 499
+		}), status: 403, code: api.CodeRestartStepOffPlan, violations: []api.Code{api.CodeRestartStepOffPlan},
+			decision: "deny", state: "denied",
+			check: func(t *testing.T, _ *env, _ admission.Request, out admission.Outcome) {
+				if want := "step 499 is no checkpoint of this run: it writes one every 500 steps up to step 1000"; out.Message != want {
+					t.Errorf("message %q, want %q", out.Message, want)
+				}
+			}},
+		{name: "restart/the decision's budget holds at commit", setup: func(t *testing.T, e *env) admission.Request {
+			runID := e.admitRun(t)
+			for i, step := range []int64{500, 1000} {
+				ref := e.confirm(t, fmt.Sprintf("cnf-r%d", i), restart, runID, "0")
+				r := e.runReq(restart, fmt.Sprintf("key-r%d", i), ref, e.entitlement(fmt.Sprintf("ent-r%d", i), nil), runID)
+				r.CheckpointStep = step
+				e.mustAdmit(t, caller, r)
+			}
+			ref := e.confirm(t, "cnf-1", restart, runID, "0")
+			req := e.runReq(restart, "key-1", ref, e.entitlement("ent-1", nil), runID)
+			req.CheckpointStep = 500
+			e.decider = &fakeDecider{decision: policy.Decision{Allow: true, Estimates: map[string]any{"restart_budget": int64(2)}}}
+			return req
+		}, status: 403, code: api.CodeRestartBudgetExceeded, violations: []api.Code{api.CodeRestartBudgetExceeded},
+			decision: "deny", state: "denied",
+			check: func(t *testing.T, e *env, req admission.Request, out admission.Outcome) {
+				if want := "restart 3 of this run is past its budget of 2 restarts"; out.Message != want {
+					t.Errorf("message %q, want %q", out.Message, want)
+				}
+				rec, _ := e.store.RunRecord(context.Background(), req.RunID)
+				if rec.Restarts != 2 || rec.LastCheckpointStep != 1000 {
+					t.Errorf("run %+v, want 2 restarts, the last from 1000", rec)
+				}
+			}},
 
 		// A booking belongs to one account.
 		{name: "booking/train.create on a booking bound to another account", setup: func(t *testing.T, e *env) admission.Request {
@@ -880,6 +917,11 @@ func admitCases() []admitCase {
 			decision: "deny", state: "denied"},
 	}
 }
+
+// fixturePlan is input.ledger.run.checkpoint of a run of the fixture
+// manifest admitted with the fake decider (no lost-work estimate).
+var fixturePlan = map[string]any{"interval_steps": int64(500), "steps": int64(1000), "wall_clock_seconds": int64(21600),
+	"lost_seconds_per_restart": int64(0)}
 
 // otherAccount is another account (its own runs, bookings, keys).
 var otherAccount = admission.Caller{Subject: "svc-other", Account: "acct_other", KeyID: "caller-key-2"}
@@ -1062,7 +1104,10 @@ func assertCommitted(t *testing.T, e *env, req admission.Request, out admission.
 		}
 		want := ledger.RunRecord{RunID: out.Data.RunID, Account: caller.Account, BookingID: scenario.Booking,
 			ManifestDigest: e.digest, GPUs: 64, BookedGPUs: rec.BookedGPUs, AdmittedAt: now, LiveUntil: liveUntil,
-			Stage: "pretrain", EntitlementJTI: "ent-1"}
+			Stage: "pretrain", EntitlementJTI: "ent-1",
+			// the fixture checkpoints every 500 of 1000 steps in 6 h; the
+			// fake decider gives no lost-work estimate
+			Plan: ledger.RunPlan{IntervalSteps: 500, Steps: 1000, WallClockSeconds: 6 * 3600}}
 		if !rec.Equal(want) || rec.BookedGPUs < 64 {
 			t.Errorf("run record %+v, want %+v", rec, want)
 		}

@@ -125,6 +125,11 @@ type RunFacts struct {
 	// Halt is input.ledger.run.halt: set, and present, only when State is
 	// "halted".
 	Halt *HaltFacts
+	// Restarts is input.ledger.run.restarts, the restarts admitted so far;
+	// Plan is input.ledger.run.checkpoint, the run's checkpoint plan (all
+	// zero when none was recorded).
+	Restarts int
+	Plan     ledger.RunPlan
 }
 
 // HaltFacts is input.ledger.run.halt: the stage whose eval gate failed,
@@ -213,7 +218,11 @@ func (l LedgerFacts) document() map[string]any {
 			"live_run_count": b.LiveRunCount, "released": b.Released}
 	}
 	if r := l.Run; r != nil {
-		run := map[string]any{"state": r.State, "stage": r.Stage, "manifest_digest": r.ManifestDigest}
+		run := map[string]any{"state": r.State, "stage": r.Stage, "manifest_digest": r.ManifestDigest,
+			"restarts": r.Restarts, "checkpoint": map[string]any{
+				"interval_steps": r.Plan.IntervalSteps, "steps": r.Plan.Steps,
+				"wall_clock_seconds": r.Plan.WallClockSeconds, "lost_seconds_per_restart": r.Plan.LostSecondsPerRestart,
+			}}
 		if h := r.Halt; h != nil {
 			evals := make([]any, len(h.FailedEvals))
 			for i, e := range h.FailedEvals {

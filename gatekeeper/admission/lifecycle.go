@@ -4,13 +4,17 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/itocompute/itogate/gatekeeper/api"
+	"github.com/itocompute/itogate/gatekeeper/booking"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 )
 
@@ -99,7 +103,8 @@ func (s *Service) runFacts(p *pending, run ledger.Admission) {
 		state = string(rec.State(p.now))
 	}
 	p.runStage = rec.Stage
-	p.ledgerRun = &RunFacts{State: state, Stage: rec.Stage, ManifestDigest: run.ManifestDigest}
+	p.ledgerRun = &RunFacts{State: state, Stage: rec.Stage, ManifestDigest: run.ManifestDigest,
+		Restarts: rec.Restarts, Plan: rec.Plan}
 	if state == string(api.RunHalted) {
 		p.ledgerRun.Halt = &HaltFacts{Stage: rec.Halt.Stage, FailedEvals: rec.Halt.FailedEvals,
 			ReportDigest: rec.Halt.ReportDigest, DecisionID: rec.Halt.DecisionID}
@@ -156,10 +161,113 @@ func (s *Service) halt(ctx context.Context, p *pending) (Outcome, bool) {
 	return Outcome{}, false
 }
 
+// offPlanMessage names a restart step its run's plan never writes, and the
+// plan.
+func offPlanMessage(e *ledger.RestartError) string {
+	return fmt.Sprintf("step %d is no checkpoint of this run: it writes one every %d steps up to step %d",
+		e.Step, e.Plan.IntervalSteps, e.Plan.Steps)
+}
+
+// budgetMessage names the figures of a restart past the run's budget.
+func budgetMessage(e *ledger.RestartError) string {
+	msg := fmt.Sprintf("restart %d of this run is past its budget of %d restarts", e.Restarts+1, e.Budget)
+	if p := e.Plan; p.LostSecondsPerRestart > 0 && p.WallClockSeconds > 0 {
+		msg += fmt.Sprintf(" (%d × %d s expected lost work of its %d s wall clock)", e.Restarts+1,
+			p.LostSecondsPerRestart, p.WallClockSeconds)
+	}
+	return msg
+}
+
 // haltedMessage names a halt's stage and failed evals.
 func haltedMessage(h ledger.RunHalt) string {
 	return fmt.Sprintf("the run is halted: the eval gate of stage %s failed (%s); only train.cancel and train.cleanup are admitted",
 		h.Stage, strings.Join(h.FailedEvals, ", "))
+}
+
+// runPlan is the checkpoint plan a train.create records on its run
+// (ledger.RunPlan), from the verified manifest, the run's declared end and
+// the checkpoint gate's lost-work estimate: checkpoint.interval_steps; the
+// run's steps — objective.max_steps, or ceil(max_tokens / (global batch ×
+// sequence length)) when that is smaller (the optimizer steps its tokens
+// take; the checkpoint gate's formula); the declared wall-clock seconds;
+// the work a restart is expected to lose, rounded up. A plan it cannot
+// compute is recorded as none (the policy refuses such a manifest first).
+func runPlan(doc map[string]any, run booking.Run, now time.Time, estimates map[string]any) ledger.RunPlan {
+	ckpt, _ := doc["checkpoint"].(map[string]any)
+	obj, _ := doc["objective"].(map[string]any)
+	interval, ok := positive(ckpt["interval_steps"])
+	if !ok {
+		return ledger.RunPlan{}
+	}
+	var steps int64
+	if n, ok := positive(obj["max_steps"]); ok {
+		steps = n
+	}
+	tokens, ok1 := positive(obj["max_tokens"])
+	gbs, ok2 := positive(obj["global_batch_size"])
+	seq, ok3 := positive(obj["sequence_length"])
+	if ok1 && ok2 && ok3 && gbs <= math.MaxInt64/seq {
+		if n := (tokens + gbs*seq - 1) / (gbs * seq); steps == 0 || n < steps {
+			steps = n
+		}
+	}
+	if steps == 0 {
+		return ledger.RunPlan{}
+	}
+	p := ledger.RunPlan{IntervalSteps: interval, Steps: steps}
+	if wall := run.End.Sub(now); wall > 0 {
+		p.WallClockSeconds = int64(math.Ceil(wall.Seconds()))
+	}
+	if lost, ok := number(estimates["checkpoint_lost_seconds_per_failure"]); ok && lost > 0 && lost < 1<<53 {
+		p.LostSecondsPerRestart = int64(math.Ceil(lost))
+	}
+	return p
+}
+
+// restartBudget is the decision's estimates.restart_budget for a restart:
+// the most restarts the run may have, this one included; 0 (no budget the
+// ledger re-checks) when the bundle gives none.
+func restartBudget(estimates map[string]any) int {
+	n, ok := positive(estimates["restart_budget"])
+	if !ok || n > math.MaxInt32 {
+		return 0
+	}
+	return int(n)
+}
+
+// positive reads a positive integer (json.Number, int64, int or a whole
+// float64 below 2^53).
+func positive(v any) (int64, bool) {
+	switch n := v.(type) {
+	case json.Number:
+		i, err := strconv.ParseInt(string(n), 10, 64)
+		return i, err == nil && i > 0
+	case int64:
+		return n, n > 0
+	case int:
+		return int64(n), n > 0
+	case float64:
+		if n > 0 && n == math.Trunc(n) && n < 1<<53 {
+			return int64(n), true
+		}
+	}
+	return 0, false
+}
+
+// number reads any JSON number.
+func number(v any) (float64, bool) {
+	switch n := v.(type) {
+	case json.Number:
+		f, err := n.Float64()
+		return f, err == nil
+	case int64:
+		return float64(n), true
+	case int:
+		return float64(n), true
+	case float64:
+		return n, true
+	}
+	return 0, false
 }
 
 // firstStage is the stage a created run starts in: its manifest's

@@ -16,6 +16,7 @@ import (
 func TestCallerKeyRevocationHaltsNoRun(t *testing.T) {
 	e := newEnv(t)
 	req := onRun(restart)(t, e)
+	req.CheckpointStep = 500
 	e.revoke(t, ledger.RevokeCallerKey, caller.KeyID)
 
 	out := e.svc.Admit(context.Background(), caller, req)

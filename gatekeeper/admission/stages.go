@@ -391,6 +391,7 @@ func (s *Service) commit(ctx context.Context, p *pending) Outcome {
 		rec.GPUs, rec.BookedGPUs = p.run.GPUs, p.run.BookedGPUs
 		rec.LiveUntil = p.run.End.Add(booking.Grace(p.decision.Estimates))
 		rec.CostMicroUSD = booking.EstimateMicroUSD(p.run.ComputeMicroUSD, p.decision.Estimates)
+		rec.Plan = runPlan(p.manifest, p.run, p.now, p.decision.Estimates)
 	}
 	switch {
 	case spec.Effect == api.EffectCreateRun:
@@ -400,6 +401,7 @@ func (s *Service) commit(ctx context.Context, p *pending) Outcome {
 	}
 	if spec.CheckpointStep {
 		rec.CheckpointStep = req.CheckpointStep
+		rec.RestartBudget = restartBudget(p.decision.Estimates)
 	}
 	if spec.Effect == api.EffectCreateRun && s.opts.Tickets != nil {
 		// Signed before the commit and stored by it, so the caller, a
@@ -462,6 +464,13 @@ func (s *Service) committed(ctx context.Context, p *pending, stored ledger.Admis
 	case errors.Is(err, ledger.ErrBookingAccount):
 		return p.refusedAtCommit(api.CodeBookingAccountMismatch,
 			"the booking is bound to another account; nothing was written", "booking")
+	case errors.Is(err, ledger.ErrRestartOffPlan), errors.Is(err, ledger.ErrRestartBudget):
+		var re *ledger.RestartError
+		errors.As(err, &re)
+		if errors.Is(err, ledger.ErrRestartOffPlan) {
+			return p.refusedAtCommit(api.CodeRestartStepOffPlan, offPlanMessage(re), "lifecycle")
+		}
+		return p.refusedAtCommit(api.CodeRestartBudgetExceeded, budgetMessage(re), "lifecycle")
 	case errors.Is(err, ledger.ErrRunHalted):
 		var he *ledger.RunHaltedError
 		errors.As(err, &he)

@@ -114,6 +114,8 @@ const (
 	CodeRunNotFound                   Code = "RUN_NOT_FOUND"
 	CodeRunNotLive                    Code = "RUN_NOT_LIVE"
 	CodeRunHalted                     Code = "RUN_HALTED"
+	CodeRestartStepOffPlan            Code = "RESTART_STEP_OFF_PLAN"
+	CodeRestartBudgetExceeded         Code = "RESTART_BUDGET_EXCEEDED"
 	CodeStageConflict                 Code = "RUN_STAGE_CONFLICT"
 	CodeIdempotencyConflict           Code = "IDEMPOTENCY_KEY_CONFLICT"
 	CodeLedgerUnavailable             Code = "LEDGER_UNAVAILABLE"
@@ -351,6 +353,12 @@ var registry = []Entry{
 	entry(CodeRunHalted, "lifecycle", http.StatusForbidden, server,
 		"A signed eval report failed the gate of the run's stage and halted the run (also a policy code): it gets no stage advance, no restart and no new workload; the message names the failed evals. Only train.cancel and train.cleanup are admitted. Nothing was written; the confirmation stays usable.",
 		"Cancel or clean up the run; a failed eval gate has no override. Create a new run to train again."),
+	entry(CodeRestartStepOffPlan, "lifecycle", http.StatusForbidden, server,
+		"train.restart names a checkpoint step the run's checkpoint plan never writes (also a policy code): a restart starts from a positive multiple of checkpoint.interval_steps within the run's steps, as recorded on the run at train.create. Nothing was written; the confirmation stays usable.",
+		"Restart from a step the run checkpointed; the message names the interval and the run's steps."),
+	entry(CodeRestartBudgetExceeded, "lifecycle", http.StatusForbidden, server,
+		"The run has had as many restarts as its budget allows (also a policy code): the budget is bundle data (data.ito.config.lifecycle.restarts), priced with the checkpoint gate's lost-work estimate against the run's wall clock; the message names the figures. Checked again inside the commit, so racing restarts cannot pass it. Nothing was written.",
+		"Cancel the run and investigate its failures; create a new run with a checkpoint plan that loses less work per restart."),
 	entry(CodeStageConflict, "lifecycle", http.StatusConflict, server,
 		"The run left the stage this train.stage.advance leaves before it committed (another advance won). Nothing was written; the confirmation stays usable.",
 		"Read the run's stage and advance from there with a new eval report."),

@@ -326,4 +326,12 @@ type Admission struct {
 	FromStage string
 	// CheckpointStep is the step a train.restart restarts from.
 	CheckpointStep int64
+
+	// Plan (train.create) is the run's checkpoint plan, recorded on its
+	// RunRecord; RestartBudget (train.restart) the most restarts the run
+	// may have, this one included (0: no budget), from the decision. Both
+	// are inputs of the commit, not stored with the admission: a stored or
+	// replayed admission has them zero.
+	Plan          RunPlan
+	RestartBudget int
 }

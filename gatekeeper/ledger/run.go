@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -61,6 +62,9 @@ type RunRecord struct {
 	// is the step the latest restarted from (each step is in RunEvents).
 	Restarts           int
 	LastCheckpointStep int64
+	// Plan is the run's checkpoint plan, recorded by its train.create
+	// (zero for a run admitted before plans were recorded).
+	Plan RunPlan
 	// Halt is the halt a failed eval gate recorded (zero At: never halted).
 	Halt RunHalt
 	// Revocation is the revocation that revoked the run while it was live
@@ -273,8 +277,10 @@ func CheckHeld(runs []RunRecord) []string {
 // the run is the admission's account's, on its booking (else
 // ErrConfirmationMismatch), may do the action at a.CreatedAt (RunRecord.May:
 // else ErrRunEnded, ErrRevoked or ErrRunHalted) and, for an advance, is
-// still in a.FromStage (else ErrStageConflict: another advance won). Stores
-// call it inside the commit, where the run cannot change.
+// still in a.FromStage (else ErrStageConflict: another advance won) and,
+// for a restart, passes CheckRestart (else ErrRestartOffPlan or
+// ErrRestartBudget). Stores call it inside the commit, where the run cannot
+// change.
 func CheckRunStep(r RunRecord, a Admission) error {
 	if r.Account != a.Account || r.BookingID != a.BookingID {
 		return fmt.Errorf("ledger: commit: run of another booking or account: %w", ErrConfirmationMismatch)
@@ -284,6 +290,90 @@ func CheckRunStep(r RunRecord, a Admission) error {
 	}
 	if movesStage(a.Action) && r.Stage != a.FromStage {
 		return fmt.Errorf("ledger: commit: %w", ErrStageConflict)
+	}
+	return CheckRestart(r, a)
+}
+
+// RunPlan is what a run's manifest says about its restarts, recorded by its
+// train.create: the checkpoint interval and the run's steps (a restart may
+// only start from a step the plan writes: CheckRestart), its declared
+// wall-clock seconds and the work a restart is expected to lose (the
+// checkpoint gate's lost-work estimate), which price the restart budget.
+// All zero: no plan recorded.
+type RunPlan struct {
+	// IntervalSteps is checkpoint.interval_steps; Steps the run's steps:
+	// objective.max_steps, or ceil(max_tokens / (global batch × sequence
+	// length)) when that is smaller (a run bounded by tokens counts the
+	// optimizer steps its tokens take), counted across its stages.
+	IntervalSteps, Steps int64
+	// WallClockSeconds is budget.max_wall_clock_hours × 3600;
+	// LostSecondsPerRestart the expected work lost per failure (half an
+	// interval + detection + resume), rounded up.
+	WallClockSeconds, LostSecondsPerRestart int64
+}
+
+// Known reports whether a plan was recorded.
+func (p RunPlan) Known() bool { return p.IntervalSteps > 0 && p.Steps > 0 }
+
+// Writes reports whether the plan writes a checkpoint at step: a positive
+// multiple of the interval within the run's steps.
+func (p RunPlan) Writes(step int64) bool {
+	return step > 0 && step <= p.Steps && step%p.IntervalSteps == 0
+}
+
+// Validate reports whether p may be recorded. The error wraps ErrInvalid.
+func (p RunPlan) Validate() error {
+	if p.IntervalSteps < 0 || p.Steps < 0 || p.WallClockSeconds < 0 || p.LostSecondsPerRestart < 0 ||
+		(p.IntervalSteps == 0) != (p.Steps == 0) {
+		return fmt.Errorf("ledger: run plan %+v is negative or half set: %w", p, ErrInvalid)
+	}
+	return nil
+}
+
+// Errors of a restart against the run's plan.
+var (
+	// ErrRestartOffPlan: a train.restart from a step the run's checkpoint
+	// plan never writes (see RestartError). Nothing was written.
+	ErrRestartOffPlan = errors.New("restart step is not a checkpoint of the run")
+	// ErrRestartBudget: a train.restart past the run's restart budget (see
+	// RestartError). Nothing was written.
+	ErrRestartBudget = errors.New("restart budget exhausted")
+)
+
+// RestartError names the figures of a refused restart. It wraps
+// ErrRestartOffPlan or ErrRestartBudget.
+type RestartError struct {
+	Step     int64
+	Plan     RunPlan
+	Restarts int // admitted before this one
+	Budget   int // the most restarts the run may have
+	err      error
+}
+
+func (e *RestartError) Error() string {
+	if e.err == ErrRestartBudget {
+		return fmt.Sprintf("ledger: commit: restart %d of the run, its budget is %d: %v", e.Restarts+1, e.Budget, e.err)
+	}
+	return fmt.Sprintf("ledger: commit: step %d is no checkpoint of a run writing one every %d of %d steps: %v",
+		e.Step, e.Plan.IntervalSteps, e.Plan.Steps, e.err)
+}
+
+func (e *RestartError) Unwrap() error { return e.err }
+
+// CheckRestart is the ledger's own check of a train.restart a against its
+// run r, whatever the policy decided: its step must be one r's plan
+// writes (when r has a plan), and r may have had at most a.RestartBudget-1
+// restarts before it (when the decision gave a budget). Stores call it
+// inside the commit (CheckRunStep), where two racing restarts serialize.
+func CheckRestart(r RunRecord, a Admission) error {
+	if spec, _ := a.Action.Spec(); !spec.CheckpointStep {
+		return nil
+	}
+	if r.Plan.Known() && !r.Plan.Writes(a.CheckpointStep) {
+		return &RestartError{Step: a.CheckpointStep, Plan: r.Plan, Restarts: r.Restarts, Budget: a.RestartBudget, err: ErrRestartOffPlan}
+	}
+	if a.RestartBudget > 0 && r.Restarts >= a.RestartBudget {
+		return &RestartError{Step: a.CheckpointStep, Plan: r.Plan, Restarts: r.Restarts, Budget: a.RestartBudget, err: ErrRestartBudget}
 	}
 	return nil
 }

@@ -171,7 +171,7 @@ func (r RunRecord) Equal(o RunRecord) bool {
 // comparable is r without its slice, for ==.
 func (r RunRecord) comparable() runKey {
 	return runKey{r.RunID, r.Account, r.BookingID, r.ManifestDigest, r.EntitlementJTI, r.GPUs, r.BookedGPUs,
-		r.AdmittedAt, r.LiveUntil, r.EndedAt, r.EndedBy, r.Stage, r.Restarts, r.LastCheckpointStep,
+		r.AdmittedAt, r.LiveUntil, r.EndedAt, r.EndedBy, r.Stage, r.Restarts, r.LastCheckpointStep, r.Plan,
 		r.Halt.At, r.Halt.DecisionID, r.Halt.Stage, r.Halt.ReportDigest, r.Halt.By, r.Revocation}
 }
 
@@ -183,6 +183,7 @@ type runKey struct {
 	stage                                                     string
 	restarts                                                  int
 	lastStep                                                  int64
+	plan                                                      RunPlan
 	haltAt                                                    time.Time
 	haltDecision, haltStage, haltDigest, haltBy               string
 	revocation                                                RunRevocation
@@ -370,6 +371,10 @@ func CheckEvents(r RunRecord, events []RunEvent) []string {
 				sim.Stage = e.Stage
 			}
 			if spec, _ := e.Action.Spec(); spec.CheckpointStep {
+				if r.Plan.Known() && !r.Plan.Writes(e.CheckpointStep) {
+					bad("event %d restarted from step %d, which its plan (every %d of %d steps) never writes",
+						i+1, e.CheckpointStep, r.Plan.IntervalSteps, r.Plan.Steps)
+				}
 				sim.Restarts++
 				sim.LastCheckpointStep = e.CheckpointStep
 			}

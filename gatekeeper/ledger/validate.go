@@ -166,6 +166,15 @@ func (a Admission) Validate() error {
 	if a.FromStage != "" && !spec.Stage {
 		return bad("FromStage", "is set on an admission that is not a stage advance")
 	}
+	if err := a.Plan.Validate(); err != nil {
+		return err
+	}
+	if a.Plan != (RunPlan{}) && spec.Effect != api.EffectCreateRun {
+		return bad("Plan", "is only for train.create")
+	}
+	if a.RestartBudget < 0 || (a.RestartBudget != 0 && !spec.CheckpointStep) {
+		return bad("RestartBudget", "is negative or set on an admission that is not a restart")
+	}
 	return nil
 }
 

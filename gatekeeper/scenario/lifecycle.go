@@ -99,7 +99,8 @@ func (r *Runner) RestartRequest(ctx context.Context, m Manifest, runID string, s
 
 // RunLife drives one run through its life: create, a stage advance with
 // passing evals, a restart from a checkpoint with its own confirmation, a
-// stage advance with a failed eval (denied, and the run halted; there is no
+// restart from a step its checkpoint plan never writes (denied), a stage
+// advance with a failed eval (denied, and the run halted; there is no
 // override field to send), a restart of the halted run (denied), a cancel,
 // and a restart of the cancelled run (denied).
 func (r *Runner) RunLife(ctx context.Context) []Result {
@@ -135,6 +136,10 @@ func (r *Runner) RunLife(ctx context.Context) []Result {
 
 	a, err = send(r.RestartRequest(ctx, m, runID, 500))
 	add(check("run life: restart from step 500 (own confirmation)", Expect{Status: 200}, a, err))
+
+	a, err = send(r.RestartRequest(ctx, m, runID, 499))
+	add(check("run life: restart from step 499, which the checkpoint plan (every 500 steps) never writes",
+		Expect{Status: 403, Codes: []string{"RESTART_STEP_OFF_PLAN"}}, a, err))
 
 	report, err = r.EvalReport(runID, "long_context", digest, "ito-battery-long-context-2026.10",
 		map[string]float64{"ruler_32k": 0.41, "mmlu_5shot": 0.33})

@@ -306,7 +306,9 @@ func (s *Store) Commit(ctx context.Context, a ledger.Admission) (ledger.Admissio
 	if err := a.Validate(); err != nil {
 		return ledger.Admission{}, false, err
 	}
+	plan, budget := a.Plan, a.RestartBudget // commit inputs, not stored with the admission
 	a = normalizeAdmission(a)
+	a.Plan, a.RestartBudget = plan, budget
 	akey := admissionKey(a.Account, a.IdempotencyKey)
 	aval, err := json.Marshal(admissionToRecord(a))
 	if err != nil {
@@ -396,6 +398,7 @@ func (s *Store) Commit(ctx context.Context, a ledger.Admission) (ledger.Admissio
 			return err
 		}
 		stored = a
+		stored.Plan, stored.RestartBudget = ledger.RunPlan{}, 0
 		return nil
 	})
 	if err != nil {

@@ -508,7 +508,7 @@ func downgradeTo(t *testing.T, path string, to int) {
 			}
 		}
 		err := errors.Join(
-			strip(tx.Bucket(bucketRunRecs), nil, "entitlement_jti", "restarts", "last_checkpoint_step", "halt", "revocation"),
+			strip(tx.Bucket(bucketRunRecs), nil, "entitlement_jti", "restarts", "last_checkpoint_step", "halt", "revocation", "plan"),
 			// Schema 2 wrote a booking record only when it was released.
 			strip(tx.Bucket(bucketBookings), func(m map[string]any) bool { return m["released_at"] == nil }, "account", "bound_at"),
 			strip(tx.Bucket(bucketRevocations), nil, "decision_id"))

@@ -176,7 +176,7 @@ func writeRunLife(tx *bbolt.Tx, a ledger.Admission) error {
 		}
 		r := runRecord{RunID: a.RunID, Account: a.Account, BookingID: a.BookingID, ManifestDigest: a.ManifestDigest,
 			GPUs: a.GPUs, BookedGPUs: a.BookedGPUs, AdmittedAt: a.CreatedAt.UTC(), LiveUntil: a.LiveUntil.UTC(),
-			Stage: a.Stage, EntitlementJTI: a.EntitlementJTI}
+			Stage: a.Stage, EntitlementJTI: a.EntitlementJTI, Plan: planToRecord(a.Plan)}
 		if err := putRunRec(tx, nil, r); err != nil {
 			return err
 		}

@@ -75,6 +75,16 @@ type runRecord struct {
 	LastCheckpointStep int64             `json:"last_checkpoint_step,omitempty"`
 	Halt               *haltRecord       `json:"halt,omitempty"`
 	Revocation         *runRevocationRec `json:"revocation,omitempty"`
+	// The run's checkpoint plan, added to schema 3 records without a version
+	// change: a record without it has no plan (ledger.RunPlan.Known).
+	Plan *planRecord `json:"plan,omitempty"`
+}
+
+type planRecord struct {
+	IntervalSteps         int64 `json:"interval_steps"`
+	Steps                 int64 `json:"steps"`
+	WallClockSeconds      int64 `json:"wall_clock_seconds"`
+	LostSecondsPerRestart int64 `json:"lost_seconds_per_restart"`
 }
 
 type haltRecord struct {
@@ -137,11 +147,23 @@ func (r runRecord) run() ledger.RunRecord {
 		out.Halt = ledger.RunHalt{At: h.At.UTC(), DecisionID: h.DecisionID, Stage: h.Stage, ReportDigest: h.ReportDigest,
 			FailedEvals: h.FailedEvals, By: h.By}
 	}
+	if p := r.Plan; p != nil {
+		out.Plan = ledger.RunPlan{IntervalSteps: p.IntervalSteps, Steps: p.Steps, WallClockSeconds: p.WallClockSeconds,
+			LostSecondsPerRestart: p.LostSecondsPerRestart}
+	}
 	if v := r.Revocation; v != nil {
 		out.Revocation = ledger.RunRevocation{At: v.At.UTC(), Kind: v.Kind, Subject: v.Subject, By: v.By,
 			Reason: v.Reason, DecisionID: v.DecisionID}
 	}
 	return out
+}
+
+func planToRecord(p ledger.RunPlan) *planRecord {
+	if p == (ledger.RunPlan{}) {
+		return nil
+	}
+	return &planRecord{IntervalSteps: p.IntervalSteps, Steps: p.Steps, WallClockSeconds: p.WallClockSeconds,
+		LostSecondsPerRestart: p.LostSecondsPerRestart}
 }
 
 func haltToRecord(h ledger.RunHalt) *haltRecord {

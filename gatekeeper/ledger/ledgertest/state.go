@@ -610,3 +610,137 @@ func RunLifeHistory(t *testing.T, s ledger.Store) func(t *testing.T, s ledger.St
 func testRunLifeHistory(t *testing.T, f *fixture) {
 	RunLifeHistory(t, f.s)(t, f.s)
 }
+
+// plan is the checkpoint plan of the example: a checkpoint every
+// 500 of 1000 steps, 6 hours, 30 minutes lost per restart.
+var plan = ledger.RunPlan{IntervalSteps: 500, Steps: 1000, WallClockSeconds: 6 * 3600, LostSecondsPerRestart: 1800}
+
+// createPlanned commits a train.create under plan on booking.
+func (f *fixture) createPlanned(booking, key string) ledger.Admission {
+	f.t.Helper()
+	a := f.create("acct_42", booking, key, 8, 64)
+	a.EntitlementJTI, a.Stage, a.Plan = "ent-"+booking, "pretrain", plan
+	stored := f.commit(a)
+	if stored.Plan != (ledger.RunPlan{}) {
+		f.t.Fatalf("Commit returned the plan %+v: it is recorded on the run, not with the admission", stored.Plan)
+	}
+	f.wantAdmission("acct_42", key, stored)
+	return stored
+}
+
+// restartFrom is a restart of run from step with a budget.
+func (f *fixture) restartFrom(run ledger.Admission, key string, step int64, budget int) ledger.Admission {
+	f.t.Helper()
+	a := f.step("acct_42", run.BookingID, run.RunID, key, run.EntitlementJTI, api.TrainRestart, run.CreatedAt.Add(time.Minute))
+	a.CheckpointStep, a.RestartBudget = step, budget
+	return a
+}
+
+// testRestartWithinPlan: a restart starts only from a step the run's
+// checkpoint plan writes (a positive multiple of the interval within its
+// steps), whatever the policy said; each restart's step is recorded on the
+// run and in its events; a run without a plan (admitted before plans were
+// recorded) is not checked; an invalid plan is refused.
+func testRestartWithinPlan(t *testing.T, f *fixture) {
+	run := f.createPlanned("bk_plan", "create")
+	if r := f.wantRunState(run.RunID, run.CreatedAt, api.RunLive); r.Plan != plan {
+		t.Fatalf("RunRecord.Plan = %+v, want %+v", r.Plan, plan)
+	}
+	for _, step := range []int64{0, 7, 499, 501, 1500, 1<<53 - 1} {
+		a := f.restartFrom(run, fmt.Sprintf("off-%d", step), step, 0)
+		err := f.wantRefused(fmt.Sprintf("restart from step %d", step), a, ledger.ErrRestartOffPlan)
+		if re, ok := errors.AsType[*ledger.RestartError](err); !ok || re.Step != step || re.Plan != plan {
+			t.Fatalf("restart from step %d: %v, want a RestartError naming the step and the plan", step, err)
+		}
+	}
+	var events []ledger.RunEvent
+	for i, step := range []int64{500, 1000, 500} {
+		a := f.commit(f.restartFrom(run, fmt.Sprintf("on-%d-%d", step, i), step, 0))
+		events = append(events, ledger.AdmissionEvent(a, run.RunID, true))
+		r := f.wantRunState(run.RunID, run.CreatedAt, api.RunLive)
+		if r.Restarts != i+1 || r.LastCheckpointStep != step {
+			t.Fatalf("after restart %d from %d: %+v", i+1, step, r)
+		}
+	}
+	f.wantEvents(run.RunID, append([]ledger.RunEvent{ledger.AdmissionEvent(run, run.RunID, true)}, events...)...)
+
+	// A run without a plan: its steps are not checked.
+	legacy := f.createUnder("acct_42", "bk_plan", "legacy", "ent-legacy")
+	f.commit(f.restartFrom(legacy, "legacy-7", 7, 0))
+	f.commit(f.restartFrom(legacy, "legacy-2^40", 1<<40, 2))
+	if r := f.wantRunState(legacy.RunID, legacy.CreatedAt, api.RunLive); r.Restarts != 2 || r.LastCheckpointStep != 1<<40 {
+		t.Fatalf("run without a plan after two restarts: %+v", r)
+	}
+
+	for name, p := range map[string]ledger.RunPlan{
+		"negative steps":   {IntervalSteps: 500, Steps: -1},
+		"interval only":    {IntervalSteps: 500},
+		"negative seconds": {IntervalSteps: 500, Steps: 1000, LostSecondsPerRestart: -1},
+	} {
+		a := f.create("acct_42", "bk_plan", "bad-"+name, 8, 64)
+		a.Plan = p
+		_, _, err := f.s.Commit(f.ctx, a)
+		wantErr(t, name, err, ledger.ErrInvalid)
+		f.wantNothingFrom(a)
+	}
+	bad := f.restartFrom(run, "plan-on-restart", 500, 0)
+	bad.Plan = plan
+	wantErr(t, "a plan on a restart", f.commitErr(bad), ledger.ErrInvalid)
+	bad = f.create("acct_42", "bk_plan", "budget-on-create", 8, 64)
+	bad.RestartBudget = 3
+	wantErr(t, "a restart budget on a create", f.commitErr(bad), ledger.ErrInvalid)
+}
+
+// testRestartBudget: the decision's restart budget holds at commit: the
+// restart past it is refused naming the figures, nothing written.
+func testRestartBudget(t *testing.T, f *fixture) {
+	run := f.createPlanned("bk_budget", "create")
+	for i := range 3 {
+		f.commit(f.restartFrom(run, fmt.Sprintf("r-%d", i), 500, 3))
+	}
+	over := f.restartFrom(run, "r-3", 500, 3)
+	err := f.wantRefused("the fourth restart of a budget of 3", over, ledger.ErrRestartBudget)
+	if re, ok := errors.AsType[*ledger.RestartError](err); !ok || re.Restarts != 3 || re.Budget != 3 {
+		t.Fatalf("fourth restart: %v, want a RestartError naming 3 restarts of a budget of 3", err)
+	}
+	// A larger budget (another bundle) admits it.
+	f.commit(f.restartFrom(run, "r-3-more", 500, 4))
+	if r := f.wantRunState(run.RunID, run.CreatedAt, api.RunLive); r.Restarts != 4 {
+		t.Fatalf("run %+v, want 4 restarts", r)
+	}
+}
+
+// RaceRestartBudget races n restarts of one run, each with the budget k,
+// spread over stores: exactly k commit, the others are refused with
+// ErrRestartBudget and wrote nothing.
+func RaceRestartBudget(t *testing.T, stores []ledger.Store, booking string, n, k int) {
+	t.Helper()
+	f := &fixture{t: t, s: stores[0], ctx: t.Context()}
+	run := f.createPlanned(booking, booking+"-create")
+	attempts := make([]ledger.Admission, n)
+	for i := range attempts {
+		attempts[i] = f.restartFrom(run, fmt.Sprintf("%s-r-%d", booking, i), 1000, k)
+	}
+	errs := make([]error, n)
+	race(n, func(i int) { _, _, errs[i] = stores[i%len(stores)].Commit(t.Context(), attempts[i]) })
+	committed := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			committed++
+		case errors.Is(err, ledger.ErrRestartBudget):
+			f.wantNothingOnRun(attempts[i])
+		default:
+			t.Fatalf("restart %d: %v, want nil or ErrRestartBudget", i, err)
+		}
+	}
+	if r := f.wantRunState(run.RunID, run.CreatedAt, api.RunLive); committed != k || r.Restarts != k {
+		t.Fatalf("%d of %d restarts with a budget of %d committed; the run has %d", committed, n, k, r.Restarts)
+	}
+}
+
+func testRaceRestartBudget(t *testing.T, f *fixture) {
+	for _, n := range []int{2, 10, 30} {
+		RaceRestartBudget(t, []ledger.Store{f.s}, fmt.Sprintf("bk_rb_%d", n), n, 1+n/3)
+	}
+}

@@ -76,7 +76,8 @@ func (s *Store) commitOnce(ctx context.Context, a ledger.Admission) (ledger.Admi
 		a.Action, a.BookingID, a.ManifestDigest, a.ConfirmationRef, a.ConfirmationJTI, a.BundleRevision,
 		string(a.State), a.CreatedAt, a.EntitlementJTI, a.CallerKeyID, a.CostMicroUSD, a.GPUs, a.BookedGPUs, liveUntil,
 		kinds, subjects, a.Ticket, a.Stage, a.FromStage, a.CheckpointStep, spec.Effect.String(), spec.Stage,
-		spec.CheckpointStep, string(spec.RunState))
+		spec.CheckpointStep, string(spec.RunState),
+		a.Plan.IntervalSteps, a.Plan.Steps, a.Plan.WallClockSeconds, a.Plan.LostSecondsPerRestart, a.RestartBudget)
 	br := conn.SendBatch(qctx, b)
 	var tag pgconn.CommandTag
 	_, err = br.Exec()
@@ -112,6 +113,7 @@ func (s *Store) commitOnce(ctx context.Context, a ledger.Admission) (ledger.Admi
 		}
 		return ledger.Admission{}, false, fmt.Errorf("ledger: postgres: commit: outcome unknown: %w: %w", ledger.ErrUnavailable, err)
 	} else if tag.RowsAffected() == 1 {
+		a.Plan, a.RestartBudget = ledger.RunPlan{}, 0
 		return a, false, nil
 	}
 	return s.explain(qctx, ctx, conn, a)
@@ -224,7 +226,7 @@ func isDomain(err error) bool {
 	for _, e := range []error{ledger.ErrNotFound, ledger.ErrKeyConflict, ledger.ErrConfirmationMismatch,
 		ledger.ErrCostExceeded, ledger.ErrRevoked, ledger.ErrConfirmationConsumed, ledger.ErrConfirmationExpired,
 		ledger.ErrCapacityExceeded, ledger.ErrBookingReleased, ledger.ErrRunEnded, ledger.ErrStageConflict,
-		ledger.ErrRunHalted, ledger.ErrBookingAccount} {
+		ledger.ErrRunHalted, ledger.ErrBookingAccount, ledger.ErrRestartOffPlan, ledger.ErrRestartBudget} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -335,7 +337,8 @@ func scanRun(row pgx.Row) (ledger.RunRecord, error) {
 		&r.AdmittedAt, &r.LiveUntil, &endedAt, &endedBy, &r.Stage,
 		&r.EntitlementJTI, &r.Restarts, &r.LastCheckpointStep,
 		&haltedAt, &r.Halt.DecisionID, &r.Halt.Stage, &r.Halt.ReportDigest, &r.Halt.FailedEvals, &r.Halt.By,
-		&revoked, &revocationKind, &r.Revocation.Subject, &r.Revocation.By, &r.Revocation.Reason, &r.Revocation.DecisionID)
+		&revoked, &revocationKind, &r.Revocation.Subject, &r.Revocation.By, &r.Revocation.Reason, &r.Revocation.DecisionID,
+		&r.Plan.IntervalSteps, &r.Plan.Steps, &r.Plan.WallClockSeconds, &r.Plan.LostSecondsPerRestart)
 	if err != nil {
 		return ledger.RunRecord{}, err
 	}

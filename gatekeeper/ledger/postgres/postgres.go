@@ -232,7 +232,8 @@ const (
 	runCols = `run_id, account, booking_id, manifest_digest, gpus, booked_gpus, admitted_at, live_until, ended_at, ended_by, stage,
 		entitlement_jti, restarts, last_checkpoint_step,
 		halted_at, halt_decision_id, halt_stage, halt_report_digest, halt_failed_evals, halted_by,
-		revoked_at, revocation_kind, revocation_subject, revoked_by, revocation_reason, revocation_decision_id`
+		revoked_at, revocation_kind, revocation_subject, revoked_by, revocation_reason, revocation_decision_id,
+		plan_interval_steps, plan_steps, plan_wall_clock_seconds, plan_lost_seconds`
 	revocationCols = `kind, subject, reason, revoked_by, revoked_at, expires_at, decision_id`
 	eventCols      = `run_id, at, to_state, action, decision_id, actor, reason, stage, checkpoint_step`
 )
@@ -254,16 +255,19 @@ func newQueries(schema string) queries {
 		// checkpoint_step, $26 the action's effect (api.Effect: what the
 		// statement does is decided by the effect, never by an action's
 		// name), $27 whether it moves the run's stage, $28 whether it
-		// counts a restart and $29 the state it leaves its run in
-		// (api.ActionSpec.RunState). A step needs its run to pass
-		// ledger.RunRecord.May — live at $13, not revoked, not halted —
-		// on the booking (one that moves the stage: in stage $24, and it
-		// moves the run to $23); the run's row is locked first (FOR
+		// counts a restart, $29 the state it leaves its run in
+		// (api.ActionSpec.RunState), $30..$33 a create's run plan
+		// (ledger.RunPlan) and $34 a restart's budget. A step needs its run
+		// to pass ledger.CheckRunStep — live at $13, not revoked, not
+		// halted, on the booking; one that moves the stage in stage $24
+		// (it moves the run to $23); a restart from a step its plan writes
+		// ($25), within its budget — the run's row is locked first (FOR
 		// UPDATE), so a revocation or halt racing it is seen, re-checked,
 		// or waits. Every run the admission acts on gets its event; the
 		// booking's first admission binds it to its account.
 		commit: r.Replace(`WITH run AS (
-				SELECT run_id, account, booking_id, stage, live_until, ended_at, halted_at, revoked_at
+				SELECT run_id, account, booking_id, stage, live_until, ended_at, halted_at, revoked_at, restarts,
+					plan_interval_steps, plan_steps
 				FROM {s}.runs WHERE run_id = $5 AND $26 IN ('step_run', 'end_run')
 				FOR UPDATE),
 			booking AS (SELECT account, released_at FROM {s}.bookings WHERE booking_id = $7),
@@ -291,12 +295,17 @@ func newQueries(schema string) queries {
 						SELECT 1 FROM run WHERE account = $1 AND booking_id = $7
 							AND live_until > $13 AND (ended_at IS NULL OR ended_at > $13)
 							AND revoked_at IS NULL AND halted_at IS NULL
-							AND (NOT $27 OR stage = $24)))
+							AND (NOT $27 OR stage = $24)
+							AND (NOT $28 OR plan_interval_steps = 0
+								OR ($25::bigint > 0 AND $25::bigint <= plan_steps AND $25::bigint % plan_interval_steps = 0))
+							AND (NOT $28 OR $34::integer = 0 OR restarts < $34::integer)))
 				RETURNING c.ref),
 			created AS (
 				INSERT INTO {s}.runs (run_id, account, booking_id, manifest_digest, gpus, booked_gpus, admitted_at,
-					live_until, stage, entitlement_jti)
-				SELECT $5, $1, $7, $8, $17, $18, $13, $19, $23, $14 FROM consumed WHERE $26 = 'create_run'),
+					live_until, stage, entitlement_jti,
+					plan_interval_steps, plan_steps, plan_wall_clock_seconds, plan_lost_seconds)
+				SELECT $5, $1, $7, $8, $17, $18, $13, $19, $23, $14, $30, $31, $32, $33
+				FROM consumed WHERE $26 = 'create_run'),
 			stepped AS (
 				UPDATE {s}.runs SET stage = CASE WHEN $27 THEN $23 ELSE stage END,
 					restarts = restarts + CASE WHEN $28 THEN 1 ELSE 0 END,
@@ -553,7 +562,9 @@ func (s *Store) Commit(ctx context.Context, a ledger.Admission) (ledger.Admissio
 	if err := a.Validate(); err != nil {
 		return ledger.Admission{}, false, err
 	}
+	plan, budget := a.Plan, a.RestartBudget // commit inputs, not stored with the admission
 	a = normalizeAdmission(a)
+	a.Plan, a.RestartBudget = plan, budget
 	for attempt := 1; ; attempt++ {
 		stored, replayed, err := s.commitOnce(ctx, a)
 		if err == nil {

@@ -659,6 +659,9 @@ func TestRunRacesTwoReplicas(t *testing.T) {
 	for i := range 10 {
 		ledgertest.RaceHaltAdvance(t, stores, fmt.Sprintf("bk_ha2_%d", i))
 	}
+	for _, n := range []int{2, 10, 30} {
+		ledgertest.RaceRestartBudget(t, stores, fmt.Sprintf("bk_rb2_%d", n), n, 1+n/3)
+	}
 	if _, err := a.Check(t.Context()); err != nil {
 		t.Fatalf("Check: %v", err)
 	}
@@ -706,7 +709,9 @@ func TestMigrateSchema5(t *testing.T) {
 			DROP COLUMN account, DROP COLUMN bound_at,
 			ALTER COLUMN released_at SET NOT NULL, ALTER COLUMN released_by SET NOT NULL;
 		ALTER TABLE {s}.revocations DROP COLUMN decision_id;
-		DELETE FROM {s}.schema_migrations WHERE version = 6;`, "{s}", schema))
+		ALTER TABLE {s}.runs DROP CONSTRAINT runs_plan_check, DROP COLUMN plan_interval_steps, DROP COLUMN plan_steps,
+			DROP COLUMN plan_wall_clock_seconds, DROP COLUMN plan_lost_seconds;
+		DELETE FROM {s}.schema_migrations WHERE version >= 6;`, "{s}", schema))
 	if err != nil {
 		t.Fatalf("back to version 5: %v", err)
 	}

@@ -63,7 +63,10 @@ warnings := _sorted(_warnings)
 
 # METADATA
 # title: Estimates
-# description: The budget, parallelism, booking and checkpoint gates' estimates for train.create; empty otherwise.
+# description: >-
+#   The budget, parallelism, booking and checkpoint gates' estimates for
+#   train.create; the lifecycle gate's restart budget for a train.restart of
+#   a run with a checkpoint plan; empty otherwise.
 estimates := object.union(
 	object.union(object.union(parallelism.estimates, budget.estimates), booking.estimates),
 	checkpoint.estimates,
@@ -71,7 +74,20 @@ estimates := object.union(
 	lib.is_train_create
 }
 
-estimates := {} if not lib.is_train_create
+estimates := lifecycle.estimates if {
+	input.request.action == "train.restart"
+	lifecycle.estimates
+}
+
+estimates := {} if {
+	not lib.is_train_create
+	not _restart_estimates
+}
+
+_restart_estimates if {
+	input.request.action == "train.restart"
+	lifecycle.estimates
+}
 
 _sorted(findings) := [f | some t in sort([[f.code, f.message, f] | some f in findings]); f := t[2]]
 

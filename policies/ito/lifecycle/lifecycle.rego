@@ -15,7 +15,9 @@
 #   webhook read too); it records the new stage in the same transaction
 #   that consumes the confirmation. A verified report bound to the run that
 #   fails its stage's gate halts the run (halt, decision.halt): a halted run
-#   is refused every advance and restart.
+#   is refused every advance and restart. A restart starts from a step the
+#   run's checkpoint plan writes and within its restart budget
+#   (restart.rego).
 package ito.lifecycle
 
 import data.ito.lib

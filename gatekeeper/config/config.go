@@ -64,7 +64,8 @@ type Config struct {
 // between two writes of the one writer.
 type Rotate struct {
 	// MaxSizeMB rotates before a write would take the file past this many
-	// megabytes (default 100).
+	// megabytes (default 100; at least 16, more than one line can take:
+	// a line may hold a 1 MiB manifest, escaped).
 	MaxSizeMB int `yaml:"max_size_mb"`
 	// MaxAge rotates at the first write after the file is this old (0:
 	// by size only).
@@ -74,9 +75,15 @@ type Rotate struct {
 	MaxBackups int `yaml:"max_backups"`
 }
 
+// MinDecisionLogMB is the smallest decision_log_rotate.max_size_mb.
+const MinDecisionLogMB = 16
+
 func (r Rotate) validate() error {
 	if r.MaxSizeMB < 0 || r.MaxAge < 0 || r.MaxBackups < 0 {
 		return errors.New("decision_log_rotate: max_size_mb, max_age and max_backups must not be negative")
+	}
+	if r.MaxSizeMB != 0 && r.MaxSizeMB < MinDecisionLogMB {
+		return fmt.Errorf("decision_log_rotate: max_size_mb must be 0 (100) or at least %d: a file must hold any one line", MinDecisionLogMB)
 	}
 	return nil
 }

@@ -118,6 +118,8 @@ func TestDevValidate(t *testing.T) {
 		"tickets":         {"tickets.leeway=1m", "tickets: development mode signs tickets with the published development ticket key; configure tickets in a --config file"},
 		"bundle url":      {"policy.bundle.url=ftp://x", "policy.bundle: url must be an absolute http or https URL"},
 		"negative limits": {"limits.request_timeout=-1s", "limits.request_timeout must not be negative"},
+		"rotate negative": {"decision_log_rotate.max_age=-1h", "decision_log_rotate: max_size_mb, max_age and max_backups must not be negative"},
+		"rotate tiny":     {"decision_log_rotate.max_size_mb=1", "decision_log_rotate: max_size_mb must be 0 (100) or at least 16: a file must hold any one line"},
 	} {
 		c := Dev()
 		if err := c.SetAll(tc.sets); err != nil {

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -113,7 +114,25 @@ func (f *rotatingFile) Write(p []byte) (int, error) {
 		}
 		f.opened = f.now()
 	}
-	return f.lj.Write(p)
+	// lumberjack refuses a write larger than a file: a large batch goes
+	// in pieces that end at line ends (config keeps a file larger than
+	// any one line can be).
+	limit := f.lj.MaxSize << 20
+	n := 0
+	for len(p) > limit {
+		cut := bytes.LastIndexByte(p[:limit], '\n') + 1
+		if cut == 0 {
+			break // one line beyond a file: lumberjack says so
+		}
+		w, err := f.lj.Write(p[:cut])
+		n += w
+		if err != nil {
+			return n, err
+		}
+		p = p[cut:]
+	}
+	w, err := f.lj.Write(p)
+	return n + w, err
 }
 
 // Sync makes what was written durable. lumberjack does not expose its file;

@@ -107,3 +107,28 @@ func TestDecisionLogRotatesByAge(t *testing.T) {
 		t.Fatalf("%d files holding %v, want 2 holding %v", files, got, want)
 	}
 }
+
+// TestDecisionLogSplitsABatchLargerThanAFile: one Write larger than a
+// file goes in pieces that end at line ends, rotating between them. (One
+// rotation: lumberjack names rotated files to the millisecond, so two
+// within one would collide; a file of at least 16 MB, as configuration
+// requires, cannot fill that fast.)
+func TestDecisionLogSplitsABatchLargerThanAFile(t *testing.T) {
+	dir := t.TempDir()
+	rf := newRotatingFile(filepath.Join(dir, "decisions.jsonl"), config.Rotate{MaxSizeMB: 1})
+	var batch []byte
+	var want []string
+	for i := range 1400 { // ~1.5 MB
+		id := fmt.Sprintf("dec_%08d", i)
+		want = append(want, id)
+		batch = append(batch, fmt.Sprintf(`{"decision_id":%q,"account":%q}`+"\n", id, strings.Repeat("b", 1000))...)
+	}
+	if n, err := rf.Write(batch); err != nil || n != len(batch) {
+		t.Fatalf("Write = %d, %v; want %d", n, err, len(batch))
+	}
+	rf.Close()
+	got, files := readDir(t, dir)
+	if files != 2 || strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("%d files, %d lines read back of %d", files, len(got), len(want))
+	}
+}

@@ -15,8 +15,10 @@ DATA_DIR ?= ./data
 run:
 	$(GO) run ./cmd/itogate serve --listen $(LISTEN) --data-dir $(DATA_DIR)
 
+## build: bin/itogate stamped with VERSION (default: git describe; `itogate version` prints it)
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 build:
-	$(GO) build -o $(BIN) ./cmd/itogate
+	$(GO) build -ldflags "-X github.com/itocompute/itogate/gatekeeper/version.Version=$(VERSION)" -o $(BIN) ./cmd/itogate
 
 ## test: everything CI runs — gofmt, go vet, the Go tests and the policy trio (fmt, check, test+coverage).
 ##   Every part runs even when an earlier one fails; the summary names each failed part.

@@ -14,6 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/itocompute/itogate/gatekeeper/version"
 )
 
 // exitError carries a process exit code through cobra.
@@ -48,7 +50,9 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		Short:         "Policy-as-code admission gatekeeper for training runs on booked GPU compute",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version.Get().String(),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	logger := func() *slog.Logger { return slog.New(slog.NewJSONHandler(stderr, nil)) }
@@ -66,6 +70,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newReplayCmd(stdout),
 		newBundleCmd(stdout, stderr),
 		newTicketCmd(stdout, stderr),
+		newVersionCmd(stdout),
 	)
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd()

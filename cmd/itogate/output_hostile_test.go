@@ -192,6 +192,7 @@ func TestHumanOutputIsInert(t *testing.T) {
 		"serve":        "logs JSON lines (slog's JSON escapes every control character); its errors go through main, inert",
 		"keygen":       "prints the paths it wrote (inert) and a fingerprint it computed",
 		"codes":        "prints the code list built into the binary",
+		"version":      "prints the binary's own version",
 		"help":         "prints the binary's own help",
 		"token":        "prints its own usage error",
 		"token caller": mintsOnly, "token depositor": mintsOnly, "token revoker": mintsOnly,

@@ -51,6 +51,15 @@ func openLedger(ctx context.Context, cfg config.Config) (ledger.Store, string, e
 	return s, "bbolt " + path, nil
 }
 
+// ledgerSchema is the schema version of the open ledger: the bbolt file
+// layout or the PostgreSQL migration it was brought to.
+func (rt *Runtime) ledgerSchema() int {
+	if rt.cfg.Ledger.Driver == config.DriverPostgres {
+		return postgres.SchemaVersion()
+	}
+	return bolt.SchemaVersion()
+}
+
 // sweepInterval is ledger.sweep_interval, DefaultSweepInterval when unset,
 // zero when turned off.
 func sweepInterval(l config.Ledger) time.Duration {

@@ -5,6 +5,8 @@ import (
 	"net"
 	"runtime/metrics"
 	"time"
+
+	"github.com/itocompute/itogate/gatekeeper/version"
 )
 
 // shutdownGrace bounds the graceful shutdown of each listener: requests in
@@ -61,7 +63,9 @@ func (rt *Runtime) logStart(addr net.Addr) {
 			"counted (itogate_decision_log_dropped_total), and the allow is committed anyway")
 	}
 	info, _ := rt.bundles.Info()
-	log.Info("itogate listening", "addr", addr.String(), "ledger", rt.ledgerDesc,
+	bi := version.Get()
+	log.Info("itogate listening", "addr", addr.String(), "version", bi.Version, "commit", bi.Commit,
+		"ledger", rt.ledgerDesc, "ledger_schema", rt.ledgerSchema(),
 		"bundle_revision", info.Revision, "bundle_digest", info.Digest, "development", cfg.Dev,
 		"gc_percent", gcPercent(), "evaluation_slots", rt.evals.Slots, "evaluation_queue", rt.evals.Queue,
 		"evaluation_queue_wait", rt.evals.Wait.String(), "decision_log", rt.cfg.DecisionLogPath(),

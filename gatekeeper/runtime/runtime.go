@@ -30,6 +30,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 	"github.com/itocompute/itogate/gatekeeper/server"
 	"github.com/itocompute/itogate/gatekeeper/trust"
+	"github.com/itocompute/itogate/gatekeeper/version"
 )
 
 // Options are what a Runtime needs beyond its configuration. The zero value
@@ -189,6 +190,7 @@ func (rt *Runtime) buildHandler() error {
 	sopts := server.Options{
 		Admission: svc, Callers: ts.Callers, Depositors: ts.Depositors, Revokers: revokers(ts),
 		Ready:        rt.ready,
+		ReadyInfo:    map[string]any{"version": version.Get().Version, "ledger_schema": rt.ledgerSchema()},
 		MaxBodyBytes: rt.cfg.Limits.MaxBodyBytes, RequestTimeout: time.Duration(rt.cfg.Limits.RequestTimeout),
 		Metrics: m, Logger: log, Now: rt.opts.Now, TicketJWKS: ticketJWKS(ts),
 	}

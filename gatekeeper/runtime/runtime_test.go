@@ -21,8 +21,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/itocompute/itogate/gatekeeper/ledger/bolt"
 	"github.com/itocompute/itogate/gatekeeper/runtime"
 	"github.com/itocompute/itogate/gatekeeper/runtime/runtimetest"
+	"github.com/itocompute/itogate/gatekeeper/version"
 	"github.com/itocompute/itogate/internal/patience"
 	"github.com/itocompute/itogate/internal/syncbuf"
 )
@@ -104,8 +106,22 @@ func TestRunServesUntilCancelled(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
+	// /readyz names the build and the ledger schema.
+	resp, err := http.Get("http://" + api + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ready struct {
+		Data map[string]any `json:"data"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&ready)
+	resp.Body.Close()
+	if err != nil || ready.Data["status"] != "ready" || ready.Data["version"] != version.Get().Version ||
+		ready.Data["ledger_schema"] != float64(bolt.SchemaVersion()) {
+		t.Errorf("/readyz data %v (%v)", ready.Data, err)
+	}
 	tlsClient := &http.Client{Timeout: patience.Wait, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	resp, err := tlsClient.Get("https://" + hook + "/healthz")
+	resp, err = tlsClient.Get("https://" + hook + "/healthz")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +152,8 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	}
 	for k, want := range map[string]any{"addr": api, "development": true, "evaluation_slots": 3.0, "evaluation_queue": 192.0,
 		"evaluation_queue_wait": "1s", "ledger": "bbolt " + filepath.Join(cfg.DataDir, "ledger.db"),
-		"decision_log": filepath.Join(cfg.DataDir, "decisions.jsonl"), "decision_log_required": false} {
+		"decision_log": filepath.Join(cfg.DataDir, "decisions.jsonl"), "decision_log_required": false,
+		"version": version.Get().Version, "ledger_schema": float64(bolt.SchemaVersion())} {
 		if listening[k] != want {
 			t.Errorf("start-up line %s = %v, want %v", k, listening[k], want)
 		}

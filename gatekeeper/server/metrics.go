@@ -14,6 +14,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/admission"
 	"github.com/itocompute/itogate/gatekeeper/decisionlog"
 	"github.com/itocompute/itogate/gatekeeper/verify"
+	"github.com/itocompute/itogate/gatekeeper/version"
 )
 
 // Metrics are itogate's Prometheus collectors, on their own registry so tests
@@ -75,6 +76,13 @@ func NewMetrics() *Metrics {
 	for _, r := range decisionlog.DropReasons {
 		m.logDropped.WithLabelValues(r)
 	}
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "itogate_build_info",
+		Help: "The running binary (value 1) by version, commit and Go version (`itogate version`).",
+	}, []string{"version", "commit", "go_version"})
+	bi := version.Get()
+	build.WithLabelValues(bi.Version, bi.Commit, bi.GoVersion).Set(1)
+	m.reg.MustRegister(build)
 	m.logOK = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "itogate_decision_log_writable",
 		Help: "1 while the decision log can be written, 0 while it cannot (production then refuses allows with 503 DECISION_LOG_UNAVAILABLE).",

@@ -59,6 +59,9 @@ type Options struct {
 	Revokers admission.TokenVerifier
 	// Ready reports whether a verified bundle is active and the ledger answers.
 	Ready func(ctx context.Context) error
+	// ReadyInfo is added to /readyz's data when ready (the version, the
+	// ledger schema).
+	ReadyInfo map[string]any
 	// MaxBodyBytes bounds request bodies (default DefaultMaxBodyBytes);
 	// RequestTimeout bounds a request (default DefaultRequestTimeout).
 	MaxBodyBytes   int64
@@ -367,7 +370,11 @@ func (s *srv) readyz(w http.ResponseWriter, r *http.Request) {
 		writeError(w, api.CodeNotReady, err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, Envelope{OK: true, Data: map[string]any{"status": "ready"}})
+	data := map[string]any{"status": "ready"}
+	for k, v := range s.opts.ReadyInfo {
+		data[k] = v
+	}
+	writeJSON(w, http.StatusOK, Envelope{OK: true, Data: data})
 }
 
 // decode reads the whole (size-limited) body as one strict JSON object into

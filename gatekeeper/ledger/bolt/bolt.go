@@ -48,6 +48,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -76,6 +77,13 @@ const DefaultMaxBatchDelay = time.Millisecond
 // binary never reads a layout it does not know; schema 1 files are migrated
 // (see the package doc).
 const schemaVersion = "3"
+
+// SchemaVersion is the file layout this binary writes and reads
+// (schemaVersion), for the start-up log line and /readyz.
+func SchemaVersion() int {
+	v, _ := strconv.Atoi(schemaVersion)
+	return v
+}
 
 // sweepChunk bounds how many tokens one Sweep transaction removes, so a large
 // backlog never holds the single writer lock long enough to stall commits.

@@ -28,18 +28,23 @@ import (
 // The returned function writes what is queued and closes the log.
 func (rt *Runtime) openDecisionLog() (*decisionlog.Logger, func(), error) {
 	dest, m := rt.cfg.DecisionLogPath(), rt.metrics
-	opts := decisionlog.Options{
+	var opts decisionlog.Options
+	opts = decisionlog.Options{
 		OnDrop:   m.DecisionLogDropped,
 		Required: !rt.cfg.Dev,
 		Now:      rt.opts.Now,
 		OnState: func(err error) {
 			m.DecisionLogWritable(err == nil)
-			if err != nil {
+			switch {
+			case err != nil && opts.Required:
 				rt.log.Error("decision log cannot be written: allows are refused (503 DECISION_LOG_UNAVAILABLE) "+
-					"and /readyz fails until it can", "decision_log", dest, "required", !rt.cfg.Dev, "err", err)
-				return
+					"and /readyz fails until it can", "decision_log", dest, "err", err)
+			case err != nil:
+				rt.log.Error("decision log cannot be written: its lines are dropped (development mode: allows are "+
+					"committed anyway)", "decision_log", dest, "err", err)
+			default:
+				rt.log.Info("decision log writable again: a gap line records what was lost", "decision_log", dest)
 			}
-			rt.log.Info("decision log writable again: a gap line records what was lost", "decision_log", dest)
 		},
 	}
 	m.DecisionLogWritable(true)

@@ -188,3 +188,47 @@ func TestFullDecisionLogRefusesAllows(t *testing.T) {
 		t.Errorf("decision log %s (gap lost %d), want the gap (3 lost) and the allow's two lines", got, lines[0].GapLost)
 	}
 }
+
+// TestFullDecisionLogInDevelopment: development mode keeps the best-effort
+// log: on a full disk the allow is committed, its line dropped and counted
+// (write), /readyz stays ready, and the server log says once that lines are
+// dropped.
+func TestFullDecisionLogInDevelopment(t *testing.T) {
+	logs := &syncBuffer{}
+	disk := &fullDisk{}
+	rt := runtimetest.Open(t, runtimetest.Config(t), runtime.Options{
+		Logger: slog.New(slog.NewJSONHandler(logs, nil)),
+		DecisionLog: func(w io.Writer, o *decisionlog.Options) io.Writer {
+			disk.w, disk.sync = w, o.Sync
+			o.Sync = disk.Sync
+			return disk
+		},
+	})
+	h := serveHarness(t, rt, logs)
+	if h.dl.Required() {
+		t.Fatal("a development runtime requires its decision log")
+	}
+	disk.setFull(true)
+	m, _ := h.runner.LoadManifest("llama3-8b")
+	for _, key := range []string{"k-dev-1", "k-dev-2"} {
+		a, _, err := h.runner.Create(context.Background(), m, key)
+		if err != nil || a.Status != 200 || a.Data.Decision != "allow" {
+			t.Fatalf("development allow on a full disk: %+v %v", a, err)
+		}
+	}
+	if err := h.dl.Probe(context.Background()); err == nil { // after the allows' lines
+		t.Fatal("probe of a full disk succeeded")
+	}
+	resp, err := http.Get(h.srv.URL + "/readyz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("readyz in development on a full disk: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if !strings.Contains(h.metricsText(t), `itogate_decision_log_dropped_total{reason="write"} 2`) {
+		t.Error("the allows' lines are not counted as dropped (write)")
+	}
+	msg := `"msg":"decision log cannot be written: its lines are dropped (development mode: allows are committed anyway)"`
+	if got := strings.Count(logs.String(), msg); got != 1 {
+		t.Errorf("%d server log lines %s, want 1:\n%s", got, msg, logs.String())
+	}
+}

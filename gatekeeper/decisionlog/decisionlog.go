@@ -115,6 +115,8 @@ type Logger struct {
 	written atomic.Int64
 	dropped sync.Map // reason → *atomic.Int64
 
+	busy atomic.Int64 // unix nanoseconds the current batch's Write began; 0: none
+
 	mu    sync.Mutex
 	fault error     // why the log cannot be written; nil when it can
 	since time.Time // when it could not (fault != nil)
@@ -147,10 +149,17 @@ type Options struct {
 	// it to the admission).
 	Required bool
 	// OnState is called whenever the log turns unwritable (err, the first
-	// failure) or writable again (nil): once per change, never per line.
+	// failure) or writable again (nil): once per change, never per line,
+	// in order. It must not call the Logger.
 	OnState func(err error)
-	// Now is the clock of the gap lines (default time.Now).
+	// Now is the clock of the gap lines and of Stall (default time.Now).
 	Now func() time.Time
+	// Stall, when positive, is how long one batch's Write and Sync may
+	// take: past it the log counts as failing (a hung disk fails no write,
+	// it just never returns), WriteAhead fails at once and Fault reports
+	// it; the next batch written after the stuck one returns records the
+	// gap and ends the failure.
+	Stall time.Duration
 }
 
 // New starts a Logger writing to w.
@@ -173,11 +182,21 @@ func (l *Logger) Required() bool { return l.opts.Required }
 // ErrUnwritable wraps every error WriteAhead and Probe return.
 var ErrUnwritable = errors.New("decision log cannot be written")
 
+// ErrStalled is the fault of a log whose write has not returned within
+// Options.Stall.
+var ErrStalled = fmt.Errorf("%w: a write has not returned", ErrUnwritable)
+
 // WriteAhead writes ev as the write-ahead line of an allow (Phase
 // PhaseIntent) and waits until it is written and synced. An error means
 // the line is not known to be durable: the allow must not be committed.
 // ev must be prepared (Prepare).
 func (l *Logger) WriteAhead(ctx context.Context, ev Event) error {
+	if l.stalled() {
+		// It would queue behind a write that does not return; Fault
+		// records the change of state.
+		l.Fault()
+		return ErrStalled
+	}
 	ev.Phase = PhaseIntent
 	return l.wait(ctx, item{ev: &ev})
 }
@@ -213,7 +232,25 @@ func (l *Logger) wait(ctx context.Context, it item) error {
 func (l *Logger) Fault() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.fault == nil && l.stalled() {
+		l.fault, l.since, l.lost = ErrStalled, time.Unix(0, l.busy.Load()), 0
+		l.changed(ErrStalled)
+	}
 	return l.fault
+}
+
+// stalled reports a Write (or Sync) running for longer than Options.Stall.
+func (l *Logger) stalled() bool {
+	b := l.busy.Load()
+	return l.opts.Stall > 0 && b != 0 && l.opts.Now().Sub(time.Unix(0, b)) > l.opts.Stall
+}
+
+// changed reports a change of state (l.mu held, so that changes are
+// reported in the order they happen).
+func (l *Logger) changed(err error) {
+	if l.opts.OnState != nil {
+		l.opts.OnState(err)
+	}
 }
 
 // Prepare masks ev.Input with m and applies the guard. It returns false when
@@ -416,9 +453,11 @@ func (l *Logger) write(buf *bytes.Buffer, batch []item) {
 	}
 	var err error
 	if buf.Len() > 0 {
+		l.busy.Store(l.opts.Now().UnixNano())
 		if _, err = l.w.Write(buf.Bytes()); err == nil && l.opts.Sync != nil {
 			err = l.opts.Sync()
 		}
+		l.busy.Store(0)
 	}
 	if err != nil {
 		err = fmt.Errorf("%w: %w", ErrUnwritable, err)
@@ -445,14 +484,11 @@ func (l *Logger) answer(it *item, err error) {
 // other lines dropped; the first failure turns the log failing.
 func (l *Logger) failed(err error, batch []item) {
 	l.mu.Lock()
-	first := l.fault == nil
-	if first {
+	if l.fault == nil {
 		l.fault, l.since, l.lost = err, l.opts.Now(), 0
+		l.changed(err)
 	}
 	l.mu.Unlock()
-	if first && l.opts.OnState != nil {
-		l.opts.OnState(err)
-	}
 	for i := range batch {
 		switch {
 		case batch[i].done != nil:
@@ -466,11 +502,9 @@ func (l *Logger) failed(err error, batch []item) {
 
 func (l *Logger) recovered() {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.fault, l.lost = nil, 0
-	l.mu.Unlock()
-	if l.opts.OnState != nil {
-		l.opts.OnState(nil)
-	}
+	l.changed(nil)
 }
 
 // lose counts a line lost while the log is failing (the gap line's

@@ -301,3 +301,57 @@ func TestReadRefusesATornLineWithoutGap(t *testing.T) {
 		t.Fatalf("torn then gap: %+v, %v", evs, err)
 	}
 }
+
+// TestStalledWriteFailsFastAndRecovers: a write that does not return (a
+// hung disk) fails no call, so past Options.Stall the log counts as
+// failing: Fault says so (one state change), WriteAhead fails at once;
+// once the write returns, the next line records the gap and the log is
+// writable again. The clock is the test's.
+func TestStalledWriteFailsFastAndRecovers(t *testing.T) {
+	var st states
+	var mu sync.Mutex
+	clock := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	now := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return clock
+	}
+	advance := func(d time.Duration) {
+		mu.Lock()
+		clock = clock.Add(d)
+		mu.Unlock()
+	}
+	d := &blockingWriter{entered: make(chan struct{}, 8), release: make(chan struct{})}
+	l := New(d, Options{Required: true, Stall: 10 * time.Second, Now: now, OnState: st.on})
+	defer l.Close()
+	ctx := context.Background()
+	stuck := make(chan error, 1)
+	go func() { stuck <- l.WriteAhead(ctx, event(nil)) }()
+	<-d.entered // the writer is inside Write
+
+	advance(10 * time.Second) // not past Stall yet
+	if err := l.Fault(); err != nil || len(st.got()) != 0 {
+		t.Fatalf("at Stall: fault %v, states %v", err, st.got())
+	}
+	advance(time.Second)
+	if err := l.Fault(); !errors.Is(err, ErrStalled) || !errors.Is(err, ErrUnwritable) {
+		t.Fatalf("past Stall: fault %v", err)
+	}
+	if err := l.WriteAhead(ctx, event(nil)); !errors.Is(err, ErrStalled) {
+		t.Fatalf("WriteAhead behind a stalled write = %v", err)
+	}
+	if got := st.got(); len(got) != 1 || !errors.Is(got[0], ErrStalled) {
+		t.Fatalf("states %v, want one stall", got)
+	}
+
+	close(d.release) // the disk answers: the stuck line was written
+	if err := <-stuck; err != nil {
+		t.Fatalf("the stuck WriteAhead = %v; its line was written", err)
+	}
+	if err := l.WriteAhead(ctx, event(nil)); err != nil {
+		t.Fatalf("WriteAhead after the stall = %v", err)
+	}
+	if got := st.got(); len(got) != 2 || got[1] != nil || l.Fault() != nil {
+		t.Fatalf("states %v, fault %v; want the stall then recovery", got, l.Fault())
+	}
+}

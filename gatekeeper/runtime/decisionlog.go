@@ -33,6 +33,7 @@ func (rt *Runtime) openDecisionLog() (*decisionlog.Logger, func(), error) {
 		OnDrop:   m.DecisionLogDropped,
 		Required: !rt.cfg.Dev,
 		Now:      rt.opts.Now,
+		Stall:    decisionLogStall,
 		OnState: func(err error) {
 			m.DecisionLogWritable(err == nil)
 			switch {
@@ -74,6 +75,10 @@ func (rt *Runtime) openDecisionLog() (*decisionlog.Logger, func(), error) {
 	l := decisionlog.New(w, opts)
 	return l, func() { l.Close(); closeW() }, nil
 }
+
+// decisionLogStall is how long one write and fsync of the decision log may
+// take before the log counts as failing (a hung disk or network volume).
+const decisionLogStall = 10 * time.Second
 
 // rotatingFile is the decision log file: lumberjack rotates it by size
 // (before a write would take it past max_size_mb, so a batch of lines never

@@ -222,6 +222,17 @@ func (s *Service) Status(ctx context.Context, caller Caller, key string) Outcome
 	}
 	o := replayed(a)
 	o.Notice = "stored admission"
+	// An admission on a run shows the run's state now beside it: the
+	// admission says what was allowed then, the run what holds now.
+	if a.RunID != "" {
+		r, err := s.opts.Ledger.RunRecord(ctx, a.RunID)
+		switch {
+		case err == nil:
+			o.Data.RunState = r.State(s.opts.Now())
+		case !errors.Is(err, ledger.ErrNotFound):
+			return s.ledgerFault("status lookup", err)
+		}
+	}
 	return o
 }
 

@@ -1178,6 +1178,7 @@ func TestStatus(t *testing.T) {
 			}
 			want := *admitted.Data
 			want.Warnings, want.Estimates = nil, nil
+			want.RunState = api.RunLive // the run's state now, beside the admission
 			if !reflect.DeepEqual(*out.Data, want) {
 				t.Errorf("status data %+v, want the admission's %+v", *out.Data, want)
 			}

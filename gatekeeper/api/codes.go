@@ -66,6 +66,7 @@ const (
 	CodeOverloaded        Code = "ADMISSION_OVERLOADED"
 	CodeTicketsDisabled   Code = "TICKETS_DISABLED"
 	CodeAdmissionNotFound Code = "ADMISSION_NOT_FOUND"
+	CodeRunStatusNotFound Code = "RUN_STATUS_NOT_FOUND"
 
 	// Bearer identities.
 	CodeCallerUnauthenticated  Code = "CALLER_UNAUTHENTICATED"
@@ -239,6 +240,10 @@ var registry = []Entry{
 	entry(CodeAdmissionNotFound, "status", http.StatusNotFound, server,
 		"No admission under this key for this account: nothing was admitted.",
 		"Retry the admission with the same key."),
+
+	entry(CodeRunStatusNotFound, "status", http.StatusNotFound, server,
+		"GET /v1/runs/{run_id}: no run with this id was admitted for this account (another account's run answers alike).",
+		"Use the run_id of your own train.create admission; GET /v1/runs lists your runs."),
 
 	entry(CodeCallerUnauthenticated, "caller", http.StatusUnauthorized, server,
 		"No bearer token, or it does not verify with the callers' key set, issuer and audience.",

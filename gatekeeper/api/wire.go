@@ -145,4 +145,92 @@ type AdmissionData struct {
 	// Ticket is the admission ticket of an allowed train.create (compact
 	// JWS, docs/tickets.md): the same on a replay and a status lookup.
 	Ticket string `json:"ticket,omitempty"`
+	// RunState is, on a status lookup of an admission on a run, the run's
+	// state now (GET /v1/runs/{run_id} has the rest).
+	RunState RunState `json:"run_state,omitempty"`
 }
+
+// RunStatus is the data of GET /v1/runs/{run_id} and each entry of GET
+// /v1/runs: a run as the ledger has it, for the account that was admitted
+// for it. Times are unix seconds.
+type RunStatus struct {
+	RunID     string `json:"run_id"`
+	BookingID string `json:"booking_id"`
+	// State is the run's state now (the ledger's RunRecord.State).
+	State          RunState `json:"state"`
+	Stage          string   `json:"stage,omitempty"`
+	ManifestDigest string   `json:"manifest_digest"`
+	// GPUs the run holds of its booking while it is not ended (a halted or
+	// revoked run holds them until a teardown), from AdmittedAt until
+	// LiveUntil at the latest.
+	GPUs       int   `json:"gpus"`
+	AdmittedAt int64 `json:"admitted_at"`
+	LiveUntil  int64 `json:"live_until"`
+	// EndedAt and EndedBy: the admission that ended the run, if one did.
+	EndedAt int64  `json:"ended_at,omitempty"`
+	EndedBy Action `json:"ended_by,omitempty"`
+	// Restarts and LastCheckpointStep: its train.restart admissions so far
+	// and the step of the latest (each step is in Events).
+	Restarts           int   `json:"restarts"`
+	LastCheckpointStep int64 `json:"last_checkpoint_step,omitempty"`
+	// Checkpoint is the checkpoint plan its train.create recorded.
+	Checkpoint *RunCheckpoint `json:"checkpoint,omitempty"`
+	// Halt and Revocation: what stopped a halted or revoked run.
+	Halt       *RunHalt       `json:"halt,omitempty"`
+	Revocation *RunRevocation `json:"revocation,omitempty"`
+	// Events are the run's transitions, oldest first, with the decision id
+	// of every admission on it (GET /v1/runs/{run_id} only).
+	Events []RunEvent `json:"events,omitempty"`
+}
+
+// RunCheckpoint is a run's checkpoint plan.
+type RunCheckpoint struct {
+	IntervalSteps         int64 `json:"interval_steps"`
+	Steps                 int64 `json:"steps"`
+	WallClockSeconds      int64 `json:"wall_clock_seconds"`
+	LostSecondsPerRestart int64 `json:"lost_seconds_per_restart"`
+}
+
+// RunHalt is the failed eval gate that halted a run.
+type RunHalt struct {
+	At           int64    `json:"at"`
+	Stage        string   `json:"stage"`
+	FailedEvals  []string `json:"failed_evals"`
+	ReportDigest string   `json:"report_digest"`
+	DecisionID   string   `json:"decision_id"`
+}
+
+// RunRevocation is the revocation that revoked a run.
+type RunRevocation struct {
+	At      int64  `json:"at"`
+	Kind    string `json:"kind"`
+	Subject string `json:"subject"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// RunEvent is one transition of a run.
+type RunEvent struct {
+	At int64 `json:"at"`
+	// To is the state it moved the run to; "" when it changed nothing.
+	To             RunState `json:"to,omitempty"`
+	Action         Action   `json:"action,omitempty"`
+	DecisionID     string   `json:"decision_id,omitempty"`
+	Reason         string   `json:"reason,omitempty"`
+	Stage          string   `json:"stage,omitempty"`
+	CheckpointStep int64    `json:"checkpoint_step,omitempty"`
+}
+
+// RunList is the data of GET /v1/runs: a page of the caller account's runs
+// in the order they were admitted, and the cursor of the next page (its
+// `after` parameter), absent on the last page. A page filtered by state
+// may hold fewer runs than the limit, even none, and still have a next.
+type RunList struct {
+	Runs []RunStatus `json:"runs"`
+	Next string      `json:"next,omitempty"`
+}
+
+// DefaultRunPage and MaxRunPage bound GET /v1/runs's limit.
+const (
+	DefaultRunPage = 50
+	MaxRunPage     = 200
+)

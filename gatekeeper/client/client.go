@@ -124,6 +124,21 @@ func (c *Client) Status(ctx context.Context, key string) (Response, error) {
 	return c.do(ctx, http.MethodGet, "/v1/admissions/"+url.PathEscape(key), nil)
 }
 
+// Run asks GET /v1/runs/{run_id}: the run's status (the caller's account's
+// runs only).
+func (c *Client) Run(ctx context.Context, runID string) (Response, error) {
+	return c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(runID), nil)
+}
+
+// Runs asks GET /v1/runs with query (booking_id, state, after, limit).
+func (c *Client) Runs(ctx context.Context, query url.Values) (Response, error) {
+	path := "/v1/runs"
+	if len(query) > 0 {
+		path += "?" + query.Encode()
+	}
+	return c.do(ctx, http.MethodGet, path, nil)
+}
+
 // Deposit posts a confirmation token (confirmation authority only).
 func (c *Client) Deposit(ctx context.Context, token string) (Response, error) {
 	payload, _ := json.Marshal(map[string]string{"confirmation_token": token})

@@ -176,6 +176,12 @@ type Store interface {
 	// they were written, at most MaxRunEvents; none for an unknown run.
 	RunEvents(ctx context.Context, runID string) ([]RunEvent, error)
 
+	// Runs returns q.Account's runs (on q.BookingID when set) whose run id
+	// is after q.After, in run id order (the order they were admitted in),
+	// at most q.Limit; more says whether any is left after the last one.
+	// q must pass RunQuery.Validate, else ErrInvalid.
+	Runs(ctx context.Context, q RunQuery) (runs []RunRecord, more bool, err error)
+
 	// HaltRun records that a failed eval gate halted the run h.RunID, in
 	// one transaction and serialized with the commits on its booking: the
 	// run must exist (else ErrNotFound) and pass CheckHalt (else

@@ -409,3 +409,35 @@ func CheckEvents(r RunRecord, events []RunEvent) []string {
 	}
 	return out
 }
+
+// MaxRunPage bounds RunQuery.Limit.
+const MaxRunPage = 200
+
+// RunQuery selects an account's runs for Store.Runs.
+type RunQuery struct {
+	// Account is required; BookingID narrows to one booking when set.
+	Account, BookingID string
+	// After is the run id the page starts after ("" for the first page).
+	After string
+	// Limit is 1 to MaxRunPage.
+	Limit int
+}
+
+// Validate reports whether q may be asked. The error wraps ErrInvalid.
+func (q RunQuery) Validate() error {
+	if p := idProblem(q.Account); p != "" {
+		return fmt.Errorf("ledger: run query Account %s: %w", p, ErrInvalid)
+	}
+	for _, f := range []struct{ name, v string }{{"BookingID", q.BookingID}, {"After", q.After}} {
+		if len(f.v) > MaxIDLen {
+			return fmt.Errorf("ledger: run query %s is longer than %d bytes: %w", f.name, MaxIDLen, ErrInvalid)
+		}
+		if p := textProblem(f.v); p != "" {
+			return fmt.Errorf("ledger: run query %s %s: %w", f.name, p, ErrInvalid)
+		}
+	}
+	if q.Limit < 1 || q.Limit > MaxRunPage {
+		return fmt.Errorf("ledger: run query Limit %d is not 1 to %d: %w", q.Limit, MaxRunPage, ErrInvalid)
+	}
+	return nil
+}

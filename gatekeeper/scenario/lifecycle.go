@@ -3,6 +3,8 @@ package scenario
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/itocompute/itogate/gatekeeper/api"
@@ -151,6 +153,16 @@ func (r *Runner) RunLife(ctx context.Context) []Result {
 	res.Detail = a.Notice
 	add(res)
 
+	add(r.runStatus(ctx, "run life: GET /v1/runs/{run_id} says halted, naming ruler_32k", runID,
+		func(st api.RunStatus) string {
+			if st.State != api.RunHalted || st.Halt == nil || !slices.Contains(st.Halt.FailedEvals, "ruler_32k") ||
+				st.Restarts != 1 || st.LastCheckpointStep != 500 {
+				return fmt.Sprintf("state %s, halt %+v, %d restarts (last from %d)", st.State, st.Halt, st.Restarts,
+					st.LastCheckpointStep)
+			}
+			return ""
+		}))
+
 	a, err = send(r.RestartRequest(ctx, m, runID, 1000))
 	add(check("run life: restart of the halted run", Expect{Status: 403, Codes: []string{"RUN_HALTED"}}, a, err))
 
@@ -164,8 +176,38 @@ func (r *Runner) RunLife(ctx context.Context) []Result {
 		}
 	}
 	add(check("run life: cancel", Expect{Status: 200}, a, err))
+	add(r.runStatus(ctx, "run life: GET /v1/runs/{run_id} says cancelled", runID, func(st api.RunStatus) string {
+		if st.State != api.RunCancelled || st.EndedBy != api.TrainCancel || len(st.Events) == 0 {
+			return fmt.Sprintf("state %s ended by %q with %d events", st.State, st.EndedBy, len(st.Events))
+		}
+		return ""
+	}))
 
 	a, err = send(r.RestartRequest(ctx, m, runID, 1000))
 	add(check("run life: restart the cancelled run", Expect{Status: 403, Codes: []string{"RUN_NOT_LIVE"}}, a, err))
 	return out
+}
+
+// runStatus is a demo row that asks GET /v1/runs/{run_id} and passes when
+// the answer is 200 and problem finds nothing wrong with it.
+func (r *Runner) runStatus(ctx context.Context, name, runID string, problem func(api.RunStatus) string) Result {
+	res := Result{Name: name, Expected: "200 run status"}
+	status, env, err := r.RunStatus(ctx, runID)
+	switch {
+	case err != nil:
+		res.Got = "error: " + err.Error()
+	case status != 200:
+		res.Got = fmt.Sprintf("%d", status)
+		if env.Error != nil {
+			res.Got += " " + string(env.Error.Code)
+		}
+	default:
+		if p := problem(env.Data); p != "" {
+			res.Got = "200 " + p
+		} else {
+			res.Got, res.Pass = res.Expected, true
+			res.Detail = "state " + string(env.Data.State)
+		}
+	}
+	return res
 }

@@ -78,6 +78,9 @@ func MintCaller(override map[string]any) (string, error) {
 	return r.mint(r.keys.Caller, "", claims, time.Hour)
 }
 
+// CallerToken mints the demo caller's bearer token (account Account).
+func (r *Runner) CallerToken() (string, error) { return r.callerToken() }
+
 func (r *Runner) callerToken() (string, error) {
 	return r.mint(r.keys.Caller, "", map[string]any{
 		"iss": trust.DevCallerIssuer, "aud": trust.DevAudience, "sub": "svc-demo-trainer", "account": Account,
@@ -362,6 +365,19 @@ func (r *Runner) Status(ctx context.Context, key string) (Answer, error) {
 		return Answer{}, err
 	}
 	return parse(resp)
+}
+
+// RunStatus asks GET /v1/runs/{run_id} as the demo caller.
+func (r *Runner) RunStatus(ctx context.Context, runID string) (int, api.Envelope[api.RunStatus], error) {
+	var env api.Envelope[api.RunStatus]
+	resp, err := r.caller.Run(ctx, runID)
+	if err != nil {
+		return 0, env, err
+	}
+	if err := json.Unmarshal(resp.Body, &env); err != nil {
+		return resp.Status, env, fmt.Errorf("HTTP %d: not an envelope", resp.Status)
+	}
+	return resp.Status, env, nil
 }
 
 func parse(resp client.Response) (Answer, error) {

@@ -104,6 +104,8 @@ func New(opts Options) (http.Handler, error) {
 		depositors := s.authenticate("depositor", opts.Depositors, api.CodeDepositorUnauthorized, false)
 		r.With(s.limitBody, s.requireJSON, callers).Post("/admissions", s.postAdmission)
 		r.With(callers).Get("/admissions/{idempotency_key}", s.getAdmission)
+		r.With(callers).Get("/runs/{run_id}", s.getRun)
+		r.With(callers).Get("/runs", s.listRuns)
 		r.With(s.limitBody, s.requireJSON, depositors).Post("/confirmations", s.postConfirmation)
 		r.With(s.limitBody, s.requireJSON, depositors).Post("/confirmations/revocations", s.postConfirmationRevocation)
 		revokers := s.refuse(api.CodeRevokerUnauthenticated, "no revoker identity is configured (trust.revokers)")
@@ -314,6 +316,54 @@ func (s *srv) getAdmission(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeOutcome(w, s.opts.Admission.Status(r.Context(), callerFrom(r.Context()), key))
+}
+
+// getRun answers GET /v1/runs/{run_id} for the caller's account: the run's
+// id is the route's last segment, decoded once (as getAdmission's key).
+func (s *srv) getRun(w http.ResponseWriter, r *http.Request) {
+	escaped := r.URL.EscapedPath()
+	id, err := url.PathUnescape(escaped[strings.LastIndexByte(escaped, '/')+1:])
+	if err != nil {
+		writeError(w, api.CodeRequestInvalid, "run_id: not a valid percent-encoded path segment")
+		return
+	}
+	writeOutcome(w, s.opts.Admission.RunStatus(r.Context(), callerFrom(r.Context()), id))
+}
+
+// listRuns answers GET /v1/runs?booking_id=&state=&after=&limit= for the
+// caller's account. Each parameter at most once; any other is refused.
+func (s *srv) listRuns(w http.ResponseWriter, r *http.Request) {
+	params, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		writeError(w, api.CodeRequestInvalid, "the query string does not parse")
+		return
+	}
+	var q admission.RunQuery
+	for name, vs := range params {
+		if len(vs) != 1 {
+			writeError(w, api.CodeRequestInvalid, "each query parameter at most once")
+			return
+		}
+		switch v := vs[0]; name {
+		case "booking_id":
+			q.BookingID = v
+		case "state":
+			q.State = api.RunState(v)
+		case "after":
+			q.After = v
+		case "limit":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				writeError(w, api.CodeRequestInvalid, "limit: 1 to 200")
+				return
+			}
+			q.Limit = n
+		default:
+			writeError(w, api.CodeRequestInvalid, "unknown query parameter; booking_id, state, after and limit are")
+			return
+		}
+	}
+	writeOutcome(w, s.opts.Admission.ListRuns(r.Context(), callerFrom(r.Context()), q))
 }
 
 func (s *srv) postConfirmation(w http.ResponseWriter, r *http.Request) {

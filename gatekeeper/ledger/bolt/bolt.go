@@ -1,7 +1,7 @@
 // Package bolt is the embedded ledger.Store: one bbolt file, every write
 // transaction fsynced before it returns (docs/architecture.md §3).
 //
-// Layout (schema 3), every record JSON-encoded unless said otherwise:
+// Layout (schema 4), every record JSON-encoded unless said otherwise:
 //
 //	meta           "schema"              → "2"
 //	confirmations  ref                   → confirmation record (token dropped when swept)
@@ -21,12 +21,15 @@
 //	                                       entitlement, for its revocation
 //	runevents      run_id NUL seq (8-byte BE) → run event (a transition: an
 //	                                       admission, revocation or halt)
+//	accountruns    account NUL run_id    → empty; an account's runs in run id
+//	                                       order, for Runs (schema 4)
 //
 // Schema 2 lacked the run's state (halt, revocation, restarts, entitlement),
 // the events, entruns and the booking's account: Open migrates such a file
 // to schema 3 in one transaction (migrate.go), binding each booking to the
 // account of its first admission and writing each run's events from its
-// admissions. As from schema 1, the upgrade is one way.
+// admissions. As from schema 1, the upgrade is one way. Schema 3 lacked
+// accountruns, which Open builds from the run records (migrating to 4).
 //
 // Schema 1 lacked liveruns: Open migrates such a file to schema 2 in one
 // transaction, building the index from bookingruns and the run records (an
@@ -76,7 +79,7 @@ const DefaultMaxBatchDelay = time.Millisecond
 // schemaVersion is written on first open and checked on every open, so a
 // binary never reads a layout it does not know; schema 1 files are migrated
 // (see the package doc).
-const schemaVersion = "3"
+const schemaVersion = "4"
 
 // SchemaVersion is the file layout this binary writes and reads
 // (schemaVersion), for the start-up log line and /readyz.
@@ -105,12 +108,14 @@ var (
 	// Schema 3.
 	bucketEntitlementRuns = []byte("entruns")
 	bucketRunEvents       = []byte("runevents")
-	keySchema             = []byte("schema")
+	// Schema 4.
+	bucketAccountRuns = []byte("accountruns")
+	keySchema         = []byte("schema")
 
 	allBuckets = [][]byte{
 		bucketMeta, bucketConfirmations, bucketJTIs, bucketExpiries, bucketAdmissions, bucketRuns,
 		bucketRunRecs, bucketBookingRuns, bucketLiveRuns, bucketBookings, bucketRevocations, bucketWorkloads,
-		bucketEntitlementRuns, bucketRunEvents,
+		bucketEntitlementRuns, bucketRunEvents, bucketAccountRuns,
 	}
 )
 
@@ -189,6 +194,11 @@ func Open(path string, opts Options) (*Store, error) {
 		case string(v) == "2":
 			if err := migrateRunLife(tx); err != nil {
 				return fmt.Errorf("migrating schema 2 to 3: %w", err)
+			}
+			fallthrough
+		case string(v) == "3":
+			if err := backfillAccountRuns(tx); err != nil {
+				return fmt.Errorf("migrating schema 3 to 4: %w", err)
 			}
 			return meta.Put(keySchema, []byte(schemaVersion))
 		case string(v) != schemaVersion:

@@ -468,9 +468,10 @@ func TestCheckFindsOverbookedBooking(t *testing.T) {
 // index, the version a binary before it wrote.
 func downgrade(t *testing.T, path string) { downgradeTo(t, path, 1) }
 
-// downgradeTo rewrites the closed ledger file at path as schema `to` (1 or
-// 2) held it: without the run's state, events, entitlement index and
-// booking accounts (schema 3), and for 1 without the live index.
+// downgradeTo rewrites the closed ledger file at path as schema `to` (1, 2
+// or 3) held it: without the account index (schema 4); for 2 also without
+// the run's state, events, entitlement index and booking accounts (schema
+// 3); for 1 also without the live index.
 func downgradeTo(t *testing.T, path string, to int) {
 	t.Helper()
 	strip := func(b *bbolt.Bucket, drop func(map[string]any) bool, keys ...string) error {
@@ -502,6 +503,12 @@ func downgradeTo(t *testing.T, path string, to int) {
 		return err
 	}
 	rawUpdate(t, path, func(tx *bbolt.Tx) error {
+		if err := tx.DeleteBucket(bucketAccountRuns); err != nil {
+			return err
+		}
+		if to == 3 {
+			return tx.Bucket(bucketMeta).Put(keySchema, []byte("3"))
+		}
 		for _, name := range [][]byte{bucketEntitlementRuns, bucketRunEvents} {
 			if err := tx.DeleteBucket(name); err != nil {
 				return err
@@ -639,6 +646,44 @@ func TestMigrateSchema2(t *testing.T) {
 	if _, err := s.Check(t.Context()); err != nil {
 		t.Fatalf("Check after the migrated store committed: %v", err)
 	}
+}
+
+// TestMigrateSchema3: a schema 3 file (no account index) opens as schema 4
+// with the index built from its run records: Check passes and Runs lists
+// each account's runs.
+func TestMigrateSchema3(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	verify := ledgertest.RunLifeHistory(t, s)
+	before, more, err := s.Runs(t.Context(), ledger.RunQuery{Account: "acct_42", Limit: ledger.MaxRunPage})
+	if err != nil || more || len(before) != 3 {
+		t.Fatalf("Runs before = %d, %v, %v; want 3", len(before), more, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	downgradeTo(t, path, 3)
+	s, err = Open(path, Options{})
+	if err != nil {
+		t.Fatalf("Open(schema 3): %v", err)
+	}
+	defer s.Close()
+	if _, err := s.Check(t.Context()); err != nil {
+		t.Fatalf("Check after migration: %v", err)
+	}
+	after, more, err := s.Runs(t.Context(), ledger.RunQuery{Account: "acct_42", Limit: ledger.MaxRunPage})
+	if err != nil || more || len(after) != len(before) {
+		t.Fatalf("Runs after = %d, %v, %v; want %d", len(after), more, err, len(before))
+	}
+	for i := range after {
+		if !after[i].Equal(before[i]) {
+			t.Fatalf("Runs after[%d] = %+v, want %+v", i, after[i], before[i])
+		}
+	}
+	verify(t, s)
 }
 
 // TestCheckFindsLiveIndexFaults: Check reports a run missing from the live

@@ -145,6 +145,9 @@ func checkRunEvents(tx *bbolt.Tx, bad func(string, ...any)) error {
 		if r.EntitlementJTI != "" && tx.Bucket(bucketEntitlementRuns).Get(joinKey(r.EntitlementJTI, r.RunID)) == nil {
 			bad("run %s is not indexed under its entitlement", k)
 		}
+		if tx.Bucket(bucketAccountRuns).Get(joinKey(r.Account, r.RunID)) == nil {
+			bad("run %s is not indexed under its account", k)
+		}
 		return nil
 	})
 	if err != nil {
@@ -164,6 +167,9 @@ func checkRunEvents(tx *bbolt.Tx, bad func(string, ...any)) error {
 	})
 	if err != nil {
 		return err
+	}
+	if n, runs := tx.Bucket(bucketAccountRuns).Stats().KeyN, recs.Stats().KeyN; n != runs {
+		bad("account index has %d entries for %d run records", n, runs)
 	}
 	return tx.Bucket(bucketAdmissions).ForEach(func(k, v []byte) error {
 		a, err := decodeAdmission(v)

@@ -117,6 +117,7 @@ var cases = []struct {
 	{"RestartWithinPlan", testRestartWithinPlan},
 	{"RestartBudget", testRestartBudget},
 	{"RaceRestartBudget", testRaceRestartBudget},
+	{"ListRuns", testListRuns},
 	{"WorkloadBindsOnce", testWorkloadBindsOnce},
 	{"WorkloadChildren", testWorkloadChildren},
 	{"WorkloadConcurrentRoots", testWorkloadConcurrentRoots},

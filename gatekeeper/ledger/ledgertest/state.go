@@ -744,3 +744,71 @@ func testRaceRestartBudget(t *testing.T, f *fixture) {
 		RaceRestartBudget(t, []ledger.Store{f.s}, fmt.Sprintf("bk_rb_%d", n), n, 1+n/3)
 	}
 }
+
+// testListRuns: Runs lists an account's runs only, in run id order, on one
+// booking when asked, a page at a time from a cursor; an invalid query is
+// refused.
+func testListRuns(t *testing.T, f *fixture) {
+	var mine, onA []string
+	for i := range 7 {
+		booking := []string{"bk_list_a", "bk_list_b"}[i%2]
+		a := f.createUnder("acct_42", booking, fmt.Sprintf("list-%d", i), "ent-list")
+		mine = append(mine, a.RunID)
+		if booking == "bk_list_a" {
+			onA = append(onA, a.RunID)
+		}
+	}
+	f.createUnder("acct_43", "bk_list_other", "theirs", "ent-theirs")
+	slices.Sort(mine)
+	slices.Sort(onA)
+	page := func(q ledger.RunQuery) ([]string, bool) {
+		t.Helper()
+		runs, more, err := f.s.Runs(f.ctx, q)
+		if err != nil {
+			t.Fatalf("Runs(%+v): %v", q, err)
+		}
+		ids := make([]string, len(runs))
+		for i, r := range runs {
+			ids[i] = r.RunID
+			if r.Account != q.Account || (q.BookingID != "" && r.BookingID != q.BookingID) {
+				t.Fatalf("Runs(%+v) listed %+v", q, r)
+			}
+		}
+		return ids, more
+	}
+	if ids, more := page(ledger.RunQuery{Account: "acct_42", Limit: ledger.MaxRunPage}); !slices.Equal(ids, mine) || more {
+		t.Fatalf("all runs = %v (more %v), want %v", ids, more, mine)
+	}
+	var got []string
+	after := ""
+	for {
+		ids, more := page(ledger.RunQuery{Account: "acct_42", After: after, Limit: 3})
+		got = append(got, ids...)
+		if !more {
+			break
+		}
+		after = ids[len(ids)-1]
+	}
+	if !slices.Equal(got, mine) {
+		t.Fatalf("paged runs = %v, want %v", got, mine)
+	}
+	if ids, _ := page(ledger.RunQuery{Account: "acct_42", BookingID: "bk_list_a", Limit: 2}); !slices.Equal(ids, onA[:2]) {
+		t.Fatalf("runs on bk_list_a = %v, want %v", ids, onA[:2])
+	}
+	if ids, more := page(ledger.RunQuery{Account: "acct_42", After: mine[len(mine)-1], Limit: 5}); len(ids) != 0 || more {
+		t.Fatalf("after the last run: %v, %v", ids, more)
+	}
+	if ids, _ := page(ledger.RunQuery{Account: "acct_44", Limit: 5}); len(ids) != 0 {
+		t.Fatalf("an account without runs: %v", ids)
+	}
+	for name, q := range map[string]ledger.RunQuery{
+		"no account":  {Limit: 5},
+		"limit 0":     {Account: "acct_42"},
+		"limit above": {Account: "acct_42", Limit: ledger.MaxRunPage + 1},
+		"NUL cursor":  {Account: "acct_42", After: "run_\x00", Limit: 5},
+	} {
+		if _, _, err := f.s.Runs(f.ctx, q); !errors.Is(err, ledger.ErrInvalid) {
+			t.Fatalf("Runs(%s) = %v, want ErrInvalid", name, err)
+		}
+	}
+}

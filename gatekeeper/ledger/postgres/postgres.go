@@ -219,7 +219,7 @@ type queries struct {
 	lockBooking, confirmationForUpdate, revocations, bookingRuns, released, runRecord,
 	endRun, releaseBooking, endBookingRuns, consume, insertAdmission, revoke, revoked, sweepRevocations string
 	// The run's state (state.go).
-	revokeRuns, halt, runEvents, booking string
+	revokeRuns, halt, runEvents, booking, runs string
 }
 
 const (
@@ -382,6 +382,12 @@ func newQueries(schema string) queries {
 			INSERT INTO {s}.run_events ({ecols})
 			SELECT run_id, $2, 'halted', '', $3, $7, $10, $4, 0 FROM halted`),
 		runEvents: r.Replace(`SELECT {ecols} FROM {s}.run_events WHERE run_id = $1 ORDER BY id LIMIT $2`),
+		// An account's runs after $3 (on booking $2 when not ''), through
+		// runs_account_idx (migration 0008); one more than the page ($4),
+		// to tell whether more are left.
+		runs: r.Replace(`SELECT {rcols} FROM {s}.runs
+			WHERE account = $1 AND ($2 = '' OR booking_id = $2) AND run_id COLLATE "C" > $3
+			ORDER BY run_id COLLATE "C" LIMIT $4`),
 		endRun: r.Replace(`UPDATE {s}.runs SET ended_at = $2, ended_by = $3
 			WHERE run_id = $1 AND ended_at IS NULL AND live_until > $2`),
 		releaseBooking: r.Replace(`INSERT INTO {s}.bookings (booking_id, released_at, released_by) VALUES ($1, $2, $3)

@@ -87,6 +87,29 @@ func (s *Store) RunEvents(ctx context.Context, runID string) ([]ledger.RunEvent,
 	return out, nil
 }
 
+// Runs implements ledger.Store.
+func (s *Store) Runs(ctx context.Context, q ledger.RunQuery) ([]ledger.RunRecord, bool, error) {
+	if err := q.Validate(); err != nil {
+		return nil, false, err
+	}
+	var out []ledger.RunRecord
+	err := s.read(ctx, "runs", func(qctx context.Context, conn *pgxpool.Conn) error {
+		rows, err := conn.Query(qctx, s.q.runs, q.Account, q.BookingID, q.After, q.Limit+1)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, scanRunRow)
+		return err
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	if len(out) > q.Limit {
+		return out[:q.Limit], true, nil
+	}
+	return out, false, nil
+}
+
 func scanEvent(row pgx.CollectableRow) (ledger.RunEvent, error) {
 	var (
 		e          ledger.RunEvent

@@ -1,0 +1,112 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/itocompute/itogate/gatekeeper/api"
+	"github.com/itocompute/itogate/gatekeeper/ledger"
+)
+
+// The run's status: GET /v1/runs/{run_id} and GET /v1/runs, scoped to the
+// caller's account. The state is the ledger's (RunRecord.State at now), the
+// one every enforcement point reads.
+
+// RunStatus answers the run runID of the caller's account with its state,
+// stage, GPUs, times, restarts, checkpoint plan, halt or revocation and
+// every event (the decision id of every admission on it). Another
+// account's run answers like an unknown one: 404 RUN_STATUS_NOT_FOUND.
+func (s *Service) RunStatus(ctx context.Context, caller Caller, runID string) Outcome {
+	if !reID.MatchString(runID) {
+		return fail(api.CodeRequestInvalid, "run_id: 1-128 characters of [A-Za-z0-9._:-]")
+	}
+	r, err := s.opts.Ledger.RunRecord(ctx, runID)
+	switch {
+	case errors.Is(err, ledger.ErrNotFound) || (err == nil && r.Account != caller.Account):
+		return fail(api.CodeRunStatusNotFound, "no run with this id was admitted for this account")
+	case err != nil:
+		return s.ledgerFault("run status", err)
+	}
+	events, err := s.opts.Ledger.RunEvents(ctx, runID)
+	if err != nil {
+		return s.ledgerFault("run status", err)
+	}
+	st := runStatus(r, s.opts.Now())
+	for _, e := range events {
+		st.Events = append(st.Events, api.RunEvent{At: e.At.Unix(), To: e.To, Action: e.Action,
+			DecisionID: e.DecisionID, Reason: e.Reason, Stage: e.Stage, CheckpointStep: e.CheckpointStep})
+	}
+	return Outcome{Status: http.StatusOK, Extra: st}
+}
+
+// RunQuery is GET /v1/runs's query: booking_id and state filter, after is
+// the previous page's next, limit is 1 to api.MaxRunPage (0: the default).
+type RunQuery struct {
+	BookingID, After string
+	State            api.RunState
+	Limit            int
+}
+
+// ListRuns answers a page of the caller account's runs, oldest first,
+// without their events. It reads at most limit runs from the ledger; the
+// state filter applies to those (RunRecord.State at now), so a filtered
+// page may hold fewer, and Next says where the next page starts.
+func (s *Service) ListRuns(ctx context.Context, caller Caller, q RunQuery) Outcome {
+	switch {
+	case q.BookingID != "" && !reID.MatchString(q.BookingID):
+		return fail(api.CodeRequestInvalid, "booking_id: 1-128 characters of [A-Za-z0-9._:-]")
+	case q.After != "" && !reID.MatchString(q.After):
+		return fail(api.CodeRequestInvalid, "after: a run id from the previous page's next")
+	case q.State != "" && !slices.Contains(api.RunStates(), q.State):
+		return fail(api.CodeRequestInvalid, "state: one of live, halted, revoked, cancelled, cleaned_up, released, expired")
+	case q.Limit < 0 || q.Limit > api.MaxRunPage:
+		return fail(api.CodeRequestInvalid, "limit: 1 to 200")
+	}
+	if q.Limit == 0 {
+		q.Limit = api.DefaultRunPage
+	}
+	runs, more, err := s.opts.Ledger.Runs(ctx, ledger.RunQuery{Account: caller.Account, BookingID: q.BookingID,
+		After: q.After, Limit: q.Limit})
+	if err != nil {
+		if errors.Is(err, ledger.ErrInvalid) {
+			return fail(api.CodeRequestInvalid, "the run query is malformed")
+		}
+		return s.ledgerFault("run list", err)
+	}
+	now := s.opts.Now()
+	list := api.RunList{Runs: []api.RunStatus{}}
+	for _, r := range runs {
+		if st := runStatus(r, now); q.State == "" || st.State == q.State {
+			list.Runs = append(list.Runs, st)
+		}
+	}
+	if more && len(runs) > 0 {
+		list.Next = runs[len(runs)-1].RunID
+	}
+	return Outcome{Status: http.StatusOK, Extra: list}
+}
+
+// runStatus is r as the status routes show it at now.
+func runStatus(r ledger.RunRecord, now time.Time) api.RunStatus {
+	st := api.RunStatus{RunID: r.RunID, BookingID: r.BookingID, State: r.State(now), Stage: r.Stage,
+		ManifestDigest: r.ManifestDigest, GPUs: r.GPUs, AdmittedAt: r.AdmittedAt.Unix(), LiveUntil: r.LiveUntil.Unix(),
+		Restarts: r.Restarts, LastCheckpointStep: r.LastCheckpointStep}
+	if !r.EndedAt.IsZero() {
+		st.EndedAt, st.EndedBy = r.EndedAt.Unix(), r.EndedBy
+	}
+	if p := r.Plan; p.Known() {
+		st.Checkpoint = &api.RunCheckpoint{IntervalSteps: p.IntervalSteps, Steps: p.Steps,
+			WallClockSeconds: p.WallClockSeconds, LostSecondsPerRestart: p.LostSecondsPerRestart}
+	}
+	if h := r.Halt; !h.At.IsZero() {
+		st.Halt = &api.RunHalt{At: h.At.Unix(), Stage: h.Stage, FailedEvals: slices.Clone(h.FailedEvals),
+			ReportDigest: h.ReportDigest, DecisionID: h.DecisionID}
+	}
+	if v := r.Revocation; !v.At.IsZero() {
+		st.Revocation = &api.RunRevocation{At: v.At.Unix(), Kind: string(v.Kind), Subject: v.Subject, Reason: v.Reason}
+	}
+	return st
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/rego"
 
 	"github.com/itocompute/itogate/gatekeeper/booking"
+	"github.com/itocompute/itogate/internal/regonum"
 	"github.com/itocompute/itogate/policies"
 )
 
@@ -175,6 +176,18 @@ func usdOf(micro *big.Int) string {
 	return fmt.Sprintf("%s.%02d", d, c.Int64())
 }
 
+// bigOf is a defined integer Num as a big.Int (nil when undefined).
+func bigOf(n regonum.Num) *big.Int {
+	if !n.Defined() {
+		return nil
+	}
+	i, ok := new(big.Int).SetString(n.String(), 10)
+	if !ok {
+		return nil
+	}
+	return i
+}
+
 func eqInt(a, b *big.Int) bool { return a != nil && b != nil && a.Cmp(b) == 0 }
 
 func show(i *big.Int) string {
@@ -203,6 +216,29 @@ func checkMoney(t *testing.T, q rego.PreparedEvalQuery, price, hours string, nod
 	goMicro, err := booking.MicroUSD(price)
 	if (err == nil) != (r.microUSD != nil) || (err == nil && !eqInt(r.microUSD, big.NewInt(goMicro))) {
 		t.Fatalf("price %q: Go MicroUSD %d, %v; Rego lib.micro_usd %s", price, goMicro, err, show(r.microUSD))
+	}
+
+	// the policy's money in Go (booking.Policy*, USD) is lib's: no gap at all
+	var c regonum.Calc
+	if got := booking.PolicyMicroUSD(price); show(bigOf(got)) != show(r.microUSD) {
+		t.Fatalf("price %q: PolicyMicroUSD %s, Rego lib.micro_usd %s", price, got, show(r.microUSD))
+	}
+	if got := booking.PolicyCenti(jsonNumber(hours)); show(bigOf(got)) != show(r.centi) {
+		t.Fatalf("hours %q: PolicyCenti %s, Rego lib.centi %s", hours, got, show(r.centi))
+	}
+	if got := booking.CeilCent(&c, booking.PolicyMicroUSD(price)); show(bigOf(got)) != show(r.ceilCent) {
+		t.Fatalf("price %q: CeilCent %s, Rego lib.ceil_cent %s", price, got, show(r.ceilCent))
+	}
+	if got, ok := booking.USD(&c, booking.PolicyMicroUSD(price)); ok != (r.usd != nil) || (ok && got != *r.usd) {
+		t.Fatalf("price %q: USD %q %v, Rego lib.usd %v", price, got, ok, strOrUndefined(r.usd))
+	}
+	if r.compute != nil {
+		if got, ok := booking.USD(&c, regonum.Text(r.compute.String())); !ok || r.computeUSD == nil || got != *r.computeUSD {
+			t.Fatalf("compute %s: USD %q, Rego lib.usd %v", r.compute, got, strOrUndefined(r.computeUSD))
+		}
+	}
+	if c.Err != nil {
+		t.Fatalf("price %q hours %q: %v", price, hours, c.Err)
 	}
 
 	// lib.ceil_cent and lib.usd ⇔ ForCreate's rounding: 1 GPU × 1 h × price

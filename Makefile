@@ -59,8 +59,10 @@ test-go-only:
 	@dsn=$$(hack/test-postgres.sh) || exit 1; export ITOGATE_TEST_POSTGRES_DSN="$$dsn"; \
 	echo "$(GOTESTSUM) -- -race -count=1 -timeout 30m ./...   (PostgreSQL: $${dsn:-skipped})"; \
 	$(GOTESTSUM) -- -race -count=1 -timeout 30m ./...
-	@# the parallelism model on all its generated layouts (under -race it checks a sample)
+	@# the parallelism model on all its generated layouts, and Go's training facts against the
+	@# bundle's Rego reference on all their mutations (under -race each checks a sample)
 	$(GO) test -count=1 -run '^TestParallelismModel$$' ./policies
+	$(GO) test -count=1 -run '^TestFactsMatchReference$$' ./gatekeeper/policy
 
 ## test-policy: the policy trio; every check runs, failing at the end if any failed.
 ##   Keeps the coverage report in bin/coverage.json and prints a per-file summary

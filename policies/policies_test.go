@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -27,6 +28,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/tester"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/itocompute/itogate/gatekeeper/trainfacts"
 	"github.com/itocompute/itogate/internal/patience"
 	"github.com/itocompute/itogate/schemas"
 )
@@ -146,15 +148,16 @@ func TestFixtureCases(t *testing.T) {
 			t.Errorf("%s: not a valid manifest: %v", c.Manifest, err)
 		}
 		input := buildInput(t, doc.Facts, raw, fabrics)
+		if c.Manifest == baseCase {
+			base = roundTrip(t, input) // without facts: the Rego tests patch it
+		}
+		withFacts(t, input)
 		if err := inputSchema.Validate(roundTrip(t, input)); err != nil {
 			t.Errorf("%s: input not valid against schemas/input.json: %v", c.Manifest, err)
 		}
 		c.Input = input
-		if c.Manifest == baseCase {
-			base = input
-		}
 
-		d := decide(t, query, input)
+		d := decideBothWays(t, query, input)
 		got := d.summary()
 		want := decisionSummary{Allow: c.Allow, Codes: nonNil(c.Codes), Warnings: nonNil(c.Warnings)}
 		if !reflect.DeepEqual(got, want) {
@@ -307,6 +310,54 @@ func decide(t *testing.T, q rego.PreparedEvalQuery, input any) decision {
 	dec.UseNumber()
 	if err := dec.Decode(&d); err != nil {
 		t.Fatal(err)
+	}
+	return d
+}
+
+// factsModel is the training-facts model over Bundle()'s data, as the
+// server builds input.facts with it.
+var factsModel = sync.OnceValues(func() (*trainfacts.Model, error) {
+	loader, err := bundle.NewFSLoader(Bundle())
+	if err != nil {
+		return nil, err
+	}
+	b, err := bundle.NewCustomReader(loader).WithRegoVersion(ast.RegoV1).Read()
+	if err != nil {
+		return nil, err
+	}
+	return trainfacts.New(b.Data)
+})
+
+// withFacts sets input.facts as the server does (admission.WithFacts).
+func withFacts(t *testing.T, input any) {
+	t.Helper()
+	m, err := factsModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := input.(map[string]any)
+	facts, err := m.Compute(in)
+	if err != nil {
+		t.Fatalf("training facts: %v", err)
+	}
+	in["facts"] = roundTrip(t, facts)
+}
+
+// decideBothWays evaluates input as the server does, with Go's training
+// facts (input.facts; computed here when the input has none), and again
+// without them, when the gates read the bundle's Rego reference: the two
+// decisions must be identical, findings, fixes and estimates included.
+func decideBothWays(t *testing.T, q rego.PreparedEvalQuery, input any) decision {
+	t.Helper()
+	in := roundTrip(t, input).(map[string]any)
+	if _, ok := in["facts"]; !ok {
+		withFacts(t, in)
+	}
+	d := decide(t, q, in)
+	delete(in, "facts")
+	ref := decide(t, q, in)
+	if got, want := string(mustMarshal(t, d)), string(mustMarshal(t, ref)); got != want {
+		t.Fatalf("the decision with Go's facts differs from the Rego reference's:\n facts: %s\n   ref: %s", got, want)
 	}
 	return d
 }
@@ -502,7 +553,7 @@ func TestEveryCodeIsProduced(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.Name, err)
 		}
-		d := decide(t, query, input)
+		d := decideBothWays(t, query, input)
 		want := decisionSummary{Allow: len(c.Codes) == 0, Codes: nonNil(c.Codes), Warnings: nonNil(c.Warnings)}
 		if got := d.summary(); !reflect.DeepEqual(got, want) {
 			t.Errorf("code case %q: decision %+v, want %+v", c.Name, got, want)

@@ -38,7 +38,10 @@ import (
 	"github.com/itocompute/itogate/fixtures"
 	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
+	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
+	"github.com/itocompute/itogate/gatekeeper/trainfacts"
+	"github.com/itocompute/itogate/policies"
 )
 
 type options struct {
@@ -445,9 +448,24 @@ func printInput(name string) error {
 	return json.NewEncoder(os.Stdout).Encode(policyInput(raw, doc, time.Unix(1764403200, 0)))
 }
 
-// policyInput is the document itogate builds for the same request.
+// embeddedFacts is the training-facts model of the embedded bundle (nil,
+// and the input without facts, if it cannot be read).
+func embeddedFacts() *trainfacts.Model {
+	b, _, err := policy.ReadFS(policies.Bundle())
+	if err != nil {
+		return nil
+	}
+	m, err := trainfacts.New(b.Data)
+	if err != nil {
+		return nil
+	}
+	return m
+}
+
+// policyInput is the document itogate builds for the same request (with the
+// embedded bundle's training facts).
 func policyInput(raw []byte, doc map[string]any, now time.Time) map[string]any {
-	return scenario.OfflineInput(raw, doc, nil, nil, now)
+	return scenario.OfflineInput(raw, doc, nil, nil, now, embeddedFacts())
 }
 
 type result struct {

@@ -21,6 +21,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/gatekeeper/safefile"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
+	"github.com/itocompute/itogate/gatekeeper/trainfacts"
 	"github.com/itocompute/itogate/policies"
 )
 
@@ -84,10 +85,6 @@ func (o *evalOptions) run(ctx context.Context, w io.Writer) error {
 	if o.now != 0 {
 		now = time.Unix(o.now, 0)
 	}
-	input, err := o.input(raw, doc, now)
-	if err != nil {
-		return badInput(err)
-	}
 	bundle := policies.Bundle()
 	if o.bundleDir != "" {
 		if bundle, err = bundleDirFS(o.bundleDir); err != nil {
@@ -98,6 +95,10 @@ func (o *evalOptions) run(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		// The embedded bundle compiles (its tests say so): a bundle that
 		// does not is the --bundle-dir given.
+		return badInput(err)
+	}
+	input, err := o.input(raw, doc, now, engine.Facts())
+	if err != nil {
 		return badInput(err)
 	}
 	d, err := engine.Decide(ctx, input)
@@ -147,9 +148,10 @@ func (o *evalOptions) run(ctx context.Context, w io.Writer) error {
 
 // input is the offline policy input (scenario.OfflineFacts) of the
 // manifest: an entitlement for exactly its hardware unless --entitlement,
-// the default confirmation unless --confirmation, and the booking's usage
-// from --held-gpus and --released.
-func (o *evalOptions) input(raw []byte, doc map[string]any, now time.Time) (map[string]any, error) {
+// the default confirmation unless --confirmation, the booking's usage from
+// --held-gpus and --released, and the training facts of the bundle that
+// decides (model).
+func (o *evalOptions) input(raw []byte, doc map[string]any, now time.Time, model *trainfacts.Model) (map[string]any, error) {
 	if o.heldGPUs < 0 {
 		return nil, errors.New("--held-gpus must not be negative")
 	}
@@ -168,6 +170,7 @@ func (o *evalOptions) input(raw []byte, doc map[string]any, now time.Time) (map[
 	}
 	facts := scenario.OfflineFacts(raw, doc, ent, conf, now)
 	facts.Ledger.Booking = &admission.BookingFacts{HeldGPUs: o.heldGPUs, Released: o.released}
+	facts.Facts = model
 	return facts.Document(), nil
 }
 

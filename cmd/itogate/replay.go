@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/itocompute/itogate/gatekeeper/admission"
 	"github.com/itocompute/itogate/gatekeeper/decisionlog"
 	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/gatekeeper/replay"
@@ -54,7 +55,8 @@ bundle that does not compile), 3 any other failure.`,
 			if err != nil {
 				return badInput(err)
 			}
-			r := replay.Run(cmd.Context(), engine, events)
+			// the candidate's own training facts, never the logged ones
+			r := replay.Run(cmd.Context(), admission.OwnFacts(engine), events)
 			if jsonOut {
 				enc := json.NewEncoder(stdout)
 				enc.SetIndent("", "  ")

@@ -24,8 +24,10 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
+	"github.com/itocompute/itogate/gatekeeper/trainfacts"
 	"github.com/itocompute/itogate/gatekeeper/trust"
 	"github.com/itocompute/itogate/gatekeeper/verify"
+	"github.com/itocompute/itogate/policies"
 )
 
 // now is the pinned clock of every Service in these tests.
@@ -100,6 +102,22 @@ func (d *fakeDecider) Decide(_ context.Context, in map[string]any) (policy.Decis
 }
 
 func (d *fakeDecider) Revision() string { return bundleRev }
+
+// Facts is the embedded bundle's training-facts model, so the server path
+// builds input.facts as it does for a real engine.
+func (d *fakeDecider) Facts() *trainfacts.Model { return embeddedFacts() }
+
+var embeddedFacts = sync.OnceValue(func() *trainfacts.Model {
+	b, _, err := policy.ReadFS(policies.Bundle())
+	if err != nil {
+		panic(err)
+	}
+	m, err := trainfacts.New(b.Data)
+	if err != nil {
+		panic(err)
+	}
+	return m
+})
 
 func allow() *fakeDecider {
 	return &fakeDecider{decision: policy.Decision{Allow: true}}

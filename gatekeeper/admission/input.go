@@ -1,9 +1,13 @@
 package admission
 
 import (
+	"context"
+	"maps"
 	"time"
 
 	"github.com/itocompute/itogate/gatekeeper/ledger"
+	"github.com/itocompute/itogate/gatekeeper/policy"
+	"github.com/itocompute/itogate/gatekeeper/trainfacts"
 	"github.com/itocompute/itogate/gatekeeper/verify"
 )
 
@@ -38,6 +42,11 @@ type Input struct {
 	Confirmation map[string]any
 	EvalReports  []EvalReport
 	Ledger       LedgerFacts
+	// Facts is the training-facts model of the bundle that decides
+	// (policy.Engine.Facts): Document computes input.facts with it. Nil
+	// leaves input.facts out, which an engine with a facts model refuses
+	// (api.CodePolicyFactsMismatch).
+	Facts *trainfacts.Model
 }
 
 // Leeway is input.leeway_seconds.
@@ -161,7 +170,7 @@ func (in Input) Document() map[string]any {
 	for _, r := range in.EvalReports {
 		reports = append(reports, map[string]any{"verified": r.Verified.Verified, "key_id": r.KeyID, "claims": r.Claims})
 	}
-	return map[string]any{
+	doc := map[string]any{
 		"now": in.Now.Unix(),
 		"leeway_seconds": map[string]any{
 			"entitlement":  seconds(in.Leeway.Entitlement),
@@ -186,7 +195,61 @@ func (in Input) Document() map[string]any {
 		"eval_reports":    reports,
 		"ledger":          in.Ledger.document(),
 	}
+	return WithFacts(doc, in.Facts)
 }
+
+// WithFacts sets input.facts of a policy input document: the training
+// facts model computes them from the document's manifest, entitlement and
+// now (for train.create; only the version for any other action). A strict
+// built-in error the formulas would raise in Rego becomes facts.error, on
+// which the engine fails closed (api.CodePolicyEvaluationFailed). With a
+// nil model, doc is returned without facts. Document builds every input
+// through it; a candidate bundle (shadow evaluation, itogate replay) uses it
+// to recompute the facts of a recorded input from its own data, on a copy
+// (WithFactsCopy).
+func WithFacts(doc map[string]any, model *trainfacts.Model) map[string]any {
+	if model == nil {
+		delete(doc, "facts")
+		return doc
+	}
+	facts, err := model.Compute(doc)
+	if err != nil {
+		facts = map[string]any{"version": model.Version(), "error": err.Error()}
+	}
+	doc["facts"] = facts
+	return doc
+}
+
+// WithFactsCopy is WithFacts on a shallow copy of doc, which stays as it is.
+func WithFactsCopy(doc map[string]any, model *trainfacts.Model) map[string]any {
+	return WithFacts(maps.Clone(doc), model)
+}
+
+// FactsOf is the training-facts model of a decider that has one
+// (policy.Engine), else nil.
+func FactsOf(decider any) *trainfacts.Model {
+	if f, ok := decider.(interface{ Facts() *trainfacts.Model }); ok {
+		return f.Facts()
+	}
+	return nil
+}
+
+// OwnFacts is d deciding every input with the training facts of its own
+// bundle, computed again from the input's manifest and entitlement
+// (WithFactsCopy), whatever facts the input carries: how a candidate bundle
+// evaluates a recorded input (itogate replay), never with the facts another
+// bundle's tables made.
+func OwnFacts(d Decider) Decider { return ownFacts{d} }
+
+type ownFacts struct{ d Decider }
+
+func (o ownFacts) Decide(ctx context.Context, input map[string]any) (policy.Decision, error) {
+	return o.d.Decide(ctx, WithFactsCopy(input, FactsOf(o.d)))
+}
+
+func (o ownFacts) Revision() string { return o.d.Revision() }
+
+func (o ownFacts) Facts() *trainfacts.Model { return FactsOf(o.d) }
 
 func (v Verification) document() map[string]any {
 	out := map[string]any{

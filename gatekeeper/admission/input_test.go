@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -249,10 +250,25 @@ func TestInputSchema(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		check("offline, "+name, scenario.OfflineInput(raw, doc, nil, nil, now))
+		check("offline, "+name, scenario.OfflineInput(raw, doc, nil, nil, now, embeddedFacts()))
 		facts := scenario.OfflineFacts(raw, doc, scenario.ExactEntitlementClaims(doc, now), nil, now)
 		facts.Ledger.Booking = &admission.BookingFacts{HeldGPUs: 8, Released: true}
+		facts.Facts = embeddedFacts()
 		check("offline (itogate eval --held-gpus 8 --released), "+name, facts.Document())
+		if name == "llama3-8b.json" {
+			// a checkpoint that is no object (a manifest the schema refuses,
+			// which the policy still judges): the formulas raise a type
+			// error, which the facts carry and the engine fails closed on
+			bad := maps.Clone(doc)
+			bad["checkpoint"] = "s3://bucket/ckpt"
+			errFacts := scenario.OfflineInput(raw, bad, nil, nil, now, embeddedFacts())["facts"].(map[string]any)
+			if errFacts["error"] == nil {
+				t.Errorf("facts of a manifest whose checkpoint is a string: %v, want an error", errFacts)
+			}
+			in := scenario.OfflineInput(raw, doc, nil, nil, now, embeddedFacts())
+			in["facts"] = errFacts
+			check("offline, "+name+" with the facts of a string checkpoint", in)
+		}
 	}
 
 	var described []string

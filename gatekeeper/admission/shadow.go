@@ -53,7 +53,8 @@ func (s *Service) shadow(ctx context.Context, tr *trace, enforced policy.Decisio
 		defer cancel()
 		res := ShadowResult{DecisionID: id, EnforcedRevision: rev, ShadowRevision: cand.Revision(),
 			EnforcedCodes: codesOf(enforced.Violations)}
-		d, err := cand.Decide(ctx, input)
+		// the candidate's own facts, from its own tables: never the enforced bundle's
+		d, err := cand.Decide(ctx, WithFactsCopy(input, FactsOf(cand)))
 		switch {
 		case err != nil:
 			res.Kind, res.Err = "error", err

@@ -301,6 +301,8 @@ func (s *Service) decide(ctx context.Context, p *pending) (Outcome, bool) {
 		return overloaded(false), true
 	}
 	p.decider = decider
+	// the training facts of the bundle that decides, from its own tables
+	p.input = WithFacts(p.input, FactsOf(decider))
 	p.tr.input, p.tr.decider = p.input, decider
 	dec, err := func() (policy.Decision, error) {
 		defer s.limit.release() // also when Decide panics (the server recovers)

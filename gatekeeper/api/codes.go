@@ -128,6 +128,7 @@ const (
 	CodePolicyEvaluationFailed Code = "POLICY_EVALUATION_FAILED"
 	CodePolicyTimeout          Code = "POLICY_TIMEOUT"
 	CodePolicyDecisionInvalid  Code = "POLICY_DECISION_INVALID"
+	CodePolicyFactsMismatch    Code = "POLICY_FACTS_VERSION_MISMATCH"
 
 	// Tickets and the workload boundary.
 	CodeTicketUnavailable    Code = "TICKET_UNAVAILABLE"
@@ -389,6 +390,9 @@ var registry = []Entry{
 	entry(CodePolicyDecisionInvalid, "policy", http.StatusServiceUnavailable, serverWebhook,
 		"The decision is undefined or not {allow: bool, violations: [...]}, or allow disagrees with violations.",
 		"Fix the bundle's data.ito.admission.decision."),
+	entry(CodePolicyFactsMismatch, "policy", http.StatusServiceUnavailable, server,
+		"The policy input's training facts (input.facts) are not of the facts-model version the active bundle expects (data.ito.config.facts.model_version): they were computed for another bundle. Denied without evaluating.",
+		"Retry: the facts are computed again with the active bundle. Persisting, check that the bundle and this itogate agree on the facts model (docs/policy-input.md)."),
 
 	entry(CodeTicketUnavailable, "ticket", http.StatusServiceUnavailable, server,
 		"The policy allowed the train.create but its admission ticket could not be signed (tickets.signing_key); denied, nothing was consumed or written.",

@@ -49,8 +49,8 @@ func TestRealPoliciesBundle(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := map[string]any{"action": "train.create"}
-	got, err1 := m.Active().Decide(context.Background(), in)
-	want, err2 := emb.Active().Decide(context.Background(), in)
+	got, err1 := m.Active().Decide(context.Background(), factsFor(m.Active(), in))
+	want, err2 := emb.Active().Decide(context.Background(), factsFor(emb.Active(), in))
 	if err1 != nil || err2 != nil || got.Allow || len(got.Violations) != len(want.Violations) {
 		t.Fatalf("signed %+v %v; embedded %+v %v", got, err1, want, err2)
 	}
@@ -120,7 +120,7 @@ func BenchmarkDecide(b *testing.B) {
 	for name, m := range map[string]*bundle.Manager{"embedded": embM, "signed": signedM} {
 		b.Run(name, func(b *testing.B) {
 			for b.Loop() {
-				if _, err := m.Active().Decide(context.Background(), in); err != nil {
+				if _, err := m.Active().Decide(context.Background(), factsFor(m.Active(), in)); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -67,6 +67,7 @@ const (
 	ReasonInvalid        Reason = "invalid"         // OPA cannot read it (Rego or data does not parse)
 	ReasonManifest       Reason = "manifest"        // revision, built_at, roots, rego version, entrypoint
 	ReasonCompile        Reason = "compile"         // the policy does not compile
+	ReasonFactsModel     Reason = "facts_model"     // written for another training-facts model (policy.ErrFactsModel)
 	ReasonRollback       Reason = "rollback"        // revision not newer than the active one
 	ReasonRevisionReused Reason = "revision_reused" // the active revision with different bytes
 	ReasonStale          Reason = "stale"           // already older than the maximum age

@@ -221,7 +221,11 @@ func (m *Manager) activate(ctx context.Context, b *Bundle) error {
 		Expires: expires, Now: m.opts.Now, Deadline: m.opts.Deadline,
 	})
 	if err != nil {
-		err = &Error{Reason: ReasonCompile, Err: err}
+		reason := ReasonCompile
+		if errors.Is(err, policy.ErrFactsModel) {
+			reason = ReasonFactsModel
+		}
+		err = &Error{Reason: reason, Err: err}
 		m.failed(err)
 		return err
 	}

@@ -102,7 +102,13 @@ func decide(t testing.TB, m *bundle.Manager) (policy.Decision, error) {
 	if d == nil {
 		t.Fatal("no active decider")
 	}
-	return d.Decide(context.Background(), map[string]any{})
+	return d.Decide(context.Background(), factsFor(d, map[string]any{}))
+}
+
+// factsFor is in with the training facts of d's bundle, as the admission
+// builds every input (admission.WithFacts).
+func factsFor(d any, in map[string]any) map[string]any {
+	return admission.WithFactsCopy(in, admission.FactsOf(d))
 }
 
 func TestManagerNotReadyWithoutBundle(t *testing.T) {
@@ -252,6 +258,45 @@ func TestManagerKeepsLastGoodBundle(t *testing.T) {
 	}
 	if d, err := decide(t, m); err != nil || !d.Allow || !strings.HasSuffix(d.BundleRevision, "-good") {
 		t.Fatalf("decide %+v %v", d, err)
+	}
+}
+
+// A signed bundle written for another training-facts model (its
+// data.ito.config.facts.model_version) is refused at activation with its
+// own reason; the previous bundle stays and keeps deciding.
+func TestManagerRefusesAnotherFactsModel(t *testing.T) {
+	t.Parallel()
+	o := &observer{}
+	c := &clock{now: built.Add(time.Hour)}
+	m := newManager(t, c, 0, o)
+	ctx := context.Background()
+	if err := m.Activate(ctx, signed(t, built, "good")); err != nil {
+		t.Fatal(err)
+	}
+	for i, version := range []string{`{"model_version": 2}`, `{"model_version": "1"}`, `{"note": "no facts model"}`} {
+		at := built.Add(time.Duration(i+1) * time.Minute)
+		raw := bundletest.Build(t, bundletest.Spec{Files: bundletest.Decision(),
+			Manifest: bundletest.Manifest(bundletest.Revision(at, "other-facts"), at)}, &signerA)
+		raw = bundletest.Resign(t, bundletest.Rewrite(t, raw, func(f map[string][]byte) {
+			f["/data.json"] = []byte(`{"ito": {"config": {"facts": ` + version + `}}}`)
+		}), signerA)
+		b, err := verifier(t, bundle.VerifierOptions{}).Verify(raw, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = m.Activate(ctx, b)
+		if reasonOf(err) != bundle.ReasonFactsModel || !errors.Is(err, policy.ErrFactsModel) {
+			t.Fatalf("facts model %s: %v", version, err)
+		}
+	}
+	if info, _ := m.Info(); !strings.HasSuffix(info.Revision, "-good") {
+		t.Fatalf("active %s", info.Revision)
+	}
+	if d, err := decide(t, m); err != nil || !d.Allow {
+		t.Fatalf("decide %+v %v", d, err)
+	}
+	if o.count("failure/facts_model") != 3 {
+		t.Fatalf("activations %v", o.activations)
 	}
 }
 

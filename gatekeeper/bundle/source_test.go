@@ -275,7 +275,7 @@ func TestHotSwapUnderLoad(t *testing.T) {
 					report("no active decider after the first activation")
 					return
 				}
-				dec, err := d.Decide(ctx, map[string]any{})
+				dec, err := d.Decide(ctx, factsFor(d, map[string]any{}))
 				if err != nil {
 					report("decision failed: %v", err)
 					continue
@@ -360,7 +360,7 @@ func TestStaleDecisionCode(t *testing.T) {
 		t.Fatal(err)
 	}
 	now = built.Add(2 * time.Hour)
-	_, err = m.Active().Decide(context.Background(), map[string]any{})
+	_, err = m.Active().Decide(context.Background(), factsFor(m.Active(), map[string]any{}))
 	var pe *policy.Error
 	if !errors.As(err, &pe) || pe.Code != "POLICY_BUNDLE_STALE" {
 		t.Fatalf("stale: %v", err)

@@ -7,13 +7,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/itocompute/itogate/gatekeeper/admission"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
 	"github.com/itocompute/itogate/policies"
 )
 
-// input builds the policy input the server would for a fixture manifest.
+// input builds the policy input the server would for a fixture manifest,
+// without its training facts: a benchmark adds them per decision
+// (admission.WithFactsCopy), as the server does.
 func input(b testing.TB, name string) map[string]any {
 	raw, err := os.ReadFile(filepath.Join("..", "..", "fixtures", "manifests", name+".json"))
 	if err != nil {
@@ -23,7 +26,7 @@ func input(b testing.TB, name string) map[string]any {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return scenario.OfflineInput(raw, doc, nil, nil, time.Unix(1764403200, 0))
+	return scenario.OfflineInput(raw, doc, nil, nil, time.Unix(1764403200, 0), nil)
 }
 
 // BenchmarkDecide measures one evaluation of the embedded bundle per fixture:
@@ -38,7 +41,7 @@ func BenchmarkDecide(b *testing.B) {
 			in := input(b, name)
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := e.Decide(context.Background(), in); err != nil {
+				if _, err := e.Decide(context.Background(), admission.WithFactsCopy(in, e.Facts())); err != nil {
 					b.Fatal(err)
 				}
 			}

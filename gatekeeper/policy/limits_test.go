@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/itocompute/itogate/gatekeeper/admission"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
@@ -129,7 +130,7 @@ func limitsInput(tb testing.TB, kind string) map[string]any {
 	if err != nil {
 		tb.Fatalf("%s is not schema-valid: %v", kind, err)
 	}
-	return scenario.OfflineInput(raw, doc, nil, nil, time.Unix(1764403200, 0))
+	return scenario.OfflineInput(raw, doc, nil, nil, time.Unix(1764403200, 0), nil)
 }
 
 // TestLimitsManifestsAreDecided: the largest manifests the schema accepts are
@@ -149,7 +150,7 @@ func TestLimitsManifestsAreDecided(t *testing.T) {
 		if n := len(limitsManifest(t, kind)); n > manifest.MaxBytes {
 			t.Fatalf("%s: %d bytes, above manifest.MaxBytes", kind, n)
 		}
-		d, err := e.Decide(context.Background(), limitsInput(t, kind))
+		d, err := e.Decide(context.Background(), admission.WithFacts(limitsInput(t, kind), e.Facts()))
 		if err != nil {
 			t.Fatalf("%s: %v", kind, err)
 		}

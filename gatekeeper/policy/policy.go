@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"github.com/itocompute/itogate/gatekeeper/api"
+	"github.com/itocompute/itogate/gatekeeper/trainfacts"
+	"github.com/itocompute/itogate/internal/regonum"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/open-policy-agent/opa/v1/rego"
@@ -56,9 +58,14 @@ const evalQuery = "decision := " + Query + "; log_mask := [m | m := " + MaskQuer
 // under a millisecond; the deadline only stops a runaway bundle.
 const DefaultDeadline = 250 * time.Millisecond
 
+// ErrFactsModel: the bundle was written for another training-facts model
+// than this itogate computes (trainfacts.Version), or its tables are not
+// the model's; New refuses it, and the bundle is not activated.
+var ErrFactsModel = errors.New("policy: the bundle's facts model is not this itogate's")
+
 // Error is an evaluation that produced no usable decision. Code is one of
 // api.CodePolicyNotReady, CodePolicyBundleStale, CodePolicyEvaluationFailed,
-// CodePolicyTimeout and CodePolicyDecisionInvalid.
+// CodePolicyTimeout, CodePolicyDecisionInvalid and CodePolicyFactsMismatch.
 type Error struct {
 	Code api.Code
 	Err  error
@@ -133,12 +140,15 @@ type Options struct {
 	// Deadline bounds each evaluation; zero means DefaultDeadline.
 	Deadline time.Duration
 	// SkipRequiredRules lifts the RequiredRules check, for tests that
-	// evaluate small hand-made bundles. Never set it for an enforced bundle.
+	// evaluate small hand-made bundles (or an older commit's policies, which
+	// declare no facts model: such an engine decides without input.facts).
+	// Never set it for an enforced bundle.
 	SkipRequiredRules bool
 }
 
 // Engine holds one prepared bundle. It is safe for concurrent use.
 type Engine struct {
+	facts    *trainfacts.Model
 	query    rego.PreparedEvalQuery
 	workload rego.PreparedEvalQuery
 	revision string
@@ -177,6 +187,15 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 			return nil, err
 		}
 	}
+	// The training facts (input.facts) the bundle's gates read, from its own
+	// tables: a bundle written for another facts model is refused here.
+	facts, err := trainfacts.New(b.Data)
+	switch {
+	case err != nil && opts.SkipRequiredRules && !declaresFactsModel(b.Data):
+		facts = nil
+	case err != nil:
+		return nil, fmt.Errorf("%w: %w", ErrFactsModel, err)
+	}
 	revision := opts.Revision
 	if revision == "" {
 		revision = b.Manifest.Revision
@@ -214,7 +233,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	if now == nil {
 		now = time.Now
 	}
-	return &Engine{query: pq, workload: wq, revision: revision, digest: digest,
+	return &Engine{facts: facts, query: pq, workload: wq, revision: revision, digest: digest,
 		expires: opts.Expires, now: now, deadline: d}, nil
 }
 
@@ -255,6 +274,21 @@ func ReadFS(fsys fs.FS) (*bundle.Bundle, string, error) {
 	return &b, digest, nil
 }
 
+// declaresFactsModel reports whether bundle data names a facts-model version.
+func declaresFactsModel(data map[string]any) bool {
+	ito, _ := data["ito"].(map[string]any)
+	cfg, _ := ito["config"].(map[string]any)
+	facts, _ := cfg["facts"].(map[string]any)
+	_, ok := facts["model_version"]
+	return ok
+}
+
+// Facts is the training-facts model over this bundle's data: the input
+// builder (admission.Input) computes input.facts with it for every
+// decision this engine makes. Nil only for a SkipRequiredRules bundle that
+// declares no facts model.
+func (e *Engine) Facts() *trainfacts.Model { return e.facts }
+
 // Revision is the bundle's .manifest revision, or a digest prefix for a
 // bundle without one.
 func (e *Engine) Revision() string { return e.revision }
@@ -275,6 +309,9 @@ func (e *Engine) Stale(now time.Time) bool {
 // docs/policy-input.md). Errors are *Error with one of the codes above; a
 // bundle past its maximum age decides nothing (api.CodePolicyBundleStale).
 func (e *Engine) Decide(ctx context.Context, input map[string]any) (Decision, error) {
+	if err := e.checkFacts(input); err != nil {
+		return Decision{}, err
+	}
 	r, err := e.evalOne(ctx, e.query, input, "decision")
 	if err != nil {
 		return Decision{}, err
@@ -286,6 +323,27 @@ func (e *Engine) Decide(ctx context.Context, input map[string]any) (Decision, er
 	d.LogMask, d.LogMaskErr = parseMask(r.Bindings["log_mask"])
 	d.BundleRevision, d.BundleDigest = e.revision, e.digest
 	return d, nil
+}
+
+// checkFacts fails closed unless input.facts was computed by this engine's
+// facts model: the version it computes and the bundle expects
+// (api.CodePolicyFactsMismatch otherwise), and no strict built-in error on
+// the way (api.CodePolicyEvaluationFailed, as the Rego reference would
+// raise it).
+func (e *Engine) checkFacts(input map[string]any) error {
+	if e.facts == nil {
+		return nil
+	}
+	facts, _ := input["facts"].(map[string]any)
+	v, _ := regonum.Of(facts["version"])
+	if i, ok := v.Int64(); !ok || i != int64(e.facts.Version()) {
+		return &Error{Code: api.CodePolicyFactsMismatch,
+			Err: fmt.Errorf("input.facts has facts-model version %v, bundle %s expects %d", facts["version"], e.revision, e.facts.Version())}
+	}
+	if msg, failed := facts["error"]; failed {
+		return &Error{Code: api.CodePolicyEvaluationFailed, Err: fmt.Errorf("input.facts: %v", msg)}
+	}
+	return nil
 }
 
 // evalOne evaluates q for input under the engine's deadline and expects

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/itocompute/itogate/gatekeeper/admission"
 	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/policies"
 )
@@ -30,7 +31,8 @@ func BenchmarkDecideCPU(b *testing.B) {
 			b.ReportAllocs()
 			cpu0 := processCPU(b)
 			for b.Loop() {
-				if _, err := e.Decide(context.Background(), in); err != nil {
+				// the training facts are part of each decision's cost
+				if _, err := e.Decide(context.Background(), admission.WithFactsCopy(in, e.Facts())); err != nil {
 					b.Fatal(err)
 				}
 			}

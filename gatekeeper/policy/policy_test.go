@@ -155,6 +155,104 @@ func TestIncompleteBundleIsRefused(t *testing.T) {
 	}
 }
 
+// embeddedFS is a writable copy of the embedded bundle.
+func embeddedFS(t *testing.T) fstest.MapFS {
+	t.Helper()
+	out := fstest.MapFS{}
+	err := fs.WalkDir(policies.Bundle(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := fs.ReadFile(policies.Bundle(), p)
+		out[p] = &fstest.MapFile{Data: data}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestAnotherFactsModelIsRefused: a bundle that declares another
+// training-facts model than trainfacts.Version, none, or a table the model
+// reads with a figure of another type than a number, is refused by New
+// (ErrFactsModel), so it is never activated; a hand-made bundle that skips
+// the required rules and declares no model decides without input.facts.
+func TestAnotherFactsModelIsRefused(t *testing.T) {
+	t.Parallel()
+	const facts = "ito/config/facts/data.json"
+	for name, edit := range map[string]func(fstest.MapFS){
+		"version 2":         func(f fstest.MapFS) { f[facts] = &fstest.MapFile{Data: []byte(`{"model_version": 2}`)} },
+		"version as string": func(f fstest.MapFS) { f[facts] = &fstest.MapFile{Data: []byte(`{"model_version": "1"}`)} },
+		"no version":        func(f fstest.MapFS) { delete(f, facts) },
+		"ill-typed table": func(f fstest.MapFS) {
+			f["ito/tables/fabrics/data.json"] = &fstest.MapFile{Data: []byte(`{"ib": {"gbytes_per_s_per_gpu": "50"}}`)}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			fsys := embeddedFS(t)
+			edit(fsys)
+			_, err := New(context.Background(), Options{Deadline: patience.Deadline, Bundle: fsys})
+			if !errors.Is(err, ErrFactsModel) {
+				t.Fatalf("New = %v, want ErrFactsModel", err)
+			}
+		})
+	}
+	e, err := New(context.Background(), Options{Bundle: bundleOf(`decision := {"allow": true, "violations": []}`),
+		Deadline: patience.Deadline, SkipRequiredRules: true})
+	if err != nil || e.Facts() != nil {
+		t.Fatalf("a hand-made bundle without a facts model: %v, facts %v", err, e.Facts())
+	}
+	if d, err := e.Decide(context.Background(), map[string]any{}); err != nil || !d.Allow {
+		t.Fatalf("Decide without facts = %+v, %v", d, err)
+	}
+}
+
+// TestDecideChecksTheFacts: the engine decides only on training facts of
+// the version its bundle declares; other facts, or none, fail closed with
+// POLICY_FACTS_VERSION_MISMATCH before any Rego runs, and facts that carry
+// a strict built-in error with POLICY_EVALUATION_FAILED.
+func TestDecideChecksTheFacts(t *testing.T) {
+	t.Parallel()
+	e, err := New(context.Background(), Options{Deadline: patience.Deadline, Bundle: policies.Bundle()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := map[string]any{"request": map[string]any{"action": "train.create"}, "manifest": map[string]any{}}
+	facts, err := e.Facts().Compute(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		facts any
+		want  api.Code
+	}{
+		{"its own", facts, ""},
+		{"none", nil, api.CodePolicyFactsMismatch},
+		{"another version", map[string]any{"version": 2, "parallelism": map[string]any{}}, api.CodePolicyFactsMismatch},
+		{"version as string", map[string]any{"version": "1"}, api.CodePolicyFactsMismatch},
+		{"not an object", "facts", api.CodePolicyFactsMismatch},
+		{"a formula's error", map[string]any{"version": 1, "error": "rem: modulo on floating-point number"}, api.CodePolicyEvaluationFailed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			doc := map[string]any{"request": in["request"], "manifest": in["manifest"]}
+			if tc.facts != nil {
+				doc["facts"] = tc.facts
+			}
+			d, err := e.Decide(context.Background(), doc)
+			var pe *Error
+			switch {
+			case tc.want == "" && (err != nil || d.Allow):
+				t.Fatalf("Decide = %+v, %v; want a deny of the empty manifest", d, err)
+			case tc.want != "" && (!errors.As(err, &pe) || pe.Code != tc.want):
+				t.Fatalf("Decide = %+v, %v; want %s", d, err, tc.want)
+			}
+		})
+	}
+}
+
 // TestDecisionCarriesTheLogMask: the decision-log mask is evaluated in the
 // same pass as the decision; a missing mask masks nothing, a malformed one
 // is reported without touching the decision.
@@ -220,6 +318,11 @@ func TestEmbeddedBundleMasks(t *testing.T) {
 	} {
 		in := map[string]any{"request": map[string]any{"action": "train.create"},
 			"manifest": map[string]any{"data": []any{map[string]any{"uri": tc.uri}}}}
+		facts, err := e.Facts().Compute(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in["facts"] = facts
 		d, err := e.Decide(context.Background(), in)
 		if err != nil || d.Allow {
 			t.Fatalf("Decide(%s) = %+v, %v; want a deny", tc.uri, d, err)

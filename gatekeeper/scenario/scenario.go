@@ -25,6 +25,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/config"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/token"
+	"github.com/itocompute/itogate/gatekeeper/trainfacts"
 	"github.com/itocompute/itogate/gatekeeper/trust"
 	"github.com/itocompute/itogate/gatekeeper/verify"
 )
@@ -272,9 +273,13 @@ func OfflineFacts(raw []byte, doc, ent, conf map[string]any, now time.Time) admi
 	}
 }
 
-// OfflineInput is the document of OfflineFacts (docs/policy-input.md).
-func OfflineInput(raw []byte, doc, ent, conf map[string]any, now time.Time) map[string]any {
-	return OfflineFacts(raw, doc, ent, conf, now).Document()
+// OfflineInput is the document of OfflineFacts (docs/policy-input.md),
+// with the training facts of model (the deciding engine's Facts; nil
+// leaves them out).
+func OfflineInput(raw []byte, doc, ent, conf map[string]any, now time.Time, model *trainfacts.Model) map[string]any {
+	in := OfflineFacts(raw, doc, ent, conf, now)
+	in.Facts = model
+	return in.Document()
 }
 
 // EntitlementFor mints an entitlement token with EntitlementClaims; tweak

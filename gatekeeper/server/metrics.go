@@ -110,7 +110,7 @@ func NewMetrics() *Metrics {
 	m.bundleActivations = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "itogate_bundle_activations_total",
 		Help: "Policy bundle activation attempts by result (success, failure) and reason (\"\" on success; fetch, too_large, " +
-			"archive, path, unsigned, signature, invalid, manifest, compile, rollback, revision_reused, stale, future).",
+			"archive, path, unsigned, signature, invalid, manifest, compile, facts_model, rollback, revision_reused, stale, future).",
 	}, []string{"result", "reason"})
 	m.bundleAge = bundleAgeCollector{m: m, desc: prometheus.NewDesc("itogate_bundle_age_seconds",
 		"Seconds since the active policy bundle was built (the signed built_at in its .manifest); absent for the "+

@@ -12,6 +12,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/admission"
 	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/policy"
+	"github.com/itocompute/itogate/gatekeeper/trainfacts"
 	"github.com/itocompute/itogate/internal/patience"
 )
 
@@ -30,6 +31,10 @@ func (d *heldDecider) Decide(ctx context.Context, in map[string]any) (policy.Dec
 }
 
 func (d *heldDecider) Revision() string { return d.inner.Revision() }
+
+// Facts is the inner bundle's training-facts model: the admission builds
+// the input with it.
+func (d *heldDecider) Facts() *trainfacts.Model { return admission.FactsOf(d.inner) }
 
 // waitForMetric polls /metrics until it holds line.
 func (h *hostile) waitForMetric(t *testing.T, line string) {
@@ -165,6 +170,8 @@ func (d *panicOnce) Decide(ctx context.Context, in map[string]any) (policy.Decis
 }
 
 func (d *panicOnce) Revision() string { return d.inner.Revision() }
+
+func (d *panicOnce) Facts() *trainfacts.Model { return admission.FactsOf(d.inner) }
 
 // TestPanicFreesTheSlot: an evaluation that panics (answered 500 by the
 // recoverer) gives its slot back; with one slot, the next admission is

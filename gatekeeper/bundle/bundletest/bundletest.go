@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"io/fs"
 	"maps"
@@ -31,6 +32,7 @@ import (
 	"github.com/itocompute/itogate/fixtures/keys"
 	"github.com/itocompute/itogate/gatekeeper/bundle"
 	"github.com/itocompute/itogate/gatekeeper/policy"
+	"github.com/itocompute/itogate/gatekeeper/trainfacts"
 )
 
 // Signer is a bundle signing key.
@@ -111,6 +113,8 @@ func Decision(codes ...string) map[string]string {
 		"ito/admission/admission.rego": "package ito.admission\n\ndecision := {\"allow\": " + allow +
 			", \"violations\": [" + strings.Join(v, ", ") + "]}\n",
 		"ito/config/data.json": `{"note": "test bundle"}`,
+		// policy.New refuses a bundle written for another training-facts model
+		"ito/config/facts/data.json": fmt.Sprintf(`{"model_version": %d}`, trainfacts.Version),
 	}
 	// policy.New refuses a bundle without every gate's deny rule; give each
 	// an empty one.

@@ -33,36 +33,16 @@
 #   Deny when total > budget.ceiling_usd or incremental > budget.max_incremental_usd.
 package ito.budget
 
-import data.ito.checkpoint
 import data.ito.lib
 
 _m := input.manifest
 
 _cfg := data.ito.config.budget
 
-_world_size := _m.hardware.nodes * _m.hardware.gpus_per_node if {
-	lib.is_count(_m.hardware.nodes)
-	lib.is_count(_m.hardware.gpus_per_node)
-}
-
-_centi_hours := lib.centi(_m.budget.max_wall_clock_hours)
-
-_price := lib.micro_usd(input.entitlement.price_per_gpu_hour_usd)
-
-_storage_price := lib.micro_usd(_cfg.storage_price_per_gib_month_usd)
-
-_egress_price := lib.micro_usd(_cfg.egress_price_per_gib_usd)
-
-_ceiling := lib.micro_usd(_m.budget.ceiling_usd)
-
-_max_incremental := lib.micro_usd(_m.budget.max_incremental_usd)
-
 # METADATA
 # title: Estimated compute cost (micro-USD)
 # description: W × hours × price per GPU-hour, exact, rounded up to the cent.
-compute_micro_usd := lib.ceil_cent(lib.ceil_div((_world_size * _centi_hours) * _price, 100))
-
-_months := max([1, lib.ceil_div(_centi_hours, _cfg.hours_per_month * 100)])
+compute_micro_usd := _f.compute_micro_usd
 
 # METADATA
 # title: Estimated checkpoint storage cost (micro-USD)
@@ -70,141 +50,60 @@ _months := max([1, lib.ceil_div(_centi_hours, _cfg.hours_per_month * 100)])
 #   ceil(size GiB) × retention × price per GiB-month × months of the run
 #   (min 1), plus the checkpoints written to another region at the egress
 #   price, rounded up to the cent; 0 without a checkpoint policy.
-storage_micro_usd := lib.ceil_cent(((gib_months * _m.checkpoint.retention) * _storage_price) + remote) if {
-	_is_storage_priceable
-	gib_months := ceil(_m.checkpoint.size_estimate_gib) * _months
-	remote := checkpoint.remote_write_gib * _egress_price
-}
-
-storage_micro_usd := 0 if not _m.checkpoint
-
-_is_storage_priceable if {
-	is_number(_m.checkpoint.size_estimate_gib)
-	_m.checkpoint.size_estimate_gib >= 0
-	lib.is_count(_m.checkpoint.retention)
-}
-
-# ---------------------------------------------------------------------------
-# Egress: training data pulled from another region than the booking's
-
-_booking_region := r if {
-	r := input.entitlement.region
-	is_string(r)
-}
-
-_datasets := d if {
-	d := _m.data
-	is_array(d)
-}
-
-# a dataset whose region is not a string is remote too (fail closed); undefined
-# (not empty) when data is not an array
-_remote_datasets := remote if {
-	datasets := _datasets
-	remote := [d |
-		some d in datasets
-		not lib.value_at(d, ["region"], null) == _booking_region
-	]
-}
-
-_remote_tokens := sum([t |
-	some d in _remote_datasets
-	t := _token_count(d)
-])
-
-_token_count(d) := d.tokens if lib.is_count(d.tokens)
-
-_is_remote_priceable if {
-	every d in _remote_datasets {
-		_token_count(d)
-	}
-}
-
-_run_token_limits contains t if {
-	t := _m.objective.max_tokens
-	lib.is_count(t)
-}
-
-_run_token_limits contains (steps * gbs) * seq if {
-	steps := _m.objective.max_steps
-	gbs := _m.objective.global_batch_size
-	seq := _m.objective.sequence_length
-	lib.is_count(steps)
-	lib.is_count(gbs)
-	lib.is_count(seq)
-}
-
-_egress_tokens := 0 if {
-	_booking_region
-	count(_remote_datasets) == 0
-}
-
-_egress_tokens := min([min(_run_token_limits), _remote_tokens]) if {
-	_booking_region
-	count(_remote_datasets) > 0
-	_is_remote_priceable
-	count(_run_token_limits) > 0
-}
-
-_egress_gib := lib.ceil_div(_egress_tokens * _cfg.bytes_per_token, 1073741824)
+storage_micro_usd := _f.storage_micro_usd
 
 # METADATA
 # title: Estimated egress cost (micro-USD)
 # description: >-
 #   ceil(GiB pulled from datasets outside the booking's region) × egress price
 #   per GiB, rounded up to the cent; 0 when every dataset is in the booking's region.
-egress_micro_usd := lib.ceil_cent(_egress_gib * _egress_price)
+egress_micro_usd := _f.egress_micro_usd
 
 # METADATA
 # title: Estimated total cost (micro-USD)
 # description: compute + storage + egress. The confirmation gate requires the confirmed cost to cover it.
-total_micro_usd := (compute_micro_usd + storage_micro_usd) + egress_micro_usd
+total_micro_usd := _f.total_micro_usd
 
 # METADATA
 # title: Seconds of the run past the booking term
 # description: max(0, now + hours × 3600 − term.end).
-past_term_seconds := max([0, (input.now + (_centi_hours * 36)) - input.entitlement.term.end]) if {
-	is_number(input.now)
-	is_number(input.entitlement.term.end)
-}
-
-_past_term_micro_usd := lib.ceil_cent(lib.ceil_div((_world_size * past_term_seconds) * _price, 3600))
+past_term_seconds := _f.past_term_seconds
 
 # METADATA
 # title: Estimated incremental cost (micro-USD)
 # description: >-
 #   Compute past the booking term (W × seconds past term / 3600 × price,
 #   rounded up to the cent) plus storage plus egress.
-incremental_micro_usd := (_past_term_micro_usd + storage_micro_usd) + egress_micro_usd
+incremental_micro_usd := _f.incremental_micro_usd
 
 # METADATA
 # title: Budget estimates
 # description: Numbers for the decision's estimates (integers in micro-USD, strings in USD rounded up to the cent).
 estimates := {k: v | some k, v in _estimates}
 
-_estimates["gpu_hours"] := lib.centi_string(_world_size * _centi_hours)
+_estimates["gpu_hours"] := _f.gpu_hours
 
 _estimates["compute_cost_micro_usd"] := compute_micro_usd
 
-_estimates["compute_cost_usd"] := lib.usd(compute_micro_usd)
+_estimates["compute_cost_usd"] := _f.compute_usd
 
 _estimates["storage_cost_micro_usd"] := storage_micro_usd
 
-_estimates["storage_cost_usd"] := lib.usd(storage_micro_usd)
+_estimates["storage_cost_usd"] := _f.storage_usd
 
-_estimates["egress_gib"] := _egress_gib
+_estimates["egress_gib"] := _f.egress_gib
 
 _estimates["egress_cost_micro_usd"] := egress_micro_usd
 
-_estimates["egress_cost_usd"] := lib.usd(egress_micro_usd)
+_estimates["egress_cost_usd"] := _f.egress_usd
 
 _estimates["total_cost_micro_usd"] := total_micro_usd
 
-_estimates["total_cost_usd"] := lib.usd(total_micro_usd)
+_estimates["total_cost_usd"] := _f.total_usd
 
 _estimates["incremental_cost_micro_usd"] := incremental_micro_usd
 
-_estimates["incremental_cost_usd"] := lib.usd(incremental_micro_usd)
+_estimates["incremental_cost_usd"] := _f.incremental_usd
 
 _estimates["past_term_seconds"] := past_term_seconds
 
@@ -216,8 +115,8 @@ _estimates["past_term_seconds"] := past_term_seconds
 #   gate: budget
 #   fix: Write money as a decimal string such as "1234.56" (no sign, exponent, separators or currency symbol).
 deny contains v if {
-	some field in ["ceiling_usd", "max_incremental_usd"]
-	not lib.micro_usd(lib.value_at(input, ["manifest", "budget", field], null))
+	some field, amount in {"ceiling_usd": "ceiling_micro_usd", "max_incremental_usd": "max_incremental_micro_usd"}
+	not _f[amount]
 	v := lib.violation(rego.metadata.rule(), sprintf("budget.%s is not a plain decimal USD string", [field]))
 }
 
@@ -236,7 +135,7 @@ deny contains v if {
 	)
 }
 
-_has_hours if _centi_hours > 0
+_has_hours if _f.centi_hours > 0
 
 # METADATA
 # title: Cost cannot be estimated
@@ -267,15 +166,15 @@ _missing_estimates contains "incremental" if not incremental_micro_usd
 #   gate: budget
 #   fix: Raise budget.ceiling_usd to the estimate, or shorten the run (hours, GPUs, checkpoints, remote data).
 deny contains v if {
-	total_micro_usd > _ceiling
+	total_micro_usd > _f.ceiling_micro_usd
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf("the run is estimated at %s USD (compute %s + storage %s + egress %s), above the ceiling of %s USD", [
 			lib.usd(total_micro_usd), lib.usd(compute_micro_usd), lib.usd(storage_micro_usd),
-			lib.usd(egress_micro_usd), lib.usd(_ceiling),
+			lib.usd(egress_micro_usd), lib.usd(_f.ceiling_micro_usd),
 		]),
 		sprintf("raise budget.ceiling_usd to at least %s, or lower max_wall_clock_hours (%s GPU-hours at %s USD)", [
-			lib.usd(total_micro_usd), lib.centi_string(_world_size * _centi_hours), lib.usd(_price),
+			lib.usd(total_micro_usd), _f.gpu_hours, lib.usd(_f.price_micro_usd),
 		]),
 	)
 }
@@ -290,7 +189,7 @@ deny contains v if {
 #   gate: budget
 #   fix: Raise budget.max_incremental_usd, end the run by the term end, keep fewer checkpoints, or stage remote data.
 deny contains v if {
-	incremental_micro_usd > _max_incremental
+	incremental_micro_usd > _f.max_incremental_micro_usd
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf(
@@ -300,7 +199,7 @@ deny contains v if {
 			]),
 			[
 				lib.usd(incremental_micro_usd), past_term_seconds,
-				lib.usd(storage_micro_usd), lib.usd(egress_micro_usd), lib.usd(_max_incremental),
+				lib.usd(storage_micro_usd), lib.usd(egress_micro_usd), lib.usd(_f.max_incremental_micro_usd),
 			],
 		),
 		sprintf("raise budget.max_incremental_usd to at least %s, or shorten the run so it ends by the term end", [

@@ -30,123 +30,47 @@ _ckpt := _m.checkpoint
 
 _cfg := data.ito.config.checkpoint
 
-_gib := 1073741824
-
 _has_policy if is_object(_ckpt)
-
-# ---------------------------------------------------------------------------
-# Size
-
-_bytes_per_param := _cfg.model_bytes_per_param + _cfg.optimizer_bytes_per_param
-
-_computed_gib := (_m.model.parameters * _bytes_per_param) / _gib if lib.is_count(_m.model.parameters)
-
-_declared_gib := _ckpt.size_estimate_gib if {
-	is_number(_ckpt.size_estimate_gib)
-	_ckpt.size_estimate_gib >= 0
-}
 
 # METADATA
 # title: Checkpoint size (GiB)
-# description: The larger of the declared size and P × bytes per parameter / 2^30.
-size_gib := max([_declared_gib, _computed_gib])
-
-_size_gb := (size_gib * _gib) / 1000000000
-
-# ---------------------------------------------------------------------------
-# Storage tier and its bandwidth
-
-_scheme := lower(parts[0]) if {
-	is_string(_ckpt.storage_uri)
-	parts := split(_ckpt.storage_uri, "://")
-	count(parts) > 1
-}
-
-_tier_name := _ckpt.storage_tier if is_string(_ckpt.storage_tier)
-
-# (`not is_string(x.y)` is not true when x.y is undefined: read it with object.get)
-_tier_name := _cfg.default_storage_tiers[_scheme] if not is_string(object.get(_ckpt, "storage_tier", null))
-
-_tier := data.ito.tables.storage[_tier_name]
-
-_nodes := _m.hardware.nodes if lib.is_count(_m.hardware.nodes)
-
-_bandwidth(tier, per_node_key) := min([_nodes * tier[per_node_key], tier.aggregate_gbytes_per_s])
+# description: The larger of the declared size and P × bytes per parameter / 2^30 (input.facts.checkpoint.size_gib).
+size_gib := _f.size_gib
 
 # METADATA
 # title: Checkpoint write time (seconds)
-# description: size at the tier's write bandwidth for the run's nodes.
-write_seconds := _size_gb / _bandwidth(_tier, "write_gbytes_per_s_per_node")
-
-_resume_seconds(tier) := _cfg.restart_overhead_seconds + (_size_gb / _bandwidth(tier, "read_gbytes_per_s_per_node"))
+# description: size at the tier's write bandwidth for the run's nodes (input.facts.checkpoint.write_seconds).
+write_seconds := _f.write_seconds
 
 # METADATA
 # title: Resume time (seconds)
 # description: restart overhead + size at the tier's read bandwidth for the run's nodes.
-resume_seconds := _resume_seconds(_tier)
+resume_seconds := _f.resume_seconds
 
 # METADATA
 # title: Failure detection time (seconds)
 # description: checkpoint.failure_detection_seconds, or the default from bundle data.
-detection_seconds := _ckpt.failure_detection_seconds if lib.is_count(_ckpt.failure_detection_seconds)
-
-detection_seconds := _cfg.failure_detection_seconds_default if {
-	_has_policy
-	object.get(_ckpt, "failure_detection_seconds", null) == null
-}
-
-# ---------------------------------------------------------------------------
-# Steps and intervals
-
-_step_limits contains _m.objective.max_steps if lib.is_count(_m.objective.max_steps)
-
-_step_limits contains lib.ceil_div(_m.objective.max_tokens, gbs * seq) if {
-	lib.is_count(_m.objective.max_tokens)
-	gbs := _m.objective.global_batch_size
-	seq := _m.objective.sequence_length
-	lib.is_count(gbs)
-	lib.is_count(seq)
-}
-
-_steps := min(_step_limits) if count(_step_limits) > 0
-
-_step_seconds := (_m.budget.max_wall_clock_hours * 3600) / _steps if {
-	is_number(_m.budget.max_wall_clock_hours)
-	_m.budget.max_wall_clock_hours > 0
-}
+detection_seconds := _f.detection_seconds
 
 # METADATA
 # title: Checkpoint interval (seconds)
 # description: interval_steps × the run's seconds per step (wall-clock budget / steps).
-interval_seconds := _ckpt.interval_steps * _step_seconds if lib.is_count(_ckpt.interval_steps)
-
-_is_async if _ckpt.async == true
-
-_stall_seconds := 0 if _is_async
-
-_stall_seconds := write_seconds if not _is_async
+interval_seconds := _f.interval_seconds
 
 # METADATA
 # title: Expected work lost per failure (seconds)
 # description: half an interval + detection + resume.
-lost_seconds := ((interval_seconds / 2) + detection_seconds) + resume_seconds
-
-_world_size := _nodes * _m.hardware.gpus_per_node if lib.is_count(_m.hardware.gpus_per_node)
+lost_seconds := _f.lost_seconds
 
 # METADATA
 # title: Expected share of the run lost to failures
 # description: W × lost hours per failure / GPU-hours between failures.
-lost_fraction := ((_world_size * lost_seconds) / 3600) / _cfg.gpu_hours_between_failures
+lost_fraction := _f.lost_fraction
 
 # METADATA
 # title: Checkpoint storage region
 # description: checkpoint.storage_region, or the booking's region when none is declared (a bucket beside the cluster).
-storage_region := _ckpt.storage_region if is_string(_ckpt.storage_region)
-
-storage_region := input.entitlement.region if {
-	_has_policy
-	not is_string(object.get(_ckpt, "storage_region", null))
-}
+storage_region := _f.storage_region
 
 # METADATA
 # title: GiB written across regions
@@ -154,18 +78,21 @@ storage_region := input.entitlement.region if {
 #   Checkpoints written to a store outside the booking's region:
 #   floor(steps / interval_steps) × ceil(size_gib); 0 in the same region.
 #   The budget gate prices it at the egress price.
-remote_write_gib := 0 if storage_region == input.entitlement.region
+remote_write_gib := _f.remote_write_gib
 
-remote_write_gib := floor(_steps / _ckpt.interval_steps) * ceil(size_gib) if {
-	storage_region != input.entitlement.region
-	lib.is_count(_ckpt.interval_steps)
-}
+_tier_name := _f.tier
 
-_quota_gib := input.entitlement.storage_quota_gib if is_number(input.entitlement.storage_quota_gib)
+_tier := data.ito.tables.storage[_tier_name]
 
-_quota_gib := _tier.quota_gib if not is_number(lib.value_at(input, ["entitlement", "storage_quota_gib"], null))
+_step_seconds := _f.step_seconds
 
-_needed_gib := size_gib * _ckpt.retention if lib.is_count(_ckpt.retention)
+_stall_seconds := _f.stall_seconds
+
+_world_size := _f.world_size
+
+_quota_gib := _f.quota_gib
+
+_needed_gib := _f.needed_gib
 
 # METADATA
 # title: Checkpoint estimates
@@ -224,13 +151,13 @@ deny contains v if {
 #   code: CHECKPOINT_SIZE_UNDERESTIMATED
 #   gate: checkpoint
 deny contains v if {
-	_declared_gib < _computed_gib
+	_f.declared_gib < _f.computed_gib
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf("checkpoint.size_estimate_gib %v is below %v GiB (%d parameters × %d bytes of model and optimizer state)", [
-			_declared_gib, lib.round2(_computed_gib), _m.model.parameters, _bytes_per_param,
+			_f.declared_gib, lib.round2(_f.computed_gib), _m.model.parameters, _bytes_per_param,
 		]),
-		sprintf("set checkpoint.size_estimate_gib to at least %d", [ceil(_computed_gib)]),
+		sprintf("set checkpoint.size_estimate_gib to at least %d", [ceil(_f.computed_gib)]),
 	)
 }
 
@@ -273,8 +200,8 @@ deny contains v if {
 }
 
 _fast_enough_tiers := sort([name |
-	some name, tier in data.ito.tables.storage
-	_resume_seconds(tier) <= _cfg.resume_max_seconds
+	some name, seconds in _f.resume_seconds_by_tier
+	seconds <= _cfg.resume_max_seconds
 ])
 
 _faster_tier_fix := sprintf("use a faster storage tier (%s)", [concat(", ", _fast_enough_tiers)]) if {

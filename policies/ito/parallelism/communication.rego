@@ -40,7 +40,6 @@ _effective_flops := (_cfg.model_flops_utilization * _gpu.peak_tflops_16bit) * 1e
 
 _comm_ratio(l) := _comm_ratio_at(_dp(l), l.tp, l.pp, l.cp, l.ep, l.etp, l.zero_stage, l.checkpointing, _world(l))
 
-_comm_ratio_at(dp, tp, pp, cp, ep, etp, zero, ckpt, world) := _comm_seconds_at(dp, tp, pp, cp, ep, etp, zero) / _compute_seconds_at(
-	ckpt,
-	world,
-)
+_comm_ratio_at(dp, tp, pp, cp, ep, etp, zero, ckpt, world) := comm / _compute_seconds_at(ckpt, world) if {
+	comm := _comm_seconds_at(dp, tp, pp, cp, ep, etp, zero)
+}

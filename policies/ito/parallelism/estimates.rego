@@ -17,9 +17,9 @@ import data.ito.lib
 #   Absent when not computable.
 estimates := {k: v | some k, v in _estimates}
 
-_estimates["world_size"] := _world_size
+_estimates["world_size"] := _f.world_size
 
-_estimates["dp"] := _dp(_layout)
+_estimates["dp"] := _f.dp
 
 _estimates["tp"] := _layout.tp
 
@@ -31,30 +31,30 @@ _estimates["ep"] := _layout.ep
 
 _estimates["etp"] := _layout.etp
 
-_estimates["expert_data_parallel"] := _edp(_layout) if _has_moe
+_estimates["expert_data_parallel"] := _f.expert_data_parallel if _has_moe
 
-_estimates["expert_bytes_per_param"] := lib.round2(_expert_bytes_per_param(_layout)) if _has_moe
+_estimates["expert_bytes_per_param"] := lib.round2(_f.expert_bytes_per_param) if _has_moe
 
 _estimates["virtual_stages"] := _layout.v
 
 _estimates["pipeline_schedule"] := _layout.schedule
 
-_estimates["microbatches"] := _microbatches(_layout)
+_estimates["microbatches"] := _f.microbatches
 
-_estimates["tokens_per_gpu"] := _tokens_per_gpu(_layout)
+_estimates["tokens_per_gpu"] := _f.tokens_per_gpu
 
-_estimates["bytes_per_param"] := lib.round2(_bytes_per_param(_layout))
+_estimates["bytes_per_param"] := lib.round2(_f.bytes_per_param)
 
-_estimates["model_states_gb_per_gpu"] := lib.round2(_states_gb(_layout))
+_estimates["model_states_gb_per_gpu"] := lib.round2(_f.model_states_gb)
 
-_estimates["activations_gb_per_gpu"] := lib.round2(_activations_gb(_layout))
+_estimates["activations_gb_per_gpu"] := lib.round2(_f.activations_gb)
 
-_estimates["memory_gb_per_gpu"] := lib.round2(_memory_gb(_layout))
+_estimates["memory_gb_per_gpu"] := lib.round2(_f.memory_gb)
 
 _estimates["gpu_memory_gb"] := _gpu.memory_gb
 
-_estimates["bubble_fraction"] := lib.round2(_bubble(_layout))
+_estimates["bubble_fraction"] := lib.round2(_f.bubble)
 
-_estimates["dp_comm_compute_ratio"] := lib.round2(_comm_ratio(_layout))
+_estimates["dp_comm_compute_ratio"] := lib.round2(_f.comm_ratio)
 
 _estimates["fix_layout"] := _fix_layout if count(deny) > 0

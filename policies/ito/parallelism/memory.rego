@@ -42,7 +42,9 @@ _params_local(tp, pp, ep, etp) := _dense_local(tp, pp) + _expert_local(pp, ep, e
 
 _params_per_gpu(l) := _params_local(l.tp, l.pp, l.ep, l.etp)
 
-_states_gb(l) := _states_gb_at(_dp(l), l.tp, l.pp, l.cp, l.ep, l.etp, l.zero_stage) * _schedule_states_factor(l.schedule)
+_states_gb(l) := states * _schedule_states_factor(l.schedule) if {
+	states := _states_gb_at(_dp(l), l.tp, l.pp, l.cp, l.ep, l.etp, l.zero_stage)
+}
 
 # dense states over dp·cp, expert states over edp (Megatron's distributed
 # optimizer and DeepSpeed-MoE shard expert states over the expert-data-parallel
@@ -54,8 +56,10 @@ _states_gb_at(dp, tp, pp, cp, ep, etp, zero) := bytes / 1e9 if {
 
 _expert_states_bytes(_, _, _, _, _, _, _) := 0 if _expert_params == 0
 
-_expert_states_bytes(dp, tp, pp, cp, ep, etp, zero) := _expert_local(pp, ep, etp) * _bytes_at(zero, pp, _edp_at(dp, tp, cp, ep, etp)) if {
+_expert_states_bytes(dp, tp, pp, cp, ep, etp, zero) := local * bytes if {
 	_expert_params > 0
+	local := _expert_local(pp, ep, etp)
+	bytes := _bytes_at(zero, pp, _edp_at(dp, tp, cp, ep, etp))
 }
 
 _states_limit_gb := _cfg.model_states_max_fraction * _gpu.memory_gb
@@ -80,7 +84,8 @@ _activations_of(schedule, tp, pp, cp, v, mbs, m, ckpt) := max([first, last]) / 1
 	pp > 1
 	in_flight := _in_flight(schedule, pp, v, m)
 	first := _stage_activation_bytes(tp, _end_stage_layers("first_stage_layers", pp), cp, mbs, in_flight, ckpt)
-	last := _stage_activation_bytes(tp, _end_stage_layers("last_stage_layers", pp), cp, mbs, 1, ckpt) + _logits(tp, cp, mbs)
+	last_layers := _stage_activation_bytes(tp, _end_stage_layers("last_stage_layers", pp), cp, mbs, 1, ckpt)
+	last := last_layers + _logits(tp, cp, mbs)
 }
 
 # layers on the first/last stage: as pipeline_split declares, else ceil(L/pp)
@@ -116,7 +121,9 @@ _stage_activation_bytes(tp, layers, cp, mbs, in_flight, ckpt) := bytes if {
 # Without sequence parallel (tp > 1) the LayerNorm and dropout activations,
 # about 10·(s/cp)·mbs·h bytes per layer, and a recomputed layer's input are
 # not divided by tp (Korthikanti et al. 2022, Table 2)
-_layer_activation(tp, cp, mbs) := (((_seq / cp) * mbs) * _hidden) * (((18 + ((4 * _ffn) / _hidden)) / tp) + (10 * _unsharded(tp)))
+_layer_activation(tp, cp, mbs) := tokens * (((18 + ((4 * _ffn) / _hidden)) / tp) + (10 * _unsharded(tp))) if {
+	tokens := ((_seq / cp) * mbs) * _hidden
+}
 
 _checkpoint_activation(tp, cp, mbs) := ((2 * (_seq / cp)) * mbs) * (_hidden * ((1 / tp) + _unsharded(tp)))
 

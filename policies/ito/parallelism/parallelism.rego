@@ -145,8 +145,8 @@ _checkpointing := c if {
 	c in {"none", "selective", "full"}
 }
 
-# the manifest's layout; undefined when a field is missing or ill-typed
-_layout := {
+# the manifest's layout (the reference of _layout); undefined when a field is missing or ill-typed
+_manifest_layout := {
 	"nodes": _nodes,
 	"tp": _count(_par.tensor),
 	"pp": _count(_par.pipeline),

@@ -15,7 +15,7 @@ import data.ito.lib
 #   gate: parallelism
 #   fix: Computed per deny - more microbatches per step, interleaved stages, or fewer pipeline stages.
 deny contains v if {
-	_bubble_too_large(_layout)
+	_bubble_too_large_at(_f.bubble)
 	v := lib.violation_fix(rego.metadata.rule(), _bubble_message(_cfg.bubble_deny_above), _with_fix(_bubble_fix))
 }
 
@@ -28,14 +28,14 @@ deny contains v if {
 #   level: warn
 #   fix: Raise microbatches per step (global batch) or interleave stages (virtual_stages).
 warn contains v if {
-	bubble := _bubble(_layout)
+	bubble := _f.bubble
 	bubble > _cfg.bubble_warn_above
 	bubble <= _cfg.bubble_deny_above
 	v := lib.violation_fix(rego.metadata.rule(), _bubble_message(_cfg.bubble_warn_above), _bubble_fix)
 }
 
 _bubble_message(limit) := sprintf("pipeline bubble %v (pp=%d, v=%d, m=%d) is above %v", [
-	lib.round2(_bubble(_layout)), _layout.pp, _layout.v, _microbatches(_layout), limit,
+	lib.round2(_f.bubble), _layout.pp, _layout.v, _f.microbatches, limit,
 ])
 
 _bubble_fix := sprintf(
@@ -44,7 +44,7 @@ _bubble_fix := sprintf(
 		" or interleave stages (virtual_stages)",
 	]),
 	[
-		m, m * _batch_unit(_layout),
+		m, m * _f.batch_unit,
 	],
 ) if {
 	t := _cfg.bubble_warn_above
@@ -59,7 +59,7 @@ _bubble_fix := sprintf(
 #   gate: parallelism
 #   fix: Use a faster fabric, raise tokens per GPU (global batch), or keep data parallel inside nodes (more tp/pp).
 deny contains v if {
-	_comm_bound(_layout)
+	_comm_bound_at(_f.comm_ratio)
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		_comm_message(_cfg.dp_comm_deny_above),
@@ -76,15 +76,15 @@ deny contains v if {
 #   level: warn
 #   fix: Use a faster fabric, raise tokens per GPU (global batch), or keep data parallel inside nodes (more tp/pp).
 warn contains v if {
-	ratio := _comm_ratio(_layout)
+	ratio := _f.comm_ratio
 	ratio > _cfg.dp_comm_warn_above
 	ratio <= _cfg.dp_comm_deny_above
 	v := lib.violation(rego.metadata.rule(), _comm_message(_cfg.dp_comm_warn_above))
 }
 
 _comm_message(limit) := sprintf("gradient sync takes %v s per step against %v s of compute (R = %v > %v) over %s", [
-	lib.round2(_comm_seconds(_layout)), lib.round2(_compute_seconds(_layout)),
-	lib.round2(_comm_ratio(_layout)), limit, _hw.fabric,
+	lib.round2(_f.comm_seconds), lib.round2(_f.compute_seconds),
+	lib.round2(_f.comm_ratio), limit, _hw.fabric,
 ])
 
 # METADATA
@@ -95,7 +95,7 @@ _comm_message(limit) := sprintf("gradient sync takes %v s per step against %v s 
 #   gate: parallelism
 #   fix: Computed per deny - no layout changes tokens per GPU; a larger global batch or fewer GPUs does.
 deny contains v if {
-	_tokens_too_few(_layout)
+	_tokens_too_few_at(_f.tokens_per_gpu)
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		_tokens_message(_cfg.tokens_per_gpu_deny_below),
@@ -112,18 +112,18 @@ deny contains v if {
 #   level: warn
 #   fix: Raise global_batch_size, or use fewer GPUs.
 warn contains v if {
-	tokens := _tokens_per_gpu(_layout)
+	tokens := _f.tokens_per_gpu
 	tokens < _cfg.tokens_per_gpu_warn_below
 	tokens >= _cfg.tokens_per_gpu_deny_below
 	v := lib.violation_fix(rego.metadata.rule(), _tokens_message(_cfg.tokens_per_gpu_warn_below), _tokens_fix)
 }
 
 _tokens_message(limit) := sprintf("%v tokens per GPU per step (global batch %d × sequence %d / %d GPUs) is below %v", [
-	lib.round2(_tokens_per_gpu(_layout)), _gbs, _seq, _world_size, limit,
+	lib.round2(_f.tokens_per_gpu), _gbs, _seq, _f.world_size, limit,
 ])
 
 _tokens_fix := sprintf("raise global_batch_size to ≥ %d, or use fewer GPUs", [
-	lib.ceil_div(_cfg.tokens_per_gpu_warn_below * _world_size, _seq),
+	lib.ceil_div(_cfg.tokens_per_gpu_warn_below * _f.world_size, _seq),
 ])
 
 # METADATA
@@ -137,7 +137,7 @@ _tokens_fix := sprintf("raise global_batch_size to ≥ %d, or use fewer GPUs", [
 #   gate: parallelism
 #   fix: Turn on activation checkpointing (full), lower micro_batch_size, or add tensor/context parallelism.
 deny contains v if {
-	_memory_far_exceeds(_layout)
+	_memory_far_exceeds_at(_layout.checkpointing, _f.memory_gb)
 	limit := _cfg.memory_deny_fraction_without_checkpointing * _gpu.memory_gb
 	v := lib.violation_fix(
 		rego.metadata.rule(),
@@ -158,13 +158,13 @@ deny contains v if {
 #     micro_batch_size, or add tensor/context parallelism.
 warn contains v if {
 	limit := _cfg.memory_warn_fraction * _gpu.memory_gb
-	_memory_gb(_layout) > limit
-	not _memory_far_exceeds(_layout)
+	_f.memory_gb > limit
+	not _memory_far_exceeds_at(_layout.checkpointing, _f.memory_gb)
 	v := lib.violation(rego.metadata.rule(), _memory_message(limit))
 }
 
 _memory_message(limit) := sprintf("estimated %v GB per GPU (states %v + activations %v + overhead %v) > %v GB on %s", [
-	lib.round2(_memory_gb(_layout)), lib.round2(_states_gb(_layout)), lib.round2(_activations_gb(_layout)),
+	lib.round2(_f.memory_gb), lib.round2(_f.model_states_gb), lib.round2(_f.activations_gb),
 	_cfg.memory_overhead_gb, lib.round2(limit), _hw.gpu_type,
 ])
 
@@ -230,12 +230,11 @@ warn contains v if {
 #   fix: Use about 1/8 of the GPUs, or raise global_batch_size.
 warn contains v if {
 	factor := _cfg.overprovision_factor
-	dp := _dp(_layout)
+	dp := _f.dp
 	dp >= factor
-	seconds := _compute_seconds(_layout)
+	seconds := _f.compute_seconds
 	seconds < _cfg.overprovision_compute_seconds_below
-	smaller := _states_gb_at(dp / factor, _layout.tp, _layout.pp, _layout.cp, _layout.ep, _layout.etp, _layout.zero_stage) * _schedule_states_factor(_layout.schedule)
-	smaller <= _states_budget_gb
+	_f.overprovision_states_gb <= _states_budget_gb
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf(
@@ -244,12 +243,12 @@ warn contains v if {
 				" (%v tokens per GPU) < %v s",
 			]),
 			[
-				lib.ceil_div(_world_size, factor), factor, _world_size, lib.round2(seconds),
-				lib.round2(_tokens_per_gpu(_layout)), _cfg.overprovision_compute_seconds_below,
+				lib.ceil_div(_f.world_size, factor), factor, _f.world_size, lib.round2(seconds),
+				lib.round2(_f.tokens_per_gpu), _cfg.overprovision_compute_seconds_below,
 			],
 		),
 		sprintf("use about %d GPUs, or raise global_batch_size to ≥ %d", [
-			lib.ceil_div(_world_size, factor),
+			lib.ceil_div(_f.world_size, factor),
 			ceil((_gbs * _cfg.overprovision_compute_seconds_below) / seconds),
 		]),
 	)

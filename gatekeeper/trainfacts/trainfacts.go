@@ -1,0 +1,154 @@
+// Package trainfacts computes, once per decision, the training facts the
+// admission policy judges a train.create by: the manifest's parallel layout
+// and its figures (data-parallel degree, microbatches, tokens per GPU,
+// model-state, activation and total memory per GPU, pipeline bubble,
+// data-parallel communication against compute), the checkpoint model
+// (size, write, resume, interval, work lost per failure) and the money
+// (compute, storage, egress, total and incremental cost).
+//
+// The policy input carries them as input.facts (docs/policy-input.md); the
+// gates read them and keep every rule, threshold, code, message and fix
+// text. Every table and constant of the model is read from the bundle's
+// data when the bundle is activated (New), never from Go constants, and
+// the bundle keeps the formulas as the reference: data.ito.facts.reference
+// evaluates them in Rego, and TestFactsMatchReference holds Go's facts
+// byte-identical to it (OPA's number semantics, internal/regonum) on every
+// fixture, the manifests at the schema's limits and thousands of seeded
+// mutations. A bundle declares the facts-model version it was written for
+// (data.ito.config.facts.model_version); New refuses any other.
+package trainfacts
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/itocompute/itogate/internal/regonum"
+)
+
+// Version is the facts model this package computes: the shape and meaning
+// of input.facts. A bundle whose data.ito.config.facts.model_version is
+// another is refused (New), and a decision whose input carries facts of
+// another version fails closed (policy.Engine.Decide).
+const Version = 1
+
+// ErrVersion: the bundle was written for another facts model.
+var ErrVersion = errors.New("trainfacts: the bundle expects another facts model")
+
+// Model is the facts model over one bundle's data. It is immutable and safe
+// for concurrent use.
+type Model struct {
+	par     parallelismConfig
+	gpus    map[string]gpuRow
+	fabrics map[string]fabricRow
+	ckpt    checkpointConfig
+	storage map[string]storageRow
+	tiers   []string // storage table names, sorted
+	budget  budgetConfig
+}
+
+// New reads the model's tables and constants from a bundle's data document
+// (the root of data: {"ito": {...}}). It fails when the bundle declares no
+// facts-model version or another one than Version (ErrVersion), and when a
+// table or constant the model reads is there but of another type than the
+// formulas take (a number written as a string): Rego would raise a type
+// error where Go could only leave the figure out, so such a bundle is
+// refused at activation. A missing table or constant is undefined in both.
+func New(data map[string]any) (*Model, error) {
+	r := reader{}
+	ito := r.obj(data, "ito")
+	cfg := r.obj(ito, "config")
+	tables := r.obj(ito, "tables")
+	facts := r.obj(cfg, "facts")
+	if r.err != nil {
+		return nil, r.err
+	}
+	v, ok := regonum.Of(facts["model_version"])
+	if i, isInt := v.Int64(); !ok || !isInt || i != Version {
+		return nil, fmt.Errorf("%w: data.ito.config.facts.model_version is %v, this itogate computes version %d",
+			ErrVersion, facts["model_version"], Version)
+	}
+	m := &Model{}
+	m.readParallelism(&r, r.obj(cfg, "parallelism"), r.obj(tables, "gpus"), r.obj(tables, "fabrics"))
+	m.readCheckpoint(&r, r.obj(cfg, "checkpoint"), r.obj(tables, "storage"))
+	m.readBudget(&r, r.obj(cfg, "budget"))
+	if r.err != nil {
+		return nil, r.err
+	}
+	return m, nil
+}
+
+// Version is the facts-model version the model computes.
+func (m *Model) Version() int { return Version }
+
+// Compute returns input.facts for a policy input document (its manifest,
+// entitlement and now; docs/policy-input.md): the version, and for a
+// train.create the parallelism, checkpoint and budget facts. A strict built-in error the
+// Rego reference would raise (a division by zero) is returned as an error:
+// the decision fails closed.
+func (m *Model) Compute(doc map[string]any) (map[string]any, error) {
+	// the gates that read the facts run for train.create only (lib.is_train_create)
+	if action, _ := at(doc, "request", "action"); action != "train.create" {
+		return map[string]any{"version": Version}, nil
+	}
+	in := newInput(doc)
+	c := &regonum.Calc{}
+	par := m.parallelism(c, in)
+	ckpt := m.checkpoint(c, in)
+	budget := m.budgetFacts(c, in, ckpt)
+	if c.Err != nil {
+		return nil, fmt.Errorf("trainfacts: %w", c.Err)
+	}
+	return map[string]any{
+		"version":     Version,
+		"parallelism": par.facts(),
+		"checkpoint":  ckpt.facts(),
+		"budget":      budget.facts(),
+	}, nil
+}
+
+// reader reads bundle data, keeping the first problem: a value of another
+// type than the formulas take. A missing value reads as undefined (an empty
+// object, an undefined number), as in Rego.
+type reader struct {
+	err error
+}
+
+func (r *reader) fail(format string, args ...any) {
+	if r.err == nil {
+		r.err = fmt.Errorf("trainfacts: bundle data: "+format, args...)
+	}
+}
+
+func (r *reader) obj(m map[string]any, key string) map[string]any {
+	v, ok := m[key]
+	if !ok {
+		return nil
+	}
+	o, ok := v.(map[string]any)
+	if !ok {
+		r.fail("%s is not an object", key)
+	}
+	return o
+}
+
+func (r *reader) num(m map[string]any, key string) regonum.Num {
+	v, ok := m[key]
+	if !ok {
+		return regonum.Num{}
+	}
+	n, ok := regonum.Of(v)
+	if !ok {
+		r.fail("%s is not a number", key)
+	}
+	return regonum.Const(n.String())
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

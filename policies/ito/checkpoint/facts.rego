@@ -1,0 +1,174 @@
+# The checkpoint model: sizes, times and the work lost to failures (the formulas of the package METADATA).
+# Part of package ito.checkpoint (see checkpoint.rego for the checks).
+package ito.checkpoint
+
+import data.ito.lib
+
+# The checks read the model's figures from _f: Go's input.facts.checkpoint
+# (gatekeeper/trainfacts, computed once per decision from this bundle's
+# data), or, for an input without facts (opa test, opa eval),
+# facts_reference, the formulas below. TestFactsMatchReference holds Go's
+# facts byte-identical to facts_reference.
+_f := f if {
+	f := input.facts.checkpoint
+} else := facts_reference if {
+	not input.facts
+}
+
+# METADATA
+# title: Checkpoint facts (Rego reference)
+# description: >-
+#   The checkpoint model's figures by the formulas below: what Go computes as
+#   input.facts.checkpoint (policies/README.md names the Go function of
+#   each). Keys are absent when a figure is undefined.
+facts_reference := {k: v | some k, v in _reference}
+
+_reference["computed_gib"] := _computed_gib
+
+_reference["declared_gib"] := _declared_gib
+
+_reference["size_gib"] := _size_gib
+
+_reference["size_gb"] := _size_gb
+
+_reference["tier"] := _model_tier_name
+
+_reference["write_seconds"] := _write_seconds
+
+_reference["resume_seconds"] := _resume_seconds_of_tier
+
+_reference["resume_seconds_by_tier"] := {name: seconds |
+	some name, tier in data.ito.tables.storage
+	seconds := _resume_seconds(tier)
+}
+
+_reference["detection_seconds"] := _detection_seconds
+
+_reference["steps"] := _steps
+
+_reference["step_seconds"] := _model_step_seconds
+
+_reference["interval_seconds"] := _interval_seconds
+
+_reference["stall_seconds"] := _model_stall_seconds
+
+_reference["lost_seconds"] := _lost_seconds
+
+_reference["world_size"] := _model_world_size
+
+_reference["lost_fraction"] := _lost_fraction
+
+_reference["storage_region"] := _storage_region
+
+_reference["remote_write_gib"] := _remote_write_gib
+
+_reference["quota_gib"] := _model_quota_gib
+
+_reference["needed_gib"] := _model_needed_gib
+
+_gib := 1073741824
+
+# ---------------------------------------------------------------------------
+# Size
+
+_bytes_per_param := _cfg.model_bytes_per_param + _cfg.optimizer_bytes_per_param
+
+_computed_gib := (_m.model.parameters * _bytes_per_param) / _gib if lib.is_count(_m.model.parameters)
+
+_declared_gib := _ckpt.size_estimate_gib if {
+	is_number(_ckpt.size_estimate_gib)
+	_ckpt.size_estimate_gib >= 0
+}
+
+_size_gib := max([_declared_gib, _computed_gib])
+
+_size_gb := (_size_gib * _gib) / 1000000000
+
+# ---------------------------------------------------------------------------
+# Storage tier and its bandwidth
+
+_scheme := lower(parts[0]) if {
+	is_string(_ckpt.storage_uri)
+	parts := split(_ckpt.storage_uri, "://")
+	count(parts) > 1
+}
+
+_model_tier_name := _ckpt.storage_tier if is_string(_ckpt.storage_tier)
+
+# (`not is_string(x.y)` is not true when x.y is undefined: read it with object.get)
+_model_tier_name := _cfg.default_storage_tiers[_scheme] if not is_string(object.get(_ckpt, "storage_tier", null))
+
+_model_tier := data.ito.tables.storage[_model_tier_name]
+
+_nodes := _m.hardware.nodes if lib.is_count(_m.hardware.nodes)
+
+_bandwidth(tier, per_node_key) := min([_nodes * tier[per_node_key], tier.aggregate_gbytes_per_s])
+
+_write_seconds := _size_gb / _bandwidth(_model_tier, "write_gbytes_per_s_per_node")
+
+_resume_seconds(tier) := _cfg.restart_overhead_seconds + (_size_gb / _bandwidth(tier, "read_gbytes_per_s_per_node"))
+
+_resume_seconds_of_tier := _resume_seconds(_model_tier)
+
+_detection_seconds := _ckpt.failure_detection_seconds if lib.is_count(_ckpt.failure_detection_seconds)
+
+_detection_seconds := _cfg.failure_detection_seconds_default if {
+	_has_policy
+	object.get(_ckpt, "failure_detection_seconds", null) == null
+}
+
+# ---------------------------------------------------------------------------
+# Steps and intervals
+
+_step_limits contains _m.objective.max_steps if lib.is_count(_m.objective.max_steps)
+
+_step_limits contains lib.ceil_div(_m.objective.max_tokens, gbs * seq) if {
+	lib.is_count(_m.objective.max_tokens)
+	gbs := _m.objective.global_batch_size
+	seq := _m.objective.sequence_length
+	lib.is_count(gbs)
+	lib.is_count(seq)
+}
+
+_steps := min(_step_limits) if count(_step_limits) > 0
+
+_model_step_seconds := (_m.budget.max_wall_clock_hours * 3600) / _steps if {
+	is_number(_m.budget.max_wall_clock_hours)
+	_m.budget.max_wall_clock_hours > 0
+}
+
+_interval_seconds := _ckpt.interval_steps * _model_step_seconds if lib.is_count(_ckpt.interval_steps)
+
+_is_async if _ckpt.async == true
+
+_model_stall_seconds := 0 if _is_async
+
+_model_stall_seconds := _write_seconds if not _is_async
+
+_lost_seconds := ((_interval_seconds / 2) + _detection_seconds) + _resume_seconds_of_tier
+
+_model_world_size := _nodes * _m.hardware.gpus_per_node if lib.is_count(_m.hardware.gpus_per_node)
+
+_lost_fraction := ((_model_world_size * _lost_seconds) / 3600) / _cfg.gpu_hours_between_failures
+
+_storage_region := _ckpt.storage_region if is_string(_ckpt.storage_region)
+
+_storage_region := input.entitlement.region if {
+	_has_policy
+	not is_string(object.get(_ckpt, "storage_region", null))
+}
+
+_remote_write_gib := 0 if _storage_region == input.entitlement.region
+
+_remote_write_gib := floor(_steps / _ckpt.interval_steps) * ceil(_size_gib) if {
+	_storage_region != input.entitlement.region
+	lib.is_count(_ckpt.interval_steps)
+}
+
+_model_quota_gib := input.entitlement.storage_quota_gib if is_number(input.entitlement.storage_quota_gib)
+
+_model_quota_gib := _model_tier.quota_gib if {
+	not is_number(lib.value_at(input, ["entitlement", "storage_quota_gib"], null))
+}
+
+_model_needed_gib := _size_gib * _ckpt.retention if lib.is_count(_ckpt.retention)

@@ -1,0 +1,32 @@
+# METADATA
+# title: Training facts (Rego reference)
+# description: >-
+#   input.facts as the bundle's formulas compute them: the reference Go's
+#   facts model (gatekeeper/trainfacts) is held to, byte for byte
+#   (TestFactsMatchReference), and what the gates read when an input carries
+#   no facts (opa test, opa eval). The parallelism, checkpoint and budget
+#   gates read their own part; Go checks the version before every decision.
+package ito.facts
+
+import data.ito.budget
+import data.ito.checkpoint
+import data.ito.lib
+import data.ito.parallelism
+
+# METADATA
+# title: Facts reference
+# description: >-
+#   {version, parallelism, checkpoint, budget} for train.create, {version}
+#   for any other action (the gates that read facts run for train.create
+#   only). version is the facts model this bundle was written for
+#   (data.ito.config.facts.model_version).
+reference := {
+	"version": data.ito.config.facts.model_version,
+	"parallelism": parallelism.facts_reference,
+	"checkpoint": checkpoint.facts_reference,
+	"budget": budget.facts_reference,
+} if {
+	lib.is_train_create
+}
+
+reference := {"version": data.ito.config.facts.model_version} if not lib.is_train_create

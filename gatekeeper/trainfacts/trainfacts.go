@@ -45,6 +45,7 @@ type Model struct {
 	storage map[string]storageRow
 	tiers   []string // storage table names, sorted
 	budget  budgetConfig
+	creds   credentialConfig
 }
 
 // New reads the model's tables and constants from a bundle's data document
@@ -72,6 +73,7 @@ func New(data map[string]any) (*Model, error) {
 	m.readParallelism(&r, r.obj(cfg, "parallelism"), r.obj(tables, "gpus"), r.obj(tables, "fabrics"))
 	m.readCheckpoint(&r, r.obj(cfg, "checkpoint"), r.obj(tables, "storage"))
 	m.readBudget(&r, r.obj(cfg, "budget"))
+	m.readCredentials(&r, r.obj(r.obj(cfg, "data"), "credentials"))
 	if r.err != nil {
 		return nil, r.err
 	}
@@ -82,14 +84,22 @@ func New(data map[string]any) (*Model, error) {
 func (m *Model) Version() int { return Version }
 
 // Compute returns input.facts for a policy input document (its manifest,
-// entitlement and now; docs/policy-input.md): the version, and for a
-// train.create the parallelism, checkpoint and budget facts. A strict built-in error the
+// entitlement and now; docs/policy-input.md): the version and the
+// credential scan, and for a train.create the parallelism, checkpoint and
+// budget facts. A strict built-in error the
 // Rego reference would raise (a division by zero) is returned as an error:
 // the decision fails closed.
 func (m *Model) Compute(doc map[string]any) (map[string]any, error) {
-	// the gates that read the facts run for train.create only (lib.is_train_create)
+	manifest, hasManifest := doc["manifest"]
+	// the credential scan for every action (the log mask reads the data
+	// gate's denies whatever the action); the other gates that read the
+	// facts run for train.create only (lib.is_train_create)
+	out := map[string]any{
+		"version":     Version,
+		"credentials": map[string]any{"by_path": m.credentials(manifest, hasManifest)},
+	}
 	if action, _ := at(doc, "request", "action"); action != "train.create" {
-		return map[string]any{"version": Version}, nil
+		return out, nil
 	}
 	in := newInput(doc)
 	c := &regonum.Calc{}
@@ -99,12 +109,10 @@ func (m *Model) Compute(doc map[string]any) (map[string]any, error) {
 	if c.Err != nil {
 		return nil, fmt.Errorf("trainfacts: %w", c.Err)
 	}
-	return map[string]any{
-		"version":     Version,
-		"parallelism": par.facts(),
-		"checkpoint":  ckpt.facts(),
-		"budget":      budget.facts(),
-	}, nil
+	out["parallelism"] = par.facts()
+	out["checkpoint"] = ckpt.facts()
+	out["budget"] = budget.facts()
+	return out, nil
 }
 
 // reader reads bundle data, keeping the first problem: a value of another

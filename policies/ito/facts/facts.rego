@@ -10,18 +10,21 @@ package ito.facts
 
 import data.ito.budget
 import data.ito.checkpoint
+import data.ito.datasets
 import data.ito.lib
 import data.ito.parallelism
 
 # METADATA
 # title: Facts reference
 # description: >-
-#   {version, parallelism, checkpoint, budget} for train.create, {version}
-#   for any other action (the gates that read facts run for train.create
-#   only). version is the facts model this bundle was written for
+#   {version, credentials, parallelism, checkpoint, budget} for
+#   train.create, {version, credentials} for any other action (the credential
+#   scan feeds the log mask whatever the action; the other gates that read
+#   facts run for train.create only). version is the facts model this bundle was written for
 #   (data.ito.config.facts.model_version).
 reference := {
 	"version": data.ito.config.facts.model_version,
+	"credentials": datasets.facts_reference,
 	"parallelism": parallelism.facts_reference,
 	"checkpoint": checkpoint.facts_reference,
 	"budget": budget.facts_reference,
@@ -29,4 +32,9 @@ reference := {
 	lib.is_train_create
 }
 
-reference := {"version": data.ito.config.facts.model_version} if not lib.is_train_create
+reference := {
+	"version": data.ito.config.facts.model_version,
+	"credentials": datasets.facts_reference,
+} if {
+	not lib.is_train_create
+}

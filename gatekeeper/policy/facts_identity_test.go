@@ -28,7 +28,9 @@ const (
 // numberTexts are JSON numbers whose text OPA's arithmetic reads in more
 // than one way: integral decimals (an int to Atoi64, a float to the type
 // checker), exponents (an exact integer to big.Int, not to Atoi64), the
-// int32 window's edges, 2^63 (lib.ceil_div's bound) and beyond 64 bits.
+// int32 window's edges, 2^63 (lib.ceil_div's bound) and beyond 64 bits;
+// and strings the credential patterns match only without case (the long s
+// folds onto s), for the scan's keywords.
 var numberTexts = []any{
 	json.Number("1.0"), json.Number("8.0"), json.Number("2.0"), json.Number("0.0"), json.Number("-0"),
 	json.Number("1e1"), json.Number("8e0"), json.Number("4096.0"), json.Number("1E3"), json.Number("2.5e3"),
@@ -39,6 +41,8 @@ var numberTexts = []any{
 	json.Number("8192"), json.Number("131072"), json.Number("70553706496"), json.Number("0.25"),
 	"dualpipe", "zero_bubble", "interleaved", "1f1b", "megatron", "nemo", "deepspeed", "torchtitan",
 	"s3://bucket/x", "lustre://fs/x", "gs://b/x", "file:///x", "lustre", "object-store-slow", "us-west-2",
+	"https://b.example/x?ſig=abc&ſe=2026", "Bearer ſ0123456789abcdefghijklmnop", "ghp_ſ0123456789abcdefghijklmnopqrstuvwxyz",
+	"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.x", "-----BEGIN PRIVATE KEY-----", "data:;base64,QQ==",
 	true, false, nil, map[string]any{}, []any{},
 }
 

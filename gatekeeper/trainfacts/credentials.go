@@ -3,8 +3,11 @@ package trainfacts
 import (
 	"fmt"
 	"regexp"
+	"regexp/syntax"
 	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // The credential scan: policies/ito/datasets (its facts.rego). Every string
@@ -16,6 +19,10 @@ import (
 type credentialPattern struct {
 	kind string
 	all  []*regexp.Regexp
+	// keywords: every match of the pattern holds one of them, lower-cased
+	// (requiredLiterals); none: the pattern is always run
+	keywords    []string
+	hasKeywords bool
 }
 
 type credentialConfig struct {
@@ -25,7 +32,19 @@ type credentialConfig struct {
 	secretKey *regexp.Regexp // secret_key_pattern (nil when the bundle has none)
 	keyLines  *regexp.Regexp
 	plain     *regexp.Regexp // a path segment shown as it is
+	// the secret-key pattern's keywords (requiredLiterals)
+	keyKeywords    []string
+	keyHasKeywords bool
+	// lineSafe: no pattern uses \A, \z or turns multi-line mode off, so a
+	// string that matches on its own also matches the strings joined by
+	// newlines (ito.datasets' test_patterns_are_line_safe): the joined
+	// prefilter then finds nothing the string-by-string scan does not, and
+	// the scan can skip it. Without it, the scan runs it as the reference does.
+	lineSafe bool
 }
+
+// lineUnsafe is the test of test_patterns_are_line_safe.
+var lineUnsafe = regexp.MustCompile(`\\[Az]|\(\?[a-zA-Z]*-[a-zA-Z]*m`)
 
 func (m *Model) readCredentials(r *reader, cfg map[string]any) {
 	if r.err != nil {
@@ -62,10 +81,19 @@ func (m *Model) readCredentials(r *reader, cfg map[string]any) {
 					return
 				}
 				cp.all = append(cp.all, compile(fmt.Sprintf("credentials.value_patterns[%d]", i), s))
+				// a match of the pattern matches each of its regexes: the
+				// keywords of any one of them are the pattern's
+				if kw, ok := requiredLiterals(s); ok && !cp.hasKeywords {
+					cp.keywords, cp.hasKeywords = kw, true
+				}
 			}
 			firsts = append(firsts, all[0].(string))
 			cc.patterns = append(cc.patterns, cp)
 		}
+	}
+	cc.lineSafe = true
+	for _, f := range firsts {
+		cc.lineSafe = cc.lineSafe && !lineUnsafe.MatchString(f)
 	}
 	prefilter := "(?:" + strings.Join(firsts, ")|(?:") + ")"
 	cc.prefilter = compile("the credential prefilter", prefilter)
@@ -76,19 +104,48 @@ func (m *Model) readCredentials(r *reader, cfg map[string]any) {
 			r.fail("credentials.secret_key_pattern is not a string")
 			return
 		}
+		cc.lineSafe = cc.lineSafe && !lineUnsafe.MatchString(s)
 		cc.secretKey = compile("credentials.secret_key_pattern", s)
+		cc.keyKeywords, cc.keyHasKeywords = requiredLiterals(s)
 		cc.keyLines = compile("credentials.secret_key_pattern", "(?m:"+s+")")
 	}
 	m.creds = cc
 }
 
-// kinds is lib.credential_kinds(s): the kinds of the patterns s matches.
-func (cc *credentialConfig) kinds(s string) []string {
-	if !cc.prefilter.MatchString(s) {
-		return nil
+// mayHold is datasets._may_hold_credential: the prefilter over every
+// string joined by newlines, or the secret-key pattern over the keys.
+func (cc *credentialConfig) mayHold(all []string, keys map[string]bool) bool {
+	slices.Sort(all)
+	if cc.lines.MatchString(strings.Join(all, "\n")) {
+		return true
 	}
+	if cc.keyLines == nil {
+		return false
+	}
+	sorted := make([]string, 0, len(keys))
+	for k := range keys {
+		sorted = append(sorted, k)
+	}
+	slices.Sort(sorted)
+	return cc.keyLines.MatchString(strings.Join(sorted, "\n"))
+}
+
+// kinds is lib.credential_kinds(s): the kinds of the patterns s matches.
+// (lib's prefilter, the alternation of every pattern's first regex, matches
+// whenever a pattern does: it adds nothing here.) A pattern whose keywords
+// s does not hold cannot match it and is not run.
+func (cc *credentialConfig) kinds(s string) []string {
+	lower := ""
 	var out []string
 	for _, p := range cc.patterns {
+		if p.hasKeywords {
+			if lower == "" {
+				lower = fold(s)
+			}
+			if !containsAny(lower, p.keywords) {
+				continue
+			}
+		}
 		match := true
 		for _, re := range p.all {
 			if !re.MatchString(s) {
@@ -138,17 +195,7 @@ func (m *Model) credentials(manifest any, hasManifest bool) map[string]any {
 			all = append(all, s)
 		}
 	}
-	slices.Sort(all)
-	may := cc.lines.MatchString(strings.Join(all, "\n"))
-	if !may && cc.keyLines != nil {
-		sorted := make([]string, 0, len(keys))
-		for k := range keys {
-			sorted = append(sorted, k)
-		}
-		slices.Sort(sorted)
-		may = cc.keyLines.MatchString(strings.Join(sorted, "\n"))
-	}
-	if !may {
+	if !cc.lineSafe && !cc.mayHold(all, keys) {
 		return out
 	}
 	credStrings := map[string][]string{}
@@ -160,6 +207,9 @@ func (m *Model) credentials(manifest any, hasManifest bool) map[string]any {
 	secretKeys := map[string]bool{}
 	if cc.secretKey != nil {
 		for k := range keys {
+			if cc.keyHasKeywords && !containsAny(fold(k), cc.keyKeywords) {
+				continue
+			}
 			if cc.secretKey.MatchString(k) {
 				secretKeys[k] = true
 			}
@@ -257,4 +307,106 @@ func (cc *credentialConfig) pointer(path []any) string {
 		}
 	}
 	return b.String()
+}
+
+// requiredLiterals returns strings of which every match of re contains one
+// (folded: compared without case, which containment with case implies), and whether
+// there is such a set: gitleaks' keywords, derived from the pattern itself
+// so that they cannot be wrong. A pattern without them is always run.
+func requiredLiterals(re string) ([]string, bool) {
+	tree, err := syntax.Parse(re, syntax.Perl)
+	if err != nil {
+		return nil, false
+	}
+	lits, ok := required(tree.Simplify())
+	if !ok || len(lits) == 0 {
+		return nil, false
+	}
+	for _, l := range lits {
+		if l == "" {
+			return nil, false
+		}
+	}
+	return lits, true
+}
+
+func required(re *syntax.Regexp) ([]string, bool) {
+	switch re.Op {
+	case syntax.OpLiteral:
+		return []string{fold(string(re.Rune))}, true
+	case syntax.OpCapture:
+		return required(re.Sub[0])
+	case syntax.OpPlus:
+		return required(re.Sub[0])
+	case syntax.OpRepeat:
+		if re.Min >= 1 {
+			return required(re.Sub[0])
+		}
+	case syntax.OpConcat:
+		// any sub's requirement holds for the whole; take the one whose
+		// shortest literal is longest
+		var best []string
+		bestLen := 0
+		for _, sub := range re.Sub {
+			lits, ok := required(sub)
+			if !ok {
+				continue
+			}
+			shortest := len(lits[0])
+			for _, l := range lits {
+				shortest = min(shortest, len(l))
+			}
+			if shortest > bestLen {
+				best, bestLen = lits, shortest
+			}
+		}
+		return best, best != nil
+	case syntax.OpAlternate:
+		var all []string
+		for _, sub := range re.Sub {
+			lits, ok := required(sub)
+			if !ok {
+				return nil, false
+			}
+			all = append(all, lits...)
+		}
+		return all, true
+	}
+	return nil, false
+}
+
+// fold maps every rune to the smallest rune of its case-folding orbit
+// (unicode.SimpleFold), as (?i) matches: S, s and the long s are all S; K, k
+// and the Kelvin sign are all K. Two strings that match each other without case
+// fold to the same string.
+func fold(s string) string {
+	ascii := true
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			ascii = false
+			break
+		}
+	}
+	if ascii {
+		return strings.ToUpper(s)
+	}
+	var b strings.Builder
+	for _, r := range s {
+		least := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			least = min(least, f)
+		}
+		b.WriteRune(least)
+	}
+	return b.String()
+}
+
+// containsAny reports whether folded (a folded string) holds one of lits.
+func containsAny(lower string, lits []string) bool {
+	for _, l := range lits {
+		if strings.Contains(lower, l) {
+			return true
+		}
+	}
+	return false
 }

@@ -238,5 +238,14 @@ func (f checkpointFacts) facts() map[string]any {
 	put(out, "remote_write_gib", f.remoteWriteGiB)
 	put(out, "quota_gib", f.quotaGiB)
 	put(out, "needed_gib", f.neededGiB)
+	var c regonum.Calc
+	rounded := map[string]any{}
+	put(rounded, "size_gib", round2(&c, f.sizeGiB))
+	put(rounded, "write_seconds", round2(&c, f.writeSeconds))
+	put(rounded, "resume_seconds", round2(&c, f.resumeSeconds))
+	put(rounded, "interval_seconds", round2(&c, f.intervalSeconds))
+	put(rounded, "lost_seconds", round2(&c, f.lostSeconds))
+	put(rounded, "lost_fraction", c.Div(round2(&c, c.Mul(f.lostFraction, hundred)), hundred))
+	out["rounded"] = rounded
 	return out
 }

@@ -135,14 +135,22 @@ func (cc *credentialConfig) mayHold(all []string, keys map[string]bool) bool {
 // whenever a pattern does: it adds nothing here.) A pattern whose keywords
 // s does not hold cannot match it and is not run.
 func (cc *credentialConfig) kinds(s string) []string {
-	lower := ""
+	return cc.kindsOf(s, nil)
+}
+
+// kindsOf is kinds(s) trying only the patterns of candidates (all when nil).
+func (cc *credentialConfig) kindsOf(s string, candidates []bool) []string {
+	folded := ""
 	var out []string
-	for _, p := range cc.patterns {
+	for i, p := range cc.patterns {
+		if candidates != nil && !candidates[i] {
+			continue
+		}
 		if p.hasKeywords {
-			if lower == "" {
-				lower = fold(s)
+			if folded == "" {
+				folded = fold(s)
 			}
-			if !containsAny(lower, p.keywords) {
+			if !containsAny(folded, p.keywords) {
 				continue
 			}
 		}
@@ -198,14 +206,30 @@ func (m *Model) credentials(manifest any, hasManifest bool) map[string]any {
 	if !cc.lineSafe && !cc.mayHold(all, keys) {
 		return out
 	}
-	credStrings := map[string][]string{}
+	// the patterns whose keywords appear anywhere (in the folded strings
+	// joined by newlines: a string holds a keyword only if the text does);
+	// the others cannot match any string and are not tried
+	var joined strings.Builder
 	for _, s := range all {
-		if k := cc.kinds(s); len(k) > 0 {
-			credStrings[s] = k
+		joined.WriteString(fold(s))
+		joined.WriteByte('\n')
+	}
+	text := joined.String()
+	candidates, anyCandidate := make([]bool, len(cc.patterns)), false
+	for i, p := range cc.patterns {
+		candidates[i] = !p.hasKeywords || containsAny(text, p.keywords)
+		anyCandidate = anyCandidate || candidates[i]
+	}
+	credStrings := map[string][]string{}
+	if anyCandidate {
+		for _, s := range all {
+			if k := cc.kindsOf(s, candidates); len(k) > 0 {
+				credStrings[s] = k
+			}
 		}
 	}
 	secretKeys := map[string]bool{}
-	if cc.secretKey != nil {
+	if cc.secretKey != nil && (!cc.keyHasKeywords || containsAny(text, cc.keyKeywords)) {
 		for k := range keys {
 			if cc.keyHasKeywords && !containsAny(fold(k), cc.keyKeywords) {
 				continue

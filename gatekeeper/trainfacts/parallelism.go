@@ -104,7 +104,25 @@ func (f parallelismFacts) facts() map[string]any {
 	put(out, "comm_ratio", f.commRatio)
 	put(out, "stage_imbalance", f.imbalance)
 	put(out, "overprovision_states_gb", f.overprovisionStates)
+	// the figures the decision's estimates show, rounded (lib.round2)
+	var c regonum.Calc
+	rounded := map[string]any{}
+	put(rounded, "bytes_per_param", round2(&c, f.bytesPerParam))
+	put(rounded, "expert_bytes_per_param", round2(&c, f.expertBytesPerParam))
+	put(rounded, "model_states_gb", round2(&c, f.states))
+	put(rounded, "activations_gb", round2(&c, f.activations))
+	put(rounded, "memory_gb", round2(&c, f.memory))
+	put(rounded, "bubble", round2(&c, f.bubble))
+	put(rounded, "comm_ratio", round2(&c, f.commRatio))
+	out["rounded"] = rounded
 	return out
+}
+
+var hundred = regonum.Int(100)
+
+// round2 is lib.round2(x): round(x × 100) / 100.
+func round2(c *regonum.Calc, x regonum.Num) regonum.Num {
+	return c.Div(regonum.Round(c.Mul(x, hundred)), hundred)
 }
 
 // pmodel is the manifest's model and booking as the parallelism package

@@ -99,21 +99,21 @@ _needed_gib := _f.needed_gib
 # description: Sizes (GiB), times (seconds) and the lost-work share, rounded to 2 decimals, for train.create.
 estimates := {k: v | some k, v in _estimates}
 
-_estimates["checkpoint_size_gib"] := lib.round2(size_gib)
+_estimates["checkpoint_size_gib"] := _f.rounded.size_gib
 
 _estimates["checkpoint_storage_tier"] := _tier_name
 
-_estimates["checkpoint_write_seconds"] := lib.round2(write_seconds)
+_estimates["checkpoint_write_seconds"] := _f.rounded.write_seconds
 
-_estimates["checkpoint_resume_seconds"] := lib.round2(resume_seconds)
+_estimates["checkpoint_resume_seconds"] := _f.rounded.resume_seconds
 
 _estimates["checkpoint_detection_seconds"] := detection_seconds
 
-_estimates["checkpoint_interval_seconds"] := lib.round2(interval_seconds)
+_estimates["checkpoint_interval_seconds"] := _f.rounded.interval_seconds
 
-_estimates["checkpoint_lost_seconds_per_failure"] := lib.round2(lost_seconds)
+_estimates["checkpoint_lost_seconds_per_failure"] := _f.rounded.lost_seconds
 
-_estimates["checkpoint_lost_fraction"] := lib.round2(lost_fraction * 100) / 100
+_estimates["checkpoint_lost_fraction"] := _f.rounded.lost_fraction
 
 _estimates["checkpoint_remote_write_gib"] := remote_write_gib
 

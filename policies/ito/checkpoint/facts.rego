@@ -66,6 +66,22 @@ _reference["quota_gib"] := _model_quota_gib
 
 _reference["needed_gib"] := _model_needed_gib
 
+# the figures the decision's estimates show, rounded to 2 decimals (lib.round2)
+_reference["rounded"] := {k: v | some k, v in _rounded}
+
+_rounded["size_gib"] := lib.round2(_size_gib)
+
+_rounded["write_seconds"] := lib.round2(_write_seconds)
+
+_rounded["resume_seconds"] := lib.round2(_resume_seconds_of_tier)
+
+_rounded["interval_seconds"] := lib.round2(_interval_seconds)
+
+_rounded["lost_seconds"] := lib.round2(_lost_seconds)
+
+# as a share with 2 decimals of percent
+_rounded["lost_fraction"] := lib.round2(_lost_fraction * 100) / 100
+
 _gib := 1073741824
 
 # ---------------------------------------------------------------------------

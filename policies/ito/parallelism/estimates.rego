@@ -2,8 +2,6 @@
 # Part of package ito.parallelism (see parallelism.rego for the model and its inputs).
 package ito.parallelism
 
-import data.ito.lib
-
 # ---------------------------------------------------------------------------
 # Estimates
 
@@ -33,7 +31,7 @@ _estimates["etp"] := _layout.etp
 
 _estimates["expert_data_parallel"] := _f.expert_data_parallel if _has_moe
 
-_estimates["expert_bytes_per_param"] := lib.round2(_f.expert_bytes_per_param) if _has_moe
+_estimates["expert_bytes_per_param"] := _f.rounded.expert_bytes_per_param if _has_moe
 
 _estimates["virtual_stages"] := _layout.v
 
@@ -43,18 +41,18 @@ _estimates["microbatches"] := _f.microbatches
 
 _estimates["tokens_per_gpu"] := _f.tokens_per_gpu
 
-_estimates["bytes_per_param"] := lib.round2(_f.bytes_per_param)
+_estimates["bytes_per_param"] := _f.rounded.bytes_per_param
 
-_estimates["model_states_gb_per_gpu"] := lib.round2(_f.model_states_gb)
+_estimates["model_states_gb_per_gpu"] := _f.rounded.model_states_gb
 
-_estimates["activations_gb_per_gpu"] := lib.round2(_f.activations_gb)
+_estimates["activations_gb_per_gpu"] := _f.rounded.activations_gb
 
-_estimates["memory_gb_per_gpu"] := lib.round2(_f.memory_gb)
+_estimates["memory_gb_per_gpu"] := _f.rounded.memory_gb
 
 _estimates["gpu_memory_gb"] := _gpu.memory_gb
 
-_estimates["bubble_fraction"] := lib.round2(_f.bubble)
+_estimates["bubble_fraction"] := _f.rounded.bubble
 
-_estimates["dp_comm_compute_ratio"] := lib.round2(_f.comm_ratio)
+_estimates["dp_comm_compute_ratio"] := _f.rounded.comm_ratio
 
 _estimates["fix_layout"] := _fix_layout if count(deny) > 0

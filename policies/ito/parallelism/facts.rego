@@ -2,6 +2,8 @@
 # Part of package ito.parallelism (see parallelism.rego for the model and its inputs).
 package ito.parallelism
 
+import data.ito.lib
+
 # The rules read the manifest's layout and its figures from _f: Go's
 # input.facts.parallelism (gatekeeper/trainfacts, computed once per
 # decision from this bundle's data), or, for an input without facts (opa
@@ -65,6 +67,23 @@ _reference["compute_seconds"] := _compute_seconds(_manifest_layout)
 _reference["comm_ratio"] := _comm_ratio(_manifest_layout)
 
 _reference["stage_imbalance"] := _stage_imbalance(_manifest_layout)
+
+# the figures the decision's estimates show, rounded to 2 decimals (lib.round2)
+_reference["rounded"] := {k: v | some k, v in _rounded}
+
+_rounded["bytes_per_param"] := lib.round2(_bytes_per_param(_manifest_layout))
+
+_rounded["expert_bytes_per_param"] := lib.round2(_expert_bytes_per_param(_manifest_layout))
+
+_rounded["model_states_gb"] := lib.round2(_states_gb(_manifest_layout))
+
+_rounded["activations_gb"] := lib.round2(_activations_gb(_manifest_layout))
+
+_rounded["memory_gb"] := lib.round2(_memory_gb(_manifest_layout))
+
+_rounded["bubble"] := lib.round2(_bubble(_manifest_layout))
+
+_rounded["comm_ratio"] := lib.round2(_comm_ratio(_manifest_layout))
 
 # the model states on 1/overprovision_factor of the data-parallel ranks (OVERPROVISIONED_SMALL_MODEL)
 _reference["overprovision_states_gb"] := states * _schedule_states_factor(l.schedule) if {

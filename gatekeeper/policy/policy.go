@@ -367,6 +367,12 @@ func (e *Engine) evalOne(ctx context.Context, q rego.PreparedEvalQuery, input ma
 		}
 		return rego.Result{}, &Error{Code: api.CodePolicyEvaluationFailed, Err: err}
 	}
+	// OPA notices a cancelled context between expressions, through a
+	// goroutine: an evaluation shorter than that can end after its deadline
+	// without an error. Past the deadline it is a timeout all the same.
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return rego.Result{}, &Error{Code: api.CodePolicyTimeout, Err: fmt.Errorf("evaluation exceeded %s", e.deadline)}
+	}
 	if len(rs) != 1 {
 		return rego.Result{}, &Error{Code: api.CodePolicyDecisionInvalid, Err: fmt.Errorf("%s is undefined", what)}
 	}

@@ -135,24 +135,19 @@ func (cc *credentialConfig) mayHold(all []string, keys map[string]bool) bool {
 // whenever a pattern does: it adds nothing here.) A pattern whose keywords
 // s does not hold cannot match it and is not run.
 func (cc *credentialConfig) kinds(s string) []string {
-	return cc.kindsOf(s, nil)
+	return cc.kindsOf(s, fold(s), nil)
 }
 
-// kindsOf is kinds(s) trying only the patterns of candidates (all when nil).
-func (cc *credentialConfig) kindsOf(s string, candidates []bool) []string {
-	folded := ""
+// kindsOf is kinds(s), s folded being folded, trying only the patterns of
+// candidates (all when nil).
+func (cc *credentialConfig) kindsOf(s, folded string, candidates []bool) []string {
 	var out []string
 	for i, p := range cc.patterns {
 		if candidates != nil && !candidates[i] {
 			continue
 		}
-		if p.hasKeywords {
-			if folded == "" {
-				folded = fold(s)
-			}
-			if !containsAny(folded, p.keywords) {
-				continue
-			}
+		if p.hasKeywords && !containsAny(folded, p.keywords) {
+			continue
 		}
 		match := true
 		for _, re := range p.all {
@@ -209,12 +204,15 @@ func (m *Model) credentials(manifest any, hasManifest bool) map[string]any {
 	// the patterns whose keywords appear anywhere (in the folded strings
 	// joined by newlines: a string holds a keyword only if the text does);
 	// the others cannot match any string and are not tried
-	var joined strings.Builder
-	for _, s := range all {
-		joined.WriteString(fold(s))
-		joined.WriteByte('\n')
+	buf := make([]byte, 0, 64*len(all))
+	bounds := make([]int, len(all)+1)
+	for i, s := range all {
+		buf = appendFold(buf, s)
+		buf = append(buf, '\n')
+		bounds[i+1] = len(buf)
 	}
-	text := joined.String()
+	text := string(buf)
+	folded := func(i int) string { return text[bounds[i] : bounds[i+1]-1] }
 	candidates, anyCandidate := make([]bool, len(cc.patterns)), false
 	for i, p := range cc.patterns {
 		candidates[i] = !p.hasKeywords || containsAny(text, p.keywords)
@@ -222,16 +220,16 @@ func (m *Model) credentials(manifest any, hasManifest bool) map[string]any {
 	}
 	credStrings := map[string][]string{}
 	if anyCandidate {
-		for _, s := range all {
-			if k := cc.kindsOf(s, candidates); len(k) > 0 {
+		for i, s := range all {
+			if k := cc.kindsOf(s, folded(i), candidates); len(k) > 0 {
 				credStrings[s] = k
 			}
 		}
 	}
 	secretKeys := map[string]bool{}
 	if cc.secretKey != nil && (!cc.keyHasKeywords || containsAny(text, cc.keyKeywords)) {
-		for k := range keys {
-			if cc.keyHasKeywords && !containsAny(fold(k), cc.keyKeywords) {
+		for i, k := range all {
+			if !keys[k] || cc.keyHasKeywords && !containsAny(folded(i), cc.keyKeywords) {
 				continue
 			}
 			if cc.secretKey.MatchString(k) {
@@ -423,6 +421,24 @@ func fold(s string) string {
 		b.WriteRune(least)
 	}
 	return b.String()
+}
+
+// appendFold appends fold(s) to buf, without allocating for ASCII.
+func appendFold(buf []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			return append(buf, fold(s)...)
+		}
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		buf = append(buf, c)
+	}
+	return buf
 }
 
 // containsAny reports whether folded (a folded string) holds one of lits.

@@ -125,7 +125,7 @@ func (n Num) String() string {
 	case isInt:
 		return strconv.FormatInt(n.i, 10)
 	case isFloat:
-		return n.f.Text('g', -1)
+		return floatText(n.f)
 	}
 	return n.text
 }

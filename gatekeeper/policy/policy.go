@@ -312,7 +312,7 @@ func (e *Engine) Decide(ctx context.Context, input map[string]any) (Decision, er
 	if err := e.checkFacts(input); err != nil {
 		return Decision{}, err
 	}
-	r, err := e.evalOne(ctx, e.query, input, "decision")
+	r, err := e.evalOne(ctx, e.query, rego.EvalInput(input), "decision")
 	if err != nil {
 		return Decision{}, err
 	}
@@ -351,14 +351,14 @@ func (e *Engine) checkFacts(input map[string]any) error {
 // maximum age, api.CodePolicyTimeout at the deadline, api.CodePolicyEvaluationFailed for any
 // other evaluation error, api.CodePolicyDecisionInvalid when what ("decision") is
 // undefined.
-func (e *Engine) evalOne(ctx context.Context, q rego.PreparedEvalQuery, input map[string]any, what string) (rego.Result, error) {
+func (e *Engine) evalOne(ctx context.Context, q rego.PreparedEvalQuery, in rego.EvalOption, what string) (rego.Result, error) {
 	if e.Stale(e.now()) {
 		return rego.Result{}, &Error{Code: api.CodePolicyBundleStale,
 			Err: fmt.Errorf("bundle %s passed its maximum age at %s", e.revision, e.expires.UTC().Format(time.RFC3339))}
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.deadline)
 	defer cancel()
-	rs, err := q.Eval(ctx, rego.EvalInput(input))
+	rs, err := q.Eval(ctx, in)
 	if err != nil {
 		var te *topdown.Error
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) ||
@@ -393,7 +393,16 @@ type WorkloadDecision struct {
 // DecideWorkload evaluates WorkloadQuery for input (docs/kubernetes.md),
 // with the same deadline, staleness and error codes as Decide.
 func (e *Engine) DecideWorkload(ctx context.Context, input map[string]any) (WorkloadDecision, error) {
-	r, err := e.evalOne(ctx, e.workload, input, "workload decision")
+	// The webhook's input is JSON-decoded values (json.Number), strings,
+	// booleans and Go integers: converted to OPA's values directly, without
+	// the JSON-shaped copy rego.EvalInput makes first to normalise other Go
+	// types (any other type still takes that round trip, inside
+	// InterfaceToValue). The admission's input keeps rego.EvalInput.
+	parsed, err := ast.InterfaceToValue(input)
+	if err != nil {
+		return WorkloadDecision{}, &Error{Code: api.CodePolicyEvaluationFailed, Err: fmt.Errorf("input: %w", err)}
+	}
+	r, err := e.evalOne(ctx, e.workload, rego.EvalParsedInput(parsed), "workload decision")
 	if err != nil {
 		return WorkloadDecision{}, err
 	}

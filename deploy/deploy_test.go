@@ -97,40 +97,50 @@ func TestWebhookFailsClosed(t *testing.T) {
 
 // TestWebhookCoversTheBundleKinds: every workload kind of the bundle's
 // table is routed to the webhook (a kind in the table but not in the rules
-// would never be checked).
+// would never be checked): CREATE, and UPDATE unless its spec is immutable
+// (a DRA claim or template).
 func TestWebhookCoversTheBundleKinds(t *testing.T) {
 	raw, err := fs.ReadFile(policies.Bundle(), "ito/tables/workloads/data.json")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var table struct {
-		Kinds map[string]any `json:"kinds"`
+		Kinds map[string]struct {
+			Resource  string `json:"resource"`
+			ClaimSets []any  `json:"claim_sets"`
+		} `json:"kinds"`
 	}
 	if err := json.Unmarshal(raw, &table); err != nil {
 		t.Fatal(err)
 	}
-	resources := map[string]string{"Pod": "pods", "Job": "jobs", "JobSet": "jobsets", "PyTorchJob": "pytorchjobs",
-		"RayJob": "rayjobs", "RayCluster": "rayclusters"}
-	routed := map[string]bool{}
+	routed := map[string]bool{} // "<group>/<resource>[/<sub>] <OPERATION>"
 	d := docs(t, filepath.Join("kubernetes", "base", "validatingwebhookconfiguration.yaml"))
 	for _, h := range d[0]["webhooks"].([]any) {
 		for _, r := range get(h, "rules").([]any) {
 			for _, g := range get(r, "apiGroups").([]any) {
 				for _, res := range get(r, "resources").([]any) {
-					routed[g.(string)+"/"+res.(string)] = true
+					for _, op := range get(r, "operations").([]any) {
+						routed[g.(string)+"/"+res.(string)+" "+op.(string)] = true
+					}
 				}
 			}
 		}
 	}
-	for key := range table.Kinds {
-		group, kind, _ := strings.Cut(key, "/")
-		res, ok := resources[kind]
-		if !ok {
-			t.Errorf("kind %s: no resource name known to this test", key)
+	var want []string
+	for key, k := range table.Kinds {
+		group, _, _ := strings.Cut(key, "/")
+		if k.Resource == "" {
+			t.Errorf("kind %s: the table names no resource", key)
 			continue
 		}
-		if !routed[group+"/"+res] {
-			t.Errorf("kind %s (%s/%s) is in the bundle but not routed to the webhook", key, group, res)
+		want = append(want, group+"/"+k.Resource+" CREATE")
+		if len(k.ClaimSets) == 0 && k.Resource != "pods" {
+			want = append(want, group+"/"+k.Resource+" UPDATE")
+		}
+	}
+	for _, w := range want {
+		if !routed[w] {
+			t.Errorf("%s is in the bundle but not routed to the webhook", w)
 		}
 	}
 }

@@ -12,16 +12,20 @@
 //	                              data would shadow the root data document)
 //	ito/admission/admission.rego  package ito.admission; the entrypoint
 //	                              data.ito.admission.decision
-//	ito/workload/workload.rego    package ito.workload; the webhook's entrypoint
-//	                              data.ito.workload.decision
+//	ito/workload/*.rego           package ito.workload; the webhook's entrypoint
+//	                              data.ito.workload.decision (workload.rego), counting
+//	                              (count.rego, dra.rego), access.rego
 //	ito/lib/lib.rego              package ito.lib; shared helpers
 //	ito/config/data.json          data.ito.config (thresholds, prices, allow-lists)
 //	ito/tables/gpus/data.json     data.ito.tables.gpus (GPU table, a source per row)
 //	ito/tables/fabrics/data.json  data.ito.tables.fabrics (fabric table, a source per row)
-//	ito/tables/workloads/data.json data.ito.tables.workloads (workload kinds, GPU resources)
+//	ito/tables/workloads/data.json data.ito.tables.workloads (workload kinds: pod and claim paths,
+//	                              replica fields)
 //	ito/tables/storage/data.json  data.ito.tables.storage (checkpoint storage tiers, a source per row)
 //	ito/config/<gate>/data.json   data.ito.config.<gate> for the lifecycle, checkpoint,
-//	                              datachecks and rlvr gates
+//	                              datachecks and rlvr gates, and the workload gate's
+//	                              resource model (GPU resources, DRA device classes,
+//	                              device variables and paths)
 //	ito/**/*_test.rego, ito/testdata/   tests and their data (not in Bundle)
 //
 // The decision Go reads is data.ito.admission.decision:

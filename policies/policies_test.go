@@ -575,6 +575,7 @@ func TestEveryCodeIsProduced(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.Name, err)
 		}
+		withMemberNames(input)
 		d := decide(t, wq, input)
 		if got, want := d.summary(), (decisionSummary{Allow: len(c.Codes) == 0, Codes: nonNil(c.Codes), Warnings: []string{}}); !reflect.DeepEqual(got, want) {
 			t.Errorf("workload case %q: decision %+v, want %+v", c.Name, got, want)
@@ -597,6 +598,29 @@ func TestEveryCodeIsProduced(t *testing.T) {
 			}
 		}
 	}
+}
+
+// withMemberNames sets a workload input's review.keys as the webhook does:
+// every member name of review.object at any depth.
+func withMemberNames(input any) {
+	review := input.(map[string]any)["review"].(map[string]any)
+	keys := map[string]any{}
+	var walk func(any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				keys[k] = true
+				walk(e)
+			}
+		case []any:
+			for _, e := range x {
+				walk(e)
+			}
+		}
+	}
+	walk(review["object"])
+	review["keys"] = keys
 }
 
 // TestExactMoney: 16 GPUs × 3 h and 8 GPUs × 6 h at "2.49" are 119.52 USD

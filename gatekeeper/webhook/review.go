@@ -11,8 +11,13 @@ import (
 // review is what Go reads out of a request before policy: the object as
 // JSON values, its identity and uid, its controller's uid and its ticket.
 type review struct {
-	name     string
-	object   map[string]any
+	name   string
+	object map[string]any
+	// keys is every member name of object at any depth, as a set
+	// ({name: true}): the policy's rules for rare members (env,
+	// securityContext, hostPath…) start with an input.review.keys test that
+	// OPA's rule index decides without evaluating them.
+	keys     map[string]any
 	identity string // "<group>/<Kind>/<namespace>/<name>"
 	uid      string
 	ownerUID string // the controller ownerReference's uid; "" for none
@@ -29,17 +34,20 @@ func newReview(req *admissionv1.AdmissionRequest) (review, error) {
 	if len(req.Object.Raw) == 0 {
 		return review{}, errors.New("the request carries no object")
 	}
-	dec := json.NewDecoder(bytes.NewReader(req.Object.Raw))
-	dec.UseNumber() // exact integers for policy (replicas, GPU counts)
-	var obj map[string]any
-	if err := dec.Decode(&obj); err != nil || obj == nil {
+	obj, err := decodeObject(req.Object.Raw)
+	if err != nil {
 		return review{}, errors.New("the object is not a JSON object")
 	}
 	m, ok := objectMeta(obj)
 	if !ok {
 		return review{}, errors.New("the object's metadata does not decode")
 	}
-	rv := review{name: m.name, object: obj, uid: m.uid, ticket: m.ticket, ownerUID: m.ownerUID}
+	// The policy never reads managedFields (the apiserver's field
+	// ownership, often the largest part of an object).
+	if md, ok := obj["metadata"].(map[string]any); ok {
+		delete(md, "managedFields")
+	}
+	rv := review{name: m.name, object: obj, uid: m.uid, ticket: m.ticket, ownerUID: m.ownerUID, keys: memberNames(obj)}
 	if rv.name == "" {
 		rv.name = req.Name
 	}
@@ -50,6 +58,42 @@ func newReview(req *admissionv1.AdmissionRequest) (review, error) {
 	}
 	rv.identity = req.Kind.Group + "/" + req.Kind.Kind + "/" + req.Namespace + "/" + rv.name
 	return rv, nil
+}
+
+// memberNames is the set of member names of v at any depth.
+func memberNames(v any) map[string]any {
+	out := map[string]any{}
+	var walk func(any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				out[k] = true
+				walk(e)
+			}
+		case []any:
+			for _, e := range x {
+				walk(e)
+			}
+		}
+	}
+	walk(v)
+	return out
+}
+
+// decodeObject decodes one JSON object, numbers kept exact for policy
+// (replicas, GPU counts).
+func decodeObject(raw []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var obj map[string]any
+	if err := dec.Decode(&obj); err != nil {
+		return nil, err
+	}
+	if obj == nil {
+		return nil, errors.New("null")
+	}
+	return obj, nil
 }
 
 // meta is what Go reads of an object's metadata.

@@ -302,21 +302,23 @@ func (h *Handler) facts(ctx context.Context, req *admissionv1.AdmissionRequest, 
 			}
 		}
 	}
-	ns := map[string]any{"name": req.Namespace}
-	if acct := h.opts.Namespaces[req.Namespace]; acct != "" {
-		ns["account"] = acct
+	// account is "" for a namespace bound to no account.
+	ns := map[string]any{"name": req.Namespace, "account": h.opts.Namespaces[req.Namespace]}
+	rev := map[string]any{
+		"operation":    string(req.Operation),
+		"dry_run":      req.DryRun != nil && *req.DryRun,
+		"kind":         map[string]any{"group": req.Kind.Group, "version": req.Kind.Version, "kind": req.Kind.Kind},
+		"resource":     map[string]any{"group": req.Resource.Group, "version": req.Resource.Version, "resource": req.Resource.Resource},
+		"sub_resource": req.SubResource,
+		"namespace":    req.Namespace,
+		"name":         rv.name,
+		"user":         req.UserInfo.Username,
+		"object":       rv.object,
+		"keys":         rv.keys,
 	}
 	input := map[string]any{
-		"now": now.Unix(),
-		"review": map[string]any{
-			"operation": string(req.Operation),
-			"dry_run":   req.DryRun != nil && *req.DryRun,
-			"kind":      map[string]any{"group": req.Kind.Group, "version": req.Kind.Version, "kind": req.Kind.Kind},
-			"namespace": req.Namespace,
-			"name":      rv.name,
-			"user":      req.UserInfo.Username,
-			"object":    rv.object,
-		},
+		"now":        now.Unix(),
+		"review":     rev,
 		"namespace":  ns,
 		"ticket":     tk,
 		"run":        run,

@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -72,29 +73,7 @@ func newFixture(t testing.TB) *fixture {
 		t.Fatal(err)
 	}
 	// One admitted run of acct_a on bk_a.
-	ref := ledger.NewConfirmationRef()
-	digest := "sha256:" + strings.Repeat("0", 64)
-	if err := store.DepositConfirmation(t.Context(), ledger.Confirmation{Ref: ref, JTI: "jti-1", Account: "acct_a",
-		Action: "train.create", Token: []byte("x.y.z"), ExpiresAt: now.Add(time.Hour), DepositedAt: now,
-		BookingID: "bk_a", ManifestDigest: digest, CostMicroUSD: 1_000_000}); err != nil {
-		t.Fatal(err)
-	}
-	runID := ledger.NewRunID()
-	c := ticket.Claims{Account: "acct_a", ID: "dec_00000000000000000000000000000001", RunID: runID, BookingID: "bk_a",
-		Action: "train.create", ManifestDigest: digest, WorldSize: 16, Nodes: 2,
-		GPUsPerNode: 8, GPUType: "H100-SXM-80GB", Region: "us-east-1", BundleRevision: "r",
-		IssuedAt: now.Add(-time.Minute), Expiry: now.Add(time.Hour)}
-	raw, err := ts.Tickets.Issue(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := store.Commit(t.Context(), ledger.Admission{Account: "acct_a", IdempotencyKey: "k1",
-		RequestDigest: "sha256:" + strings.Repeat("1", 64), DecisionID: c.ID, RunID: runID, Action: "train.create",
-		BookingID: "bk_a", ManifestDigest: c.ManifestDigest, ConfirmationRef: ref, ConfirmationJTI: "jti-1",
-		BundleRevision: "r", State: api.StateAdmitted, CreatedAt: now, Ticket: raw,
-		CostMicroUSD: 1_000_000, GPUs: 16, BookedGPUs: 16, LiveUntil: now.Add(7 * time.Hour)}); err != nil {
-		t.Fatal(err)
-	}
+	runID, raw := admitRun(t, store, ts.Tickets, "1", "bk_a")
 	tv, err := ticket.NewVerifier(ticket.VerifierOptions{Issuer: trust.DevTicketIssuer, Keys: ts.Tickets.KeySet()})
 	if err != nil {
 		t.Fatal(err)
@@ -111,6 +90,36 @@ func newFixture(t testing.TB) *fixture {
 		t.Fatal(err)
 	}
 	return &fixture{h: h, opts: opts, store: store, runID: runID, ticket: raw, runs: runs, keys: ts.Tickets}
+}
+
+// admitRun commits an admitted train.create of acct_a on booking (16 GPUs,
+// 2 nodes of 8) and returns its run id and ticket; n tells runs apart.
+func admitRun(t testing.TB, store *bolt.Store, signer *ticket.Signer, n, booking string) (string, string) {
+	t.Helper()
+	ref := ledger.NewConfirmationRef()
+	digest := "sha256:" + strings.Repeat("0", 64)
+	if err := store.DepositConfirmation(t.Context(), ledger.Confirmation{Ref: ref, JTI: "jti-" + n, Account: "acct_a",
+		Action: "train.create", Token: []byte("x.y.z"), ExpiresAt: now.Add(time.Hour), DepositedAt: now,
+		BookingID: booking, ManifestDigest: digest, CostMicroUSD: 1_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	runID := ledger.NewRunID()
+	c := ticket.Claims{Account: "acct_a", ID: "dec_0000000000000000000000000000000" + n, RunID: runID, BookingID: booking,
+		Action: "train.create", ManifestDigest: digest, WorldSize: 16, Nodes: 2,
+		GPUsPerNode: 8, GPUType: "H100-SXM-80GB", Region: "us-east-1", BundleRevision: "r",
+		IssuedAt: now.Add(-time.Minute), Expiry: now.Add(time.Hour)}
+	raw, err := signer.Issue(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := store.Commit(t.Context(), ledger.Admission{Account: "acct_a", IdempotencyKey: "k" + n,
+		RequestDigest: "sha256:" + strings.Repeat(n, 64), DecisionID: c.ID, RunID: runID, Action: "train.create",
+		BookingID: booking, ManifestDigest: c.ManifestDigest, ConfirmationRef: ref, ConfirmationJTI: "jti-" + n,
+		BundleRevision: "r", State: api.StateAdmitted, CreatedAt: now, Ticket: raw,
+		CostMicroUSD: 1_000_000, GPUs: 16, BookedGPUs: 16, LiveUntil: now.Add(7 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	return runID, raw
 }
 
 func job(ns, name, uid, ticket string, parallelism, gpusPerPod int) map[string]any {
@@ -317,4 +326,167 @@ func TestMetadataReadAsPolicyReadsIt(t *testing.T) {
 		map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "name": "d", "uid": "uid-other-2", "controller": nil},
 	}, refs...)
 	wantAllowed(t, post(t, f.h, "", "v1", "Pod", p, false))
+}
+
+// request is one AdmissionReview request for postRequest: what the
+// apiserver sends for a CREATE, an UPDATE (with the stored object) or an
+// UPDATE of a subresource.
+type request struct {
+	op, sub                   string
+	group, version, kind, res string
+	obj, old                  map[string]any
+}
+
+// postRequest sends one AdmissionReview through HTTP and returns the
+// response (request uid "req-<name>").
+func postRequest(t testing.TB, h http.Handler, r request) *admissionv1.AdmissionResponse {
+	t.Helper()
+	raw, _ := json.Marshal(r.obj)
+	meta := r.obj["metadata"].(map[string]any)
+	req := map[string]any{
+		"uid": "req-" + meta["name"].(string), "operation": r.op, "subResource": r.sub,
+		"kind":      map[string]any{"group": r.group, "version": r.version, "kind": r.kind},
+		"resource":  map[string]any{"group": r.group, "version": r.version, "resource": r.res},
+		"namespace": "team-a", "name": meta["name"],
+		"userInfo": map[string]any{"username": "alice"}, "object": json.RawMessage(raw),
+	}
+	if r.old != nil {
+		old, _ := json.Marshal(r.old)
+		req["oldObject"] = json.RawMessage(old)
+	}
+	body, _ := json.Marshal(map[string]any{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req})
+	rec := httptest.NewRecorder()
+	hr := httptest.NewRequest(http.MethodPost, "/validate", bytes.NewReader(body))
+	hr.Header.Set("Content-Type", "application/json")
+	h.ServeHTTP(rec, hr)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("HTTP %d: %s", rec.Code, rec.Body)
+	}
+	var out admissionv1.AdmissionReview
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || out.Response == nil {
+		t.Fatalf("not a review: %s", rec.Body)
+	}
+	return out.Response
+}
+
+func podSpec(containers ...map[string]any) map[string]any {
+	cs := make([]any, len(containers))
+	for i, c := range containers {
+		cs[i] = c
+	}
+	return map[string]any{"containers": cs}
+}
+
+func container(name string, limits map[string]any) map[string]any {
+	return map[string]any{"name": name, "image": "i", "resources": map[string]any{"limits": limits}}
+}
+
+// childPod is a Pod of the bound Job "uid-job" with the run's ticket.
+func childPod(name, ticket string, spec map[string]any) map[string]any {
+	p := pod("team-a", name, "uid-"+name, "uid-job", ticket, 0)
+	p["spec"] = spec
+	return p
+}
+
+// TestCountedPaths: each path by which a Pod or workload reaches GPUs is
+// counted against the ticket (16 GPUs, 8 per node), through the handler.
+func TestCountedPaths(t *testing.T) {
+	f := newFixture(t)
+	wantAllowed(t, post(t, f.h, "batch", "v1", "Job", job("team-a", "train", "uid-job", f.ticket, 2, 8), false))
+	pods := func(name string, spec map[string]any) *admissionv1.AdmissionResponse {
+		return post(t, f.h, "", "v1", "Pod", childPod(name, f.ticket, spec), false)
+	}
+	sidecar := container("warm", map[string]any{"nvidia.com/gpu": "4"})
+	sidecar["restartPolicy"] = "Always"
+	init := container("warm", map[string]any{"nvidia.com/gpu": "8"})
+
+	// Native sidecars add up with the app; an ordinary init container does not.
+	spec := podSpec(container("t", map[string]any{"nvidia.com/gpu": "8"}))
+	spec["initContainers"] = []any{sidecar}
+	wantDenied(t, pods("sidecar", spec), "WORKLOAD_POD_GPUS_EXCEED_NODE")
+	spec["initContainers"] = []any{init}
+	wantAllowed(t, pods("init", spec))
+
+	// MIG slices and DRA extended resources are GPUs; without a ticket, refused.
+	for _, r := range []string{"nvidia.com/mig-1g.10gb", "deviceclass.resource.kubernetes.io/gpu.nvidia.com"} {
+		p := pod("team-a", "bare", "uid-bare", "", "", 0)
+		p["spec"] = podSpec(container("t", map[string]any{r: "1"}))
+		delete(p["metadata"].(map[string]any), "annotations")
+		wantDenied(t, post(t, f.h, "", "v1", "Pod", p, false), "WORKLOAD_TICKET_MISSING")
+	}
+
+	// A Pod naming a DRA claim template is charged a whole node, a standalone claim is unknown.
+	spec = podSpec(container("t", map[string]any{"cpu": "1"}))
+	spec["resourceClaims"] = []any{map[string]any{"name": "gpus", "resourceClaimTemplateName": "gpus"}}
+	wantAllowed(t, pods("dra-template", spec))
+	spec["resourceClaims"] = []any{map[string]any{"name": "gpus", "resourceClaimName": "shared"}}
+	wantDenied(t, pods("dra-claim", spec), "WORKLOAD_GPU_COUNT_UNKNOWN")
+
+	// GPU access without a count.
+	env := container("t", map[string]any{"nvidia.com/gpu": "4"})
+	env["env"] = []any{map[string]any{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}}
+	wantDenied(t, pods("env", podSpec(env)), "WORKLOAD_GPU_ACCESS_UNCOUNTED")
+	priv := container("t", map[string]any{"nvidia.com/gpu": "8"})
+	priv["securityContext"] = map[string]any{"privileged": true}
+	wantAllowed(t, pods("whole-node", podSpec(priv)))
+
+	// A claim template: its devices are counted when it is created.
+	tpl := func(name string, exactly map[string]any) map[string]any {
+		return map[string]any{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+			"metadata": map[string]any{"name": name, "namespace": "team-a"},
+			"spec": map[string]any{"spec": map[string]any{"devices": map[string]any{"requests": []any{
+				map[string]any{"name": "gpus", "exactly": exactly}}}}}}
+	}
+	claimReq := func(obj map[string]any) request {
+		return request{op: "CREATE", group: "resource.k8s.io", version: "v1", kind: "ResourceClaimTemplate",
+			res: "resourceclaimtemplates", obj: obj}
+	}
+	wantAllowed(t, postRequest(t, f.h, claimReq(tpl("eight", map[string]any{"deviceClassName": "gpu.nvidia.com",
+		"allocationMode": "ExactCount", "count": 8}))))
+	wantDenied(t, postRequest(t, f.h, claimReq(tpl("all", map[string]any{"deviceClassName": "gpu.nvidia.com",
+		"allocationMode": "All"}))), "WORKLOAD_GPU_COUNT_UNKNOWN")
+}
+
+// inputRecorder is a Decider that keeps the input it was given.
+type inputRecorder struct{ input map[string]any }
+
+func (r *inputRecorder) DecideWorkload(_ context.Context, in map[string]any) (policy.WorkloadDecision, error) {
+	r.input = in
+	return policy.WorkloadDecision{Decision: policy.Decision{Allow: true, Violations: []api.Finding{}}, Bind: "none"}, nil
+}
+
+// TestPolicyInput: what Go establishes for the policy besides the ticket and
+// the ledger: the subresource, the resource, every member name of the object
+// (review.keys) and the object without metadata.managedFields.
+func TestPolicyInput(t *testing.T) {
+	f := newFixture(t)
+	rec := &inputRecorder{}
+	opts := f.opts
+	opts.Policy = func() webhook.Decider { return rec }
+	h, err := webhook.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := childPod("p", f.ticket, podSpec(container("t", map[string]any{"nvidia.com/gpu": "8"})))
+	p["metadata"].(map[string]any)["managedFields"] = []any{map[string]any{"manager": "kubectl", "fieldsV1": map[string]any{"f:spec": map[string]any{}}}}
+	wantAllowed(t, postRequest(t, h, request{op: "CREATE", group: "", version: "v1", kind: "Pod", res: "pods", obj: p}))
+	review := rec.input["review"].(map[string]any)
+	if review["sub_resource"] != "" || review["resource"].(map[string]any)["resource"] != "pods" {
+		t.Errorf("review %v", review)
+	}
+	keys := review["keys"].(map[string]any)
+	for _, k := range []string{"metadata", "annotations", webhook.TicketAnnotation, "spec", "containers", "resources", "limits", "nvidia.com/gpu", "controller"} {
+		if keys[k] != true {
+			t.Errorf("review.keys lacks %q: %v", k, keys)
+		}
+	}
+	if _, ok := keys["managedFields"]; ok {
+		t.Errorf("managedFields reached the policy: %v", keys)
+	}
+	if _, ok := review["object"].(map[string]any)["metadata"].(map[string]any)["managedFields"]; ok {
+		t.Error("the object keeps managedFields")
+	}
+	if ns := rec.input["namespace"].(map[string]any); ns["account"] != "acct_a" {
+		t.Errorf("namespace %v", ns)
+	}
 }

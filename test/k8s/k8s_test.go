@@ -18,6 +18,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -33,10 +34,14 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
@@ -70,7 +75,8 @@ func TestWorkloadBoundary(t *testing.T) {
 
 	// The control plane. kube-apiserver on loopback cannot reconcile the
 	// kubernetes Service's endpoints to 127.0.0.1: no reconciler.
-	env := &envtest.Environment{BinaryAssetsDirectory: assets}
+	env := &envtest.Environment{BinaryAssetsDirectory: assets,
+		CRDDirectoryPaths: []string{filepath.Join("testdata", "pytorchjob-crd.yaml")}, ErrorIfCRDPathMissing: true}
 	env.ControlPlane.GetAPIServer().Configure().Set("endpoint-reconciler-type", "none")
 	cfg, err := env.Start()
 	if err != nil {
@@ -82,6 +88,10 @@ func TestWorkloadBoundary(t *testing.T) {
 		}
 	})
 	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,6 +174,97 @@ func TestWorkloadBoundary(t *testing.T) {
 		if err != nil || !strings.Contains(out, "job.batch/dry serverside-applied (server dry run)") {
 			t.Fatalf("kubectl dry run: %v\n%s", err, out)
 		}
+	})
+	pods := cs.CoreV1().Pods(nsA)
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	t.Run("MIG name without a ticket", func(t *testing.T) {
+		_, err := pods.Create(ctx, podWith("mig", "", corev1.ResourceList{"nvidia.com/mig-1g.10gb": qty(7)}), dryRun)
+		wantForbidden(t, err, "WORKLOAD_TICKET_MISSING")
+	})
+	t.Run("device-class extended resource", func(t *testing.T) {
+		_, err := pods.Create(ctx, podWith("dra-ext", "", corev1.ResourceList{
+			"deviceclass.resource.kubernetes.io/gpu.nvidia.com": qty(8)}), dryRun)
+		wantForbidden(t, err, "WORKLOAD_TICKET_MISSING")
+		_, err = pods.Create(ctx, podWith("dra-alias", run.Data.Ticket, corev1.ResourceList{
+			"deviceclass.resource.kubernetes.io/fast-gpus": qty(8)}), dryRun)
+		wantForbidden(t, err, "WORKLOAD_GPU_COUNT_UNKNOWN")
+	})
+	t.Run("sidecar arithmetic", func(t *testing.T) {
+		// 6 for the trainer and 4 for a native sidecar run together: 10 on an 8-GPU ticket.
+		p := podWith("sidecar", run.Data.Ticket, corev1.ResourceList{gpu: qty(6)})
+		always := corev1.ContainerRestartPolicyAlways
+		p.Spec.InitContainers = []corev1.Container{{Name: "warm", Image: "warm:1", RestartPolicy: &always,
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{gpu: qty(4)}}}}
+		_, err := pods.Create(ctx, p, dryRun)
+		wantForbidden(t, err, "WORKLOAD_GPUS_EXCEED_TICKET")
+		if !strings.Contains(err.Error(), "10 GPUs requested, 8 admitted") {
+			t.Fatalf("err %v, want the sidecar counted beside the trainer", err)
+		}
+		// An ordinary init container of 8 runs before the trainer's 6: the Pod holds 8.
+		p.Spec.InitContainers[0].RestartPolicy = nil
+		p.Spec.InitContainers[0].Resources.Limits[gpu] = qty(8)
+		if _, err := pods.Create(ctx, p, dryRun); err != nil {
+			t.Fatalf("init container of 8 before a trainer of 6: %v", err)
+		}
+	})
+	t.Run("GPU access without a count", func(t *testing.T) {
+		p := podWith("env", "", corev1.ResourceList{corev1.ResourceCPU: qty(1)})
+		p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}}
+		_, err := pods.Create(ctx, p, dryRun)
+		wantForbidden(t, err, "WORKLOAD_GPU_ACCESS_UNCOUNTED")
+		p = podWith("privileged", "", corev1.ResourceList{corev1.ResourceCPU: qty(1)})
+		yes := true
+		p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: &yes}
+		_, err = pods.Create(ctx, p, dryRun)
+		wantForbidden(t, err, "WORKLOAD_GPU_ACCESS_UNCOUNTED")
+		// Holding the whole node (8 of the ticket's 8 per node), it reaches nothing more.
+		p = podWith("whole-node", run.Data.Ticket, corev1.ResourceList{gpu: qty(8)})
+		p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: &yes}
+		if _, err := pods.Create(ctx, p, dryRun); err != nil {
+			t.Fatalf("privileged on a whole node: %v", err)
+		}
+	})
+	t.Run("DRA claim and template", func(t *testing.T) {
+		templates := cs.ResourceV1().ResourceClaimTemplates(nsA)
+		_, err := templates.Create(ctx, claimTemplate("all-gpus", resourcev1.ExactDeviceRequest{
+			DeviceClassName: "gpu.nvidia.com", AllocationMode: resourcev1.DeviceAllocationModeAll}), metav1.CreateOptions{})
+		wantForbidden(t, err, "WORKLOAD_GPU_COUNT_UNKNOWN")
+		_, err = templates.Create(ctx, claimTemplate("alias", resourcev1.ExactDeviceRequest{
+			DeviceClassName: "fast-gpus", Count: 8}), metav1.CreateOptions{})
+		wantForbidden(t, err, "WORKLOAD_GPU_COUNT_UNKNOWN")
+		_, err = cs.ResourceV1().ResourceClaims(nsA).Create(ctx, &resourcev1.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: "all-gpus"},
+			Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{
+				Name: "gpus", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: "gpu.nvidia.com",
+					AllocationMode: resourcev1.DeviceAllocationModeAll}}}}},
+		}, metav1.CreateOptions{})
+		wantForbidden(t, err, "WORKLOAD_GPU_COUNT_UNKNOWN")
+		// Eight of a GPU class: a count; the template itself is charged to no ticket.
+		if _, err := templates.Create(ctx, claimTemplate("eight-gpus", resourcev1.ExactDeviceRequest{
+			DeviceClassName: "gpu.nvidia.com", Count: 8}), metav1.CreateOptions{}); err != nil {
+			t.Fatalf("a template of 8 GPUs: %v", err)
+		}
+		// A Job naming it: each Pod is charged a whole node, 2 Pods are 16 GPUs on an 8-GPU ticket.
+		j := gpuJob("dra-job", run.Data.Ticket, 2, 0)
+		j.Spec.Template.Spec.Containers[0].Resources = corev1.ResourceRequirements{}
+		j.Spec.Template.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimTemplateName: ptr("eight-gpus")}}
+		_, err = jobs.Create(ctx, j, metav1.CreateOptions{})
+		wantForbidden(t, err, "WORKLOAD_GPUS_EXCEED_TICKET")
+		// A Pod naming a standalone claim: its devices cannot be seen.
+		p := podWith("named-claim", run.Data.Ticket, corev1.ResourceList{gpu: qty(4)})
+		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimName: ptr("shared-gpus")}}
+		_, err = pods.Create(ctx, p, dryRun)
+		wantForbidden(t, err, "WORKLOAD_GPU_COUNT_UNKNOWN")
+	})
+	t.Run("negative replicas of a PyTorchJob", func(t *testing.T) {
+		// The apiserver checks the scale path (Worker.replicas) of the CRD,
+		// not the other replica specs: 4 workers and -3 masters would total 8.
+		pj := pytorchJob("negative", run.Data.Ticket, 8, 4)
+		if err := unstructured.SetNestedField(pj.Object, int64(-3), "spec", "pytorchReplicaSpecs", "Master", "replicas"); err != nil {
+			t.Fatal(err)
+		}
+		_, err := dyn.Resource(pytorchJobs).Namespace(nsA).Create(ctx, pj, metav1.CreateOptions{})
+		wantForbidden(t, err, "WORKLOAD_COUNT_INVALID")
 	})
 	var created *batchv1.Job
 	t.Run("valid ticket: created", func(t *testing.T) {
@@ -300,6 +401,54 @@ func gpuPod(name, tk string, owner types.UID, gpus int64) *corev1.Pod {
 		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "train", UID: owner, Controller: &yes}}
 	}
 	return p
+}
+
+func qty(n int64) resource.Quantity { return *resource.NewQuantity(n, resource.DecimalSI) }
+
+func ptr[T any](v T) *T { return &v }
+
+// podWith is a bare Pod whose one container has limits, with tk as its ticket ("" for none).
+func podWith(name, tk string, limits corev1.ResourceList) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "trainer", Image: "trainer:1", Resources: corev1.ResourceRequirements{Limits: limits},
+		}}},
+	}
+	if tk != "" {
+		p.Annotations[webhook.TicketAnnotation] = tk
+	}
+	return p
+}
+
+func claimTemplate(name string, req resourcev1.ExactDeviceRequest) *resourcev1.ResourceClaimTemplate {
+	return &resourcev1.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+			Requests: []resourcev1.DeviceRequest{{Name: "gpus", Exactly: &req}}}}},
+	}
+}
+
+var pytorchJobs = schema.GroupVersionResource{Group: "kubeflow.org", Version: "v1", Resource: "pytorchjobs"}
+
+// pytorchJob is a PyTorchJob (the CRD stand-in of testdata/) of one master
+// and workers, each Pod with gpus GPUs, with tk as its ticket ("" for none).
+func pytorchJob(name, tk string, gpus, workers int64) *unstructured.Unstructured {
+	ann := map[string]any{}
+	if tk != "" {
+		ann[webhook.TicketAnnotation] = tk
+	}
+	tpl := map[string]any{"metadata": map[string]any{"annotations": ann}, "spec": map[string]any{"containers": []any{
+		map[string]any{"name": "pytorch", "image": "trainer:1",
+			"resources": map[string]any{"limits": map[string]any{gpu: fmt.Sprint(gpus)}}}}}}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+		"metadata": map[string]any{"name": name, "annotations": ann},
+		"spec": map[string]any{"pytorchReplicaSpecs": map[string]any{
+			"Master": map[string]any{"replicas": int64(1), "template": tpl},
+			"Worker": map[string]any{"replicas": workers, "template": tpl},
+		}},
+	}}
 }
 
 // forge changes one byte of the ticket's signature.

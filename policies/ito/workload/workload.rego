@@ -6,9 +6,11 @@
 #   requests GPUs in a namespace under itogate's control must carry a valid
 #   admission ticket of a live run of the namespace's account, ask for no
 #   more GPUs than admitted (no Pod more than one node's), and be the one
-#   workload the ticket created (or a child of it). Facts only: Go verified
-#   the ticket and read the run and its binding from the ledger
-#   (docs/kubernetes.md).
+#   workload the ticket created (or a child of it). GPUs are counted on every
+#   path by the resource model of data.ito.config.workload (count.rego,
+#   dra.rego); GPU access without a count is refused (access.rego).
+#   Facts only: Go verified the ticket and read the run and its binding from
+#   the ledger (docs/kubernetes.md).
 # scope: package
 # schemas:
 #   - input:
@@ -20,7 +22,7 @@
 #         review:
 #           type: object
 #           additionalProperties: false
-#           required: [operation, dry_run, kind, namespace, name, object]
+#           required: [operation, dry_run, kind, sub_resource, namespace, name, object, keys]
 #           properties:
 #             operation: {type: string}
 #             dry_run: {type: boolean}
@@ -31,19 +33,30 @@
 #                 group: {type: string}
 #                 version: {type: string}
 #                 kind: {type: string}
+#             sub_resource: {type: string}
+#             resource:
+#               type: object
+#               additionalProperties: false
+#               properties:
+#                 group: {type: string}
+#                 version: {type: string}
+#                 resource: {type: string}
 #             namespace: {type: string}
 #             name: {type: string}
 #             user: {type: string}
 #             object: {type: object}
+#             keys: {type: object, additionalProperties: {type: boolean}}
 #         namespace:
 #           type: object
 #           additionalProperties: false
+#           required: [name, account]
 #           properties:
 #             name: {type: string}
 #             account: {type: string}
 #         ticket:
 #           type: object
 #           additionalProperties: false
+#           required: [present]
 #           properties:
 #             present: {type: boolean}
 #             verified: {type: boolean}
@@ -52,6 +65,7 @@
 #         run:
 #           type: object
 #           additionalProperties: false
+#           required: [found]
 #           properties:
 #             found: {type: boolean}
 #             account: {type: string}
@@ -61,6 +75,7 @@
 #         binding:
 #           type: object
 #           additionalProperties: false
+#           required: [bound, identity, uids]
 #           properties:
 #             bound: {type: boolean}
 #             identity: {type: string}
@@ -82,6 +97,10 @@ _obj := input.review.object
 
 _kind_key := concat("/", [input.review.kind.group, input.review.kind.kind])
 
+_kind := object.get(_table.kinds, _kind_key, {})
+
+_sub_resource := object.get(input.review, "sub_resource", "")
+
 _claims := object.get(input.ticket, "claims", {})
 
 # METADATA
@@ -91,7 +110,7 @@ _claims := object.get(input.ticket, "claims", {})
 #   "gpus": n}. bind tells Go what to record in the ledger after an allow that
 #   is not a dry run: "root" binds the run to this object's identity, "child"
 #   adds this object's uid under its bound owner, "none" records nothing
-#   (Pods, objects without GPUs).
+#   (Pods, DRA claims and templates, subresources, objects without GPUs).
 # entrypoint: true
 decision := {
 	"allow": count(violations) == 0,
@@ -107,86 +126,50 @@ decision := {
 violations := [f | some t in sort([[f.code, f.message, f] | some f in deny]); f := t[2]]
 
 # METADATA
-# title: GPUs requested
-# description: >-
-#   The GPUs the object asks for in total: over its pod sets, replicas × the
-#   GPUs of one Pod (the GPU resources of the table; a container counts the
-#   larger of its request and limit; a Pod counts max(sum of containers,
-#   largest init container), as the scheduler does). 0 for kinds not in the
-#   table.
-gpus := sum([n | some s in pod_sets; n := s.replicas * s.per_pod])
-
-# METADATA
-# title: Pod sets
-# description: >-
-#   [{"replicas": n, "per_pod": GPUs}] for each pod template of the object, from
-#   the table's paths for its kind (group/Kind).
-pod_sets := [{"replicas": _replicas(base, set), "per_pod": _pod_gpus(object.get(base, set.path, {}))} |
-	some set in object.get(_table.kinds, _kind_key, {"pod_sets": []}).pod_sets
-	some base in _bases(set)
-]
-
-_bases(set) := [_obj] if not set.each
-
-_bases(set) := [e | some e in object.get(_obj, set.each, [])] if set.each
-
-# A factor is the first of its alternative paths that holds a number, else 1.
-_factor(base, alternatives) := vs[0] if {
-	vs := [v | some p in alternatives; v := object.get(base, p, null); is_number(v)]
-	count(vs) > 0
-} else := 1
-
-_replicas(base, set) := product([_factor(base, f) | some f in object.get(set, "replicas", [])])
-
-_qty(x) := x if is_number(x)
-
-_qty(x) := units.parse(x) if is_string(x)
-
-_container_gpus(c) := sum([max([
-	_qty(object.get(c, ["resources", "requests", r], 0)),
-	_qty(object.get(c, ["resources", "limits", r], 0)),
-]) |
-	some r in _table.gpu_resources
-])
-
-_pod_gpus(spec) := max([
-	sum([_container_gpus(c) | some c in object.get(spec, "containers", [])]),
-	max(array.concat([0], [_container_gpus(c) | some c in object.get(spec, "initContainers", [])])),
-])
-
-# METADATA
 # title: Requests GPUs
-# description: True when the object asks for at least one GPU; only then do the checks apply.
-requests_gpus if gpus > 0
+# description: >-
+#   True when the object asks for at least one GPU, counted or charged
+#   (count.rego); only then do the ticket checks apply.
+requests_gpus if {
+	gpus > 0
+} else if {
+	some s in pod_sets
+	s.claims
+	s.replicas > 0
+}
+
+# The ticket checks apply to the main resource of a Pod or workload kind:
+# not to a DRA claim or template (its devices are charged at the Pods that
+# use it) and not to a subresource.
+_gated if {
+	requests_gpus
+	_sub_resource == ""
+	not _kind.claim_sets
+}
 
 # METADATA
 # title: Ledger binding to record
 # description: See decision.
-bind := "none" if not requests_gpus
-
 bind := "none" if {
-	requests_gpus
-	_kind_key == "/Pod"
-}
-
-bind := "child" if {
-	requests_gpus
-	_kind_key != "/Pod"
+	not _gated
+} else := "none" if {
+	_kind.binds == false
+} else := "child" if {
 	_is_child
-}
-
-bind := "root" if {
-	requests_gpus
-	_kind_key != "/Pod"
-	not _is_child
-}
+} else := "root"
 
 _is_child if input.object_ref.owner_uid != ""
 
 _ticket_ok if {
 	input.ticket.verified == true
-	_claims.action == "train.create"
+	input.ticket.claims.action == "train.create"
 }
+
+# What the object asks for, for the messages: a count, or a DRA claim
+# template charged as a whole node when no ticket tells a node's size.
+_asked := sprintf("%v GPUs", [gpus]) if gpus > 0
+
+_asked := "GPUs through a DRA claim template" if gpus == 0
 
 # METADATA
 # title: Namespace bound to no account
@@ -196,8 +179,8 @@ _ticket_ok if {
 #   gate: workload
 #   fix: Bind the namespace to its account in the webhook configuration (webhook.namespaces).
 deny contains v if {
-	requests_gpus
-	object.get(input.namespace, "account", "") == ""
+	input.namespace.account == ""
+	_gated
 	v := lib.violation(
 		rego.metadata.rule(),
 		sprintf("namespace %v is bound to no account", [lib.show(input.review.namespace)]),
@@ -212,10 +195,10 @@ deny contains v if {
 #   gate: workload
 #   fix: Admit the run (POST /v1/admissions) and put data.ticket into the itogate.io/ticket annotation.
 deny contains v if {
-	requests_gpus
-	not input.ticket.present == true
-	v := lib.violation(rego.metadata.rule(), sprintf("%v GPUs requested without an admission ticket (annotation %v)", [
-		gpus, _table.ticket_annotation,
+	input.ticket.present == false
+	_gated
+	v := lib.violation(rego.metadata.rule(), sprintf("%v requested without an admission ticket (annotation %v)", [
+		_asked, _table.ticket_annotation,
 	]))
 }
 
@@ -229,13 +212,28 @@ deny contains v if {
 #   gate: workload
 #   fix: Use the ticket exactly as itogate returned it for this run's train.create.
 deny contains v if {
-	requests_gpus
-	input.ticket.present == true
-	not _ticket_ok
+	input.ticket.verified == false
 	not input.ticket.error == "expired"
+	_gated
 	v := lib.violation(rego.metadata.rule(), sprintf("the admission ticket is rejected: %v", [
-		object.get(input.ticket, "error", "not issued for train.create"),
+		object.get(input.ticket, "error", "rejected"),
 	]))
+}
+
+# METADATA
+# title: Admission ticket invalid
+# description: >-
+#   The ticket does not verify (signature, key, typ, issuer, audience, claims)
+#   or was not issued for train.create.
+# custom:
+#   code: WORKLOAD_TICKET_INVALID
+#   gate: workload
+#   fix: Use the ticket exactly as itogate returned it for this run's train.create.
+deny contains v if {
+	input.ticket.verified == true
+	input.ticket.claims.action != "train.create"
+	_gated
+	v := lib.violation(rego.metadata.rule(), "the admission ticket is rejected: not issued for train.create")
 }
 
 # METADATA
@@ -246,9 +244,8 @@ deny contains v if {
 #   gate: workload
 #   fix: The run's time is over; admit a new run for new workloads.
 deny contains v if {
-	requests_gpus
-	input.ticket.present == true
 	input.ticket.error == "expired"
+	_gated
 	v := lib.violation(rego.metadata.rule(), "the admission ticket has expired")
 }
 
@@ -260,10 +257,11 @@ deny contains v if {
 #   gate: workload
 #   fix: Create the workload in a namespace of the account that was admitted.
 deny contains v if {
-	requests_gpus
+	input.ticket.verified == true
+	input.namespace.account != ""
+	input.ticket.claims.sub != input.namespace.account
 	_ticket_ok
-	object.get(input.namespace, "account", "") != ""
-	_claims.sub != input.namespace.account
+	_gated
 	v := lib.violation(rego.metadata.rule(), sprintf("the ticket is for another account than namespace %v's", [
 		lib.show(input.review.namespace),
 	]))
@@ -277,9 +275,10 @@ deny contains v if {
 #   gate: workload
 #   fix: Admit the run with this itogate (or its replicas' shared ledger) first.
 deny contains v if {
-	requests_gpus
-	_ticket_ok
+	input.ticket.verified == true
 	not _run_matches
+	_ticket_ok
+	_gated
 	v := lib.violation(
 		rego.metadata.rule(),
 		sprintf("run %v is not admitted for this account and booking", [lib.show(_claims.run_id)]),
@@ -288,8 +287,8 @@ deny contains v if {
 
 _run_matches if {
 	input.run.found == true
-	input.run.account == _claims.sub
-	input.run.booking_id == _claims.booking_id
+	input.run.account == input.ticket.claims.sub
+	input.run.booking_id == input.ticket.claims.booking_id
 }
 
 # METADATA
@@ -307,10 +306,10 @@ _run_matches if {
 #     Admit a new run; a halted, revoked, cancelled or finished run creates
 #     nothing (it can only be cancelled or cleaned up).
 deny contains v if {
-	requests_gpus
+	input.run.live == false
+	_gated
 	_ticket_ok
 	_run_matches
-	not input.run.live == true
 	v := lib.violation(rego.metadata.rule(), sprintf("run %v is not live (%v)", [
 		lib.show(_claims.run_id), object.get(input.run, "ended_by", "ended"),
 	]))
@@ -318,17 +317,27 @@ deny contains v if {
 
 # METADATA
 # title: More GPUs than admitted
-# description: The object asks for more GPUs in total (replicas × per Pod) than the ticket's world_size.
+# description: >-
+#   The object asks for more GPUs in total (replicas × per Pod, a Pod naming a
+#   DRA claim template charged as a whole node) than the ticket's world_size.
 # custom:
 #   code: WORKLOAD_GPUS_EXCEED_TICKET
 #   gate: workload
 #   fix: Request at most the admitted world size, or admit a run for more GPUs.
 deny contains v if {
-	requests_gpus
+	input.ticket.verified == true
+	gpus > input.ticket.claims.world_size
 	_ticket_ok
-	gpus > _claims.world_size
-	v := lib.violation(rego.metadata.rule(), sprintf("%v GPUs requested, %v admitted", [gpus, _claims.world_size]))
+	_gated
+	v := lib.violation(rego.metadata.rule(), sprintf("%v GPUs requested%v, %v admitted", [
+		gpus, _charge_note, _claims.world_size,
+	]))
 }
+
+_charge_note := " (a Pod naming a DRA claim template counts as a whole node)" if {
+	some s in pod_sets
+	s.claims
+} else := ""
 
 # METADATA
 # title: A Pod larger than a node
@@ -338,10 +347,11 @@ deny contains v if {
 #   gate: workload
 #   fix: Ask for at most gpus_per_node GPUs per Pod; spread the rest over more Pods.
 deny contains v if {
-	requests_gpus
-	_ticket_ok
+	input.ticket.verified == true
 	some s in pod_sets
-	s.per_pod > _claims.gpus_per_node
+	s.per_pod > input.ticket.claims.gpus_per_node
+	_ticket_ok
+	_gated
 	v := lib.violation(
 		rego.metadata.rule(),
 		sprintf("a Pod asks for %v GPUs, a node has %v", [s.per_pod, _claims.gpus_per_node]),
@@ -358,11 +368,12 @@ deny contains v if {
 #   gate: workload
 #   fix: Admit a new run for another workload; retry the same object under its original name.
 deny contains v if {
-	requests_gpus
-	_ticket_ok
-	bind == "root"
 	input.binding.bound == true
+	input.object_ref.owner_uid == ""
 	input.binding.identity != input.object_ref.identity
+	_ticket_ok
+	_gated
+	bind == "root"
 	v := lib.violation(rego.metadata.rule(), sprintf("the ticket of run %v already created %v", [
 		lib.show(_claims.run_id), lib.show(input.binding.identity),
 	]))
@@ -378,9 +389,10 @@ deny contains v if {
 #   gate: workload
 #   fix: Create the workload object itself with the ticket; its controllers' objects follow.
 deny contains v if {
-	requests_gpus
+	input.ticket.verified == true
+	input.object_ref.owner_uid != ""
+	not input.object_ref.owner_uid in input.binding.uids
 	_ticket_ok
-	_is_child
-	not input.object_ref.owner_uid in object.get(input.binding, "uids", [])
+	_gated
 	v := lib.violation(rego.metadata.rule(), "the object's controller is not the workload this ticket created")
 }

@@ -7,7 +7,20 @@ _base := data.ito.testdata.workload.input
 _set(path, value) := {"op": "add", "path": path, "value": value}
 
 _decide(patch) := d if {
-	d := workload.decision with input as json.patch(_base, patch)
+	d := workload.decision with input as _input(patch)
+}
+
+# The base input changed by patch, with review.keys as Go sets it: every
+# member name of review.object at any depth.
+_input(patch) := json.patch(patched, [_set("/review/keys", _member_names(patched.review.object))]) if {
+	patched := json.patch(_base, patch)
+}
+
+_member_names(obj) := {k: true |
+	walk(obj, [path, _])
+	count(path) > 0
+	k := path[count(path) - 1]
+	is_string(k)
 }
 
 _codes(patch) := {v.code | some v in _decide(patch).violations}
@@ -35,6 +48,8 @@ test_bind if {
 	_decide(_no_gpus).bind == "none"
 	_decide(_pod).bind == "none"
 	_decide([_set("/object_ref/owner_uid", "jobset-uid")]).bind == "child"
+	_decide([_set("/review/sub_resource", "scale")]).bind == "none"
+	_decide(array.concat(_pod, [_set("/ticket", {"present": false})])).bind == "none"
 }
 
 # Every kind of the table, with its pod sets multiplied out.
@@ -64,9 +79,21 @@ _kinds := {
 		}}},
 		"want": 32,
 	},
-	"RayCluster: head + maxReplicas × hosts": {
+	"RayCluster: head + replicas × hosts, no autoscaler (maxReplicas is not read)": {
 		"kind": {"group": "ray.io", "version": "v1", "kind": "RayCluster"},
 		"object": {"spec": {
+			"headGroupSpec": {"template": _tpl(0)},
+			"workerGroupSpecs": [
+				{"replicas": 1, "minReplicas": 0, "maxReplicas": 2147483647, "numOfHosts": 2, "template": _tpl("8")},
+				{"replicas": 1, "minReplicas": 2, "template": {"spec": {"containers": [{"name": "c", "resources": {"requests": {"amd.com/gpu": "1"}}}]}}},
+			],
+		}},
+		"want": 18,
+	},
+	"RayCluster: with the autoscaler, maxReplicas × hosts": {
+		"kind": {"group": "ray.io", "version": "v1", "kind": "RayCluster"},
+		"object": {"spec": {
+			"enableInTreeAutoscaling": true,
 			"headGroupSpec": {"template": _tpl(0)},
 			"workerGroupSpecs": [
 				{"replicas": 1, "maxReplicas": 4, "numOfHosts": 2, "template": _tpl("8")},
@@ -75,13 +102,83 @@ _kinds := {
 		}},
 		"want": 66,
 	},
-	"RayJob: its cluster spec": {
+	"RayJob: its cluster spec and its submitter": {
 		"kind": {"group": "ray.io", "version": "v1", "kind": "RayJob"},
-		"object": {"spec": {"rayClusterSpec": {
-			"headGroupSpec": {"template": _tpl("1")},
-			"workerGroupSpecs": [{"replicas": 2, "template": _tpl("4")}],
+		"object": {"spec": {
+			"rayClusterSpec": {
+				"headGroupSpec": {"template": _tpl("1")},
+				"workerGroupSpecs": [{"replicas": 2, "template": _tpl("4")}],
+			},
+			"submitterPodTemplate": _tpl(1),
+		}},
+		"want": 10,
+	},
+	"RayService: its cluster config": {
+		"kind": {"group": "ray.io", "version": "v1", "kind": "RayService"},
+		"object": {"spec": {"rayClusterConfig": {
+			"headGroupSpec": {"template": _tpl("0")},
+			"workerGroupSpecs": [{"replicas": 3, "minReplicas": 1, "template": _tpl("2")}],
 		}}},
-		"want": 9,
+		"want": 6,
+	},
+	"PyTorchJob: elasticPolicy.maxReplicas bounds the workers": {
+		"kind": {"group": "kubeflow.org", "version": "v1", "kind": "PyTorchJob"},
+		"object": {"spec": {
+			"elasticPolicy": {"minReplicas": 1, "maxReplicas": 4},
+			"pytorchReplicaSpecs": {
+				"Master": {"replicas": 1, "template": _tpl("8")},
+				"Worker": {"replicas": 2, "template": _tpl("8")},
+			},
+		}},
+		"want": 40,
+	},
+	"PaddleJob: elasticPolicy.maxReplicas bounds the workers": {
+		"kind": {"group": "kubeflow.org", "version": "v1", "kind": "PaddleJob"},
+		"object": {"spec": {
+			"elasticPolicy": {"maxReplicas": 3},
+			"paddleReplicaSpecs": {"Worker": {"replicas": 1, "template": _tpl("8")}},
+		}},
+		"want": 24,
+	},
+	"MPIJob: launcher + workers, replicas default 1": {
+		"kind": {"group": "kubeflow.org", "version": "v2beta1", "kind": "MPIJob"},
+		"object": {"spec": {"mpiReplicaSpecs": {
+			"Launcher": {"template": _tpl(0)},
+			"Worker": {"replicas": 4, "template": _tpl("8")},
+		}}},
+		"want": 32,
+	},
+	"TFJob, XGBoostJob, JAXJob: their replica specs": {
+		"kind": {"group": "kubeflow.org", "version": "v1", "kind": "TFJob"},
+		"object": {"spec": {"tfReplicaSpecs": {"Chief": {"template": _tpl(1)}, "Worker": {"replicas": 2, "template": _tpl(2)}}}},
+		"want": 5,
+	},
+	"XGBoostJob": {
+		"kind": {"group": "kubeflow.org", "version": "v1", "kind": "XGBoostJob"},
+		"object": {"spec": {"xgbReplicaSpecs": {"Master": {"template": _tpl(1)}, "Worker": {"replicas": 2, "template": _tpl(1)}}}},
+		"want": 3,
+	},
+	"JAXJob": {
+		"kind": {"group": "kubeflow.org", "version": "v1", "kind": "JAXJob"},
+		"object": {"spec": {"jaxReplicaSpecs": {"Worker": {"replicas": 4, "template": _tpl(4)}}}},
+		"want": 16,
+	},
+	"Job: parallelism bounded by completions": {
+		"kind": {"group": "batch", "version": "v1", "kind": "Job"},
+		"object": {"spec": {"parallelism": 8, "completions": 2, "template": _tpl(4)}},
+		"want": 8,
+	},
+	"Job: parallelism absent is 1": {
+		"kind": {"group": "batch", "version": "v1", "kind": "Job"},
+		"object": {"spec": {"template": _tpl(4)}},
+		"want": 4,
+	},
+	"JobSet: completions bound each replicated job's parallelism": {
+		"kind": {"group": "jobset.x-k8s.io", "version": "v1alpha2", "kind": "JobSet"},
+		"object": {"spec": {"replicatedJobs": [
+			{"name": "w", "replicas": 2, "template": {"spec": {"parallelism": 4, "completions": 1, "template": _tpl("8")}}},
+		]}},
+		"want": 16,
 	},
 	"Pod: init container larger than the containers": {
 		"kind": {"group": "", "version": "v1", "kind": "Pod"},

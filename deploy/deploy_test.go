@@ -96,9 +96,11 @@ func TestWebhookFailsClosed(t *testing.T) {
 }
 
 // TestWebhookCoversTheBundleKinds: every workload kind of the bundle's
-// table is routed to the webhook (a kind in the table but not in the rules
-// would never be checked): CREATE, and UPDATE unless its spec is immutable
-// (a DRA claim or template).
+// table is routed to the webhook with the verbs that change what runs (a
+// kind in the table but not in the rules would never be checked): CREATE,
+// UPDATE unless its spec is immutable (a DRA claim or template), UPDATE of
+// its scale subresource when the table says it has one, and UPDATE of
+// pods/ephemeralcontainers.
 func TestWebhookCoversTheBundleKinds(t *testing.T) {
 	raw, err := fs.ReadFile(policies.Bundle(), "ito/tables/workloads/data.json")
 	if err != nil {
@@ -107,6 +109,7 @@ func TestWebhookCoversTheBundleKinds(t *testing.T) {
 	var table struct {
 		Kinds map[string]struct {
 			Resource  string `json:"resource"`
+			Scale     bool   `json:"scale"`
 			ClaimSets []any  `json:"claim_sets"`
 		} `json:"kinds"`
 	}
@@ -126,7 +129,7 @@ func TestWebhookCoversTheBundleKinds(t *testing.T) {
 			}
 		}
 	}
-	var want []string
+	want := []string{"/pods/ephemeralcontainers UPDATE"}
 	for key, k := range table.Kinds {
 		group, _, _ := strings.Cut(key, "/")
 		if k.Resource == "" {
@@ -136,6 +139,9 @@ func TestWebhookCoversTheBundleKinds(t *testing.T) {
 		want = append(want, group+"/"+k.Resource+" CREATE")
 		if len(k.ClaimSets) == 0 && k.Resource != "pods" {
 			want = append(want, group+"/"+k.Resource+" UPDATE")
+		}
+		if k.Scale {
+			want = append(want, group+"/"+k.Resource+"/scale UPDATE")
 		}
 	}
 	for _, w := range want {

@@ -14,7 +14,7 @@
 //	                              data.ito.admission.decision
 //	ito/workload/*.rego           package ito.workload; the webhook's entrypoint
 //	                              data.ito.workload.decision (workload.rego), counting
-//	                              (count.rego, dra.rego), access.rego
+//	                              (count.rego, dra.rego), access.rego, change.rego
 //	ito/lib/lib.rego              package ito.lib; shared helpers
 //	ito/config/data.json          data.ito.config (thresholds, prices, allow-lists)
 //	ito/tables/gpus/data.json     data.ito.tables.gpus (GPU table, a source per row)

@@ -22,11 +22,21 @@ type review struct {
 	uid      string
 	ownerUID string // the controller ownerReference's uid; "" for none
 	ticket   string
+	// oldObject is the stored object of an UPDATE of the scale
+	// subresource (its replicas before the change); nil otherwise.
+	oldObject map[string]any
+	// ticketChanged: an UPDATE whose stored object carried a ticket and
+	// whose new object carries another one.
+	ticketChanged bool
 }
 
-// newReview decodes req.Object. Only CREATE and UPDATE carry the object the
-// decision is about; anything else is refused (the shipped configuration
-// sends nothing else).
+// subresourceScale is the scale subresource (<kind>/scale), whose review
+// carries an autoscaling/v1 Scale instead of the object.
+const subresourceScale = "scale"
+
+// newReview decodes req.Object (and, for an UPDATE, req.OldObject). Only
+// CREATE and UPDATE carry the object the decision is about; anything else is
+// refused (the shipped configuration sends nothing else).
 func newReview(req *admissionv1.AdmissionRequest) (review, error) {
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return review{}, errors.New("only CREATE and UPDATE are reviewed")
@@ -48,6 +58,23 @@ func newReview(req *admissionv1.AdmissionRequest) (review, error) {
 		delete(md, "managedFields")
 	}
 	rv := review{name: m.name, object: obj, uid: m.uid, ticket: m.ticket, ownerUID: m.ownerUID, keys: memberNames(obj)}
+	if req.Operation == admissionv1.Update {
+		if len(req.OldObject.Raw) == 0 {
+			return review{}, errors.New("the UPDATE carries no old object")
+		}
+		old, err := decodeObject(req.OldObject.Raw)
+		if err != nil {
+			return review{}, errors.New("the old object is not a JSON object")
+		}
+		om, ok := objectMeta(old)
+		if !ok {
+			return review{}, errors.New("the old object's metadata does not decode")
+		}
+		rv.ticketChanged = om.ticket != "" && rv.ticket != "" && om.ticket != rv.ticket
+		if req.SubResource == subresourceScale {
+			rv.oldObject = old
+		}
+	}
 	if rv.name == "" {
 		rv.name = req.Name
 	}

@@ -263,7 +263,7 @@ func (h *Handler) Review(ctx context.Context, req *admissionv1.AdmissionRequest)
 // fault ends the review (denied); every other outcome is a fact for policy.
 func (h *Handler) facts(ctx context.Context, req *admissionv1.AdmissionRequest, rv review, now time.Time) (map[string]any, *reviewFacts, *admissionv1.AdmissionResponse) {
 	f := &reviewFacts{}
-	tk := map[string]any{"present": false}
+	tk := map[string]any{"present": false, "changed": rv.ticketChanged}
 	run := map[string]any{"found": false}
 	binding := map[string]any{"bound": false, "identity": "", "uids": []any{}}
 	if raw := rv.ticket; raw != "" {
@@ -315,6 +315,9 @@ func (h *Handler) facts(ctx context.Context, req *admissionv1.AdmissionRequest, 
 		"user":         req.UserInfo.Username,
 		"object":       rv.object,
 		"keys":         rv.keys,
+	}
+	if rv.oldObject != nil {
+		rev["old_object"] = rv.oldObject
 	}
 	input := map[string]any{
 		"now":        now.Unix(),

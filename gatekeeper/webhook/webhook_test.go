@@ -447,6 +447,50 @@ func TestCountedPaths(t *testing.T) {
 		"allocationMode": "All"}))), "WORKLOAD_GPU_COUNT_UNKNOWN")
 }
 
+// TestChangesThatRun: the verbs and subresources that change what runs.
+func TestChangesThatRun(t *testing.T) {
+	f := newFixture(t)
+	j := job("team-a", "train", "uid-job", f.ticket, 2, 8)
+	wantAllowed(t, post(t, f.h, "batch", "v1", "Job", j, false))
+
+	// The ticket of a stored object cannot be swapped for another run's
+	// (which would bind that run too); an UPDATE that keeps it is decided as before.
+	_, other := admitRun(t, f.store, f.keys, "2", "bk_b")
+	swapped := job("team-a", "train", "uid-job", other, 2, 8)
+	update := request{op: "UPDATE", group: "batch", version: "v1", kind: "Job", res: "jobs", obj: swapped, old: j}
+	wantDenied(t, postRequest(t, f.h, update), "WORKLOAD_TICKET_CHANGED")
+	update.obj = job("team-a", "train", "uid-job", f.ticket, 1, 8)
+	wantAllowed(t, postRequest(t, f.h, update))
+	update.old = nil
+	if r := postRequest(t, f.h, update); r.Allowed || r.Result.Code != http.StatusBadRequest ||
+		r.Result.Message != "WORKLOAD_REVIEW_INVALID: the UPDATE carries no old object" {
+		t.Fatalf("UPDATE without its old object: %+v", r.Result)
+	}
+
+	// The scale subresource: down is allowed, up cannot be counted.
+	scale := func(n int) map[string]any {
+		return map[string]any{"apiVersion": "autoscaling/v1", "kind": "Scale",
+			"metadata": map[string]any{"name": "train", "namespace": "team-a"}, "spec": map[string]any{"replicas": n}}
+	}
+	up := request{op: "UPDATE", sub: "scale", group: "autoscaling", version: "v1", kind: "Scale", res: "pytorchjobs",
+		obj: scale(4), old: scale(2)}
+	wantDenied(t, postRequest(t, f.h, up), "WORKLOAD_SCALE_UNCOUNTED")
+	up.obj = scale(1)
+	wantAllowed(t, postRequest(t, f.h, up))
+
+	// An ephemeral container reaching GPUs by a variable is refused; a plain one is not.
+	p := childPod("train-0", f.ticket, podSpec(container("t", map[string]any{"nvidia.com/gpu": "4"})))
+	wantAllowed(t, post(t, f.h, "", "v1", "Pod", p, false))
+	debug := map[string]any{"name": "debug", "image": "busybox"}
+	withDebug := childPod("train-0", f.ticket, podSpec(container("t", map[string]any{"nvidia.com/gpu": "4"})))
+	withDebug["spec"].(map[string]any)["ephemeralContainers"] = []any{debug}
+	eph := request{op: "UPDATE", sub: "ephemeralcontainers", group: "", version: "v1", kind: "Pod", res: "pods",
+		obj: withDebug, old: p}
+	wantAllowed(t, postRequest(t, f.h, eph))
+	debug["env"] = []any{map[string]any{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}}
+	wantDenied(t, postRequest(t, f.h, eph), "WORKLOAD_GPU_ACCESS_UNCOUNTED")
+}
+
 // inputRecorder is a Decider that keeps the input it was given.
 type inputRecorder struct{ input map[string]any }
 
@@ -485,6 +529,9 @@ func TestPolicyInput(t *testing.T) {
 	}
 	if _, ok := review["object"].(map[string]any)["metadata"].(map[string]any)["managedFields"]; ok {
 		t.Error("the object keeps managedFields")
+	}
+	if tk := rec.input["ticket"].(map[string]any); tk["changed"] != false {
+		t.Errorf("ticket %v", tk)
 	}
 	if ns := rec.input["namespace"].(map[string]any); ns["account"] != "acct_a" {
 		t.Errorf("namespace %v", ns)

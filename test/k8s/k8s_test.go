@@ -283,6 +283,51 @@ func TestWorkloadBoundary(t *testing.T) {
 			t.Fatalf("kubectl dry run of a second Job: %v\n%s", err, out)
 		}
 	})
+	t.Run("ticket swap on UPDATE", func(t *testing.T) {
+		if created == nil {
+			t.Skip("no Job")
+		}
+		second := admit(t)
+		j, err := jobs.Get(ctx, created.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		j.Annotations[webhook.TicketAnnotation] = second.Data.Ticket
+		_, err = jobs.Update(ctx, j, metav1.UpdateOptions{})
+		wantForbidden(t, err, "WORKLOAD_TICKET_CHANGED")
+		// The second run's ticket is still unspent: it creates its own Job.
+		if _, err := jobs.Create(ctx, gpuJob("train-second", second.Data.Ticket, 1, 8), metav1.CreateOptions{}); err != nil {
+			t.Fatalf("the second ticket after the refused swap: %v", err)
+		}
+	})
+	t.Run("ephemeral container", func(t *testing.T) {
+		p, err := pods.Create(ctx, podWith("debuggee", "", corev1.ResourceList{corev1.ResourceCPU: qty(1)}), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		debug := corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+			Name: "debug", Image: "busybox:1", Env: []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}}}}
+		p.Spec.EphemeralContainers = []corev1.EphemeralContainer{debug}
+		_, err = pods.UpdateEphemeralContainers(ctx, p.Name, p, metav1.UpdateOptions{})
+		wantForbidden(t, err, "WORKLOAD_GPU_ACCESS_UNCOUNTED")
+		p.Spec.EphemeralContainers[0].Env = nil
+		if _, err := pods.UpdateEphemeralContainers(ctx, p.Name, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("a plain debug container: %v", err)
+		}
+	})
+	t.Run("scale subresource of a PyTorchJob", func(t *testing.T) {
+		// A PyTorchJob without GPUs needs no ticket; its scale review carries only the replicas.
+		if _, err := dyn.Resource(pytorchJobs).Namespace(nsA).Create(ctx, pytorchJob("elastic", "", 0, 2), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		_, err := dyn.Resource(pytorchJobs).Namespace(nsA).Patch(ctx, "elastic", types.MergePatchType,
+			[]byte(`{"spec":{"replicas":4}}`), metav1.PatchOptions{}, "scale")
+		wantForbidden(t, err, "WORKLOAD_SCALE_UNCOUNTED")
+		if _, err := dyn.Resource(pytorchJobs).Namespace(nsA).Patch(ctx, "elastic", types.MergePatchType,
+			[]byte(`{"spec":{"replicas":1}}`), metav1.PatchOptions{}, "scale"); err != nil {
+			t.Fatalf("scale down: %v", err)
+		}
+	})
 	t.Run("the Job's Pods, and only its Pods", func(t *testing.T) {
 		if created == nil {
 			t.Skip("no Job")

@@ -26,7 +26,7 @@ _holds_node(per_pod) if {
 #   device-list directory, a hostPath at, under or above a GPU device node, a
 #   CDI device annotation, or a DRA adminAccess request of a GPU class.
 #   Refused unless the Pod holds a whole node by its ticket (a claim or claim
-#   template never does).
+#   template never does); ephemeral containers are checked when added.
 # custom:
 #   code: WORKLOAD_GPU_ACCESS_UNCOUNTED
 #   gate: workload

@@ -8,7 +8,8 @@
 #   more GPUs than admitted (no Pod more than one node's), and be the one
 #   workload the ticket created (or a child of it). GPUs are counted on every
 #   path by the resource model of data.ito.config.workload (count.rego,
-#   dra.rego); GPU access without a count is refused (access.rego).
+#   dra.rego); GPU access without a count is refused (access.rego); the
+#   verbs and subresources that change what runs are checked (change.rego).
 #   Facts only: Go verified the ticket and read the run and its binding from
 #   the ledger (docs/kubernetes.md).
 # scope: package
@@ -45,6 +46,7 @@
 #             name: {type: string}
 #             user: {type: string}
 #             object: {type: object}
+#             old_object: {type: object}
 #             keys: {type: object, additionalProperties: {type: boolean}}
 #         namespace:
 #           type: object
@@ -56,12 +58,13 @@
 #         ticket:
 #           type: object
 #           additionalProperties: false
-#           required: [present]
+#           required: [present, changed]
 #           properties:
 #             present: {type: boolean}
 #             verified: {type: boolean}
 #             error: {type: string}
 #             claims: {type: object}
+#             changed: {type: boolean}
 #         run:
 #           type: object
 #           additionalProperties: false
@@ -140,7 +143,7 @@ requests_gpus if {
 
 # The ticket checks apply to the main resource of a Pod or workload kind:
 # not to a DRA claim or template (its devices are charged at the Pods that
-# use it) and not to a subresource.
+# use it) and not to a subresource (change.rego decides those).
 _gated if {
 	requests_gpus
 	_sub_resource == ""

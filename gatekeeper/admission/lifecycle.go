@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"math"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -195,17 +194,17 @@ func haltedMessage(h ledger.RunHalt) string {
 func runPlan(doc map[string]any, run booking.Run, now time.Time, estimates map[string]any) ledger.RunPlan {
 	ckpt, _ := doc["checkpoint"].(map[string]any)
 	obj, _ := doc["objective"].(map[string]any)
-	interval, ok := positive(ckpt["interval_steps"])
+	interval, ok := booking.Count(ckpt["interval_steps"])
 	if !ok {
 		return ledger.RunPlan{}
 	}
 	var steps int64
-	if n, ok := positive(obj["max_steps"]); ok {
+	if n, ok := booking.Count(obj["max_steps"]); ok {
 		steps = n
 	}
-	tokens, ok1 := positive(obj["max_tokens"])
-	gbs, ok2 := positive(obj["global_batch_size"])
-	seq, ok3 := positive(obj["sequence_length"])
+	tokens, ok1 := booking.Count(obj["max_tokens"])
+	gbs, ok2 := booking.Count(obj["global_batch_size"])
+	seq, ok3 := booking.Count(obj["sequence_length"])
 	if ok1 && ok2 && ok3 && gbs <= math.MaxInt64/seq {
 		if n := (tokens + gbs*seq - 1) / (gbs * seq); steps == 0 || n < steps {
 			steps = n
@@ -228,30 +227,11 @@ func runPlan(doc map[string]any, run booking.Run, now time.Time, estimates map[s
 // the most restarts the run may have, this one included; 0 (no budget the
 // ledger re-checks) when the bundle gives none.
 func restartBudget(estimates map[string]any) int {
-	n, ok := positive(estimates["restart_budget"])
+	n, ok := booking.Count(estimates["restart_budget"])
 	if !ok || n > math.MaxInt32 {
 		return 0
 	}
 	return int(n)
-}
-
-// positive reads a positive integer (json.Number, int64, int or a whole
-// float64 below 2^53).
-func positive(v any) (int64, bool) {
-	switch n := v.(type) {
-	case json.Number:
-		i, err := strconv.ParseInt(string(n), 10, 64)
-		return i, err == nil && i > 0
-	case int64:
-		return n, n > 0
-	case int:
-		return int64(n), n > 0
-	case float64:
-		if n > 0 && n == math.Trunc(n) && n < 1<<53 {
-			return int64(n), true
-		}
-	}
-	return 0, false
 }
 
 // number reads any JSON number.

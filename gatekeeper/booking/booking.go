@@ -55,14 +55,14 @@ var ErrFacts = errors.New("booking facts invalid")
 func ForCreate(manifest, entitlement map[string]any, now time.Time) (Run, error) {
 	bad := func(what string) (Run, error) { return Run{}, fmt.Errorf("booking: %s: %w", what, ErrFacts) }
 	hw, _ := manifest["hardware"].(map[string]any)
-	nodes, ok1 := count(hw["nodes"])
-	per, ok2 := count(hw["gpus_per_node"])
+	nodes, ok1 := Count(hw["nodes"])
+	per, ok2 := Count(hw["gpus_per_node"])
 	if !ok1 || !ok2 {
 		return bad("manifest hardware.nodes and hardware.gpus_per_node must be positive integers")
 	}
 	gpu, _ := entitlement["gpu"].(map[string]any)
-	bNodes, ok1 := count(gpu["nodes"])
-	bPer, ok2 := count(gpu["gpus_per_node"])
+	bNodes, ok1 := Count(gpu["nodes"])
+	bPer, ok2 := Count(gpu["gpus_per_node"])
 	if !ok1 || !ok2 {
 		return bad("entitlement gpu.nodes and gpu.gpus_per_node must be positive integers")
 	}
@@ -75,7 +75,7 @@ func ForCreate(manifest, entitlement map[string]any, now time.Time) (Run, error)
 		return bad("manifest budget.max_wall_clock_hours out of range")
 	}
 	term, _ := entitlement["term"].(map[string]any)
-	termEnd, ok := count(term["end"])
+	termEnd, ok := Count(term["end"])
 	if !ok {
 		return bad("entitlement term.end must be unix seconds")
 	}
@@ -133,8 +133,10 @@ func MicroUSD(s string) (int64, error) {
 	return whole*1_000_000 + f, nil
 }
 
-// count reads a positive integer (json.Number, int64, float64 integral).
-func count(v any) (int64, bool) {
+// Count reads a positive integer count from a manifest (json.Number),
+// verified claims (int64) or a decision estimate (int, or a whole float64
+// below 2^53); ok is false for anything else, zero and negatives included.
+func Count(v any) (int64, bool) {
 	switch n := v.(type) {
 	case json.Number:
 		i, err := strconv.ParseInt(string(n), 10, 64)

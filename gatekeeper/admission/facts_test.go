@@ -4,14 +4,13 @@ import (
 	"context"
 	"io/fs"
 	"slices"
-	"strings"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"github.com/itocompute/itogate/fixtures"
 	"github.com/itocompute/itogate/gatekeeper/admission"
 	"github.com/itocompute/itogate/gatekeeper/api"
+	"github.com/itocompute/itogate/gatekeeper/bundle/bundletest"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
@@ -24,21 +23,8 @@ import (
 // table here says 0.01 GB/s), as itogate replay does. The recorded facts alone would
 // have the candidate allow what its own table denies.
 func TestOwnFacts(t *testing.T) {
-	fsys := fstest.MapFS{}
-	err := fs.WalkDir(policies.Bundle(), ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		data, err := fs.ReadFile(policies.Bundle(), p)
-		if p == "ito/tables/fabrics/data.json" {
-			data = []byte(strings.ReplaceAll(string(data), `"gbytes_per_s_per_gpu": 25,`, `"gbytes_per_s_per_gpu": 0.01,`))
-		}
-		fsys[p] = &fstest.MapFile{Data: data}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fsys := bundletest.Edited(t, policies.Bundle(), "ito/tables/fabrics/data.json",
+		`"gbytes_per_s_per_gpu": 25,`, `"gbytes_per_s_per_gpu": 0.01,`)
 	cand, err := policy.New(context.Background(), policy.Options{Deadline: patience.Deadline, Bundle: fsys})
 	if err != nil {
 		t.Fatal(err)

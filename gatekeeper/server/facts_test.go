@@ -2,14 +2,12 @@ package server_test
 
 import (
 	"context"
-	"io/fs"
 	"slices"
-	"strings"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"github.com/itocompute/itogate/gatekeeper/admission"
+	"github.com/itocompute/itogate/gatekeeper/bundle/bundletest"
 	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/internal/patience"
 	"github.com/itocompute/itogate/policies"
@@ -20,21 +18,8 @@ import (
 // data-parallel communication) for the same manifest.
 func slowFabric(t *testing.T) *policy.Engine {
 	t.Helper()
-	fsys := fstest.MapFS{}
-	err := fs.WalkDir(policies.Bundle(), ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		data, err := fs.ReadFile(policies.Bundle(), p)
-		if p == "ito/tables/fabrics/data.json" {
-			data = []byte(strings.ReplaceAll(string(data), `"gbytes_per_s_per_gpu": 25,`, `"gbytes_per_s_per_gpu": 0.01,`))
-		}
-		fsys[p] = &fstest.MapFile{Data: data}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fsys := bundletest.Edited(t, policies.Bundle(), "ito/tables/fabrics/data.json",
+		`"gbytes_per_s_per_gpu": 25,`, `"gbytes_per_s_per_gpu": 0.01,`)
 	e, err := policy.New(context.Background(), policy.Options{Deadline: patience.Deadline, Bundle: fsys})
 	if err != nil {
 		t.Fatal(err)

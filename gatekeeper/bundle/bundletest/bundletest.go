@@ -314,3 +314,36 @@ func Resign(t testing.TB, raw []byte, s Signer) []byte {
 	sigs, _ := json.Marshal(map[string]any{"signatures": []string{token}})
 	return Pack(t, append(kept, Entry{Name: "/.signatures.json", Body: sigs}))
 }
+
+// Edited copies the bundle tree fsys (e.g. policies.Bundle()) with old
+// replaced by replacement in file: the same rules with another table. It
+// fails the test when file does not hold old, so an edit that no longer
+// applies cannot leave the test running on the unchanged bundle.
+func Edited(t testing.TB, fsys fs.FS, file, old, replacement string) fstest.MapFS {
+	t.Helper()
+	out := fstest.MapFS{}
+	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := fs.ReadFile(fsys, p)
+		if err != nil {
+			return err
+		}
+		if p == file {
+			if !strings.Contains(string(data), old) {
+				return fmt.Errorf("%s does not hold %q", file, old)
+			}
+			data = []byte(strings.ReplaceAll(string(data), old, replacement))
+		}
+		out[p] = &fstest.MapFile{Data: data}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[file] == nil {
+		t.Fatalf("bundle has no %s", file)
+	}
+	return out
+}

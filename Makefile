@@ -97,10 +97,20 @@ FUZZ_TARGETS     := ./gatekeeper/server:FuzzAdmissionRequest ./gatekeeper/server
                     ./gatekeeper/verify:FuzzSignedTokenVerify ./gatekeeper/verify:FuzzManifestVerify \
                     ./gatekeeper/safefile:FuzzReadManifest ./gatekeeper/booking:FuzzMoneyMatchesRego
 
+##   Go 1.26's fuzz coordinator can fail a target with a bare "context deadline exceeded" as
+##   -fuzztime ends on a loaded machine (golang/go#75804, fixed in Go 1.27): such a run, with no
+##   failing input written, is reported and not counted; any other failure fails the target.
 fuzz:
-	@set -euo pipefail; for t in $(FUZZ_TARGETS); do \
+	@set -uo pipefail; for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; name=$${t##*:}; echo "fuzz: $$name ($$pkg, $(FUZZTIME))"; \
-	  $(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) $$pkg; \
+	  out=$$($(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) $$pkg 2>&1); \
+	  rc=$$?; echo "$$out"; \
+	  if [ $$rc -ne 0 ]; then \
+	    if echo "$$out" | grep -q 'context deadline exceeded' && ! echo "$$out" | grep -q 'Failing input written' \
+	       && [ "$$(echo "$$out" | grep -c -- '--- FAIL')" = 1 ] && ! echo "$$out" | grep -qE 'panic:|_test\.go:[0-9]+:'; then \
+	      echo "fuzz: $$name: Go's fuzztime boundary race (golang/go#75804), no failing input: not counted"; \
+	    else exit 1; fi; \
+	  fi; \
 	done
 
 ## bench: stage benchmarks, a CPU profile of the whole handler and the same load shapes against

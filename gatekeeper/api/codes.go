@@ -213,8 +213,9 @@ func entry(code Code, step string, status int, by []Producer, meaning, fix strin
 // registry is the one list of Go-produced codes, in pipeline order.
 var registry = []Entry{
 	entry(CodeRequestTooLarge, "request", http.StatusRequestEntityTooLarge, serverWebhook,
-		"The request body exceeds limits.max_body_bytes (the webhook: its AdmissionReview size cap).",
-		"Send a manifest of at most 1 MiB."),
+		"The request body exceeds limits.max_body_bytes (the webhook: an AdmissionReview above webhook.max_review_bytes, "+
+			"denied with that reason when its first bytes name the request's uid).",
+		"Send a manifest of at most 1 MiB; for a workload object, shrink it or raise webhook.max_review_bytes."),
 	entry(CodeRequestTimeout, "request", http.StatusRequestTimeout, server,
 		"The request body did not arrive within limits.request_timeout.",
 		"Send the whole body promptly; check the network path to itogate, then retry with the same idempotency key."),

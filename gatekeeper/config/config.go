@@ -312,6 +312,13 @@ type Webhook struct {
 	// Timeout bounds one review (default webhook.DefaultTimeout, 2s, below
 	// the 5s timeoutSeconds of the shipped ValidatingWebhookConfiguration).
 	Timeout Duration `yaml:"timeout"`
+	// MaxReviewBytes bounds one AdmissionReview body (default
+	// webhook.DefaultMaxReviewBytes, 8 MiB; at most 64 MiB). A larger
+	// review is denied REQUEST_TOO_LARGE with that reason.
+	MaxReviewBytes int64 `yaml:"max_review_bytes"`
+	// HTTP2 lets the listener negotiate HTTP/2; by default it serves
+	// HTTP/1.1 only (CVE-2023-44487, rapid reset).
+	HTTP2 bool `yaml:"http2"`
 }
 
 // Policy selects the bundle.
@@ -805,6 +812,9 @@ func (w Webhook) validate() error {
 	}
 	if w.Timeout < 0 {
 		errs = append(errs, errors.New("timeout must not be negative"))
+	}
+	if w.MaxReviewBytes < 0 || w.MaxReviewBytes > 64<<20 {
+		errs = append(errs, errors.New("max_review_bytes must be between 0 (the default, 8 MiB) and 64 MiB"))
 	}
 	return errors.Join(errs...)
 }

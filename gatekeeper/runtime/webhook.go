@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -47,7 +46,8 @@ func (rt *Runtime) buildWebhook() error {
 			}
 			return nil
 		},
-		Namespaces: w.Namespaces, Timeout: time.Duration(w.Timeout), Now: rt.opts.Now, Logger: rt.log, Observer: rt.metrics,
+		Namespaces: w.Namespaces, Timeout: time.Duration(w.Timeout), MaxReviewBytes: w.MaxReviewBytes,
+		Now: rt.opts.Now, Logger: rt.log, Observer: rt.metrics,
 	})
 	if err != nil {
 		return err
@@ -61,6 +61,7 @@ func (rt *Runtime) buildWebhook() error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/validate", h)
+	mux.Handle("/validate-warn", h.Warn())
 	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) { _, _ = rw.Write([]byte("ok\n")) })
 	rt.webhook = mux
 	return nil
@@ -77,12 +78,7 @@ func (rt *Runtime) serveWebhook(ctx context.Context) (stop func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("webhook: %w", err)
 	}
-	srv := &http.Server{
-		Handler: rt.webhook, TLSConfig: rt.webhookTLS,
-		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second,
-		IdleTimeout: 90 * time.Second, MaxHeaderBytes: 64 << 10,
-		ErrorLog: slog.NewLogLogger(rt.log.Handler(), slog.LevelWarn),
-	}
+	srv := webhook.NewServer(rt.webhook, rt.webhookTLS, w.HTTP2, rt.log)
 	go func() {
 		if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			rt.log.Error("webhook listener stopped", "err", err)

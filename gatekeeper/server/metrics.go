@@ -41,6 +41,7 @@ type Metrics struct {
 	// the Kubernetes webhook (gatekeeper/webhook), served on this registry
 	webhookReviews  *prometheus.CounterVec
 	webhookDuration *prometheus.HistogramVec
+	webhookPanics   prometheus.Counter
 }
 
 // NewMetrics registers the collectors. Histogram buckets run to 2.5 s:
@@ -118,8 +119,9 @@ func NewMetrics() *Metrics {
 	m.reg.MustRegister(m.bundleActivations, m.bundleAge)
 	m.webhookReviews = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "itogate_webhook_reviews_total",
-		Help: "Kubernetes admission reviews answered by the webhook, by result (allowed, denied, invalid) and the stable " +
-			"code leading the denial (\"\" when allowed; one count per review).",
+		Help: "Kubernetes admission reviews answered by the webhook, by result (allowed, denied, invalid, warned: " +
+			"admitted in a warn-mode namespace although enforcement would deny) and the stable code leading the denial " +
+			"(\"\" when allowed; one count per review).",
 	}, []string{"result", "code"})
 	m.webhookDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "itogate_webhook_review_duration_seconds",
@@ -127,7 +129,11 @@ func NewMetrics() *Metrics {
 		// From 0.5 ms (one review's CPU) to the review bound (webhook.timeout, default 2 s) and beyond.
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 	}, []string{"result"})
-	m.reg.MustRegister(m.webhookReviews, m.webhookDuration)
+	m.webhookPanics = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "itogate_webhook_panics_total",
+		Help: "Kubernetes admission reviews whose evaluation panicked: each was recovered and answered denied INTERNAL_ERROR.",
+	})
+	m.reg.MustRegister(m.webhookReviews, m.webhookDuration, m.webhookPanics)
 	m.reg.MustRegister(m.requests, m.duration, m.decisions, m.verifyFail, m.bundleInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -203,14 +209,14 @@ func (m *Metrics) RunGPUs(event string, gpus, held, booked int) {
 }
 
 // WebhookReview counts one answered Kubernetes admission review
-// (webhook.Observer). result outside allowed, denied and invalid is
+// (webhook.Observer). result outside allowed, denied, invalid and warned is
 // labelled "other"; code is a stable code or "other" (codeLabel), "" only
 // when allowed.
 func (m *Metrics) WebhookReview(result, code string, d time.Duration) {
 	switch result {
 	case "allowed":
 		code = ""
-	case "denied", "invalid":
+	case "denied", "invalid", "warned":
 		code = codeLabel(code)
 	default:
 		result, code = "other", codeLabel(code)
@@ -218,6 +224,10 @@ func (m *Metrics) WebhookReview(result, code string, d time.Duration) {
 	m.webhookReviews.WithLabelValues(result, code).Inc()
 	m.webhookDuration.WithLabelValues(result).Observe(d.Seconds())
 }
+
+// WebhookPanic counts one recovered panic of a webhook review
+// (webhook.Observer).
+func (m *Metrics) WebhookPanic() { m.webhookPanics.Inc() }
 
 // LedgerError counts one ledger failure.
 func (m *Metrics) LedgerError(op string) { m.ledgerErrs.WithLabelValues(op).Inc() }

@@ -16,8 +16,15 @@ import (
 type observed struct{ result, code string }
 
 type recorder struct {
-	mu  sync.Mutex
-	got []observed
+	mu     sync.Mutex
+	got    []observed
+	panics int
+}
+
+func (r *recorder) WebhookPanic() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.panics++
 }
 
 func (r *recorder) WebhookReview(result, code string, d time.Duration) {

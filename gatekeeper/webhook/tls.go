@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"sync"
 	"time"
@@ -97,4 +98,42 @@ func TLSConfig(r *CertReloader, clientCAFile string) (*tls.Config, error) {
 		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
 	}
 	return cfg, nil
+}
+
+// The webhook listener's per-connection limits. The apiserver sends a
+// review in one request of at most a few MiB and waits timeoutSeconds (5 s
+// in the shipped configuration) for the answer.
+const (
+	// ReadHeaderTimeout bounds reading a request's headers.
+	ReadHeaderTimeout = 5 * time.Second
+	// ReadTimeout bounds reading a whole request, body included.
+	ReadTimeout = 10 * time.Second
+	// WriteTimeout bounds writing the response, from the end of the
+	// request's headers.
+	WriteTimeout = 10 * time.Second
+	// IdleTimeout closes a kept-alive connection with no request for this
+	// long.
+	IdleTimeout = 90 * time.Second
+	// MaxHeaderBytes bounds a request's header block.
+	MaxHeaderBytes = 64 << 10
+)
+
+// NewServer is the webhook listener's HTTP server for handler over cfg:
+// HTTP/1.1 only unless http2 (a client that offers h2 in ALPN gets
+// http/1.1: HTTP/2's stream multiplexing is what the rapid-reset flood of
+// CVE-2023-44487 abuses, and one review per request needs none of it), with
+// the per-connection limits above. Serve it with ServeTLS(ln, "", "").
+func NewServer(handler http.Handler, cfg *tls.Config, http2 bool, log *slog.Logger) *http.Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetHTTP2(http2)
+	return &http.Server{
+		Handler: handler, TLSConfig: cfg, Protocols: protocols,
+		ReadHeaderTimeout: ReadHeaderTimeout, ReadTimeout: ReadTimeout, WriteTimeout: WriteTimeout,
+		IdleTimeout: IdleTimeout, MaxHeaderBytes: MaxHeaderBytes,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
 }

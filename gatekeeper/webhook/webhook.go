@@ -24,11 +24,14 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
@@ -42,9 +45,11 @@ import (
 // the Pods a controller creates present the same ticket.
 const TicketAnnotation = "itogate.io/ticket"
 
-// MaxReviewBytes bounds a review body: Kubernetes objects are at most
-// ~1.5 MiB in etcd; the review wraps the object once (twice for UPDATE).
-const MaxReviewBytes = 4 << 20
+// DefaultMaxReviewBytes bounds a review body when Options.MaxReviewBytes
+// is zero (webhook.max_review_bytes): an UPDATE carries the new object (the
+// apiserver takes request bodies up to 3 MiB) and the stored one (etcd keeps
+// objects up to 1.5 MiB), each JSON-escaped once more inside the review.
+const DefaultMaxReviewBytes = 8 << 20
 
 // RunFacts is what the webhook needs of a run.
 type RunFacts struct {
@@ -81,6 +86,9 @@ type Observer interface {
 	// invalid); d is the time from the request reaching the handler to the
 	// response being written.
 	WebhookReview(result, code string, d time.Duration)
+	// WebhookPanic reports one review whose evaluation panicked; it was
+	// answered denied INTERNAL_ERROR (and reported to WebhookReview too).
+	WebhookPanic()
 }
 
 // Results an Observer is told.
@@ -95,6 +103,11 @@ const (
 	// nothing decided, and the apiserver's failure policy refuses the
 	// object.
 	ResultInvalid = "invalid"
+	// ResultWarned: a review of the warn endpoint (a namespace labelled
+	// itogate.io/enforce=warn) that enforcement would have denied: answered
+	// allowed, with the denial as apiserver warnings; code is the code that
+	// leads it.
+	ResultWarned = "warned"
 )
 
 // Options wire a Handler. Every field but Now, Logger, Observer and
@@ -111,8 +124,10 @@ type Options struct {
 	Namespaces map[string]string
 	// Timeout bounds one review (default DefaultTimeout).
 	Timeout time.Duration
-	Now     func() time.Time
-	Logger  *slog.Logger
+	// MaxReviewBytes bounds a review body (default DefaultMaxReviewBytes).
+	MaxReviewBytes int64
+	Now            func() time.Time
+	Logger         *slog.Logger
 	// Observer, when set, is told of every answered request.
 	Observer Observer
 }
@@ -147,14 +162,36 @@ func New(opts Options) (*Handler, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
+	if opts.MaxReviewBytes <= 0 {
+		opts.MaxReviewBytes = DefaultMaxReviewBytes
+	}
 	return &Handler{opts: opts}, nil
 }
 
+// Warn is the handler of the warn endpoint (POST /validate-warn), which the
+// shipped configuration calls for namespaces labelled itogate.io/enforce=warn:
+// every review is decided as on /validate, nothing is bound, and a review
+// enforcement would deny is answered allowed with the denial as apiserver
+// warnings ("itogate would deny: CODE: message") and counted ResultWarned.
+func (h *Handler) Warn() http.Handler { return warnHandler{h} }
+
+type warnHandler struct{ h *Handler }
+
+func (w warnHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) { w.h.serve(rw, r, true) }
+
+// WarnPrefix leads each warning of a review the warn endpoint admits
+// although enforcement would deny it.
+const WarnPrefix = "itogate would deny: "
+
 // ServeHTTP decodes one AdmissionReview and answers it. A body that is not
-// a review gets HTTP 400 (the apiserver fails the call, and failurePolicy:
-// Fail refuses the object); everything else gets HTTP 200 with the review
-// response, allowed or not.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// a review gets a plain HTTP 4xx led by its code (the apiserver fails the
+// call, and failurePolicy: Fail refuses the object); everything else gets
+// HTTP 200 with the review response, allowed or not. A body above the size
+// cap whose first bytes name the request's uid is answered as a review
+// too, denied REQUEST_TOO_LARGE, so the apiserver shows the reason.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.serve(w, r, false) }
+
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, warn bool) {
 	start := time.Now()
 	// A request that is no review gets a plain HTTP error led by its code,
 	// with the code's status (api.StatusOf).
@@ -170,13 +207,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		invalid(api.CodeContentType, "Content-Type must be application/json")
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, MaxReviewBytes+1))
+	limit := h.opts.MaxReviewBytes
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	switch {
 	case err != nil:
 		invalid(api.CodeReviewInvalid, "body unreadable")
 		return
-	case len(body) > MaxReviewBytes:
-		invalid(api.CodeRequestTooLarge, fmt.Sprintf("body larger than %d bytes", MaxReviewBytes))
+	case int64(len(body)) > limit:
+		msg := fmt.Sprintf("the AdmissionReview is larger than the webhook's cap of %d bytes (webhook.max_review_bytes)", limit)
+		uid, ok := requestUID(body)
+		if !ok {
+			invalid(api.CodeRequestTooLarge, msg)
+			return
+		}
+		req := &admissionv1.AdmissionRequest{UID: uid}
+		h.answer(w, req, h.finish(req, review{}, nil, deny(api.CodeRequestTooLarge, msg), start), warn, start)
 		return
 	}
 	var review admissionv1.AdmissionReview
@@ -187,7 +232,27 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.opts.Timeout)
 	defer cancel()
-	resp := h.Review(ctx, review.Request)
+	h.answer(w, review.Request, h.review(ctx, review.Request, warn), warn, start)
+}
+
+// answer writes resp as the AdmissionReview answering req. On the warn
+// endpoint a denial is turned into an allowed answer whose warnings carry
+// it.
+func (h *Handler) answer(w http.ResponseWriter, req *admissionv1.AdmissionRequest, resp *admissionv1.AdmissionResponse,
+	warn bool, start time.Time) {
+	result, code := ResultAllowed, ""
+	if !resp.Allowed {
+		result, code = ResultDenied, leadingCode(resp)
+		if warn {
+			result = ResultWarned
+			var ws []string
+			for _, part := range splitFindings(resp.Result.Message) {
+				ws = append(ws, WarnPrefix+part)
+			}
+			resp = &admissionv1.AdmissionResponse{UID: resp.UID, Allowed: true, Warnings: append(ws, resp.Warnings...)}
+		}
+	}
+	resp.Warnings = sanitizeWarnings(resp.Warnings)
 	out := admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
 		Response: resp,
@@ -201,11 +266,110 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(buf.Bytes())
-	if resp.Allowed {
-		h.observe(ResultAllowed, "", start)
-		return
+	h.observe(result, code, start)
+}
+
+// splitFindings splits a denial's message into its "CODE: message" parts
+// (denyFindings joins them with "; "; a message's own "; " stays).
+func splitFindings(msg string) []string {
+	var out []string
+	for {
+		i, cut := 0, -1
+		for {
+			j := strings.Index(msg[i:], "; ")
+			if j < 0 {
+				break
+			}
+			if rest := msg[i+j+2:]; leadsWithCode(rest) {
+				cut = i + j
+				break
+			}
+			i += j + 2
+		}
+		if cut < 0 {
+			return append(out, msg)
+		}
+		out, msg = append(out, msg[:cut]), msg[cut+2:]
 	}
-	h.observe(ResultDenied, leadingCode(resp), start)
+}
+
+// leadsWithCode: s starts with an UPPER_SNAKE code and ": ".
+func leadsWithCode(s string) bool {
+	code, _, ok := strings.Cut(s, ": ")
+	if !ok || code == "" {
+		return false
+	}
+	for _, r := range code {
+		if (r < 'A' || r > 'Z') && (r < '0' || r > '9') && r != '_' {
+			return false
+		}
+	}
+	return true
+}
+
+// maxWarningRunes bounds one warning: the apiserver shortens longer ones
+// to 256 characters once a response's warnings pass 4 KiB.
+const maxWarningRunes = 256
+
+// sanitizeWarnings keeps warnings printable (a control character would
+// make the apiserver's Warning header invalid) and at most maxWarningRunes
+// long; empty ones are dropped.
+func sanitizeWarnings(ws []string) []string {
+	if len(ws) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(ws))
+	for _, w := range ws {
+		w = strings.Map(func(r rune) rune {
+			if r < 0x20 || r == 0x7f || r == utf8.RuneError {
+				return ' '
+			}
+			return r
+		}, strings.ToValidUTF8(w, " "))
+		if rs := []rune(w); len(rs) > maxWarningRunes {
+			w = string(rs[:maxWarningRunes-1]) + "…"
+		}
+		if w = strings.TrimSpace(w); w != "" {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// requestUID reads request.uid of an AdmissionReview from the first bytes
+// of its body (the apiserver writes the uid first in the request), without
+// reading the rest; ok is false when those bytes do not name one.
+func requestUID(prefix []byte) (types.UID, bool) {
+	dec := json.NewDecoder(bytes.NewReader(prefix))
+	// into reads one object's members up to key and leaves the decoder at
+	// its value.
+	into := func(key string) bool {
+		if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+			return false
+		}
+		for dec.More() {
+			t, err := dec.Token()
+			if err != nil {
+				return false
+			}
+			if k, _ := t.(string); k == key {
+				return true
+			}
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return false
+			}
+		}
+		return false
+	}
+	if !into("request") || !into("uid") {
+		return "", false
+	}
+	var uid string
+	if err := dec.Decode(&uid); err != nil || uid == "" {
+		return "", false
+	}
+	return types.UID(uid), true
 }
 
 func (h *Handler) observe(result, code string, start time.Time) {
@@ -223,9 +387,26 @@ func leadingCode(resp *admissionv1.AdmissionResponse) string {
 	return code
 }
 
-// Review decides one admission request.
+// Review decides one admission request, as POST /validate does.
 func (h *Handler) Review(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	return h.review(ctx, req, false)
+}
+
+// review decides req; on the warn endpoint (warn) it binds nothing. A
+// panic anywhere in it is answered denied INTERNAL_ERROR, logged with its
+// stack and reported to the Observer.
+func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest, warn bool) (resp *admissionv1.AdmissionResponse) {
 	start := time.Now()
+	defer func() {
+		if p := recover(); p != nil {
+			h.opts.Logger.Error("workload review panicked; denied", "uid", string(req.UID),
+				"panic", fmt.Sprintf("%T", p), "stack", string(debug.Stack()))
+			if h.opts.Observer != nil {
+				h.opts.Observer.WebhookPanic()
+			}
+			resp = h.finish(req, review{}, nil, deny(api.CodeInternal, "the review failed inside itogate; denied"), start)
+		}
+	}()
 	now := h.opts.Now()
 	rv, err := newReview(req)
 	if err != nil {
@@ -250,13 +431,19 @@ func (h *Handler) Review(ctx context.Context, req *admissionv1.AdmissionRequest)
 		return h.finish(req, rv, facts, deny(code, "the policy produced no usable decision; denied"), start)
 	}
 	facts.bundleRevision = d.BundleRevision
+	warnings := findingTexts(d.Warnings)
 	if !d.Allow {
-		return h.finish(req, rv, facts, denyFindings(d.Violations), start)
-	}
-	if out := h.bind(ctx, req, rv, facts, d, now); out != nil {
+		out := denyFindings(d.Violations)
+		out.Warnings = warnings
 		return h.finish(req, rv, facts, out, start)
 	}
-	return h.finish(req, rv, facts, &admissionv1.AdmissionResponse{Allowed: true}, start)
+	if !warn {
+		if out := h.bind(ctx, req, rv, facts, d, now); out != nil {
+			out.Warnings = warnings
+			return h.finish(req, rv, facts, out, start)
+		}
+	}
+	return h.finish(req, rv, facts, &admissionv1.AdmissionResponse{Allowed: true, Warnings: warnings}, start)
 }
 
 // facts verifies the ticket and reads the run and its binding. A ledger
@@ -385,6 +572,19 @@ func (h *Handler) finish(req *admissionv1.AdmissionRequest, rv review, f *review
 	return resp
 }
 
+// findingTexts are the policy's warnings as the apiserver shows them,
+// "CODE: message".
+func findingTexts(fs []api.Finding) []string {
+	if len(fs) == 0 {
+		return nil
+	}
+	out := make([]string, len(fs))
+	for i, f := range fs {
+		out[i] = string(f.Code) + ": " + f.Message
+	}
+	return out
+}
+
 // deny is a response whose message starts with the stable code; its
 // status.code is the code's (api.StatusOf).
 func deny(code api.Code, msg string) *admissionv1.AdmissionResponse {
@@ -420,6 +620,10 @@ func reasonFor(status int32) metav1.StatusReason {
 		return metav1.StatusReasonBadRequest
 	case http.StatusServiceUnavailable:
 		return metav1.StatusReasonServiceUnavailable
+	case http.StatusRequestEntityTooLarge:
+		return metav1.StatusReasonRequestEntityTooLarge
+	case http.StatusInternalServerError:
+		return metav1.StatusReasonInternalError
 	}
 	return metav1.StatusReasonForbidden
 }

@@ -28,6 +28,11 @@ type review struct {
 	// ticketChanged: an UPDATE whose stored object carried a ticket and
 	// whose new object carries another one.
 	ticketChanged bool
+	// teardown: an UPDATE of the object itself that changes nothing that
+	// runs (onlyStops: the spec is the stored one's but for suspend members
+	// set to true; the same ticket annotation and controller): a finalizer,
+	// label or annotation change, or a suspend.
+	teardown bool
 }
 
 // subresourceScale is the scale subresource (<kind>/scale), whose review
@@ -74,6 +79,8 @@ func newReview(req *admissionv1.AdmissionRequest) (review, error) {
 		if req.SubResource == subresourceScale {
 			rv.oldObject = old
 		}
+		rv.teardown = req.SubResource == "" && om.ticket == m.ticket && om.ownerUID == m.ownerUID &&
+			onlyStops(old["spec"], obj["spec"])
 	}
 	if rv.name == "" {
 		rv.name = req.Name
@@ -85,6 +92,49 @@ func newReview(req *admissionv1.AdmissionRequest) (review, error) {
 	}
 	rv.identity = req.Kind.Group + "/" + req.Kind.Kind + "/" + req.Namespace + "/" + rv.name
 	return rv, nil
+}
+
+// onlyStops: next is prev but for members named "suspend" that are true in
+// next (a suspended Job, JobSet, RayJob or a Kubeflow job's
+// runPolicy.suspend): nothing starts that did not run before. Values
+// compare as decoded (numbers by their text).
+func onlyStops(prev, next any) bool {
+	switch n := next.(type) {
+	case map[string]any:
+		p, ok := prev.(map[string]any)
+		if !ok {
+			return false
+		}
+		for k, nv := range n {
+			if k == "suspend" && nv == true {
+				continue
+			}
+			pv, present := p[k]
+			if !present || !onlyStops(pv, nv) {
+				return false
+			}
+		}
+		for k := range p {
+			if _, ok := n[k]; !ok {
+				return false
+			}
+		}
+		return true
+	case []any:
+		p, ok := prev.([]any)
+		if !ok || len(p) != len(n) {
+			return false
+		}
+		for i := range n {
+			if !onlyStops(p[i], n[i]) {
+				return false
+			}
+		}
+		return true
+	case nil, string, bool, json.Number:
+		return prev == next
+	}
+	return false
 }
 
 // memberNames is the set of member names of v at any depth.

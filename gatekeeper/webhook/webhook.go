@@ -506,6 +506,9 @@ func (h *Handler) facts(ctx context.Context, req *admissionv1.AdmissionRequest, 
 	if rv.oldObject != nil {
 		rev["old_object"] = rv.oldObject
 	}
+	if rv.teardown {
+		rev["teardown"] = true
+	}
 	input := map[string]any{
 		"now":        now.Unix(),
 		"review":     rev,

@@ -6,6 +6,14 @@ package ito.workload
 
 import data.ito.lib
 
+# A teardown UPDATE (input.review.teardown, from Go): the object's spec is
+# the stored one's but for suspend members set to true, with the same
+# ticket and controller — a finalizer, label or annotation change, or a
+# suspend. It changes nothing that runs, so it is allowed and binds
+# nothing whatever the run's state or the ticket's validity: a cancelled
+# run's Job can always be suspended and its finalizers removed.
+_teardown if input.review.teardown == true
+
 # METADATA
 # title: Ticket changed on UPDATE
 # description: >-

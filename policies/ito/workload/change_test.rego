@@ -42,3 +42,31 @@ test_ticket_changed if {
 	d := _decide([_set("/ticket/changed", true)])
 	d.violations[0].message == `the UPDATE replaces the ticket of "batch/Job/team-a/train-llama"`
 }
+
+# A teardown UPDATE (Go's review.teardown) is allowed and binds nothing,
+# whatever the run's state or the ticket's validity; without the fact the
+# same UPDATE is decided as any other.
+test_teardown if {
+	ended := [
+		_set("/review/operation", "UPDATE"), _set("/run/live", false),
+		_set("/run/ended_by", "cancelled by train.cancel"),
+	]
+	_codes(ended) == {"WORKLOAD_RUN_NOT_LIVE"}
+	d := _decide(array.concat(ended, [_set("/review/teardown", true)]))
+	d.allow == true
+	d.violations == []
+	d.bind == "none"
+	expired := [
+		_set("/review/operation", "UPDATE"), _set("/ticket/verified", false),
+		_set("/ticket/error", "expired"),
+	]
+	_codes(expired) == {"WORKLOAD_TICKET_EXPIRED"}
+	_decide(array.concat(expired, [_set("/review/teardown", true)])).allow == true
+	privileged := [
+		_set("/review/operation", "UPDATE"),
+		_set("/review/object/spec/template/spec/containers/0/securityContext", {"privileged": true}),
+		_set("/review/object/spec/template/spec/containers/0/resources", {}),
+	]
+	_codes(privileged) == {"WORKLOAD_GPU_ACCESS_UNCOUNTED"}
+	_decide(array.concat(privileged, [_set("/review/teardown", true)])).allow == true
+}

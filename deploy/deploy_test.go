@@ -1,7 +1,6 @@
-// Package deploy holds the Kubernetes deploy files (deploy/kubernetes); its
-// test keeps them fail-closed and in step with the policy bundle. `make
-// test-k8s` applies the same ValidatingWebhookConfiguration to a real
-// kube-apiserver.
+// The tests keep the deploy files fail-closed and in step with the policy
+// bundle. `make test-k8s` applies the same ValidatingWebhookConfiguration to
+// a real kube-apiserver.
 package deploy
 
 import (
@@ -15,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/itocompute/itogate/gatekeeper/config"
+	"github.com/itocompute/itogate/gatekeeper/webhook"
 	"github.com/itocompute/itogate/policies"
 )
 
@@ -69,9 +69,22 @@ func TestWebhookFailsClosed(t *testing.T) {
 	if len(hooks) == 0 {
 		t.Fatal("no webhooks")
 	}
+	modes := map[string]bool{}
 	for _, h := range hooks {
-		if get(h, "failurePolicy") != "Fail" || get(h, "sideEffects") != "NoneOnDryRun" {
+		// The enforcing webhook fails closed and selects enforce=true; the
+		// warn webhook (/validate-warn, binds nothing, never refuses)
+		// selects enforce=warn only, so no namespace is in both.
+		mode, policy, effects := "true", "Fail", "NoneOnDryRun"
+		if get(h, "clientConfig", "service", "path") == "/validate-warn" {
+			mode, policy, effects = "warn", "Ignore", "None"
+		}
+		modes[mode] = true
+		if get(h, "failurePolicy") != policy || get(h, "sideEffects") != effects {
 			t.Errorf("%v: failurePolicy %v, sideEffects %v", get(h, "name"), get(h, "failurePolicy"), get(h, "sideEffects"))
+		}
+		if e := get(h, "namespaceSelector", "matchExpressions", 0); get(e, "key") != "itogate.io/enforce" ||
+			get(e, "operator") != "In" || len(get(e, "values").([]any)) != 1 || get(e, "values", 0) != mode {
+			t.Errorf("%v: selects %v, want itogate.io/enforce In [%s]", get(h, "name"), e, mode)
 		}
 		if ts, _ := get(h, "timeoutSeconds").(int); ts < 3 || ts > 10 {
 			t.Errorf("timeoutSeconds %v: want above itogate's 2 s review bound and well below the apiserver's", ts)
@@ -92,6 +105,9 @@ func TestWebhookFailsClosed(t *testing.T) {
 		if !strings.Contains(get(h, "matchConditions", 0, "expression").(string), `startsWith("kube-")`) {
 			t.Error("no matchCondition keeps kube-* namespaces out")
 		}
+	}
+	if !modes["true"] || !modes["warn"] || len(hooks) != 2 {
+		t.Errorf("want one enforcing and one warn webhook, got %d (%v)", len(hooks), modes)
 	}
 }
 
@@ -187,5 +203,19 @@ func TestShippedConfigLoads(t *testing.T) {
 	}
 	if c.Webhook == nil || c.Tickets == nil || c.Ledger.Driver != config.DriverPostgres {
 		t.Fatalf("webhook, tickets and a PostgreSQL ledger expected: %+v", c)
+	}
+}
+
+// TestWebhookConfigurationIsGenerated: the shipped configuration is what
+// `itogate webhook config` prints for the embedded bundle, so its
+// matchConditions follow the bundle's resource model.
+func TestWebhookConfigurationIsGenerated(t *testing.T) {
+	want, err := webhook.Configuration(WebhookConfiguration, policies.Bundle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(want) != string(WebhookConfiguration) {
+		t.Fatal("kubernetes/base/validatingwebhookconfiguration.yaml is not current: " +
+			"go run ./cmd/itogate webhook config > deploy/kubernetes/base/validatingwebhookconfiguration.yaml")
 	}
 }

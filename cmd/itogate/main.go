@@ -70,6 +70,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newReplayCmd(stdout),
 		newBundleCmd(stdout, stderr),
 		newTicketCmd(stdout, stderr),
+		newWebhookCmd(stdout),
 		newVersionCmd(stdout),
 	)
 	root.InitDefaultHelpCmd()

@@ -26,7 +26,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -43,6 +45,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
@@ -59,6 +62,7 @@ import (
 const (
 	nsA     = "team-a" // bound to scenario.Account, whose runs the test admits
 	nsB     = "team-b" // bound to another account
+	nsW     = "team-w" // bound to scenario.Account, in warn mode (itogate.io/enforce=warn)
 	gpu     = "nvidia.com/gpu"
 	fixture = "megatron-llama3-8b-h100-fp8" // 1 node × 8 H100, 6 h
 )
@@ -108,9 +112,9 @@ func TestWorkloadBoundary(t *testing.T) {
 	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, vwc, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("register the webhook: %v", err)
 	}
-	for _, ns := range []string{nsA, nsB} {
+	for ns, mode := range map[string]string{nsA: "true", nsB: "true", nsW: "warn"} {
 		_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-			Name: ns, Labels: map[string]string{"itogate.io/enforce": "true"}}}, metav1.CreateOptions{})
+			Name: ns, Labels: map[string]string{"itogate.io/enforce": mode}}}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -348,13 +352,85 @@ func TestWorkloadBoundary(t *testing.T) {
 		_, err := cs.CoreV1().Pods(nsA).Create(ctx, gpuPod("train-1", run.Data.Ticket, created.UID, 8), metav1.CreateOptions{})
 		wantForbidden(t, err, "WORKLOAD_RUN_NOT_LIVE")
 	})
+	t.Run("teardown after cancel", func(t *testing.T) {
+		if created == nil {
+			t.Skip("no Job")
+		}
+		// The run is cancelled: its Job takes a finalizer, a label and a
+		// suspend (changes of nothing that runs), is deleted, and goes
+		// once its finalizer is removed.
+		j, err := jobs.Get(ctx, created.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		j.Finalizers = append(j.Finalizers, "itogate.io/test-cleanup")
+		j.Labels["phase"] = "cancelled"
+		j.Spec.Suspend = ptr(true)
+		if j, err = jobs.Update(ctx, j, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("finalizer, label and suspend on the cancelled run's Job: %v", err)
+		}
+		if err := jobs.Delete(ctx, j.Name, metav1.DeleteOptions{PropagationPolicy: ptr(metav1.DeletePropagationBackground)}); err != nil {
+			t.Fatal(err)
+		}
+		if j, err = jobs.Get(ctx, j.Name, metav1.GetOptions{}); err != nil || j.DeletionTimestamp == nil {
+			t.Fatalf("the Job is not terminating: %v", err)
+		}
+		j.Finalizers = nil
+		if _, err := jobs.Update(ctx, j, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("finalizer removal after cancel: %v", err)
+		}
+		if _, err := jobs.Get(ctx, j.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("the Job is still there: %v", err)
+		}
+		// A PyTorchJob's suspend is nested (runPolicy.suspend): the
+		// webhook is called, and allows it after the run's cancel.
+		pjRun := admit(t)
+		pj, err := dyn.Resource(pytorchJobs).Namespace(nsA).Create(ctx, pytorchJob("to-suspend", pjRun.Data.Ticket, 8, 0), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cancelRun(t, ctx, runner, pjRun.Data.RunID)
+		if err := unstructured.SetNestedField(pj.Object, true, "spec", "runPolicy", "suspend"); err != nil {
+			t.Fatal(err)
+		}
+		if pj, err = dyn.Resource(pytorchJobs).Namespace(nsA).Update(ctx, pj, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("runPolicy.suspend after cancel: %v", err)
+		}
+		if err := unstructured.SetNestedField(pj.Object, "All", "spec", "runPolicy", "cleanPodPolicy"); err != nil {
+			t.Fatal(err)
+		}
+		_, err = dyn.Resource(pytorchJobs).Namespace(nsA).Update(ctx, pj, metav1.UpdateOptions{})
+		wantForbidden(t, err, "WORKLOAD_RUN_NOT_LIVE")
+	})
+	t.Run("warn mode", func(t *testing.T) {
+		// team-w is labelled itogate.io/enforce=warn: what enforcement
+		// refuses is created, with the refusal as an apiserver warning,
+		// and counted warned.
+		wcfg := rest.CopyConfig(cfg)
+		warnings := &warningLog{}
+		wcfg.WarningHandler = warnings
+		wcs, err := kubernetes.NewForConfig(wcfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := wcs.CoreV1().Pods(nsW).Create(ctx, gpuPod("warned", "", "", 8), metav1.CreateOptions{}); err != nil {
+			t.Fatalf("a GPU Pod without a ticket in warn mode: %v", err)
+		}
+		want := webhook.WarnPrefix + "WORKLOAD_TICKET_MISSING: 8 GPUs requested without an admission ticket (annotation itogate.io/ticket)"
+		if got := warnings.all(); !slices.Contains(got, want) {
+			t.Fatalf("warnings %q, want %q", got, want)
+		}
+		if m := metrics(t, it.apiURL); !strings.Contains(m, `itogate_webhook_reviews_total{code="WORKLOAD_TICKET_MISSING",result="warned"} 1`+"\n") {
+			t.Fatalf("no warned review counted:\n%s", m)
+		}
+	})
 	t.Run("a system namespace is never blocked", func(t *testing.T) {
 		_, err := cs.CoreV1().Pods("kube-system").Create(ctx, gpuPod("system-gpu", "", "", 8), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatalf("kube-system: %v", err)
 		}
 	})
-	t.Run("itogate stopped: creation refused", func(t *testing.T) {
+	t.Run("itogate stopped: GPU workloads refused, the rest goes on", func(t *testing.T) {
 		fresh := admit(t)
 		it.stop(t)
 		_, err := jobs.Create(ctx, gpuJob("while-down", fresh.Data.Ticket, 1, 8), metav1.CreateOptions{})
@@ -363,6 +439,32 @@ func TestWorkloadBoundary(t *testing.T) {
 		}
 		if _, err := jobs.Get(ctx, "while-down", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Fatalf("the Job exists: %v", err)
+		}
+		_, err = pods.Create(ctx, gpuPod("gpu-while-down", "", "", 8), metav1.CreateOptions{})
+		if err == nil || !strings.Contains(err.Error(), `failed calling webhook "workloads.itogate.io"`) {
+			t.Fatalf("a GPU Pod with itogate down: %v, want refused", err)
+		}
+		// Without GPUs nothing is sent (matchConditions): a CPU Pod and a
+		// CPU Job are created, a bound Job's label changes.
+		if _, err := pods.Create(ctx, podWith("cpu-while-down", "", corev1.ResourceList{corev1.ResourceCPU: qty(2)}), metav1.CreateOptions{}); err != nil {
+			t.Fatalf("a CPU Pod with itogate down: %v", err)
+		}
+		cpuJob := gpuJob("cpu-job-while-down", "", 1, 0)
+		cpuJob.Spec.Template.Spec.Containers[0].Resources = corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceCPU: qty(1)}}
+		if _, err := jobs.Create(ctx, cpuJob, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("a CPU Job with itogate down: %v", err)
+		}
+		if j, err := jobs.Get(ctx, "train-second", metav1.GetOptions{}); err == nil {
+			j.Labels["while-down"] = "yes"
+			if _, err := jobs.Update(ctx, j, metav1.UpdateOptions{}); err != nil {
+				t.Fatalf("a label on a bound Job with itogate down: %v", err)
+			}
+		} else {
+			t.Fatalf("train-second: %v", err)
+		}
+		// Warn mode never refuses (failurePolicy: Ignore).
+		if _, err := cs.CoreV1().Pods(nsW).Create(ctx, gpuPod("warn-while-down", "", "", 8), metav1.CreateOptions{}); err != nil {
+			t.Fatalf("a GPU Pod in warn mode with itogate down: %v", err)
 		}
 		_, err = cs.CoreV1().Pods("kube-system").Create(ctx, gpuPod("system-gpu-2", "", "", 8), metav1.CreateOptions{})
 		if err != nil {
@@ -446,6 +548,39 @@ func gpuPod(name, tk string, owner types.UID, gpus int64) *corev1.Pod {
 		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "train", UID: owner, Controller: &yes}}
 	}
 	return p
+}
+
+// warningLog collects the apiserver's warnings (rest.WarningHandler).
+type warningLog struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (w *warningLog) HandleWarningHeader(_ int, _ string, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.seen = append(w.seen, text)
+}
+
+func (w *warningLog) all() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.seen)
+}
+
+// metrics is itogate's GET /metrics.
+func metrics(t *testing.T, apiURL string) string {
+	t.Helper()
+	resp, err := http.Get(apiURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 func qty(n int64) resource.Quantity { return *resource.NewQuantity(n, resource.DecimalSI) }
@@ -674,7 +809,8 @@ func startItogate(t *testing.T, dir, certFile, keyFile string) *itogate {
 	i := &itogate{apiURL: "http://" + api, webhookURL: "https://" + hook + "/validate", logs: &syncbuf.Buffer{}}
 	i.cmd = exec.Command(bin, "serve", "--listen", api, "--data-dir", filepath.Join(dir, "data"),
 		"--webhook-listen", hook, "--webhook-cert-file", certFile, "--webhook-key-file", keyFile,
-		"--webhook-namespace", nsA+"="+scenario.Account, "--webhook-namespace", nsB+"=acct_other")
+		"--webhook-namespace", nsA+"="+scenario.Account, "--webhook-namespace", nsB+"=acct_other",
+		"--webhook-namespace", nsW+"="+scenario.Account)
 	i.cmd.Stdout, i.cmd.Stderr = i.logs, i.logs
 	i.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := i.cmd.Start(); err != nil {

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"io"
+	"io/fs"
+
+	"github.com/spf13/cobra"
+
+	"github.com/itocompute/itogate/deploy"
+	"github.com/itocompute/itogate/gatekeeper/webhook"
+	"github.com/itocompute/itogate/policies"
+)
+
+func newWebhookCmd(stdout io.Writer) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "webhook",
+		Short: "The Kubernetes admission webhook's configuration",
+	}
+	var bundleDir string
+	config := &cobra.Command{
+		Use:   "config",
+		Short: "Print the ValidatingWebhookConfiguration with matchConditions generated from a bundle's resource model",
+		Long: "Print deploy/kubernetes/base/validatingwebhookconfiguration.yaml with its matchConditions generated from\n" +
+			"the policy bundle's kinds table and resource model (the embedded bundle, or --bundle DIR): the apiserver then\n" +
+			"sends itogate only what the policy could refuse. Regenerate it whenever the bundle's resource model changes\n" +
+			"(a GPU resource name, a device variable, a device path or annotation): names the conditions do not know\n" +
+			"never reach the webhook.",
+		Args: cobra.NoArgs,
+		RunE: func(_ *cobra.Command, _ []string) error {
+			var bundle fs.FS = policies.Bundle()
+			if bundleDir != "" {
+				b, err := bundleDirFS(bundleDir)
+				if err != nil {
+					return err
+				}
+				bundle = b
+			}
+			out, err := webhook.Configuration(deploy.WebhookConfiguration, bundle)
+			if err != nil {
+				return err
+			}
+			_, err = stdout.Write(out)
+			return err
+		},
+	}
+	config.Flags().StringVar(&bundleDir, "bundle", "", "the policy bundle directory (the one holding ito/); default: the embedded bundle")
+	annotate(config.Flags(), "bundle", valueReadsDir)
+	cmd.AddCommand(config)
+	return cmd
+}

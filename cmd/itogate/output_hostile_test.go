@@ -205,6 +205,9 @@ func TestHumanOutputIsInert(t *testing.T) {
 		"bundle":                "prints its help",
 		"ticket":                "prints its help",
 		"completion":            "prints its help",
+		"webhook":               "prints its help",
+		"webhook config": "prints YAML built from the bundle; a name of a --bundle that is not printable ASCII is refused " +
+			"(webhook.MatchConditions); its errors go through main, inert",
 	}
 	walkCommands(t, func(c *cobra.Command) {
 		p := commandPath(c)

@@ -190,7 +190,7 @@ func checkActionFlags(action api.Action, changed func(string) bool) error {
 		case takes && f.required && !changed(f.name):
 			return fmt.Errorf("--%s is required for %s", f.name, action)
 		case !takes && changed(f.name):
-			return fmt.Errorf("--%s is not a flag of %s: only %s take it", f.name, action, api.ActionsWhere(f.takes))
+			return fmt.Errorf("--%s is not a flag of %s: it is for %s", f.name, action, api.ActionsWhere(f.takes))
 		}
 	}
 	return nil

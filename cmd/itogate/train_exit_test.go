@@ -319,3 +319,27 @@ func without(args, drop []string) []string {
 	}
 	return out
 }
+
+// TestTrainActionFlagsInREADME: the README's table of the actions' own
+// flags has a row per action naming exactly the flags trainFlags gives it,
+// optional ones in brackets.
+func TestTrainActionFlagsInREADME(t *testing.T) {
+	readme := string(mustRead(t, filepath.Join("..", "..", "README.md")))
+	for _, spec := range api.Actions() {
+		i := strings.Index(readme, "\n| `"+string(spec.Action)+"`")
+		if i < 0 {
+			t.Errorf("README.md: no row for %s in the table of the actions' flags", spec.Action)
+			continue
+		}
+		row := readme[i+1 : i+1+strings.IndexByte(readme[i+1:], '\n')]
+		for _, f := range trainFlags {
+			bare, optional := strings.Contains(row, "`--"+f.name), strings.Contains(row, "`[--"+f.name)
+			switch {
+			case !f.takes(spec) && (bare || optional):
+				t.Errorf("README.md's row of %s names --%s, which it does not take: %s", spec.Action, f.name, row)
+			case f.takes(spec) && f.required != bare, f.takes(spec) && !f.required != optional:
+				t.Errorf("README.md's row of %s shows --%s wrong (required: %v): %s", spec.Action, f.name, f.required, row)
+			}
+		}
+	}
+}

@@ -177,7 +177,11 @@ func showRun(w io.Writer, r api.RunStatus) {
 		fmt.Fprintln(w, "  events:")
 	}
 	for _, e := range r.Events {
-		fmt.Fprintf(w, "    %s  %s", unixTime(e.At), t(string(e.Action)))
+		action := "-" // a transition of no admission's own: a halt, a revocation, an expiry
+		if e.Action != "" {
+			action = t(string(e.Action))
+		}
+		fmt.Fprintf(w, "    %s  %s", unixTime(e.At), action)
 		for _, f := range []struct{ label, v string }{
 			{"to", string(e.To)}, {"stage", e.Stage}, {"decision_id", e.DecisionID}, {"reason", e.Reason},
 		} {

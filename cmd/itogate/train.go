@@ -228,7 +228,7 @@ func actionUsage() string {
 // trainFlagValue names the value of an action-dependent flag in the usage
 // ("" for a boolean); "..." marks a repeatable one.
 var trainFlagValue = map[string]string{
-	"manifest": "FILE", "signature": "FILE", "run-id": "RUN_ID", "stage": "STAGE", "checkpoint-step": "N",
+	"manifest": "FILE", "signature": "FILE", "run-id": "RUN", "stage": "STAGE", "checkpoint-step": "N",
 	"eval-report": "FILE...", "ladder-decision": "FILE...", "release-booking": "",
 }
 

@@ -49,12 +49,12 @@ type exitGroup struct {
 
 // Exit codes returned by the commands themselves (exitError).
 const (
-	exitDenied          = 2 // train, status: 403 or 409
-	exitNotFound        = 3 // status: 404
+	exitDenied          = 2 // train, status, revoke: 403 or 409
+	exitNotFound        = 3 // status, runs get, revoke: 404
 	exitFailed          = 4 // bad input, every command but ticket verify
-	exitUnavailable     = 5 // train, status: no definite answer
-	exitUnauthenticated = 6 // train, status: 401
-	exitRevoked         = 7 // train, status: a revoked credential
+	exitUnavailable     = 5 // train, status, runs, revoke: no definite answer
+	exitUnauthenticated = 6 // train, status, runs, revoke: 401
+	exitRevoked         = 7 // train, status, runs: a revoked credential
 
 	exitOther       = 1 // any other failure, every command but replay and ticket verify
 	exitReplayFlip  = 1 // replay --fail-on-flip: a decision flips
@@ -78,6 +78,24 @@ var exitTable = []exitGroup{
 		{exitUnavailable, kindOwn, "unavailable or no definite answer: 503, 408, 429, transport failure, `--timeout` passed, an answer that is not an envelope", "ask `itogate status` with the same key, then retry"},
 		{exitUnauthenticated, kindOwn, "unauthenticated: 401 `CALLER_UNAUTHENTICATED`", "get a current caller token"},
 		{exitRevoked, kindOwn, "revoked: `CALLER_REVOKED`, `CONFIRMATION_REVOKED`, `ENTITLEMENT_REVOKED`", "stop: no retry helps; get a new credential"},
+	}},
+	{[]string{"runs get", "runs list"}, []exitRow{
+		{0, kindOK, "the run (get) or a page of runs (list)", ""},
+		{exitOther, kindOther, "unexpected internal error, or an answer these commands do not expect (1xx, 3xx, 403, 409)", "report it"},
+		{exitNotFound, kindOwn, "get only: no run with this id for your account (404 `RUN_STATUS_NOT_FOUND`; another account's run answers the same)", "check the run id and the caller's account"},
+		{exitFailed, kindBadInput, "bad input: a flag or argument, a refused token file: nothing sent; or 400 from the server", "fix the named flag, file or field"},
+		{exitUnavailable, kindOwn, "unavailable or no definite answer: 503, 408, 429, transport failure, `--timeout` passed, an answer that is not an envelope", "ask again (they only read)"},
+		{exitUnauthenticated, kindOwn, "unauthenticated: 401 `CALLER_UNAUTHENTICATED`", "get a current caller token"},
+		{exitRevoked, kindOwn, "revoked: `CALLER_REVOKED`", "stop: get a new caller key"},
+	}},
+	{[]string{"revoke confirmation", "revoke entitlement", "revoke booking", "revoke caller"}, []exitRow{
+		{0, kindOK, "revoked: stored now (201), or already revoked (200, the stored revocation)", ""},
+		{exitOther, kindOther, "unexpected internal error, or an answer these commands do not expect (1xx, 3xx, 409)", "report it"},
+		{exitDenied, kindOwn, "refused: 403 `REVOKER_UNAUTHORIZED` (this identity may not revoke this kind)", "revoke as the identity of the kind"},
+		{exitNotFound, kindOwn, "confirmation `--ref` only: no confirmation is deposited under the ref (404 `REVOCATION_REF_NOT_FOUND`)", "revoke by `--jti` with `--expires-at`"},
+		{exitFailed, kindBadInput, "bad input: a flag (`--expires-at` included), a refused token file: nothing sent; or 400/413/415 from the server", "fix the named flag, file or field"},
+		{exitUnavailable, kindOwn, "unavailable or no definite answer: 503, 408, 429, transport failure, `--timeout` passed, an answer that is not an envelope", "send it again (a revocation is idempotent)"},
+		{exitUnauthenticated, kindOwn, "unauthenticated: 401 `REVOKER_UNAUTHENTICATED` or `DEPOSITOR_UNAUTHENTICATED` (or no revoker identity is configured)", "get a current revoker or depositor token"},
 	}},
 	{[]string{"ticket verify"}, []exitRow{
 		{ticketExitOK, kindOK, "verifies and meets every expectation; prints the claims (`--json`: as JSON)", "start the job"},

@@ -259,6 +259,23 @@ func TestExitCodesPerCommand(t *testing.T) {
 		"keygen 1": cli("keygen", "--name", "dup", "--dir", keygenDir),
 		"token 4":  cli("token", "caller", "--ttl", "-1s"),
 	}
+	// The runs and revoke commands: each row from a stub's answer (runs
+	// 1: a 403, which no runs command documents, is "any other"), 5 from a
+	// server nothing listens on.
+	for _, args := range [][]string{{"runs", "get", "run_x", "--token-file", tok}, {"runs", "list", "--token-file", tok}} {
+		p := strings.Join(args[:2], " ")
+		cases[p+" 0"], cases[p+" 1"] = stubbed(200, "", args...), stubbed(403, "EVAL_FAILED", args...)
+		cases[p+" 3"], cases[p+" 4"] = stubbed(404, "RUN_STATUS_NOT_FOUND", args...), stubbed(400, "REQUEST_INVALID", args...)
+		cases[p+" 5"], cases[p+" 6"] = dead(args...), stubbed(401, "CALLER_UNAUTHENTICATED", args...)
+		cases[p+" 7"] = stubbed(401, "CALLER_REVOKED", args...)
+	}
+	for _, args := range revokeArgs(tok) {
+		p := strings.Join(args[:2], " ")
+		cases[p+" 0"], cases[p+" 1"] = stubbed(200, "", args...), stubbed(300, "MULTIPLE_CHOICES", args...)
+		cases[p+" 2"], cases[p+" 3"] = stubbed(403, "REVOKER_UNAUTHORIZED", args...), stubbed(404, "REVOCATION_REF_NOT_FOUND", args...)
+		cases[p+" 4"], cases[p+" 5"] = stubbed(400, "REQUEST_INVALID", args...), dead(args...)
+		cases[p+" 6"] = stubbed(401, "REVOKER_UNAUTHENTICATED", args...)
+	}
 	// keygen 1 needs a key pair already there.
 	if res := runCLI(t, "keygen", "--name", "dup", "--dir", keygenDir); res.exit != 0 {
 		t.Fatalf("keygen: %+v", res)
@@ -383,4 +400,16 @@ func newTicketFixture(t *testing.T) ticketFixture {
 
 func (f ticketFixture) args() []string {
 	return []string{"ticket", "verify", "--jwks", f.jwks, "--issuer", trust.DevTicketIssuer}
+}
+
+// revokeArgs are a command line of each revoke subcommand with its
+// credential file tok (no --server).
+func revokeArgs(tok string) [][]string {
+	exp := "--expires-at=2099-01-01T00:00:00Z"
+	return [][]string{
+		{"revoke", "confirmation", "--depositor-token-file", tok, "--ref", "cfr_" + strings.Repeat("0", 32)},
+		{"revoke", "entitlement", "--revoker-token-file", tok, "--jti", "jti_1", exp},
+		{"revoke", "booking", "--revoker-token-file", tok, "--booking", "bk_1", exp},
+		{"revoke", "caller", "--revoker-token-file", tok, "--key-id", "kid_1", exp},
+	}
 }

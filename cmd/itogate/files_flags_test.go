@@ -316,7 +316,7 @@ func (fx *fileFixture) hostile(t *testing.T, in fileInput) []hostileFile {
 // runs reaches a server (a dead address, bounded by --timeout, in case).
 func (fx *fileFixture) commandLines() map[string]func(path string) []string {
 	f := fx.files
-	train := func(in string) func(string) []string {
+	train := func(in string, extra ...string) func(string) []string {
 		return func(p string) []string {
 			pick := func(name, kind string) string {
 				if name == in {
@@ -324,10 +324,14 @@ func (fx *fileFixture) commandLines() map[string]func(path string) []string {
 				}
 				return f[kind]
 			}
-			return []string{"train", "--server", fx.dead, "--timeout", "5s", "--booking", "bk_1",
+			args := []string{"train", "--server", fx.dead, "--timeout", "5s", "--booking", "bk_1",
 				"--confirmation-ref", "cfr_" + strings.Repeat("0", 32), "--idempotency-key", "k1",
 				"--manifest", pick("manifest", "manifest.json"), "--signature", pick("signature", "manifest.json.sig"),
 				"--entitlement-file", pick("entitlement-file", "token.jwt"), "--token-file", pick("token-file", "token.jwt")}
+			if in == "eval-report" || in == "ladder-decision" {
+				args = append(args, "--"+in, f["token.jwt"], "--"+in, p) // the second file is the one tried
+			}
+			return append(args, extra...)
 		}
 	}
 	ownKey := func(kind string, extra ...string) []string {
@@ -345,6 +349,15 @@ func (fx *fileFixture) commandLines() map[string]func(path string) []string {
 		"train --signature":        train("signature"),
 		"train --entitlement-file": train("entitlement-file"),
 		"train --token-file":       train("token-file"),
+		"train --eval-report": train("eval-report", "--action", "train.stage.advance", "--run-id", "run_1",
+			"--stage", "long_context"),
+		"train --ladder-decision": train("ladder-decision"),
+		"runs get --token-file": func(p string) []string {
+			return []string{"runs", "get", "run_1", "--server", fx.dead, "--timeout", "5s", "--token-file", p}
+		},
+		"runs list --token-file": func(p string) []string {
+			return []string{"runs", "list", "--server", fx.dead, "--timeout", "5s", "--token-file", p}
+		},
 		"status --token-file": func(p string) []string {
 			return []string{"status", "--server", fx.dead, "--timeout", "5s", "--idempotency-key", "k1", "--token-file", p}
 		},
@@ -396,6 +409,12 @@ func (fx *fileFixture) commandLines() map[string]func(path string) []string {
 			return append(ownKey("confirmation", "--key", f["signer.key.pem"], "--cost", "1.00", "--deposit",
 				"--server", fx.dead), "--depositor-token-file", p)
 		},
+	}
+	for _, args := range revokeArgs("FILE") {
+		cases[strings.Join(args[:2], " ")+" "+args[2]] = func(p string) []string {
+			line := append(slices.Clone(args), "--server", fx.dead, "--timeout", "5s")
+			return slices.Replace(line, slices.Index(line, "FILE"), slices.Index(line, "FILE")+1, p)
+		}
 	}
 	for kind, extra := range tokenExtra {
 		cases["token "+kind+" --key"] = func(p string) []string {

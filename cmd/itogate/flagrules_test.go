@@ -34,7 +34,9 @@ func TestNoSecretInArguments(t *testing.T) {
 	})
 	for _, want := range []string{"train --token-file", "train --entitlement-file", "status --token-file",
 		"token confirmation --depositor-token-file", "token caller --key", "sign --key", "verify --key",
-		"bundle inspect --verification-key", "eval --entitlement", "eval --confirmation", "train --idempotency-key"} {
+		"bundle inspect --verification-key", "eval --entitlement", "eval --confirmation", "train --idempotency-key",
+		"runs get --token-file", "runs list --page-token", "revoke booking --revoker-token-file",
+		"revoke confirmation --depositor-token-file"} {
 		if !slices.Contains(matched, want) {
 			t.Errorf("the rule does not see %q (matched: %v)", want, matched)
 		}
@@ -222,4 +224,45 @@ func wrapBearer(h http.Handler, into *[]string) http.Handler {
 		*into = append(*into, r.Header.Get("Authorization"))
 		h.ServeHTTP(w, r)
 	})
+}
+
+// TestRevokerTokenNeverAnArgument: itogate revoke takes the revoker's (or,
+// for a confirmation, the depositor's) bearer token from its file flag,
+// standard input (-) or the environment, and sends it as the bearer;
+// --revoker-token is no flag.
+func TestRevokerTokenNeverAnArgument(t *testing.T) {
+	var bearers []string
+	s := newStub(t, 200, "")
+	s.srv.Config.Handler = wrapBearer(s.srv.Config.Handler, &bearers)
+	file := filepath.Join(t.TempDir(), "revoker.jwt")
+	writeMode(t, file, []byte("from.the.file\n"), 0o600)
+	base := []string{"revoke", "booking", "--server", s.srv.URL, "--booking", "bk_1", "--expires-at", "2099-01-01T00:00:00Z"}
+	t.Setenv("ITOGATE_REVOKER_TOKEN", "from.the.env")
+	t.Setenv("ITOGATE_DEPOSITOR_TOKEN", "desk.from.the.env")
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		stdin string
+		want  string
+	}{
+		{"file", []string{"--revoker-token-file", file}, "", "Bearer from.the.file"},
+		{"standard input", []string{"--revoker-token-file", "-"}, "from.stdin\n", "Bearer from.stdin"},
+		{"environment", nil, "", "Bearer from.the.env"},
+		{"the depositor's, for a confirmation", nil, "", "Bearer desk.from.the.env"},
+	} {
+		bearers = nil
+		args := append(slices.Clone(base), tc.args...)
+		if strings.HasPrefix(tc.name, "the depositor") {
+			args = []string{"revoke", "confirmation", "--server", s.srv.URL, "--ref", "cfr_" + strings.Repeat("0", 32)}
+		}
+		res := runCLIStdin(t, tc.stdin, args...)
+		if res.exit != 0 || !slices.Equal(bearers, []string{tc.want}) {
+			t.Errorf("%s: exit %d, stderr %q, bearers %q; want %q", tc.name, res.exit, res.stderr, bearers, tc.want)
+		}
+	}
+	bearers = nil
+	res := runCLI(t, append(base, "--revoker-token", "eyJ.a.b")...)
+	if res.exit != exitFailed || !strings.Contains(res.stderr, "unknown flag: --revoker-token") || len(bearers) != 0 {
+		t.Fatalf("--revoker-token: exit %d, stderr %q, %d requests", res.exit, res.stderr, len(bearers))
+	}
 }

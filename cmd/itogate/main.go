@@ -1,5 +1,5 @@
 // Command itogate is the admission gatekeeper and its toolset: serve, the
-// client (train, status), manifest signing (sign, verify, keygen),
+// client (train, status, runs), revocation (revoke), manifest signing (sign, verify, keygen),
 // development token minting (token), the end-to-end demo, the code list and
 // signed policy bundle checks (bundle inspect).
 package main
@@ -60,6 +60,8 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newServeCmd(logger),
 		newTrainCmd(stdout, stderr),
 		newStatusCmd(stdout, stderr),
+		newRunsCmd(stdout, stderr),
+		newRevokeCmd(stdout, stderr),
 		newSignCmd(stdout),
 		newVerifyCmd(stdout),
 		newKeygenCmd(stdout),

@@ -98,6 +98,23 @@ func TestHumanOutputIsInert(t *testing.T) {
 			url, _ := envelopeServer(t, 400, deny)
 			return result{runCLI(t, "status", "--server", url, "--token-file", tok, "--idempotency-key", "k"), exitFailed, false}
 		},
+		"runs get": func(t *testing.T) result {
+			url, _ := envelopeServer(t, 200, map[string]any{"ok": true, "notice": hostile, "data": hostileRun(true)})
+			return result{runCLI(t, "runs", "get", "run_x", "--server", url, "--token-file", tok), 0, false}
+		},
+		"runs get not found": func(t *testing.T) result {
+			url, _ := envelopeServer(t, 404, deny)
+			return result{runCLI(t, "runs", "get", "run_x", "--server", url, "--token-file", tok), exitNotFound, false}
+		},
+		"runs list": func(t *testing.T) result {
+			url, _ := envelopeServer(t, 200, map[string]any{"ok": true, "data": map[string]any{
+				"runs": []any{hostileRun(false), hostileRun(false)}, "next": hostile}})
+			return result{runCLI(t, "runs", "list", "--server", url, "--token-file", tok), 0, false}
+		},
+		"runs list refused": func(t *testing.T) result {
+			url, _ := envelopeServer(t, 400, deny)
+			return result{runCLI(t, "runs", "list", "--server", url, "--token-file", tok), exitFailed, false}
+		},
 		"token confirmation --deposit": func(t *testing.T) result {
 			url, _ := envelopeServer(t, 201, map[string]any{"ok": true, "data": map[string]any{"confirmation_ref": hostile}})
 			return result{runCLI(t, "token", "confirmation", "--cost", "1.00", "--deposit", "--server", url), 0, false}
@@ -170,6 +187,18 @@ func TestHumanOutputIsInert(t *testing.T) {
 			return result{runCLI(t, "bundle", "inspect", p), 0, false}
 		},
 	}
+	for _, args := range revokeArgs(tok) {
+		revoked := map[string]any{"ok": true, "notice": hostile, "data": map[string]any{"kind": hostile, "subject": hostile,
+			"revoked_by": hostile, "revoked_at": 1, "expires_at": 2, "created": false}}
+		cases[strings.Join(args[:2], " ")] = func(t *testing.T) result {
+			url, _ := envelopeServer(t, 200, revoked)
+			return result{runCLI(t, append(args, "--server", url)...), 0, false}
+		}
+		cases[strings.Join(args[:2], " ")+" refused"] = func(t *testing.T) result {
+			url, _ := envelopeServer(t, 403, deny)
+			return result{runCLI(t, append(args, "--server", url)...), exitDenied, false}
+		}
+	}
 	for name, run := range cases {
 		t.Run(name, func(t *testing.T) {
 			r := run(t)
@@ -186,7 +215,8 @@ func TestHumanOutputIsInert(t *testing.T) {
 
 	// Every runnable command is either fed hostile strings above or prints
 	// nothing from outside, for the reason given.
-	fed := []string{"train", "status", "token confirmation", "demo", "ticket verify", "eval", "replay", "sign", "verify", "bundle inspect"}
+	fed := []string{"train", "status", "runs get", "runs list", "revoke confirmation", "revoke entitlement", "revoke booking",
+		"revoke caller", "token confirmation", "demo", "ticket verify", "eval", "replay", "sign", "verify", "bundle inspect"}
 	mintsOnly := "prints the token it minted and times it computed; its errors go through main, inert"
 	nothingFromOutside := map[string]string{
 		"serve":        "logs JSON lines (slog's JSON escapes every control character); its errors go through main, inert",
@@ -203,6 +233,8 @@ func TestHumanOutputIsInert(t *testing.T) {
 		"completion powershell": "prints the completion script",
 		"":                      "prints its help",
 		"bundle":                "prints its help",
+		"runs":                  "prints its help",
+		"revoke":                "prints its help",
 		"ticket":                "prints its help",
 		"completion":            "prints its help",
 		"webhook":               "prints its help",
@@ -228,6 +260,21 @@ func TestHumanOutputIsInert(t *testing.T) {
 			t.Fatalf("train --json (%d): stdout %q, want the body %q", status, res.stdout, raw)
 		}
 	}
+}
+
+// hostileRun is a run status (api.RunStatus) with a hostile string in
+// every string field, with its halt, revocation and (withEvents) events.
+func hostileRun(withEvents bool) map[string]any {
+	run := map[string]any{"run_id": hostile, "booking_id": hostile, "state": hostile, "stage": hostile,
+		"manifest_digest": hostile, "gpus": 8, "admitted_at": 1, "live_until": 2, "ended_at": 3, "ended_by": hostile,
+		"restarts": 1, "last_checkpoint_step": 500,
+		"halt":       map[string]any{"at": 1, "stage": hostile, "failed_evals": []string{hostile}, "report_digest": hostile, "decision_id": hostile},
+		"revocation": map[string]any{"at": 1, "kind": hostile, "subject": hostile, "reason": hostile}}
+	if withEvents {
+		run["events"] = []any{map[string]any{"at": 1, "to": hostile, "action": hostile, "decision_id": hostile,
+			"reason": hostile, "stage": hostile, "checkpoint_step": 500}}
+	}
+	return run
 }
 
 // hostileNamed copies a fixture manifest to a file whose name is hostile.

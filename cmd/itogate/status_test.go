@@ -13,8 +13,8 @@ import (
 )
 
 // TestStatusOutput: `itogate status` against a real server prints one line
-// per fact — the stored allow, the manifest digest, booking, key and bundle
-// revision, then the server's note — and exits 0; an unknown key prints NOT
+// per fact — the stored allow, the manifest digest, booking, key, bundle
+// revision and the run's state now, then the server's note — and exits 0; an unknown key prints NOT
 // FOUND and exits 3.
 func TestStatusOutput(t *testing.T) {
 	url, _ := startServe(t, &serveOptions{}, true)
@@ -45,6 +45,7 @@ func TestStatusOutput(t *testing.T) {
 		"  booking " + scenario.Booking,
 		"  idempotency_key status-1",
 		"  bundle_revision ",
+		"  run_state live",
 		"  note: stored admission",
 		"",
 	}
@@ -52,7 +53,7 @@ func TestStatusOutput(t *testing.T) {
 		t.Fatalf("status: exit %d, stdout %q, stderr %q", res.exit, res.stdout, res.stderr)
 	}
 	for i, w := range want {
-		if !strings.HasPrefix(lines[i], w) || (w == "" || strings.HasPrefix(w, "  note") || strings.HasPrefix(w, "  manifest")) && lines[i] != w {
+		if !strings.HasPrefix(lines[i], w) || (w == "" || strings.HasPrefix(w, "  note") || strings.HasPrefix(w, "  manifest") || strings.HasPrefix(w, "  run_state")) && lines[i] != w {
 			t.Fatalf("status line %d = %q, want %q\n%s", i+1, lines[i], w, res.stdout)
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -218,4 +220,126 @@ func TestClientNonEnvelopeAnswer(t *testing.T) {
 		t.Fatalf("exit %d (%q)", res.exit, res.stdout)
 	}
 	wantEnvelope(t, res.stdout, api.CodeClientResponse)
+}
+
+// TestTrainActionFlags: for every action and every action-dependent flag
+// of itogate train, a required flag left out, and a flag the action does
+// not take given, exit 4 with CLIENT_INPUT_INVALID naming the flag before
+// any request (the stub sees none); the full command line of each action
+// sends exactly one POST carrying its fields. An unknown action and more
+// than 16 eval-authority tokens are refused alike.
+func TestTrainActionFlags(t *testing.T) {
+	tok, ent := exitClientFiles(t)
+	dir := t.TempDir()
+	m := filepath.Join(dir, "m.json")
+	writeMode(t, m, []byte("{}"), 0o600)
+	writeMode(t, m+".sig", []byte("sig"), 0o600)
+	report := filepath.Join(dir, "report.jws")
+	writeMode(t, report, []byte("a.b.c\n"), 0o600)
+	value := map[string][]string{"manifest": {"--manifest", m}, "signature": {"--signature", m + ".sig"},
+		"run-id": {"--run-id", "run_x"}, "stage": {"--stage", "sft"}, "checkpoint-step": {"--checkpoint-step", "500"},
+		"eval-report": {"--eval-report", report}, "ladder-decision": {"--ladder-decision", report},
+		"release-booking": {"--release-booking"}}
+	base := func(url string, action api.Action) []string {
+		return []string{"train", "--server", url, "--token-file", tok, "--entitlement-file", ent, "--action", string(action),
+			"--booking", "bk_1", "--confirmation-ref", "cfr_" + strings.Repeat("0", 32), "--idempotency-key", "k1", "--json"}
+	}
+	for _, spec := range api.Actions() {
+		var full []string
+		for _, f := range trainFlags {
+			if f.takes(spec) {
+				full = append(full, value[f.name]...)
+			}
+		}
+		for _, f := range trainFlags {
+			s := newStub(t, 200, "")
+			args := base(s.srv.URL, spec.Action)
+			var says string
+			switch {
+			case f.takes(spec) && f.required:
+				args, says = append(args, without(full, value[f.name])...), "--"+f.name+" is required for "+string(spec.Action)
+			case !f.takes(spec):
+				args, says = append(append(args, full...), value[f.name]...), "--"+f.name+" is not a flag of "+string(spec.Action)
+			default:
+				continue
+			}
+			res := runCLI(t, args...)
+			if res.exit != exitFailed || s.posts.Load()+s.gets.Load() != 0 || !strings.Contains(res.stdout, says) {
+				t.Errorf("%s --%s: exit %d after %d requests, stdout %q; want exit %d naming %q before any request",
+					spec.Action, f.name, res.exit, s.posts.Load()+s.gets.Load(), res.stdout, exitFailed, says)
+			}
+		}
+		var got []api.AdmissionRequest
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var req api.AdmissionRequest
+			_ = json.NewDecoder(r.Body).Decode(&req)
+			got = append(got, req)
+			_, _ = w.Write([]byte(`{"ok":true,"data":{"decision":"allow"}}`))
+		}))
+		res := runCLI(t, append(base(srv.URL, spec.Action), full...)...)
+		srv.Close()
+		want := api.AdmissionRequest{Action: spec.Action, BookingID: "bk_1", IdempotencyKey: "k1",
+			ConfirmationRef: "cfr_" + strings.Repeat("0", 32), EntitlementToken: "a.b.c"}
+		if spec.Manifest {
+			want.Manifest, want.ManifestSignature = []byte("{}"), "sig"
+		}
+		if spec.Action.ActsOnRun() {
+			want.RunID = "run_x"
+		}
+		if spec.Stage {
+			want.Stage = "sft"
+		}
+		if spec.CheckpointStep {
+			want.CheckpointStep = 500
+		}
+		if spec.EvalReports {
+			want.EvalReports = []string{"a.b.c"}
+		}
+		want.ReleasesBooking = spec.ReleasesBooking
+		if res.exit != 0 || len(got) != 1 || !reflect.DeepEqual(got[0], want) {
+			t.Errorf("%s with its flags %v: exit %d (stderr %q), sent %+v\nwant %+v", spec.Action, full, res.exit, res.stderr, got, want)
+		}
+	}
+	s := newStub(t, 200, "")
+	for what, args := range map[string][]string{
+		"an unknown action": append(base(s.srv.URL, "train.rewind"), "--run-id", "run_x"),
+		"17 eval reports":   append(append(base(s.srv.URL, api.TrainStageAdvance), value["manifest"]...), slices.Repeat(value["eval-report"], 17)...),
+	} {
+		if res := runCLI(t, args...); res.exit != exitFailed || s.posts.Load() != 0 {
+			t.Errorf("%s: exit %d after %d POSTs", what, res.exit, s.posts.Load())
+		}
+	}
+}
+
+// without is args without the flag and value of drop.
+func without(args, drop []string) []string {
+	out := slices.Clone(args)
+	if i := slices.Index(out, drop[0]); i >= 0 {
+		out = slices.Delete(out, i, i+len(drop))
+	}
+	return out
+}
+
+// TestTrainActionFlagsInREADME: the README's table of the actions' own
+// flags has a row per action naming exactly the flags trainFlags gives it,
+// optional ones in brackets.
+func TestTrainActionFlagsInREADME(t *testing.T) {
+	readme := string(mustRead(t, filepath.Join("..", "..", "README.md")))
+	for _, spec := range api.Actions() {
+		i := strings.Index(readme, "\n| `"+string(spec.Action)+"`")
+		if i < 0 {
+			t.Errorf("README.md: no row for %s in the table of the actions' flags", spec.Action)
+			continue
+		}
+		row := readme[i+1 : i+1+strings.IndexByte(readme[i+1:], '\n')]
+		for _, f := range trainFlags {
+			bare, optional := strings.Contains(row, "`--"+f.name), strings.Contains(row, "`[--"+f.name)
+			switch {
+			case !f.takes(spec) && (bare || optional):
+				t.Errorf("README.md's row of %s names --%s, which it does not take: %s", spec.Action, f.name, row)
+			case f.takes(spec) && f.required != bare, f.takes(spec) && !f.required != optional:
+				t.Errorf("README.md's row of %s shows --%s wrong (required: %v): %s", spec.Action, f.name, f.required, row)
+			}
+		}
+	}
 }

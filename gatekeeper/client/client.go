@@ -1,7 +1,9 @@
 // Package client is the workload creator's side of POST /v1/admissions: it
 // sends exactly the manifest bytes it hashed, with bounded timeouts, and after
 // an ambiguous transport failure asks for the status of its idempotency key
-// before it retries, so a lost response never leads to a second run.
+// before it retries, so a lost response never leads to a second run. It also
+// reads a run's status (GET /v1/runs) and posts the authorities' requests:
+// deposits and revocations.
 package client
 
 import (
@@ -137,6 +139,29 @@ func (c *Client) Runs(ctx context.Context, query url.Values) (Response, error) {
 		path += "?" + query.Encode()
 	}
 	return c.do(ctx, http.MethodGet, path, nil)
+}
+
+// Revoke posts a revocation of an entitlement, a booking or a caller key
+// (POST /v1/revocations; the bearer is the revoker identity's token). It is
+// sent once: a revocation is idempotent, so after a transport failure the
+// caller sends it again.
+func (c *Client) Revoke(ctx context.Context, req api.RevocationRequest) (Response, error) {
+	payload, err := json.Marshal(req)
+	if err != nil {
+		return Response{}, err
+	}
+	return c.do(ctx, http.MethodPost, "/v1/revocations", payload)
+}
+
+// RevokeConfirmation posts a revocation of a confirmation by ref or jti
+// (POST /v1/confirmations/revocations; the bearer is the confirmation
+// authority's depositor token). Sent once, as Revoke.
+func (c *Client) RevokeConfirmation(ctx context.Context, req api.ConfirmationRevocationRequest) (Response, error) {
+	payload, err := json.Marshal(req)
+	if err != nil {
+		return Response{}, err
+	}
+	return c.do(ctx, http.MethodPost, "/v1/confirmations/revocations", payload)
 }
 
 // Deposit posts a confirmation token (confirmation authority only).

@@ -2,8 +2,10 @@ package client
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -125,5 +127,34 @@ func TestDepositRef(t *testing.T) {
 	if ref, err := bad.DepositRef(context.Background(), "tok"); err == nil || ref != "" ||
 		!strings.Contains(err.Error(), "HTTP 401") || !strings.Contains(err.Error(), "DEPOSITOR_UNAUTHENTICATED") {
 		t.Fatalf("DepositRef = %q, %v", ref, err)
+	}
+}
+
+// TestRevocationRoutes: each revocation goes to its route with its bearer
+// and its wire body, once, and the answer comes back unchanged.
+func TestRevocationRoutes(t *testing.T) {
+	t.Parallel()
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		got = append(got, r.Method+" "+r.URL.Path+" "+r.Header.Get("Authorization")+" "+string(body))
+		w.WriteHeader(201)
+		_, _ = w.Write([]byte(`{"ok":true}`))
+	}))
+	defer srv.Close()
+	c, _ := New(Options{BaseURL: srv.URL, Bearer: "rev"})
+	resp, err := c.Revoke(context.Background(), api.RevocationRequest{Kind: "booking", Subject: "bk_1", ExpiresAt: 9, Reason: "r"})
+	if err != nil || resp.Status != 201 || string(resp.Body) != `{"ok":true}` {
+		t.Fatalf("Revoke = %+v, %v", resp, err)
+	}
+	if _, err := c.RevokeConfirmation(context.Background(), api.ConfirmationRevocationRequest{Ref: "cfr_1"}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`POST /v1/revocations Bearer rev {"kind":"booking","subject":"bk_1","expires_at":9,"reason":"r"}`,
+		`POST /v1/confirmations/revocations Bearer rev {"ref":"cfr_1"}`,
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("requests\n%q\nwant\n%q", got, want)
 	}
 }

@@ -128,7 +128,7 @@ func Markdown(policyCodes, registry []Entry) []byte {
 		fmt.Fprintf(&b, "| `%s` | %s | %d | %s | %s | %s |\n", e.Code, e.Gate, e.Status, producers(e), oneLine(e.Meaning), oneLine(e.Fix))
 	}
 	b.WriteString("\n## Codes the client and CLI produce\n\n")
-	b.WriteString("`itogate train` and `itogate status` (and every command reading a file through the safe reader)\n")
+	b.WriteString("The client commands (`itogate train`, `status`, `runs`, `revoke`; and every command reading a file through the safe reader)\n")
 	b.WriteString("refuse these themselves, before or instead of an answer from itogate; with `--json` they arrive\n")
 	b.WriteString("in an envelope the client builds. No HTTP status exists for them.\n\n")
 	b.WriteString("| code | step | meaning | typical fix |\n|---|---|---|---|\n")

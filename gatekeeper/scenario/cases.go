@@ -105,6 +105,12 @@ func (r *Runner) Run(ctx context.Context, cases []FixtureCase) []Result {
 	for _, res := range r.RunLife(ctx) {
 		add(res)
 	}
+	// 10b. A run whose entitlement is revoked after admission: its restart
+	// is denied with the revocation's code, its status says revoked, its
+	// cancel is admitted.
+	for _, res := range r.RevokedLife(ctx) {
+		add(res)
+	}
 
 	// 11. Every fixture manifest with its expected decision.
 	for _, fc := range cases {

@@ -211,3 +211,69 @@ func (r *Runner) runStatus(ctx context.Context, name, runID string, problem func
 	}
 	return res
 }
+
+// RevokedLife drives a run whose entitlement is revoked after admission:
+// the revoker revokes it (POST /v1/revocations), a restart of the run is
+// then denied ENTITLEMENT_REVOKED although it carries a fresh entitlement,
+// GET /v1/runs/{run_id} says revoked, naming the revocation, and a cancel
+// is still admitted (teardown needs no consent).
+func (r *Runner) RevokedLife(ctx context.Context) []Result {
+	var out []Result
+	add := func(res Result) { out = append(out, res) }
+	m, err := r.LoadManifest("llama3-8b")
+	if err != nil {
+		return []Result{{Name: "revoked run: manifest", Got: err.Error()}}
+	}
+	jti := randomID("jti_revoked_")
+	created, _, err := r.CreateWith(ctx, m, r.Key("revoked"), func(c map[string]any) { c["jti"] = jti })
+	add(check("revoked run: create", Expect{Status: 200}, created, err))
+	runID := created.Data.RunID
+	if runID == "" {
+		return out
+	}
+
+	res := Result{Name: "revoked run: the revoker revokes the entitlement it was admitted under", Expected: "201 revoked"}
+	tok, err := r.RevokerToken()
+	var status int
+	var body string
+	if err == nil {
+		status, body, err = r.Post(ctx, "/v1/revocations", tok, map[string]any{"kind": "entitlement", "subject": jti,
+			"expires_at": r.now().Add(time.Hour).Unix(), "reason": "demo: the backend withdrew the entitlement"})
+	}
+	switch {
+	case err != nil:
+		res.Got = "error: " + err.Error()
+	case status != 201:
+		res.Got = fmt.Sprintf("%d %s", status, body)
+	default:
+		res.Got, res.Pass = res.Expected, true
+	}
+	add(res)
+
+	var a Answer
+	req, err := r.RestartRequest(ctx, m, runID, 500)
+	if err == nil {
+		a, err = r.Admit(ctx, req)
+	}
+	add(check("revoked run: restart from step 500 (a fresh entitlement does not help)",
+		Expect{Status: 403, Codes: []string{"ENTITLEMENT_REVOKED"}}, a, err))
+	add(r.runStatus(ctx, "revoked run: GET /v1/runs/{run_id} says revoked, naming the entitlement", runID,
+		func(st api.RunStatus) string {
+			if st.State != api.RunRevoked || st.Revocation == nil || st.Revocation.Kind != "entitlement" ||
+				st.Revocation.Subject != jti || st.Restarts != 0 {
+				return fmt.Sprintf("state %s, revocation %+v, %d restarts", st.State, st.Revocation, st.Restarts)
+			}
+			return ""
+		}))
+
+	ref, err := r.Confirm(ctx, "train.cancel", "", "0.00", runID)
+	if err == nil {
+		var ent string
+		if ent, err = r.EntitlementFor(m, nil); err == nil {
+			a, err = r.Admit(ctx, api.AdmissionRequest{Action: "train.cancel", BookingID: Booking,
+				IdempotencyKey: r.Key("cancel-revoked"), EntitlementToken: ent, ConfirmationRef: ref, RunID: runID})
+		}
+	}
+	add(check("revoked run: cancel (teardown stays admissible)", Expect{Status: 200}, a, err))
+	return out
+}

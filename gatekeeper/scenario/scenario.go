@@ -403,7 +403,13 @@ func (r *Runner) Key(prefix string) string {
 // Create admits train.create for a fixture manifest with its own fresh
 // entitlement and confirmation (cost = the manifest's ceiling).
 func (r *Runner) Create(ctx context.Context, m Manifest, key string) (Answer, api.AdmissionRequest, error) {
-	ent, err := r.EntitlementFor(m, nil)
+	return r.CreateWith(ctx, m, key, nil)
+}
+
+// CreateWith is Create with tweak applied to the entitlement's claims
+// before signing (e.g. a jti of the caller's choosing).
+func (r *Runner) CreateWith(ctx context.Context, m Manifest, key string, tweak func(map[string]any)) (Answer, api.AdmissionRequest, error) {
+	ent, err := r.EntitlementFor(m, tweak)
 	if err != nil {
 		return Answer{}, api.AdmissionRequest{}, err
 	}

@@ -50,8 +50,58 @@ test_lost_work_fix_is_the_longest_passing_interval if {
 	])
 	fixes := [v.fix | some v in checkpoint.deny with input as inp]
 
-	# 2 × (0.02 × 50676 × 3600 / 64 − 600 − 306.44) s at 720 s per step
-	fixes == ["lower checkpoint.interval_steps to at most 155"]
+	# solved for the deny threshold: 2 × (0.1 × 50676 × 3600 / 64 − 600 − 306.44) s at 720 s
+	# per step = 789.3 steps; for the warning 2 × (0.02 × …) = 155.8 steps
+	fixes == ["lower checkpoint.interval_steps to at most 789 (at most 155 also clears the warning)"]
+
+	# the named interval clears the deny, one step more does not
+	at := json.patch(inp, [_set("/manifest/checkpoint/interval_steps", 789)])
+	_lost_work_levels(at) == {"warn"}
+	above := json.patch(inp, [_set("/manifest/checkpoint/interval_steps", 790)])
+	_lost_work_levels(above) == {"deny"}
+}
+
+_lost_work_levels(inp) := {level |
+	some level, findings in {"deny": checkpoint.deny, "warn": checkpoint.warn} with input as inp
+	some v in findings
+	v.code == "CHECKPOINT_LOST_WORK_HIGH"
+}
+
+# 16,384 GPUs (the Llama 3 scale): no interval keeps the warning away, but a
+# 19-step interval (410 s) clears the deny: 2 × (0.1 × 50676 × 3600 / 16384 −
+# 600 − 300.13) s at 21.6 s per step. The model solved for the warn fraction
+# said "no interval is short enough".
+test_lost_work_fix_at_16384_gpus_names_an_interval_that_clears_the_deny if {
+	inp := json.patch(_base, [_set("/manifest/hardware/nodes", 2048)])
+	fixes := {v.fix | some v in checkpoint.deny with input as inp; v.code == "CHECKPOINT_LOST_WORK_HIGH"}
+	fixes == {"lower checkpoint.interval_steps to at most 19"}
+	_lost_work_levels(json.patch(inp, [_set("/manifest/checkpoint/interval_steps", 19)])) == {"warn"}
+	_lost_work_levels(json.patch(inp, [_set("/manifest/checkpoint/interval_steps", 20)])) == {"deny"}
+}
+
+# When even a one-step interval loses too much, the fix names the detection
+# and restart fields (both declarable) and the most GPUs that would pass.
+test_lost_work_fix_without_an_interval_names_restart_and_gpus if {
+	inp := json.patch(_base, [
+		_set("/manifest/hardware/nodes", 2048),
+		_set("/manifest/budget/max_wall_clock_hours", 200),
+	])
+	fixes := {v.fix | some v in checkpoint.deny with input as inp; v.code == "CHECKPOINT_LOST_WORK_HIGH"}
+
+	# a step is 720 s: 360 + 600 + 300.13 s per failure > 0.1 × 50676 × 3600 / 16384 = 1113.49 s
+	# allowed; 0.1 × 50676 × 3600 / 1260.13 = 14477 GPUs
+	fixes == {concat("", [
+		"no interval is short enough: a one-step interval loses 1260.13 s per failure (half of a 720 s step,",
+		" detection 600 s, resume 300.13 s), above the 1113.49 s that 16384 GPUs may lose; lower",
+		" checkpoint.failure_detection_seconds or checkpoint.restart_overhead_seconds,",
+		" use a faster storage tier, or use at most 14477 GPUs",
+	])}
+}
+
+test_restart_overhead_is_declarable if {
+	checkpoint.estimates.checkpoint_resume_seconds == 306.44 with input as _base # 300 s (bundle) + 6.44 s read
+	inp := json.patch(_base, [_set("/manifest/checkpoint/restart_overhead_seconds", 60)])
+	checkpoint.estimates.checkpoint_resume_seconds == 66.44 with input as inp
 }
 
 test_detection_default_and_declared if {

@@ -118,6 +118,11 @@ _estimates["checkpoint_lost_fraction"] := _f.rounded.lost_fraction
 
 _estimates["checkpoint_remote_write_gib"] := remote_write_gib
 
+# what the ledger records and re-checks at commit (whole GiB)
+_estimates["checkpoint_needed_gib"] := _needed_whole_gib
+
+_estimates["checkpoint_quota_gib"] := _quota_whole_gib
+
 # ---------------------------------------------------------------------------
 # Checks
 
@@ -368,23 +373,29 @@ _max_gpus := floor(((_limit * _cfg.gpu_hours_between_failures) * 3600) / _one_st
 # METADATA
 # title: Checkpoint storage quota exceeded
 # description: >-
-#   size × retention exceeds the storage quota: the entitlement's
-#   storage_quota_gib, else the tier's quota_gib.
+#   size × retention, with the checkpoints the booking's live runs keep,
+#   exceeds the booking's storage quota: the entitlement's storage_quota_gib,
+#   else the tier's quota_gib (in whole GiB: the run's rounded up, the quota
+#   down). The ledger decides the same again at commit.
 # custom:
 #   code: CHECKPOINT_CAPACITY_EXCEEDED
 #   gate: checkpoint
 deny contains v if {
-	_needed_gib > _quota_gib
-	v := lib.violation_fix(
-		rego.metadata.rule(),
-		sprintf("keeping %d checkpoints of %v GiB needs %v GiB, above the %v GiB quota", [
-			_ckpt.retention, lib.round2(size_gib), lib.round2(_needed_gib), _quota_gib,
-		]),
-		sprintf("lower checkpoint.retention to at most %d, or get a larger storage quota", [
-			max([0, floor(_quota_gib / size_gib)]),
-		]),
-	)
+	_needed_whole_gib + _held_gib > _quota_whole_gib
+	v := lib.violation_fix(rego.metadata.rule(), _capacity_message, sprintf(
+		"lower checkpoint.retention to at most %d, or get a larger storage quota",
+		[max([0, floor((_quota_whole_gib - _held_gib) / size_gib)])],
+	))
 }
+
+_capacity_message := sprintf("keeping %d checkpoints of %v GiB needs %v GiB, above the %v GiB quota", [
+	_ckpt.retention, lib.round2(size_gib), lib.round2(_needed_gib), _quota_gib,
+]) if {
+	_held_gib == 0
+} else := sprintf(
+	"keeping %d checkpoints of %v GiB needs %d GiB; with the %d GiB the booking's live runs keep, above the %v GiB quota",
+	[_ckpt.retention, lib.round2(size_gib), _needed_whole_gib, _held_gib, _quota_gib],
+)
 
 # METADATA
 # title: Checkpoints written to another region

@@ -118,3 +118,74 @@ test_max_tokens_sets_the_steps if {
 	])
 	checkpoint.interval_seconds == 10800 with input as inp
 }
+
+_codes(inp) := {v.code | some v in checkpoint.deny with input as inp}
+
+# A store outside the booking's (here the bundle's stores for us-east-1) is refused.
+test_store_outside_the_booking_is_refused if {
+	_codes(_base) == set()
+	inp := json.patch(_base, [_set("/manifest/checkpoint/storage_uri", "s3://someone-elses-bucket/llama3-8b/")])
+	_codes(inp) == {"CHECKPOINT_STORE_NOT_BOOKED"}
+
+	# a bucket named like a store's prefix is not under it
+	alike := json.patch(_base, [_set("/manifest/checkpoint/storage_uri", "s3://ito-checkpoints-fake/x/")])
+	_codes(alike) == {"CHECKPOINT_STORE_NOT_BOOKED"}
+}
+
+# The entitlement's checkpoint_stores name the booking's own stores, in place of the bundle's.
+test_entitlement_names_the_booking_stores if {
+	own := json.patch(_base, [_set("/entitlement/checkpoint_stores", [{"uri_prefix": "s3://acct-42-ckpt/", "region": "us-east-1"}])])
+	_codes(own) == {"CHECKPOINT_STORE_NOT_BOOKED"} # the bundle's s3://ito-checkpoints/ is not this booking's
+	mine := json.patch(own, [_set("/manifest/checkpoint/storage_uri", "s3://acct-42-ckpt/run/")])
+	_codes(mine) == set()
+	none := json.patch(_base, [_set("/entitlement/region", "ap-south-1")])
+	fixes := {v.fix | some v in checkpoint.deny with input as none}
+	fixes == {"ask the desk for a booking that names a checkpoint store (entitlement checkpoint_stores)"}
+}
+
+# A store fixes its region and tier: the manifest cannot declare others.
+test_store_region_and_tier_are_the_stores if {
+	remote := json.patch(_base, [_set("/manifest/checkpoint/storage_region", "eu-west-1")])
+	messages := {v.message | some v in checkpoint.deny with input as remote}
+	messages == {`store "s3://ito-checkpoints/" is in region "us-east-1", not the declared region "eu-west-1"`}
+	euw1 := json.patch(remote, [_set("/manifest/checkpoint/storage_uri", "s3://ito-checkpoints-euw1/llama3-8b/")])
+	_codes(euw1) == set()
+	fsx := json.patch(_base, [
+		_set("/manifest/checkpoint/storage_uri", "lustre://ito-fsx-use1/llama3-8b/"),
+		_set("/manifest/checkpoint/storage_tier", "object-store-slow"),
+	])
+	_codes(fsx) == {"CHECKPOINT_STORE_NOT_BOOKED", "CHECKPOINT_SCHEME_TIER_MISMATCH"}
+	_codes(json.patch(fsx, [_set("/manifest/checkpoint/storage_tier", "lustre")])) == set()
+}
+
+# The URI's scheme must be one the tier serves: a file:// path declared as lustre is refused.
+test_scheme_must_match_the_tier if {
+	stores := [{"uri_prefix": "file:///fsx/", "region": "us-east-1"}]
+	local := json.patch(_base, [
+		_set("/entitlement/checkpoint_stores", stores),
+		_set("/manifest/checkpoint/storage_uri", "file:///fsx/llama3-8b/"),
+		_set("/manifest/checkpoint/storage_tier", "lustre"),
+	])
+	_codes(local) == {"CHECKPOINT_SCHEME_TIER_MISMATCH"}
+	gs := json.patch(_base, [_set("/manifest/checkpoint/storage_tier", "gcs-standard")])
+	_codes(gs) == {"CHECKPOINT_SCHEME_TIER_MISMATCH"} # s3:// is not served by gcs-standard
+}
+
+# The quota is the booking's: what its live runs keep counts against it. The
+# base keeps 2 × 120 GiB; 200 GiB quota is exceeded alone, 1000 only with 800 held.
+test_quota_is_summed_over_the_booking_live_runs if {
+	quota := json.patch(_base, [_set("/entitlement/storage_quota_gib", 1000)])
+	_codes(quota) == set()
+	checkpoint.estimates.checkpoint_needed_gib == 240 with input as quota
+	checkpoint.estimates.checkpoint_quota_gib == 1000 with input as quota
+	held := json.patch(quota, [_set("/ledger/booking", {
+		"held_gpus": 0, "live_runs": [], "live_run_count": 0, "released": false,
+		"held_checkpoint_gib": 800,
+	})])
+	{v.code: v.message | some v in checkpoint.deny with input as held} == {"CHECKPOINT_CAPACITY_EXCEEDED": concat("", [
+		"keeping 2 checkpoints of 120 GiB needs 240 GiB; with the 800 GiB the booking's live runs keep,",
+		" above the 1000 GiB quota",
+	])}
+	fits := json.patch(held, [_set("/ledger/booking/held_checkpoint_gib", 760)])
+	_codes(fits) == set()
+}

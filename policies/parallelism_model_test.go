@@ -24,6 +24,10 @@ import (
 const (
 	generatedLayouts = 2000
 	sampledLayouts   = 160
+
+	// memoryWarnFraction is the bundle's parallelism.memory_warn_fraction:
+	// the share of GPU memory a fix's estimate must stay within
+	memoryWarnFraction = 0.92
 )
 
 // TestParallelismModel holds the parallelism gate to two promises, on every
@@ -184,6 +188,12 @@ func checkFix(t *testing.T, q rego.PreparedEvalQuery, schema interface{ Validate
 		t.Errorf("fix_layout is denied %v by the model that suggested it\nlayout: %s\nfix:    %s", again.Deny, layoutText(m), layoutText(fixed))
 		return fix, false
 	}
+	// a fix fits with the margin a declared layout needs to pass without
+	// MEMORY_ESTIMATE_EXCEEDS_GPU (memory_warn_fraction of the GPU's memory)
+	if mem, limit := num(again.Estimates["memory_gb_per_gpu"]), memoryWarnFraction*num(again.Estimates["gpu_memory_gb"]); !(mem <= limit+0.005) {
+		t.Errorf("fix_layout needs %v GB per GPU, above %v GB (%v of the GPU)\nlayout: %s\nfix:    %s", mem, limit, memoryWarnFraction, layoutText(m), layoutText(fixed))
+		return fix, false
+	}
 	for _, k := range []string{"model_states_gb_per_gpu", "memory_gb_per_gpu", "dp_comm_compute_ratio", "bubble_fraction"} {
 		if !closeEnough(num(fix[k]), num(again.Estimates[k])) {
 			t.Errorf("fix_layout.%s = %v, but the fixed manifest estimates %v\nfix: %s", k, fix[k], again.Estimates[k], layoutText(fixed))
@@ -301,9 +311,36 @@ func estimate(tab modelTables, m map[string]any) map[string]float64 {
 	if stage == 3 && pp > 1 {
 		stage = 1 // a pipeline stage keeps its weights and gradients
 	}
+	// gradient bytes in the data-parallel reduction (Megatron reduces in fp32 by default)
+	g := 2.0
+	switch {
+	case str(par["gradient_reduce_precision"]) == "fp32":
+		g = 4
+	case str(par["gradient_reduce_precision"]) == "bf16":
+	case str(par["precision"]) == "fp32", engine == "megatron", engine == "nemo":
+		g = 4
+	}
+	// Megatron Core's distributed-optimizer guide: bytes per parameter kept on
+	// every rank + bytes sharded over the d data-parallel ranks (d = 1 without
+	// the distributed optimizer): fp16/bf16 params and grads 4 + 16/d, bf16
+	// params with fp32 grads 6 + 12/d, fp32 params and grads 8 + 8/d
+	megatronKept, megatronSharded := 4.0, 16.0
+	switch {
+	case str(par["precision"]) == "fp32":
+		megatronKept, megatronSharded = 8, 8
+	case g == 4:
+		megatronKept, megatronSharded = 6, 12
+	}
+	megatron := engine == "megatron" || engine == "nemo"
 	bpp := func(n float64) float64 {
 		if b, ok := par["bytes_per_param"]; ok {
 			return num(b)
+		}
+		switch {
+		case megatron && stage == 0:
+			return megatronKept + megatronSharded
+		case megatron && stage == 1:
+			return megatronKept + megatronSharded/n
 		}
 		switch stage {
 		case 0:
@@ -331,14 +368,6 @@ func estimate(tab modelTables, m map[string]any) map[string]float64 {
 	out["bytes_per_param"] = bpp(dp * cp)
 
 	// DP communication over compute
-	g := 2.0
-	switch {
-	case str(par["gradient_reduce_precision"]) == "fp32":
-		g = 4
-	case str(par["gradient_reduce_precision"]) == "bf16":
-	case str(par["precision"]) == "fp32", engine == "megatron", engine == "nemo":
-		g = 4
-	}
 	vol := 2 * (dp - 1) / dp * (denseLocal + expertLocal) * g
 	if stage == 3 {
 		vol *= 1.5
@@ -382,7 +411,13 @@ func estimate(tab modelTables, m map[string]any) map[string]float64 {
 	if par["sequence_parallel"] == false {
 		unsharded = 1 - 1/tp
 	}
-	layer := tokens * h * ((18+4*ffn/h)/tp + 10*unsharded)
+	// MLP activations per token: ffn, or in a MoE layer top_k routed experts'
+	// plus the shared experts' (each expert a token is routed to keeps them)
+	width := ffn
+	if len(moe) > 0 {
+		width = num(moe["top_k"])*numOr(moe["expert_ffn_hidden_size"], ffn) + numOr(moe["shared_expert_ffn_hidden_size"], 0)
+	}
+	layer := tokens * h * ((18+4*width/h)/tp + 10*unsharded)
 	kept := 2 * tokens * h * (1/tp + unsharded)
 	stageBytes := func(layers, inFlight float64) float64 {
 		if ckpt == "full" {
@@ -402,8 +437,23 @@ func estimate(tab modelTables, m map[string]any) map[string]float64 {
 		case "dualpipe":
 			inFlight = math.Min(pp+1, mb)
 		}
-		first := numOr(split["first_stage_layers"], math.Ceil(L/pp))
-		last := numOr(split["last_stage_layers"], math.Ceil(L/pp))
+		// Megatron-LM's pipeline split: with the embedding and/or the loss
+		// counted as layers, the end stages hold their share of L + 1 (+ 1)
+		// units less that unit; an explicit per-stage layout gives them
+		flag := func(k string) float64 {
+			if split[k] == true {
+				return 1
+			}
+			return 0
+		}
+		units := L + flag("embedding_stage") + flag("loss_stage")
+		first := math.Max(0, math.Ceil(units/pp)-flag("embedding_stage"))
+		last := math.Max(0, math.Ceil(units/pp)-flag("loss_stage"))
+		if layout, ok := split["stage_layers"].([]any); ok && float64(len(layout)) == pp {
+			first, last = num(layout[0]), num(layout[len(layout)-1])
+		}
+		first = numOr(split["first_stage_layers"], first)
+		last = numOr(split["last_stage_layers"], last)
 		act = math.Max(stageBytes(first, inFlight), stageBytes(last, 1)+logits)
 	}
 	out["activations_gb_per_gpu"] = act / 1e9
@@ -446,11 +496,13 @@ func closeEnough(got, want float64) bool {
 // them broken on purpose (world size, heads, memory, batch, layers).
 
 type genModel struct {
-	name                string
-	p, pexp, pact       float64
-	layers, hidden, ffn int
-	heads, kv, vocab    int
-	experts, topK       int
+	name                 string
+	p, pexp, pact        float64
+	layers, hidden, ffn  int
+	heads, kv, vocab     int
+	experts, topK        int
+	expertFFN, sharedFFN int // 0: ffn / none
+	headDim              int // 0: hidden / heads
 }
 
 var denseModels = []genModel{
@@ -465,9 +517,11 @@ var moeModels = []genModel{
 	{name: "mistralai/Mixtral-8x7B-v0.1", p: 46.70e9, pexp: 45.10e9, pact: 12.88e9, layers: 32, hidden: 4096, ffn: 14336,
 		heads: 32, kv: 8, vocab: 32000, experts: 8, topK: 2},
 	{name: "deepseek-ai/DeepSeek-V3", p: 671e9, pexp: 653.9e9, pact: 37e9, layers: 61, hidden: 7168, ffn: 18432,
-		heads: 128, kv: 128, vocab: 129280, experts: 256, topK: 8},
+		heads: 128, kv: 128, vocab: 129280, experts: 256, topK: 8, expertFFN: 2048, sharedFFN: 2048},
 	{name: "Qwen/Qwen3-30B-A3B", p: 30.5e9, pexp: 29.0e9, pact: 3.3e9, layers: 48, hidden: 2048, ffn: 6144,
-		heads: 32, kv: 4, vocab: 151936, experts: 128, topK: 8},
+		heads: 32, kv: 4, vocab: 151936, experts: 128, topK: 8, expertFFN: 768},
+	{name: "zai-org/GLM-4.5-Air", p: 106e9, pexp: 99656663040, pact: 12e9, layers: 46, hidden: 4096, ffn: 10944,
+		heads: 96, kv: 8, vocab: 151552, experts: 128, topK: 8, expertFFN: 1408, sharedFFN: 1408, headDim: 128},
 }
 
 // generateLayout draws layouts of one kind until one passes the plain
@@ -493,7 +547,7 @@ func generateLayout(rng *rand.Rand, kind int, tab modelTables, template map[stri
 func drawLayout(rng *rand.Rand, kind int, template map[string]any) map[string]any {
 	pick := func(xs ...int) int { return xs[rng.IntN(len(xs))] }
 	gpus := []string{"A100-80GB", "H100-SXM-80GB", "H200", "B200", "GB200", "MI300X", "A100-40GB", "H100-PCIe", "L40S",
-		"H100-96GB", "H100-NVL", "V100-32GB"}
+		"H100-96GB", "H100-NVL", "V100-32GB", "H800"}
 	fabrics := []string{"infiniband-ndr-400g", "infiniband-xdr-800g", "infiniband-hdr-200g", "roce-v2-400g", "aws-efa-v2",
 		"aws-efa-v1", "ethernet-100g", "gcp-tcpx", "ethernet-10g"}
 	var mod genModel
@@ -584,9 +638,19 @@ func drawLayout(rng *rand.Rand, kind int, template map[string]any) map[string]an
 		"parameters": int64(mod.p), "layers": mod.layers, "hidden_size": mod.hidden, "ffn_hidden_size": mod.ffn,
 		"attention_heads": mod.heads, "kv_heads": mod.kv, "vocab_size": mod.vocab,
 	}
+	if mod.headDim > 0 {
+		model["head_dim"] = mod.headDim
+	}
 	if mod.experts > 0 {
-		model["moe"] = map[string]any{"experts": mod.experts, "top_k": mod.topK,
+		moe := map[string]any{"experts": mod.experts, "top_k": mod.topK,
 			"expert_parameters": int64(mod.pexp), "active_parameters": int64(mod.pact)}
+		if mod.expertFFN > 0 {
+			moe["expert_ffn_hidden_size"] = mod.expertFFN
+		}
+		if mod.sharedFFN > 0 {
+			moe["shared_expert_ffn_hidden_size"] = mod.sharedFFN
+		}
+		model["moe"] = moe
 	}
 	out["model"] = model
 	obj := sub(out, "objective")

@@ -522,6 +522,34 @@ func admitCases() []admitCase {
 					t.Errorf("input.ledger.booking.held_gpus = %v, want 64", got)
 				}
 			}},
+		{name: "commit/checkpoint quota exceeded", setup: func(t *testing.T, e *env) admission.Request {
+			// a permissive bundle: each run keeps 600 GiB of a 1000 GiB quota
+			permissive := func() *fakeDecider {
+				return &fakeDecider{decision: policy.Decision{Allow: true, Estimates: map[string]any{
+					"checkpoint_needed_gib": int64(600), "checkpoint_quota_gib": int64(1000)}}}
+			}
+			e.decider = permissive()
+			ref := e.confirm(t, "cnf-0", create, "", costOK)
+			if o := e.svc.Admit(context.Background(), caller, e.createReq("key-0", ref, e.entitlement("ent-0", nil))); o.HTTPStatus() != 200 {
+				t.Fatalf("first run: %d %s %s", o.HTTPStatus(), o.Code, o.Message)
+			}
+			e.decider = permissive()
+			ref = e.confirm(t, "cnf-1", create, "", costOK)
+			return e.createReq("key-1", ref, e.entitlement("ent-1", nil))
+		}, status: 403, code: api.CodeCheckpointCapacityExceeded, violations: []api.Code{api.CodeCheckpointCapacityExceeded},
+			decision: "deny", state: "denied",
+			check: func(t *testing.T, e *env, _ admission.Request, out admission.Outcome) {
+				want := "the booking's checkpoint quota of 1000 GiB cannot hold 600 GiB more: its live runs keep 600 GiB"
+				if out.Message != want || out.Violations[0].Gate != "checkpoint" {
+					t.Errorf("message %q, violation %+v; want %q", out.Message, out.Violations[0], want)
+				}
+				if got := input(policyInput(t, e), "ledger", "booking", "held_checkpoint_gib"); fmt.Sprint(got) != "600" {
+					t.Errorf("input.ledger.booking.held_checkpoint_gib = %v, want 600", got)
+				}
+				if _, err := e.store.Admission(context.Background(), caller.Account, "key-1"); !errors.Is(err, ledger.ErrNotFound) {
+					t.Errorf("the refused admission was written: %v", err)
+				}
+			}},
 		{name: "commit/cost below estimate", setup: func(t *testing.T, e *env) admission.Request {
 			ref := e.confirm(t, "cnf-1", create, "", "956.15") // the run costs 956.16
 			return e.createReq("key-1", ref, e.entitlement("ent-1", nil))

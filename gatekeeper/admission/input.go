@@ -101,6 +101,8 @@ type LedgerFacts struct {
 type BookingFacts struct {
 	// HeldGPUs are held by the booking's live runs, every account's.
 	HeldGPUs int
+	// HeldCheckpointGiB is the checkpoint storage (GiB) they keep.
+	HeldCheckpointGiB int64
 	// LiveRuns are at most ledger.MaxNamedRuns of the caller account's own
 	// live runs (ledger.NamedRuns); LiveRunCount counts all of them.
 	LiveRuns     []ledger.RunRecord
@@ -121,7 +123,8 @@ func BookingFactsOf(account string, u ledger.BookingUsage) *BookingFacts {
 		}
 	}
 	named, _ := ledger.NamedRuns(own)
-	return &BookingFacts{HeldGPUs: u.HeldGPUs, LiveRuns: named, LiveRunCount: len(own), Released: !u.Released.IsZero()}
+	return &BookingFacts{HeldGPUs: u.HeldGPUs, HeldCheckpointGiB: u.HeldCheckpointGiB, LiveRuns: named,
+		LiveRunCount: len(own), Released: !u.Released.IsZero()}
 }
 
 // RunFacts is input.ledger.run: the run's state at Now
@@ -277,8 +280,8 @@ func (l LedgerFacts) document() map[string]any {
 		for _, r := range b.LiveRuns {
 			runs = append(runs, map[string]any{"run_id": r.RunID, "gpus": r.GPUs, "live_until": r.LiveUntil.Unix()})
 		}
-		out["booking"] = map[string]any{"held_gpus": b.HeldGPUs, "live_runs": runs,
-			"live_run_count": b.LiveRunCount, "released": b.Released}
+		out["booking"] = map[string]any{"held_gpus": b.HeldGPUs, "held_checkpoint_gib": b.HeldCheckpointGiB,
+			"live_runs": runs, "live_run_count": b.LiveRunCount, "released": b.Released}
 	}
 	if r := l.Run; r != nil {
 		run := map[string]any{"state": r.State, "stage": r.Stage, "manifest_digest": r.ManifestDigest,

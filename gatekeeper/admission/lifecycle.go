@@ -220,6 +220,15 @@ func runPlan(doc map[string]any, run booking.Run, now time.Time, estimates map[s
 	if lost, ok := number(estimates["checkpoint_lost_seconds_per_failure"]); ok && lost > 0 && lost < 1<<53 {
 		p.LostSecondsPerRestart = int64(math.Ceil(lost))
 	}
+	// the checkpoint storage the run keeps and the booking's quota, whole
+	// GiB as the policy judged them (the ledger sums them over the
+	// booking's live runs at commit); no quota, no check
+	if gib, ok := booking.Count(estimates["checkpoint_needed_gib"]); ok {
+		p.CheckpointGiB = gib
+	}
+	if quota, ok := booking.Count(estimates["checkpoint_quota_gib"]); ok {
+		p.StorageQuotaGiB = quota
+	}
 	return p
 }
 

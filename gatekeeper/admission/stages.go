@@ -450,6 +450,12 @@ func (s *Service) committed(ctx context.Context, p *pending, stored ledger.Admis
 		var ce *ledger.CapacityError
 		errors.As(err, &ce)
 		return p.refusedAtCommit(api.CodeBookingCapacityExceeded, capacityMessage(ce), "booking")
+	case errors.Is(err, ledger.ErrStorageQuotaExceeded):
+		var qe *ledger.StorageQuotaError
+		errors.As(err, &qe)
+		return p.refusedAtCommit(api.CodeCheckpointCapacityExceeded, fmt.Sprintf(
+			"the booking's checkpoint quota of %d GiB cannot hold %d GiB more: its live runs keep %d GiB",
+			qe.QuotaGiB, qe.WantGiB, qe.HeldGiB), "checkpoint")
 	case errors.Is(err, ledger.ErrBookingReleased):
 		return p.refusedAtCommit(api.CodeBookingReleased,
 			"the booking was released; no run is admitted on it", "booking")

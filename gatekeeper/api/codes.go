@@ -111,6 +111,7 @@ const (
 	CodeConfirmationCostBelowEstimate Code = "CONFIRMATION_COST_BELOW_ESTIMATE"
 	CodeBookingCapacityExceeded       Code = "BOOKING_CAPACITY_EXCEEDED"
 	CodeBookingReleased               Code = "BOOKING_RELEASED"
+	CodeCheckpointCapacityExceeded    Code = "CHECKPOINT_CAPACITY_EXCEEDED"
 	CodeBookingAccountMismatch        Code = "BOOKING_ACCOUNT_MISMATCH"
 	CodeRunNotFound                   Code = "RUN_NOT_FOUND"
 	CodeRunNotLive                    Code = "RUN_NOT_LIVE"
@@ -346,6 +347,9 @@ var registry = []Entry{
 	entry(CodeBookingCapacityExceeded, "ledger", http.StatusForbidden, server,
 		"Decided again in the commit transaction (also a policy code): the booking's live runs plus this run would hold more GPUs than booked. The message names the account's own live runs.",
 		"Cancel or clean up a named run, or wait until one ends."),
+	entry(CodeCheckpointCapacityExceeded, "ledger", http.StatusForbidden, server,
+		"Decided again in the commit transaction (also a policy code): the checkpoints the booking's live runs keep plus this run's would exceed the booking's checkpoint storage quota. Nothing was written or consumed.",
+		"Lower checkpoint.retention, cancel or clean up a run that keeps checkpoints, or get a larger quota."),
 	entry(CodeBookingReleased, "ledger", http.StatusForbidden, server,
 		"The booking was released by a booking.release admission (also a policy code).", "Book again."),
 	entry(CodeBookingAccountMismatch, "booking", http.StatusForbidden, server,

@@ -15,6 +15,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/bundle"
 	"github.com/itocompute/itogate/gatekeeper/bundle/bundletest"
 	"github.com/itocompute/itogate/gatekeeper/policy"
+	"github.com/itocompute/itogate/gatekeeper/trainfacts"
 	"github.com/itocompute/itogate/internal/patience"
 	"github.com/itocompute/itogate/policies"
 )
@@ -273,7 +274,8 @@ func TestManagerRefusesAnotherFactsModel(t *testing.T) {
 	if err := m.Activate(ctx, signed(t, built, "good")); err != nil {
 		t.Fatal(err)
 	}
-	for i, version := range []string{`{"model_version": 2}`, `{"model_version": "1"}`, `{"note": "no facts model"}`} {
+	another := fmt.Sprintf(`{"model_version": %d}`, trainfacts.Version+1)
+	for i, version := range []string{another, `{"model_version": "1"}`, `{"note": "no facts model"}`} {
 		at := built.Add(time.Duration(i+1) * time.Minute)
 		raw := bundletest.Build(t, bundletest.Spec{Files: bundletest.Decision(),
 			Manifest: bundletest.Manifest(bundletest.Revision(at, "other-facts"), at)}, &signerA)

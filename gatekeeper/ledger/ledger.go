@@ -18,8 +18,9 @@
 //   - a jti or reference, once deposited, can never be deposited again;
 //   - a confirmation is consumed only by the admission it binds
 //     (CheckBindings) and never while something it rests on is revoked;
-//   - a booking never holds more GPUs than it booked (CheckCapacity at
-//     commit, serialized per booking; CheckHeld in every Checker);
+//   - a booking never holds more GPUs than it booked, nor its live runs
+//     more checkpoint storage than its quota (CheckCapacity at commit,
+//     serialized per booking; CheckHeld checks the GPUs in every Checker);
 //   - a booking belongs to the account of its first admission
 //     (CheckBookingAccount at commit);
 //   - a run is in one state (RunRecord.State) and moves only by an
@@ -65,6 +66,10 @@ var (
 	// ErrCapacityExceeded: a train.create would hold more GPUs than its
 	// booking has (see CheckCapacity and CapacityError). Nothing was written.
 	ErrCapacityExceeded = errors.New("booking capacity exceeded")
+	// ErrStorageQuotaExceeded: a train.create's checkpoints and those of
+	// its booking's live runs would exceed the booking's checkpoint storage
+	// quota (see CheckCapacity and StorageQuotaError). Nothing was written.
+	ErrStorageQuotaExceeded = errors.New("booking checkpoint storage quota exceeded")
 	// ErrBookingReleased: a train.create on a booking a booking.release
 	// admission released. Nothing was written.
 	ErrBookingReleased = errors.New("booking released")
@@ -141,7 +146,8 @@ type Store interface {
 	//     or ErrConfirmationExpired); it is marked consumed by
 	//     a.IdempotencyKey at a.CreatedAt;
 	//   - train.create must pass CheckCapacity against the booking's runs
-	//     (else a *CapacityError, ErrCapacityExceeded, or
+	//     (else a *CapacityError, ErrCapacityExceeded, a
+	//     *StorageQuotaError, ErrStorageQuotaExceeded, or
 	//     ErrBookingReleased);
 	//   - train.stage.advance and train.restart need the run's RunRecord
 	//     (else ErrNotFound) and pass CheckRunStep (RunRecord.May at

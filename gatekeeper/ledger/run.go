@@ -93,6 +93,9 @@ type BookingUsage struct {
 	Account string
 	// HeldGPUs is the sum of GPUs over Runs.
 	HeldGPUs int
+	// HeldCheckpointGiB is the sum of the checkpoint storage over Runs
+	// (RunPlan.CheckpointGiB).
+	HeldCheckpointGiB int64
 	// Runs are the booking's live runs, oldest first.
 	Runs []RunRecord
 	// Released is when a booking.release admission released the booking
@@ -108,6 +111,7 @@ func Usage(bookingID string, runs []RunRecord, released time.Time, now time.Time
 		if r.BookingID == bookingID && r.Live(now) {
 			u.Runs = append(u.Runs, r.Held())
 			u.HeldGPUs += r.GPUs
+			u.HeldCheckpointGiB += r.Plan.CheckpointGiB
 		}
 	}
 	slices.SortFunc(u.Runs, func(a, b RunRecord) int {
@@ -205,7 +209,7 @@ func CheckCapacity(runs []RunRecord, released time.Time, a Admission) error {
 	}
 	u := Usage(a.BookingID, runs, released, a.CreatedAt)
 	if u.HeldGPUs+a.GPUs <= a.BookedGPUs {
-		return nil
+		return checkStorage(u, a)
 	}
 	e := &CapacityError{BookingID: a.BookingID, BookedGPUs: a.BookedGPUs, HeldGPUs: u.HeldGPUs, WantGPUs: a.GPUs}
 	for _, r := range u.Runs {
@@ -215,6 +219,32 @@ func CheckCapacity(runs []RunRecord, released time.Time, a Admission) error {
 	}
 	return e
 }
+
+// checkStorage is the checkpoint half of the capacity rule: with a quota
+// known, the booking's live runs and the new one keep at most the quota in
+// the booking's checkpoint store.
+func checkStorage(u BookingUsage, a Admission) error {
+	if a.Plan.StorageQuotaGiB <= 0 || u.HeldCheckpointGiB+a.Plan.CheckpointGiB <= a.Plan.StorageQuotaGiB {
+		return nil
+	}
+	return &StorageQuotaError{BookingID: a.BookingID, QuotaGiB: a.Plan.StorageQuotaGiB,
+		HeldGiB: u.HeldCheckpointGiB, WantGiB: a.Plan.CheckpointGiB}
+}
+
+// StorageQuotaError is returned by Commit when a train.create's checkpoints
+// and those of its booking's live runs would exceed the booking's
+// checkpoint storage quota. It wraps ErrStorageQuotaExceeded.
+type StorageQuotaError struct {
+	BookingID                  string
+	QuotaGiB, HeldGiB, WantGiB int64
+}
+
+func (e *StorageQuotaError) Error() string {
+	return fmt.Sprintf("ledger: booking checkpoint storage: %d GiB kept by live runs + %d wanted > %d GiB quota",
+		e.HeldGiB, e.WantGiB, e.QuotaGiB)
+}
+
+func (e *StorageQuotaError) Unwrap() error { return ErrStorageQuotaExceeded }
 
 // CheckBindings is the binding rule every store applies inside Commit's
 // transaction, whatever the policy decided: the confirmation c may be
@@ -310,6 +340,12 @@ type RunPlan struct {
 	// LostSecondsPerRestart the expected work lost per failure (half an
 	// interval + detection + resume), rounded up.
 	WallClockSeconds, LostSecondsPerRestart int64
+	// CheckpointGiB is the checkpoint storage the run keeps (checkpoint size
+	// × retention, GiB rounded up) in its booking's store;
+	// StorageQuotaGiB the booking's checkpoint quota when it was admitted
+	// (0: none known, nothing is checked). The booking's live runs together
+	// keep at most the quota (CheckCapacity).
+	CheckpointGiB, StorageQuotaGiB int64
 }
 
 // Known reports whether a plan was recorded.

@@ -189,14 +189,15 @@ type runKey struct {
 	revocation                                                RunRevocation
 }
 
-// Held is r as a booking's usage lists it: the facts of the GPUs it holds
-// (run, account, booking, manifest, GPUs, times, how it ended, stage).
+// Held is r as a booking's usage lists it: the facts of the GPUs and the
+// checkpoint storage it holds (run, account, booking, manifest, GPUs,
+// checkpoint GiB, times, how it ended, stage).
 // ledger.Usage lists runs this way on every store, so a usage never
 // disagrees with another store's; ask RunRecord for the run's state.
 func (r RunRecord) Held() RunRecord {
 	return RunRecord{RunID: r.RunID, Account: r.Account, BookingID: r.BookingID, ManifestDigest: r.ManifestDigest,
 		GPUs: r.GPUs, BookedGPUs: r.BookedGPUs, AdmittedAt: r.AdmittedAt, LiveUntil: r.LiveUntil,
-		EndedAt: r.EndedAt, EndedBy: r.EndedBy, Stage: r.Stage}
+		EndedAt: r.EndedAt, EndedBy: r.EndedBy, Stage: r.Stage, Plan: RunPlan{CheckpointGiB: r.Plan.CheckpointGiB}}
 }
 
 // RunEvent is one transition of a run, as the store wrote it in the same

@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/itocompute/itogate/gatekeeper/api"
+	"github.com/itocompute/itogate/gatekeeper/trainfacts"
 	"github.com/itocompute/itogate/policies"
 
 	"github.com/itocompute/itogate/internal/patience"
@@ -182,7 +184,9 @@ func TestAnotherFactsModelIsRefused(t *testing.T) {
 	t.Parallel()
 	const facts = "ito/config/facts/data.json"
 	for name, edit := range map[string]func(fstest.MapFS){
-		"version 2":         func(f fstest.MapFS) { f[facts] = &fstest.MapFile{Data: []byte(`{"model_version": 2}`)} },
+		"another version": func(f fstest.MapFS) {
+			f[facts] = &fstest.MapFile{Data: fmt.Appendf(nil, `{"model_version": %d}`, trainfacts.Version+1)}
+		},
 		"version as string": func(f fstest.MapFS) { f[facts] = &fstest.MapFile{Data: []byte(`{"model_version": "1"}`)} },
 		"no version":        func(f fstest.MapFS) { delete(f, facts) },
 		"ill-typed table": func(f fstest.MapFS) {
@@ -231,10 +235,10 @@ func TestDecideChecksTheFacts(t *testing.T) {
 	}{
 		{"its own", facts, ""},
 		{"none", nil, api.CodePolicyFactsMismatch},
-		{"another version", map[string]any{"version": 2, "parallelism": map[string]any{}}, api.CodePolicyFactsMismatch},
+		{"another version", map[string]any{"version": trainfacts.Version + 1, "parallelism": map[string]any{}}, api.CodePolicyFactsMismatch},
 		{"version as string", map[string]any{"version": "1"}, api.CodePolicyFactsMismatch},
 		{"not an object", "facts", api.CodePolicyFactsMismatch},
-		{"a formula's error", map[string]any{"version": 1, "error": "rem: modulo on floating-point number"}, api.CodePolicyEvaluationFailed},
+		{"a formula's error", map[string]any{"version": trainfacts.Version, "error": "rem: modulo on floating-point number"}, api.CodePolicyEvaluationFailed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			doc := map[string]any{"request": in["request"], "manifest": in["manifest"]}

@@ -95,9 +95,9 @@ func TestParallelismFixesOverHTTP(t *testing.T) {
 		{"llama2-70b-v100-fsdp", "600.00", map[string]string{
 			"on_booked_hardware": "false", "nodes": "6", "tensor": "8", "pipeline": "6", "precision": "fp16",
 		}},
-		// one node cannot hold Mixtral's states: ep 8 over pp 2 on two nodes
+		// one node cannot hold Mixtral's states: ep 8 over tp 8 × pp 2 on two nodes (within the memory margin)
 		{"mixtral-8x7b-megatron-as-shipped", "150.00", map[string]string{
-			"on_booked_hardware": "false", "nodes": "2", "pipeline": "2", "expert": "8", "changes": "[pipeline 4 → 2]",
+			"on_booked_hardware": "false", "nodes": "2", "pipeline": "2", "expert": "8", "changes": "[tensor 1 → 8 pipeline 4 → 2]",
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

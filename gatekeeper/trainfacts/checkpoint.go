@@ -110,8 +110,19 @@ func (m *Model) checkpoint(c *regonum.Calc, in input) checkpointFacts {
 	bandwidth := func(t storageRow, perNode regonum.Num) regonum.Num {
 		return regonum.Min(c.Mul(nodes, perNode), t.aggregate)
 	}
+	// _restart_seconds: the declared restart_overhead_seconds, else (when
+	// none is declared, or false) the bundle's
+	var restart regonum.Num
+	if v, ok := at(ckpt, "restart_overhead_seconds"); ok && count(v, true).Defined() {
+		restart = count(v, true)
+	} else if !truthy(v, ok) {
+		restart = m.ckpt.restartOverhead
+	}
 	resume := func(t storageRow) regonum.Num {
-		return c.Add(m.ckpt.restartOverhead, c.Div(f.sizeGB, bandwidth(t, t.read)))
+		if !restart.Defined() {
+			return regonum.Num{}
+		}
+		return c.Add(restart, c.Div(f.sizeGB, bandwidth(t, t.read)))
 	}
 	if hasTier {
 		f.writeSeconds = c.Div(f.sizeGB, bandwidth(tier, tier.write))

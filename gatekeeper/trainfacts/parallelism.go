@@ -152,6 +152,8 @@ type pmodel struct {
 
 	gpnL, nodesL, hiddenL, layersL, vocabL, paramsL, ffnL, gbsL, seqL, activeL lazy
 
+	isMegatron, precisionFP32 bool
+
 	expertParams, denseParams, gradBytes, bytesOverride regonum.Num
 	split                                               map[string]any
 	declaredSchedule                                    string
@@ -284,8 +286,10 @@ func (m *Model) parallelism(c *regonum.Calc, in input) parallelismFacts {
 
 	engine, _ := get(p.par, p.hasPar, "engine", "other")
 	isMegatron := engine == "megatron" || engine == "nemo"
+	p.isMegatron = isMegatron
 	grp, hasGRP := at(p.par, "gradient_reduce_precision")
 	prec, hasPrec := at(p.par, "precision")
+	p.precisionFP32 = hasPrec && prec == "fp32"
 	switch {
 	case hasGRP && grp == "fp32":
 		p.gradBytes = four
@@ -476,8 +480,17 @@ func effectiveStage(z, pp regonum.Num) regonum.Num {
 func (p *pmodel) stageBytes(stage, n regonum.Num) regonum.Num {
 	c := p.c
 	switch {
+	case regonum.Equal(stage, zero) && p.isMegatron:
+		kept, sharded := p.megatronBytes()
+		return c.Add(kept, sharded)
 	case regonum.Equal(stage, zero):
 		return sixteen
+	case regonum.Equal(stage, one) && p.isMegatron:
+		if !n.Defined() {
+			return regonum.Num{}
+		}
+		kept, sharded := p.megatronBytes()
+		return c.Add(kept, c.Div(sharded, n))
 	case regonum.Equal(stage, one):
 		if !n.Defined() {
 			return regonum.Num{}
@@ -492,6 +505,19 @@ func (p *pmodel) stageBytes(stage, n regonum.Num) regonum.Num {
 		return c.Div(sixteen, n)
 	}
 	return regonum.Num{}
+}
+
+// megatronBytes is _megatron_bytes: the bytes per parameter every
+// data-parallel rank keeps and those Megatron's distributed optimizer shards
+// (Megatron Core's distributed-optimizer guide).
+func (p *pmodel) megatronBytes() (kept, sharded regonum.Num) {
+	switch {
+	case p.precisionFP32:
+		return eight, eight
+	case regonum.Equal(p.gradBytes, four):
+		return six, twelve
+	}
+	return four, sixteen
 }
 
 // bytesAt is _bytes_at(zero, pp, n): the override, else the stage's bytes.
@@ -569,12 +595,58 @@ func (p *pmodel) activationsOf(schedule string, tp, pp, cp, v, mbs, m regonum.Nu
 	return c.Div(regonum.Max(first, last), e9)
 }
 
-// endStageLayers is _end_stage_layers(key, pp).
+// endStageLayers is _end_stage_layers(key, pp): the declared count, the
+// stage's entry of a declared stage_layers, else the stage's share of the
+// split units less the embedding (first) or the loss (last) unit.
 func (p *pmodel) endStageLayers(key string, pp regonum.Num) regonum.Num {
+	c := p.c
 	if n := p.count(at(p.split, key)); n.Defined() && regonum.Greater(pp, zero) {
 		return n
 	}
-	return regonum.Ceil(p.c.Div(p.layers(), pp))
+	if layout, ok := p.stageLayers(); ok && regonum.Equal(regonum.Int(int64(len(layout))), pp) {
+		if key == "first_stage_layers" {
+			return layout[0]
+		}
+		return layout[len(layout)-1]
+	}
+	unit := "loss_stage"
+	if key == "first_stage_layers" {
+		unit = "embedding_stage"
+	}
+	return regonum.Max(zero, c.Sub(regonum.Ceil(c.Div(p.splitUnits(), pp)), p.flag(unit)))
+}
+
+// stageLayers is _stage_layers: pipeline_split.stage_layers when it is an
+// array of whole numbers from 0.
+func (p *pmodel) stageLayers() ([]regonum.Num, bool) {
+	raw, ok := p.split["stage_layers"].([]any)
+	if !ok {
+		return nil, false
+	}
+	out := make([]regonum.Num, len(raw))
+	for i, v := range raw {
+		n := num(v, true)
+		if !regonum.GreaterEq(n, zero) || !regonum.Equal(n, regonum.Floor(n)) {
+			return nil, false
+		}
+		out[i] = n
+	}
+	return out, true
+}
+
+// flag is _flag(object.get(_split, key, false)): 1 when true, else 0.
+func (p *pmodel) flag(key string) regonum.Num {
+	if b, ok := p.split[key].(bool); ok && b {
+		return one
+	}
+	return zero
+}
+
+// splitUnits is _split_units: the layers, plus one each for an embedding
+// and a loss counted as layers.
+func (p *pmodel) splitUnits() regonum.Num {
+	c := p.c
+	return c.Add(c.Add(p.layers(), p.flag("embedding_stage")), p.flag("loss_stage"))
 }
 
 // inFlight is _in_flight(schedule, pp, v, m).
@@ -608,8 +680,32 @@ func (p *pmodel) stageActivationBytes(tp, layers, cp, mbs, inFlight regonum.Num,
 func (p *pmodel) layerActivation(tp, cp, mbs regonum.Num) regonum.Num {
 	c := p.c
 	tokens := c.Mul(c.Mul(c.Div(p.seq(), cp), mbs), p.hidden())
-	perTP := c.Div(c.Add(eighteen, c.Div(c.Mul(four, p.ffn()), p.hidden())), tp)
+	perTP := c.Div(c.Add(eighteen, c.Div(c.Mul(four, p.mlpWidth()), p.hidden())), tp)
 	return c.Mul(tokens, c.Add(perTP, c.Mul(ten, p.unsharded(tp))))
+}
+
+// mlpWidth is _mlp_width: ffn for a dense model, top_k × expert ffn +
+// shared ffn for a MoE (a token keeps the activations of every expert it is
+// routed to).
+func (p *pmodel) mlpWidth() regonum.Num {
+	c := p.c
+	if !truthy(at(p.model, "moe")) {
+		return p.ffn()
+	}
+	k := count(at(p.moe, "top_k"))
+	if !k.Defined() {
+		return regonum.Num{}
+	}
+	ffn := p.ffn()
+	if !ffn.Defined() {
+		return regonum.Num{}
+	}
+	expert := count(get(p.moe, p.hasMoe, "expert_ffn_hidden_size", ffn.JSON()))
+	shared := num(get(p.moe, p.hasMoe, "shared_expert_ffn_hidden_size", zero.JSON()))
+	if !expert.Defined() || !regonum.GreaterEq(shared, zero) || !regonum.Equal(shared, regonum.Floor(shared)) {
+		return regonum.Num{}
+	}
+	return c.Add(c.Mul(k, expert), shared)
 }
 
 // checkpointActivation is _checkpoint_activation(tp, cp, mbs).

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -81,6 +82,11 @@ func encodeLive(r runRecord) []byte {
 		v = binary.AppendUvarint(v, uint64(len(s)))
 		v = append(v, s...)
 	}
+	// the checkpoint storage the run keeps, appended last and only when
+	// there is some: entries written before it have none
+	if r.Plan != nil && r.Plan.CheckpointGiB > 0 {
+		v = binary.AppendUvarint(v, uint64(r.Plan.CheckpointGiB))
+	}
 	return v
 }
 
@@ -131,6 +137,13 @@ func (d *liveDecoder) decode(booking string, k, v []byte) (ledger.RunRecord, err
 	r.EndedBy = api.Action(d.str(b))
 	b, v, ok = liveBytes(v, ok)
 	r.Stage = d.str(b)
+	if ok && len(v) > 0 {
+		gib, n := binary.Uvarint(v)
+		if n <= 0 || gib == 0 || gib > math.MaxInt64 {
+			return ledger.RunRecord{}, errCorruptLive
+		}
+		r.Plan.CheckpointGiB, v = int64(gib), v[n:]
+	}
 	if !ok || len(v) != 0 {
 		return ledger.RunRecord{}, errCorruptLive
 	}
@@ -245,8 +258,9 @@ func liveHeld(tx *bbolt.Tx, booking string, now time.Time) (int, error) {
 }
 
 // checkCapacity is ledger.CheckCapacity over the runs of a.BookingID live
-// at a.CreatedAt: when the run fits, from their GPUs alone; when it does
-// not, from their records, for the error that names them.
+// at a.CreatedAt: when the run fits and no checkpoint quota is known, from
+// their GPUs alone; otherwise from their records (the checkpoint storage
+// they keep, and the error that names them).
 func checkCapacity(tx *bbolt.Tx, a ledger.Admission) error {
 	released, err := bookingReleased(tx, a.BookingID)
 	if err != nil {
@@ -259,15 +273,20 @@ func checkCapacity(tx *bbolt.Tx, a ledger.Admission) error {
 	if err != nil {
 		return err
 	}
-	if held+a.GPUs <= a.BookedGPUs {
+	fits := held+a.GPUs <= a.BookedGPUs
+	if fits && a.Plan.StorageQuotaGiB <= 0 {
 		return nil
 	}
+	// the checkpoint storage the live runs keep is in their records
 	runs, _, err := liveUsage(tx, a.BookingID, a.CreatedAt)
 	if err != nil {
 		return err
 	}
 	if err := ledger.CheckCapacity(runs, released, a); err != nil {
 		return abort(err)
+	}
+	if fits {
+		return nil
 	}
 	return fmt.Errorf("live index of booking %s: %d GPUs held by its entries' values, less by its records", a.BookingID, held)
 }

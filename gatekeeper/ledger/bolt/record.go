@@ -85,6 +85,10 @@ type planRecord struct {
 	Steps                 int64 `json:"steps"`
 	WallClockSeconds      int64 `json:"wall_clock_seconds"`
 	LostSecondsPerRestart int64 `json:"lost_seconds_per_restart"`
+	// Added without a version change: a record without them keeps no
+	// checkpoint storage and had no quota (0).
+	CheckpointGiB   int64 `json:"checkpoint_gib,omitempty"`
+	StorageQuotaGiB int64 `json:"storage_quota_gib,omitempty"`
 }
 
 type haltRecord struct {
@@ -149,7 +153,7 @@ func (r runRecord) run() ledger.RunRecord {
 	}
 	if p := r.Plan; p != nil {
 		out.Plan = ledger.RunPlan{IntervalSteps: p.IntervalSteps, Steps: p.Steps, WallClockSeconds: p.WallClockSeconds,
-			LostSecondsPerRestart: p.LostSecondsPerRestart}
+			LostSecondsPerRestart: p.LostSecondsPerRestart, CheckpointGiB: p.CheckpointGiB, StorageQuotaGiB: p.StorageQuotaGiB}
 	}
 	if v := r.Revocation; v != nil {
 		out.Revocation = ledger.RunRevocation{At: v.At.UTC(), Kind: v.Kind, Subject: v.Subject, By: v.By,
@@ -163,7 +167,7 @@ func planToRecord(p ledger.RunPlan) *planRecord {
 		return nil
 	}
 	return &planRecord{IntervalSteps: p.IntervalSteps, Steps: p.Steps, WallClockSeconds: p.WallClockSeconds,
-		LostSecondsPerRestart: p.LostSecondsPerRestart}
+		LostSecondsPerRestart: p.LostSecondsPerRestart, CheckpointGiB: p.CheckpointGiB, StorageQuotaGiB: p.StorageQuotaGiB}
 }
 
 func haltToRecord(h ledger.RunHalt) *haltRecord {

@@ -95,6 +95,7 @@ var cases = []struct {
 	{"LongAndUnicodeIDs", testLongAndUnicodeIDs},
 	{"RunRecordLife", testRunRecordLife},
 	{"Capacity", testCapacity},
+	{"CheckpointQuota", testCheckpointQuota},
 	{"CapacityRaces", testCapacityRaces},
 	{"BookingRelease", testBookingRelease},
 	{"BookingHistory", testBookingHistory},

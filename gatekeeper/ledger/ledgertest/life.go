@@ -106,6 +106,50 @@ func testRunRecordLife(t *testing.T, f *fixture) {
 	}
 }
 
+// testCheckpointQuota: the booking's live runs share its checkpoint storage
+// quota; two runs that each fit but together keep more than it are refused
+// at commit (ErrStorageQuotaExceeded, nothing written); the run records keep
+// their checkpoint GiB and the usage sums them; a run that ended frees its
+// share; a create without a known quota (0) is not checked.
+func testCheckpointQuota(t *testing.T, f *fixture) {
+	first := f.create("acct_42", "bk_ckq", "first", 8, 64)
+	first.Plan = ledger.RunPlan{IntervalSteps: 100, Steps: 1000, CheckpointGiB: 600, StorageQuotaGiB: 1000}
+	f.commit(first)
+	if r := f.wantRun(first.RunID, true, first.CreatedAt); r.Plan.CheckpointGiB != 600 || r.Plan.StorageQuotaGiB != 1000 {
+		t.Fatalf("RunRecord.Plan = %+v, want 600 GiB of a 1000 GiB quota", r.Plan)
+	}
+	if u, err := f.s.BookingUsage(f.ctx, "bk_ckq", first.CreatedAt); err != nil || u.HeldCheckpointGiB != 600 {
+		t.Fatalf("BookingUsage = %+v, %v; want 600 GiB held", u, err)
+	}
+
+	second := f.create("acct_42", "bk_ckq", "second", 8, 64)
+	second.Plan = ledger.RunPlan{IntervalSteps: 100, Steps: 1000, CheckpointGiB: 500, StorageQuotaGiB: 1000}
+	_, _, err := f.s.Commit(f.ctx, second)
+	wantErr(t, "create beyond the checkpoint quota", err, ledger.ErrStorageQuotaExceeded)
+	var qe *ledger.StorageQuotaError
+	if !errors.As(err, &qe) || qe.HeldGiB != 600 || qe.WantGiB != 500 || qe.QuotaGiB != 1000 {
+		t.Fatalf("StorageQuotaError = %+v, want 600 held + 500 > 1000", qe)
+	}
+	f.wantNothingFrom(second)
+	f.wantState(second.ConfirmationRef, ledger.ConfirmationAvailable, "")
+
+	// exactly what is left fits; without a known quota nothing is checked
+	fits := f.create("acct_42", "bk_ckq", "fits", 8, 64)
+	fits.Plan = ledger.RunPlan{IntervalSteps: 100, Steps: 1000, CheckpointGiB: 400, StorageQuotaGiB: 1000}
+	f.commit(fits)
+	unknown := f.create("acct_42", "bk_ckq", "unknown", 8, 64)
+	unknown.Plan = ledger.RunPlan{IntervalSteps: 100, Steps: 1000, CheckpointGiB: 5000}
+	f.commit(unknown)
+
+	// a cancelled run frees its share
+	at := fits.CreatedAt.Add(time.Minute)
+	f.commit(f.lifecycle("acct_42", "train.cancel", "bk_ckq", first.RunID, "cancel-first", at))
+	again := f.create("acct_42", "bk_ckq", "again", 8, 64)
+	again.CreatedAt, again.LiveUntil = at.Add(time.Second), at.Add(time.Hour)
+	again.Plan = ledger.RunPlan{IntervalSteps: 100, Steps: 1000, CheckpointGiB: 600, StorageQuotaGiB: 6000}
+	f.commit(again)
+}
+
 // testCapacity: runs share their booking's GPUs; a create beyond them is
 // refused naming the live runs, nothing written; cleanup, cancel and the
 // declared end free GPUs.

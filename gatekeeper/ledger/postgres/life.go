@@ -77,7 +77,8 @@ func (s *Store) commitOnce(ctx context.Context, a ledger.Admission) (ledger.Admi
 		string(a.State), a.CreatedAt, a.EntitlementJTI, a.CallerKeyID, a.CostMicroUSD, a.GPUs, a.BookedGPUs, liveUntil,
 		kinds, subjects, a.Ticket, a.Stage, a.FromStage, a.CheckpointStep, spec.Effect.String(), spec.Stage,
 		spec.CheckpointStep, string(spec.RunState),
-		a.Plan.IntervalSteps, a.Plan.Steps, a.Plan.WallClockSeconds, a.Plan.LostSecondsPerRestart, a.RestartBudget)
+		a.Plan.IntervalSteps, a.Plan.Steps, a.Plan.WallClockSeconds, a.Plan.LostSecondsPerRestart, a.RestartBudget,
+		a.Plan.CheckpointGiB, a.Plan.StorageQuotaGiB)
 	br := conn.SendBatch(qctx, b)
 	var tag pgconn.CommandTag
 	_, err = br.Exec()
@@ -225,7 +226,7 @@ func revocationArrays(a ledger.Admission) ([]string, []string) {
 func isDomain(err error) bool {
 	for _, e := range []error{ledger.ErrNotFound, ledger.ErrKeyConflict, ledger.ErrConfirmationMismatch,
 		ledger.ErrCostExceeded, ledger.ErrRevoked, ledger.ErrConfirmationConsumed, ledger.ErrConfirmationExpired,
-		ledger.ErrCapacityExceeded, ledger.ErrBookingReleased, ledger.ErrRunEnded, ledger.ErrStageConflict,
+		ledger.ErrCapacityExceeded, ledger.ErrStorageQuotaExceeded, ledger.ErrBookingReleased, ledger.ErrRunEnded, ledger.ErrStageConflict,
 		ledger.ErrRunHalted, ledger.ErrBookingAccount, ledger.ErrRestartOffPlan, ledger.ErrRestartBudget} {
 		if errors.Is(err, e) {
 			return true
@@ -338,7 +339,8 @@ func scanRun(row pgx.Row) (ledger.RunRecord, error) {
 		&r.EntitlementJTI, &r.Restarts, &r.LastCheckpointStep,
 		&haltedAt, &r.Halt.DecisionID, &r.Halt.Stage, &r.Halt.ReportDigest, &r.Halt.FailedEvals, &r.Halt.By,
 		&revoked, &revocationKind, &r.Revocation.Subject, &r.Revocation.By, &r.Revocation.Reason, &r.Revocation.DecisionID,
-		&r.Plan.IntervalSteps, &r.Plan.Steps, &r.Plan.WallClockSeconds, &r.Plan.LostSecondsPerRestart)
+		&r.Plan.IntervalSteps, &r.Plan.Steps, &r.Plan.WallClockSeconds, &r.Plan.LostSecondsPerRestart,
+		&r.Plan.CheckpointGiB, &r.Plan.StorageQuotaGiB)
 	if err != nil {
 		return ledger.RunRecord{}, err
 	}

@@ -233,7 +233,8 @@ const (
 		entitlement_jti, restarts, last_checkpoint_step,
 		halted_at, halt_decision_id, halt_stage, halt_report_digest, halt_failed_evals, halted_by,
 		revoked_at, revocation_kind, revocation_subject, revoked_by, revocation_reason, revocation_decision_id,
-		plan_interval_steps, plan_steps, plan_wall_clock_seconds, plan_lost_seconds`
+		plan_interval_steps, plan_steps, plan_wall_clock_seconds, plan_lost_seconds,
+		plan_checkpoint_gib, plan_storage_quota_gib`
 	revocationCols = `kind, subject, reason, revoked_by, revoked_at, expires_at, decision_id`
 	eventCols      = `run_id, at, to_state, action, decision_id, actor, reason, stage, checkpoint_step`
 )
@@ -257,7 +258,8 @@ func newQueries(schema string) queries {
 		// name), $27 whether it moves the run's stage, $28 whether it
 		// counts a restart, $29 the state it leaves its run in
 		// (api.ActionSpec.RunState), $30..$33 a create's run plan
-		// (ledger.RunPlan) and $34 a restart's budget. A step needs its run
+		// (ledger.RunPlan) and $34 a restart's budget, $35/$36 a create's
+		// checkpoint GiB and its booking's checkpoint quota (0: none). A step needs its run
 		// to pass ledger.CheckRunStep — live at $13, not revoked, not
 		// halted, on the booking; one that moves the stage in stage $24
 		// (it moves the run to $23); a restart from a step its plan writes
@@ -288,7 +290,10 @@ func newQueries(schema string) queries {
 						AND (SELECT coalesce(sum(gpus), 0) FROM {s}.runs
 							WHERE booking_id = $7 AND ended_at IS NULL AND live_until > $13)
 						+ (SELECT coalesce(sum(gpus), 0) FROM {s}.runs
-							WHERE booking_id = $7 AND ended_at > $13 AND live_until > $13) + $17 <= $18))
+							WHERE booking_id = $7 AND ended_at > $13 AND live_until > $13) + $17 <= $18
+						AND ($36::bigint = 0 OR (SELECT coalesce(sum(plan_checkpoint_gib), 0) FROM {s}.runs
+							WHERE booking_id = $7 AND (ended_at IS NULL OR ended_at > $13) AND live_until > $13)
+							+ $35::bigint <= $36::bigint)))
 					AND ($26 <> 'end_run' OR NOT EXISTS (
 						SELECT 1 FROM run WHERE account <> $1 OR booking_id <> $7))
 					AND ($26 <> 'step_run' OR EXISTS (
@@ -303,8 +308,9 @@ func newQueries(schema string) queries {
 			created AS (
 				INSERT INTO {s}.runs (run_id, account, booking_id, manifest_digest, gpus, booked_gpus, admitted_at,
 					live_until, stage, entitlement_jti,
-					plan_interval_steps, plan_steps, plan_wall_clock_seconds, plan_lost_seconds)
-				SELECT $5, $1, $7, $8, $17, $18, $13, $19, $23, $14, $30, $31, $32, $33
+					plan_interval_steps, plan_steps, plan_wall_clock_seconds, plan_lost_seconds,
+					plan_checkpoint_gib, plan_storage_quota_gib)
+				SELECT $5, $1, $7, $8, $17, $18, $13, $19, $23, $14, $30, $31, $32, $33, $35, $36
 				FROM consumed WHERE $26 = 'create_run'),
 			stepped AS (
 				UPDATE {s}.runs SET stage = CASE WHEN $27 THEN $23 ELSE stage END,

@@ -711,6 +711,8 @@ func TestMigrateSchema5(t *testing.T) {
 		ALTER TABLE {s}.revocations DROP COLUMN decision_id;
 		ALTER TABLE {s}.runs DROP CONSTRAINT runs_plan_check, DROP COLUMN plan_interval_steps, DROP COLUMN plan_steps,
 			DROP COLUMN plan_wall_clock_seconds, DROP COLUMN plan_lost_seconds;
+		ALTER TABLE {s}.runs DROP CONSTRAINT runs_storage_check, DROP COLUMN plan_checkpoint_gib,
+			DROP COLUMN plan_storage_quota_gib;
 		DROP INDEX {s}.runs_account_idx;
 		DELETE FROM {s}.schema_migrations WHERE version >= 6;`, "{s}", schema))
 	if err != nil {

@@ -102,10 +102,10 @@ test_sorted_by_code_then_message if {
 }
 
 test_warnings_do_not_deny if {
-	d := admission.decision with input as json.patch(_base, [{
-		"op": "add", "path": "/manifest/checkpoint/storage_region",
-		"value": "eu-west-1",
-	}])
+	d := admission.decision with input as json.patch(_base, [
+		{"op": "add", "path": "/manifest/checkpoint/storage_region", "value": "eu-west-1"},
+		{"op": "add", "path": "/manifest/checkpoint/storage_uri", "value": "s3://ito-checkpoints-euw1/llama3-8b/"},
+	])
 	d.allow == true
 	[v.code | some v in d.warnings] == ["CHECKPOINT_REGION_REMOTE"]
 }

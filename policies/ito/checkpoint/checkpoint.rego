@@ -11,7 +11,8 @@
 #                   (12 bytes: fp32 parameters + Adam's two fp32 moments; ZeRO, Rajbhandari et al. 2020, §3.1)
 #   write_bw      = min(nodes × tier write GB/s per node, tier aggregate GB/s)      (read_bw alike)
 #   write_s       = size_gib × 2^30 / 10^9 / write_bw
-#   resume_s      = restart_overhead_seconds + size_gib × 2^30 / 10^9 / read_bw
+#   resume_s      = restart_s + size_gib × 2^30 / 10^9 / read_bw
+#                   (restart_s: checkpoint.restart_overhead_seconds, else the bundle's restart_overhead_seconds)
 #   detection_s   = checkpoint.failure_detection_seconds (default: PyTorch's NCCL timeout, 600 s)
 #   steps         = objective.max_steps, or ceil(max_tokens / (global batch × sequence)) when smaller
 #   step_s        = max_wall_clock_hours × 3600 / steps
@@ -116,6 +117,11 @@ _estimates["checkpoint_lost_seconds_per_failure"] := _f.rounded.lost_seconds
 _estimates["checkpoint_lost_fraction"] := _f.rounded.lost_fraction
 
 _estimates["checkpoint_remote_write_gib"] := remote_write_gib
+
+# what the ledger records and re-checks at commit (whole GiB)
+_estimates["checkpoint_needed_gib"] := _needed_whole_gib
+
+_estimates["checkpoint_quota_gib"] := _quota_whole_gib
 
 # ---------------------------------------------------------------------------
 # Checks
@@ -303,43 +309,93 @@ _lost_message := sprintf(
 	],
 )
 
-# the seconds a failure may lose with lost_fraction at the warn fraction
-_lost_seconds_at_warn := ((_cfg.lost_work_warn_fraction * _cfg.gpu_hours_between_failures) * 3600) / _world_size
+# The fix is solved for the threshold the finding crosses: a deny's names
+# the longest interval that clears the deny (and the one that also clears
+# the warning), a warning's the one that clears the warning. Solved from
+# lost_fraction = W × (interval_s / 2 + detection_s + resume_s) / 3600 / G
+# for interval_s, rounded down to whole steps, and checked with the model's
+# own formula (a float rounding up past the threshold takes one step less).
+_lost_fix := text if {
+	lost_fraction > _cfg.lost_work_deny_fraction
+	n := _clearing_steps(_cfg.lost_work_deny_fraction)
+	n >= 1
+	text := sprintf("lower checkpoint.interval_steps to at most %d%s", [n, _warn_steps_text])
+} else := text if {
+	lost_fraction <= _cfg.lost_work_deny_fraction
+	n := _clearing_steps(_cfg.lost_work_warn_fraction)
+	n >= 1
+	text := sprintf("lower checkpoint.interval_steps to at most %d", [n])
+} else := sprintf(
+	concat("", [
+		"no interval is short enough: a one-step interval loses %v s per failure (half of a %v s step,",
+		" detection %v s, resume %v s), above the %v s that %d GPUs may lose; lower",
+		" checkpoint.failure_detection_seconds or checkpoint.restart_overhead_seconds,",
+		" use a faster storage tier, or use at most %d GPUs",
+	]),
+	[
+		lib.round2(_one_step_lost_seconds), lib.round2(_step_seconds), detection_seconds,
+		lib.round2(resume_seconds), lib.round2(_lost_budget_seconds(_limit)), _world_size, _max_gpus,
+	],
+)
 
-# the largest interval keeping lost_fraction at the warn fraction (lost_s = interval_s / 2 + detection_s + resume_s)
-_max_interval_seconds := 2 * ((_lost_seconds_at_warn - detection_seconds) - resume_seconds)
+_limit := _cfg.lost_work_deny_fraction if lost_fraction > _cfg.lost_work_deny_fraction
 
-_lost_fix := sprintf(
-	"lower checkpoint.interval_steps to at most %d",
-	[floor(_max_interval_seconds / _step_seconds)],
-) if {
-	_max_interval_seconds >= _step_seconds
+else := _cfg.lost_work_warn_fraction
+
+_warn_steps_text := sprintf(" (at most %d also clears the warning)", [n]) if {
+	n := _clearing_steps(_cfg.lost_work_warn_fraction)
+	n >= 1
+} else := ""
+
+# the seconds a failure may lose with lost_fraction at `fraction`
+_lost_budget_seconds(fraction) := ((fraction * _cfg.gpu_hours_between_failures) * 3600) / _world_size
+
+# the most whole steps per interval with lost_fraction at most `fraction`
+_clearing_steps(fraction) := n if {
+	n := _max_interval_steps(fraction)
+	_lost_fraction_at(n) <= fraction
+} else := _max_interval_steps(fraction) - 1
+
+_max_interval_steps(fraction) := floor(seconds / _step_seconds) if {
+	seconds := 2 * ((_lost_budget_seconds(fraction) - detection_seconds) - resume_seconds)
 }
 
-_lost_fix := "no interval is short enough: detect failures and resume faster, or use fewer GPUs" if {
-	_max_interval_seconds < _step_seconds
+# lost_fraction with interval_steps = n, in the model's order of operations
+_lost_fraction_at(n) := ((_world_size * lost) / 3600) / _cfg.gpu_hours_between_failures if {
+	lost := (((n * _step_seconds) / 2) + detection_seconds) + resume_seconds
 }
+
+_one_step_lost_seconds := ((_step_seconds / 2) + detection_seconds) + resume_seconds
+
+# the most GPUs for which a one-step interval stays within the limit
+_max_gpus := floor(((_limit * _cfg.gpu_hours_between_failures) * 3600) / _one_step_lost_seconds)
 
 # METADATA
 # title: Checkpoint storage quota exceeded
 # description: >-
-#   size × retention exceeds the storage quota: the entitlement's
-#   storage_quota_gib, else the tier's quota_gib.
+#   size × retention, with the checkpoints the booking's live runs keep,
+#   exceeds the booking's storage quota: the entitlement's storage_quota_gib,
+#   else the tier's quota_gib (in whole GiB: the run's rounded up, the quota
+#   down). The ledger decides the same again at commit.
 # custom:
 #   code: CHECKPOINT_CAPACITY_EXCEEDED
 #   gate: checkpoint
 deny contains v if {
-	_needed_gib > _quota_gib
-	v := lib.violation_fix(
-		rego.metadata.rule(),
-		sprintf("keeping %d checkpoints of %v GiB needs %v GiB, above the %v GiB quota", [
-			_ckpt.retention, lib.round2(size_gib), lib.round2(_needed_gib), _quota_gib,
-		]),
-		sprintf("lower checkpoint.retention to at most %d, or get a larger storage quota", [
-			max([0, floor(_quota_gib / size_gib)]),
-		]),
-	)
+	_needed_whole_gib + _held_gib > _quota_whole_gib
+	v := lib.violation_fix(rego.metadata.rule(), _capacity_message, sprintf(
+		"lower checkpoint.retention to at most %d, or get a larger storage quota",
+		[max([0, floor((_quota_whole_gib - _held_gib) / size_gib)])],
+	))
 }
+
+_capacity_message := sprintf("keeping %d checkpoints of %v GiB needs %v GiB, above the %v GiB quota", [
+	_ckpt.retention, lib.round2(size_gib), lib.round2(_needed_gib), _quota_gib,
+]) if {
+	_held_gib == 0
+} else := sprintf(
+	"keeping %d checkpoints of %v GiB needs %d GiB; with the %d GiB the booking's live runs keep, above the %v GiB quota",
+	[_ckpt.retention, lib.round2(size_gib), _needed_whole_gib, _held_gib, _quota_gib],
+)
 
 # METADATA
 # title: Checkpoints written to another region

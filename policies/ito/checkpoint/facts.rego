@@ -122,7 +122,17 @@ _bandwidth(tier, per_node_key) := min([_nodes * tier[per_node_key], tier.aggrega
 
 _write_seconds := _size_gb / _bandwidth(_model_tier, "write_gbytes_per_s_per_node")
 
-_resume_seconds(tier) := _cfg.restart_overhead_seconds + (_size_gb / _bandwidth(tier, "read_gbytes_per_s_per_node"))
+_resume_seconds(tier) := _restart_seconds + (_size_gb / _bandwidth(tier, "read_gbytes_per_s_per_node"))
+
+# the time from a failure's detection to training again, before the
+# checkpoint is read: checkpoint.restart_overhead_seconds when the run
+# declares it (a warm standby or a faster scheduler), else the bundle's
+_restart_seconds := s if {
+	s := _ckpt.restart_overhead_seconds
+	lib.is_count(s)
+} else := _cfg.restart_overhead_seconds if {
+	not _ckpt.restart_overhead_seconds
+}
 
 _resume_seconds_of_tier := _resume_seconds(_model_tier)
 

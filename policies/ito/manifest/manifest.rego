@@ -89,6 +89,7 @@ _expectation := {
 	"datasets": "missing or not a non-empty array of objects",
 	"array": "not an array",
 	"optional_object": "not an object",
+	"layer_counts": "not an array of whole numbers from 0",
 }
 
 _fields := (_required_fields | _optional_fields) | _other_fields
@@ -110,6 +111,7 @@ _other_fields := {
 	{"path": ["parallelism", "pipeline_split"], "kind": "optional_object"},
 	{"path": ["parallelism", "pipeline_split", "embedding_stage"], "kind": "optional_bool"},
 	{"path": ["parallelism", "pipeline_split", "loss_stage"], "kind": "optional_bool"},
+	{"path": ["parallelism", "pipeline_split", "stage_layers"], "kind": "layer_counts"},
 }
 
 _required_fields := {{"path": path, "kind": "count"} | some path in _required_counts}
@@ -134,6 +136,7 @@ _required_counts := [
 
 _optional_counts := [
 	["model", "ffn_hidden_size"],
+	["model", "head_dim"],
 	["model", "moe", "experts"],
 	["model", "moe", "top_k"],
 	["model", "moe", "expert_parameters"],
@@ -253,6 +256,21 @@ _is_kind(kind, x) if {
 _is_kind(kind, x) if {
 	kind == "array"
 	x == null
+}
+
+_is_kind(kind, x) if {
+	kind == "layer_counts"
+	x == null
+}
+
+_is_kind(kind, x) if {
+	kind == "layer_counts"
+	is_array(x)
+	every n in x {
+		is_number(n)
+		n >= 0
+		n == floor(n)
+	}
 }
 
 _is_kind(kind, x) if {

@@ -173,7 +173,7 @@ test_each_invalid_field_is_named[name] if {
 _invalid_value := {
 	"count": 0, "optional_count": 1.5, "string": "", "zero_stage": 4, "positive_number": 0,
 	"precision": "fp64", "checkpointing": "sometimes", "datasets": [], "array": {}, "optional_object": "x",
-	"grad_precision": "fp16", "optional_bool": "yes", "schedule": "gpipe",
+	"grad_precision": "fp16", "optional_bool": "yes", "schedule": "gpipe", "layer_counts": [4, -1],
 }
 
 _set_field(path, value) := _set(concat("/", array.concat([""], array.concat(["manifest"], path))), value) if count(path) < 3

@@ -105,7 +105,10 @@ deny contains v if {
 
 # METADATA
 # title: Attention heads not divisible by tp
-# description: Attention heads must be divisible by tp, and the hidden size by the attention heads.
+# description: >-
+#   Attention heads must be divisible by tp, and the hidden size by the
+#   attention heads unless model.head_dim gives the head width (Megatron-LM
+#   kv_channels: GLM-4.5-Air projects 4096 to 96 heads of 128).
 # custom:
 #   code: TP_HEADS_INDIVISIBLE
 #   gate: parallelism
@@ -121,9 +124,11 @@ _heads_problems contains {"message": message, "fix": fix} if {
 	fix := _with_fix(sprintf("use a tp that divides the attention heads (%s)", [_divisors_text(_heads)]))
 }
 
-_heads_problems contains {"message": message, "fix": "check model.hidden_size and model.attention_heads"} if {
+_heads_problems contains {"message": message, "fix": fix} if {
+	not _is_head_shape_ok
 	_hidden % _heads != 0
 	message := sprintf("hidden size %d is not divisible by %d attention heads", [_hidden, _heads])
+	fix := "check model.hidden_size and model.attention_heads, or declare model.head_dim when heads × head_dim ≠ hidden"
 }
 
 _divisors_text(n) := concat(", ", [sprintf("%d", [d]) | some d in numbers.range(1, min([n, 16])); n % d == 0])
@@ -252,7 +257,9 @@ deny contains v if {
 #   Megatron-LM and NeMo build equal pipeline chunks: the layers (plus one for
 #   the embedding and one for the loss when pipeline_split counts them) must
 #   be divisible by pp·v, unless pipeline_split declares first/last stage
-#   layers that leave an equal split of the rest.
+#   layers (each a multiple of v) that leave an equal split of the rest. A
+#   declared per-stage layout (pipeline_split.stage_layers) must have pp
+#   entries summing to the layers, for any engine.
 # custom:
 #   code: PP_LAYERS_INDIVISIBLE
 #   gate: parallelism
@@ -261,27 +268,39 @@ deny contains v if {
 #     the uneven split in parallelism.pipeline_split.
 deny contains v if {
 	_layers_indivisible(_layout)
+	not _has_stage_layers
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf("%d layers%s do not split into pp×v = %d×%d equal chunks (%s)", [
 			_layers, _split_extra_text, _layout.pp, _layout.v, _declared_split_text,
 		]),
 		_with_fix(sprintf(
-			"use a pp×v that divides %d, or declare parallelism.pipeline_split.first_stage_layers/last_stage_layers",
-			[_split_units],
+			"use a pp×v that divides %d%s, or declare parallelism.pipeline_split.first_stage_layers/last_stage_layers",
+			[_split_units, _accounting_text(_layout.pp, _layout.v)],
 		)),
 	)
 }
 
-_split_extra_text := sprintf(" (+%d for embedding/loss stages)", [_split_units - _layers]) if _split_units > _layers
-
-else := ""
-
-_declared_split_text := "no uneven split declared" if _declared_end_stages[1] == 0
-
-else := sprintf("the declared first/last stage layers leave %d layers for %d stages", [
-	_split_units - _declared_end_stages[0], _layout.pp - _declared_end_stages[1],
-])
+# METADATA
+# title: Declared pipeline layout does not place the layers
+# description: >-
+#   pipeline_split.stage_layers must have one entry per pipeline stage and sum
+#   to the model's layers (any engine).
+# custom:
+#   code: PP_LAYERS_INDIVISIBLE
+#   gate: parallelism
+#   fix: Computed per deny - list pp stage layer counts that sum to the layers.
+deny contains v if {
+	_layers_indivisible(_layout)
+	_has_stage_layers
+	v := lib.violation_fix(
+		rego.metadata.rule(),
+		sprintf("pipeline_split.stage_layers %s does not place %d layers on pp=%d stages", [
+			lib.show(_split.stage_layers), _layers, _layout.pp,
+		]),
+		_with_fix(sprintf("list %d stage layer counts summing to %d", [_layout.pp, _layers])),
+	)
+}
 
 # METADATA
 # title: Pipeline stages unbalanced

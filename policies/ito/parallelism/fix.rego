@@ -8,7 +8,8 @@ import data.ito.lib
 # The fix search: the nearest layout on the same hardware that passes every
 # hard rule. Runs only when a deny asks for its fix (never on an allow).
 #
-# Candidates keep the model, the global batch and the sequence; they vary
+# A candidate must also fit memory with the margin of a declared layout
+# (_fix_memory_fits_at). Candidates keep the model, the global batch and the sequence; they vary
 # tp (divisors of the NVLink domain that fit the heads), cp (bundle list,
 # sequence permitting), pp (bundle list, dividing W, at most layers + 2),
 # v (bundle list, equal chunks), ep (divisors of the experts up to
@@ -194,6 +195,7 @@ _level(nodes, d) := {c |
 	not _comm_bound_at(comm)
 	memory := _memory_gb_of(states, _activations_gb_at(tp, pp, cp, v, mbs, m, ckpt))
 	not _memory_far_exceeds_at(ckpt, memory)
+	_fix_memory_fits_at(memory)
 	c := _rank_at(bubble, memory, comm, ckpt, {
 		"nodes": nodes, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "etp": etp, "v": v, "mbs": mbs,
 		"zero_stage": zero, "checkpointing": ckpt, "precision": _fix_precision, "schedule": _schedule_at(v),
@@ -226,7 +228,17 @@ _rank_at(bubble, memory, comm, ckpt, l) := [warned, bubble, _recompute_rank(ckpt
 	})
 }
 
-_ranked(l) := _rank(l) if _passes(l)
+_ranked(l) := _rank(l) if {
+	_passes(l)
+	_fix_memory_fits_at(_memory_gb(l))
+}
+
+# A fix is held to the margin a declared layout needs to pass without
+# MEMORY_ESTIMATE_EXCEEDS_GPU: its memory estimate (states + activations +
+# overhead) within memory_warn_fraction of the GPU's memory. A declared
+# layout above it is only warned (the activation estimate is rough), but a
+# layout itogate proposes must fit by its own estimate.
+_fix_memory_fits_at(memory_gb) if memory_gb <= _cfg.memory_warn_fraction * _gpu.memory_gb
 
 # The level applies each rule on the way down (or by construction of the
 # knob values); the chosen layout is checked against every rule again, so a
@@ -237,6 +249,7 @@ _best_at(nodes, d) := l if {
 	count(candidates) > 0
 	l := min(candidates)[5]
 	_passes(l)
+	_fix_memory_fits_at(_memory_gb(l))
 }
 
 _nearest(nodes) := l if {

@@ -9,13 +9,45 @@ _effective_stage(zero, pp) := 1 if {
 
 # (stages are matched in the bodies, not the heads, so that OPA's rule index
 # picks the one body of the stage instead of evaluating all four)
-_stage_bytes(stage, _) := 16 if stage == 0
+_stage_bytes(stage, _) := 16 if {
+	stage == 0
+	not _is_megatron
+}
 
-_stage_bytes(stage, n) := 4 + (12 / n) if stage == 1
+_stage_bytes(stage, _) := b[0] + b[1] if {
+	stage == 0
+	_is_megatron
+	b := _megatron_bytes
+}
+
+_stage_bytes(stage, n) := 4 + (12 / n) if {
+	stage == 1
+	not _is_megatron
+}
+
+_stage_bytes(stage, n) := b[0] + (b[1] / n) if {
+	stage == 1
+	_is_megatron
+	b := _megatron_bytes
+}
 
 _stage_bytes(stage, n) := 2 + (14 / n) if stage == 2
 
 _stage_bytes(stage, n) := 16 / n if stage == 3
+
+# Megatron-LM and NeMo (mixed precision, Megatron Core's DDP and optimizer):
+# [bytes per parameter every data-parallel rank keeps, bytes the distributed
+# optimizer shards over d ranks]. The Megatron Core distributed-optimizer
+# guide gives fp16/bf16 parameters with 16-bit gradients 4 + 16/d (20 without
+# the distributed optimizer), bf16 parameters with fp32 gradients 6 + 12/d
+# (18), fp32 parameters 8 + 8/d (16): the fp32 main gradients of the 16-bit
+# case are sharded, fp32 gradients are kept whole. Gradients are fp32 when
+# _grad_bytes is 4 (the engine's default for bf16).
+_megatron_bytes := [8, 8] if {
+	_par.precision == "fp32"
+} else := [6, 12] if {
+	_grad_bytes == 4
+} else := [4, 16]
 
 _bytes_at(zero, pp, n) := b if {
 	b := _bytes_override
@@ -88,11 +120,27 @@ _activations_of(schedule, tp, pp, cp, v, mbs, m, ckpt) := max([first, last]) / 1
 	last := last_layers + _logits(tp, cp, mbs)
 }
 
-# layers on the first/last stage: as pipeline_split declares, else ceil(L/pp)
+# Layers on the first/last stage: as pipeline_split declares them
+# (first/last_stage_layers, or the stage's entry of stage_layers), else the
+# stage's share of the split units, ceil(L'/pp), less the embedding on the
+# first stage and the loss on the last when they count as layers
+# (Megatron-LM --account-for-embedding/loss-in-pipeline-split: the first
+# stage of 126 + 2 units over pp 8 holds 15 transformer layers, not 16).
 _end_stage_layers(key, pp) := n if {
 	n := _count(_split[key])
 	pp > 0
-} else := ceil(_layers / pp)
+} else := n if {
+	count(_stage_layers) == pp
+	n := _stage_layers[_end_stage_index(key)]
+} else := max([0, ceil(_split_units / pp) - _end_stage_unit(key)])
+
+_end_stage_index("first_stage_layers") := 0
+
+_end_stage_index("last_stage_layers") := count(_stage_layers) - 1
+
+_end_stage_unit("first_stage_layers") := _flag(object.get(_split, "embedding_stage", false))
+
+_end_stage_unit("last_stage_layers") := _flag(object.get(_split, "loss_stage", false))
 
 # Microbatches in flight on the first stage: min(pp, m) with 1F1B; an
 # interleaved schedule (v > 1) holds (1 + (pp−1)/(pp·v)) times as many
@@ -121,8 +169,40 @@ _stage_activation_bytes(tp, layers, cp, mbs, in_flight, ckpt) := bytes if {
 # Without sequence parallel (tp > 1) the LayerNorm and dropout activations,
 # about 10·(s/cp)·mbs·h bytes per layer, and a recomputed layer's input are
 # not divided by tp (Korthikanti et al. 2022, Table 2)
-_layer_activation(tp, cp, mbs) := tokens * (((18 + ((4 * _ffn) / _hidden)) / tp) + (10 * _unsharded(tp))) if {
+_layer_activation(tp, cp, mbs) := tokens * (((18 + ((4 * _mlp_width) / _hidden)) / tp) + (10 * _unsharded(tp))) if {
 	tokens := ((_seq / cp) * mbs) * _hidden
+}
+
+# The MLP width whose activations a token leaves behind: ffn in a dense
+# layer. In a MoE layer every token is routed to top_k experts and each of
+# them keeps that token's MLP activations (Megatron Core's MoE layer
+# permutes each token top_k times before the grouped expert GEMMs), plus the
+# shared experts' that every token passes: top_k × expert ffn + shared ffn
+# (DeepSeek-V3: 8 × 2048 + 2048; Mixtral: 2 × 14336). Every layer is priced
+# as a MoE layer (a few dense first layers are not told apart).
+_mlp_width := _ffn if not _has_moe
+
+_mlp_width := (_moe_top_k * _expert_ffn) + _shared_ffn if _has_moe
+
+_moe_top_k := k if {
+	k := _moe.top_k
+	is_number(k)
+	k >= 1
+	k == floor(k)
+}
+
+_expert_ffn := f if {
+	f := object.get(_moe, "expert_ffn_hidden_size", _ffn)
+	is_number(f)
+	f >= 1
+	f == floor(f)
+}
+
+_shared_ffn := f if {
+	f := object.get(_moe, "shared_expert_ffn_hidden_size", 0)
+	is_number(f)
+	f >= 0
+	f == floor(f)
 }
 
 _checkpoint_activation(tp, cp, mbs) := ((2 * (_seq / cp)) * mbs) * (_hidden * ((1 / tp) + _unsharded(tp)))

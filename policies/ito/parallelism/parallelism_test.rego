@@ -263,7 +263,7 @@ _cases := {
 		"warn": {"MEMORY_ESTIMATE_EXCEEDS_GPU"},
 	},
 	"moe top_k above the experts": {
-		"patch": [_set("/manifest/model/moe", {"experts": 8, "top_k": 16})],
+		"patch": [_set("/manifest/model/moe", {"experts": 8, "top_k": 16, "expert_ffn_hidden_size": 1024})],
 		"want": {"MOE_CONFIG_INVALID"},
 	},
 	"moe expert parameters above the total": {
@@ -556,7 +556,7 @@ _fix_cases := {
 		"patch": [_par("precision", "fp8")],
 		"fix": concat("", [
 			"nearest passing layout on 8 × 8 A100-80GB (1 change: precision fp8 → bf16): ", _same, ", ", _rest,
-			". Or: a GPU with FP8: B200, GB200, H100-96GB, H100-NVL, H100-PCIe, H100-SXM-80GB, H200, L40S, MI300X, MI355X",
+			". Or: a GPU with FP8: B200, GB200, H100-96GB, H100-NVL, H100-PCIe, H100-SXM-80GB, H200, H800, L40S, MI300X, MI355X",
 		]),
 	},
 	"bubble": {
@@ -619,6 +619,17 @@ _assert_fix_layout(name, tc) if {
 	every k, v in tc.want {
 		got[k] == v
 	}
+	_within_memory_margin(json.patch(_base, tc.patch), got)
+}
+
+# A proposed layout fits with the margin a declared layout needs to pass
+# without MEMORY_ESTIMATE_EXCEEDS_GPU (memory_warn_fraction × GPU memory):
+# the search once proposed tp 8 × pp 5 on 40 A100-80GB for 175B at 77.7 GB.
+_within_memory_margin(_, fix) if not fix.tensor
+
+_within_memory_margin(inp, fix) if {
+	gpu := data.ito.tables.gpus[inp.manifest.hardware.gpu_type]
+	fix.memory_gb_per_gpu <= data.ito.config.parallelism.memory_warn_fraction * gpu.memory_gb
 }
 
 _fix_layout_cases := {
@@ -649,12 +660,14 @@ _fix_layout_cases := {
 		"patch": [_moe(6), _par("expert", 3), _par("tensor", 1)],
 		"want": {"expert": 1, "changed_knobs": 1},
 	},
-	"more nodes for 175B (the memory lower bound, 39 GPUs, rounded up to nodes)": {
+	# the memory lower bound is 39 GPUs (5 nodes), but no layout on 5 nodes fits within the
+	# memory margin (0.92 × 80 GB): tp 8 × pp 5 there needs more by the model's own estimate
+	"more nodes for 175B (above the memory lower bound: the fix fits the memory margin)": {
 		"patch": [
 			_set("/manifest/model/parameters", 175000000000), _set("/manifest/hardware/nodes", 1),
 			_remove("/manifest/parallelism/data"), _set("/manifest/objective/global_batch_size", 1536),
 		],
-		"want": {"on_booked_hardware": false, "nodes": 5, "world_size": 40, "tensor": 8, "pipeline": 5},
+		"want": {"on_booked_hardware": false, "nodes": 6, "world_size": 48, "tensor": 8},
 	},
 	"tensor parallel rather than selective recompute (which leaves the activations as large)": {
 		"patch": [
@@ -677,16 +690,34 @@ _fix_layout_cases := {
 test_expert_states_shard_over_the_expert_data_parallel_group if {
 	est := parallelism.estimates with input as json.patch(_base, _mixtral_one_node) with parallelism._fix_text as "(fix)"
 	est.expert_data_parallel == 1 # W/(ep·etp·pp) = 8/8
-	est.expert_bytes_per_param == 16 # ZeRO-1 over 1 rank: 4 + 12/1
-	est.bytes_per_param == 5.5 # dense: 4 + 12/8
 
-	# 1.6056e9/1 × 5.5 + 45.097e9/8 × 16
-	est.model_states_gb_per_gpu == 99.03
+	# Megatron's distributed optimizer with fp32 gradients (its default for bf16):
+	# 6 + 12/d bytes per parameter (Megatron Core distributed-optimizer guide), not 4 + 12/d
+	est.expert_bytes_per_param == 18 # over 1 rank: 6 + 12/1
+	est.bytes_per_param == 7.5 # dense: 6 + 12/8
 
-	# four nodes: ep 8 over dp 32 → edp 4, 4 + 12/4 = 7 bytes per expert parameter
+	# 1.6056e9 × 7.5 + 45.097e9/8 × 18
+	est.model_states_gb_per_gpu == 113.51
+
+	# four nodes: ep 8 over dp 32 → edp 4, 6 + 12/4 = 9 bytes per expert parameter
 	four := parallelism.estimates with input as json.patch(_base, array.concat(_mixtral_one_node, [_set("/manifest/hardware/nodes", 4)]))
 	four.expert_data_parallel == 4
-	four.expert_bytes_per_param == 7
+	four.expert_bytes_per_param == 9
+}
+
+# Megatron's other rows: bf16 gradients 4 + 16/d (the fp32 main gradients are
+# sharded too), fp32 training 8 + 8/d; without the distributed optimizer the
+# same bytes unsharded (20, 18, 16)
+test_megatron_distributed_optimizer_rows if {
+	bf16 := parallelism.estimates with input as json.patch(_base, array.concat(_mixtral_one_node, [_par("gradient_reduce_precision", "bf16")]))
+	bf16.bytes_per_param == 6 # 4 + 16/8
+	bf16.expert_bytes_per_param == 20
+	fp32 := parallelism.estimates with input as json.patch(_base, array.concat(_mixtral_one_node, [_par("precision", "fp32")]))
+	fp32.bytes_per_param == 9 # 8 + 8/8
+	ddp := parallelism.estimates with input as json.patch(_base, array.concat(_mixtral_one_node, [_par("zero_stage", 0)]))
+	ddp.bytes_per_param == 18
+	torchtitan := parallelism.estimates with input as json.patch(_base, array.concat(_mixtral_one_node, [_par("engine", "torchtitan")]))
+	torchtitan.bytes_per_param == 5.5 # ZeRO-1 4 + 12/8 outside Megatron
 }
 
 test_expert_tensor_parallel_divides_the_expert_shard if {
@@ -694,7 +725,7 @@ test_expert_tensor_parallel_divides_the_expert_shard if {
 	est := parallelism.estimates with input as json.patch(_base, patch)
 	est.etp == 2
 	est.expert_data_parallel == 4 # 32/(4·2)
-	est.expert_bytes_per_param == 7
+	est.expert_bytes_per_param == 9 # 6 + 12/4
 }
 
 test_interleaved_penalty_on_activations if {
@@ -908,7 +939,7 @@ _denied_fixtures := {c.manifest: c | some c in data.ito.testdata.fixtures.cases;
 test_fixture_smallest_gpu_counts[name] if {
 	some name, want in {
 		# 40 GPUs would hold the states, but Megatron cannot split 96 layers over pp 5
-		"gpt3-175b-megatron.json": {"on_booked_hardware": false, "nodes": 6, "world_size": 48, "tensor": 8, "pipeline": 6},
+		"gpt3-175b-megatron.json": {"on_booked_hardware": false, "nodes": 6, "world_size": 48, "tensor": 8, "zero_stage": 3},
 		"llama2-70b-v100-fsdp.json": {"on_booked_hardware": false, "nodes": 6, "tensor": 8, "pipeline": 6, "precision": "fp16"},
 		# one node cannot hold Mixtral's states at all (16 B/param over 8 GPUs is 93 GB each);
 		# pipeline 4 → 1 with ep 8 on it would leave 90 GB of unsharded expert states per GPU
@@ -923,6 +954,108 @@ test_fixture_smallest_gpu_counts[name] if {
 	every k, v in want {
 		got[k] == v
 	}
+	_within_memory_margin(c.input, got)
+}
+
+# GLM-4.5-Air (hidden 4096, 96 heads of head_dim 128, 8 kv heads): with
+# model.head_dim the hidden size need not be a multiple of the heads, and the
+# fix search stays on; without it, it must.
+test_head_dim_lets_heads_times_head_dim_differ_from_hidden if {
+	glm := [
+		_set("/manifest/model/attention_heads", 96), _set("/manifest/model/kv_heads", 8),
+		_set("/manifest/model/head_dim", 128),
+	]
+	with_dim := json.patch(_base, glm)
+	codes := {v.code | some v in parallelism.deny} with input as with_dim with parallelism._fix_text as "(fix)"
+	not "TP_HEADS_INDIVISIBLE" in codes
+	parallelism._is_searchable with input as with_dim
+	without := json.patch(_base, array.slice(glm, 0, 2))
+	"TP_HEADS_INDIVISIBLE" in {v.code | some v in parallelism.deny} with input as without with parallelism._fix_text as "(fix)"
+	not parallelism._is_searchable with input as without
+}
+
+# A routed token keeps the MLP activations of each of its top_k experts (and
+# of the shared experts): Mixtral's per-layer term is 18 + 4·2·14336/4096 = 46
+# bytes per token and hidden unit, not 18 + 4·14336/4096 = 32.
+test_moe_activations_count_the_top_k_experts if {
+	one_expert := array.concat(_mixtral_one_node, [_set("/manifest/model/moe/top_k", 1)])
+	top1 := parallelism._mlp_width with input as json.patch(_base, one_expert)
+	top2 := parallelism._mlp_width with input as json.patch(_base, _mixtral_one_node)
+	top1 == 14336
+	top2 == 28672
+	shared := array.concat(_mixtral_one_node, [
+		_set("/manifest/model/moe/expert_ffn_hidden_size", 2048),
+		_set("/manifest/model/moe/shared_expert_ffn_hidden_size", 2048),
+	])
+	parallelism._mlp_width == 6144 with input as json.patch(_base, shared) # 2 × 2048 + 2048
+
+	# 32 layers × 4096·4096·(18 + 4·28672/4096)/1 + 4·4096·32000 fp32 logits
+	est := parallelism.estimates with input as json.patch(_base, _mixtral_one_node) with parallelism._fix_text as "(fix)"
+	est.activations_gb_per_gpu == 25.22
+}
+
+# Megatron-LM: the embedding (first stage) and the loss (last stage) count as
+# layers: 126 + 2 = 128 units over pp 8 leave 15 transformer layers on the
+# first and the last stage, not ceil(126/8) = 16.
+test_end_stages_price_the_embedding_and_loss_units if {
+	llama405 := [
+		_set("/manifest/model/layers", 126), _par("engine", "megatron"),
+		_par("pipeline_split", {"embedding_stage": true, "loss_stage": true}),
+	]
+	inp := json.patch(_base, llama405)
+	parallelism._end_stage_layers("first_stage_layers", 8) == 15 with input as inp
+	parallelism._end_stage_layers("last_stage_layers", 8) == 15 with input as inp
+	plain := json.patch(_base, [_set("/manifest/model/layers", 126)])
+	parallelism._end_stage_layers("first_stage_layers", 8) == 16 with input as plain
+}
+
+# Megatron Core splits a declared first/last stage into v chunks as well, so
+# its layers must be a multiple of v: 9 + 32 + 32 + 7 over pp 4 × v 2 is
+# refused (9 and 7 are odd), 10 + 30 + 30 + 10 is not.
+test_end_stage_layers_must_be_whole_chunks if {
+	odd := json.patch(_base, [_par("engine", "megatron"), _set("/manifest/model/layers", 80), _par("pipeline_split", {
+		"first_stage_layers": 9,
+		"last_stage_layers": 7,
+	})])
+	parallelism._layers_indivisible_at(4, 2) with input as odd
+	not parallelism._layers_indivisible_at(4, 1) with input as odd
+	even := json.patch(_base, [_par("engine", "megatron"), _set("/manifest/model/layers", 80), _par("pipeline_split", {
+		"first_stage_layers": 10,
+		"last_stage_layers": 10,
+	})])
+	not parallelism._layers_indivisible_at(4, 2) with input as even
+}
+
+# An explicit per-stage layout (DeepSeek-V3's 61 layers on pp 16: 3, 14 × 4, 2):
+# one entry per stage summing to the layers; its end entries price the end stages.
+test_explicit_stage_layout if {
+	layout := array.concat(array.concat([3], [n | some _ in numbers.range(1, 14); n := 4]), [2])
+	inp := json.patch(_base, [
+		_par("engine", "nemo"), _set("/manifest/model/layers", 61),
+		_par("pipeline_split", {"stage_layers": layout}),
+	])
+	not parallelism._layers_indivisible_at(16, 1) with input as inp
+	parallelism._layers_indivisible_at(8, 1) with input as inp
+	parallelism._end_stage_layers("first_stage_layers", 16) == 3 with input as inp
+	parallelism._end_stage_layers("last_stage_layers", 16) == 2 with input as inp
+	short := json.patch(_base, [
+		_set("/manifest/model/layers", 61),
+		_par("pipeline_split", {"stage_layers": [4, 4]}),
+	])
+	parallelism._layers_indivisible_at(2, 1) with input as short # 8 of 61 layers, any engine
+}
+
+# The PP_LAYERS_INDIVISIBLE fix names the option the NVIDIA recipes use:
+# Llama 3 405B's 126 layers over pp 8 × v 8 balance with the embedding and the
+# loss counted as layers (128 = 8 × 8 × 2).
+test_layers_fix_names_embedding_and_loss_accounting if {
+	inp := json.patch(_base, [_par("engine", "megatron"), _set("/manifest/model/layers", 126)])
+	text := parallelism._accounting_text(8, 8) with input as inp
+	text == concat("", [
+		", or count the embedding and the loss as layers",
+		" (pipeline_split.embedding_stage and loss_stage: 128 = 8×8×2)",
+	])
+	parallelism._accounting_text(5, 1) == "" with input as inp # neither 127 nor 128 splits over 5
 }
 
 # The search's rare paths, forced with bundle data or mocked levels.

@@ -44,9 +44,36 @@ _pp_exceeds_layers_at(pp, v) if pp * v > _layers + _cfg.extra_pipeline_stages
 _layers_indivisible(l) if _layers_indivisible_at(l.pp, l.v)
 
 _layers_indivisible_at(pp, v) if {
+	not _has_stage_layers
 	_is_megatron
 	pp > 1
 	not _is_layer_split_even(pp, v)
+}
+
+# An explicit per-stage layout (pipeline_split.stage_layers: the transformer
+# layers of each pipeline rank, its virtual chunks together; Megatron-LM's
+# pipeline_model_parallel_layout, which the DeepSeek-V3 recipes use) must
+# have one entry per stage and place every layer, for any engine.
+_layers_indivisible_at(pp, _) if {
+	_has_stage_layers
+	not _is_stage_layout_ok(pp)
+}
+
+_has_stage_layers if object.get(_split, "stage_layers", null) != null
+
+_stage_layers := s if {
+	s := _split.stage_layers
+	is_array(s)
+	every n in s {
+		is_number(n)
+		n >= 0
+		n == floor(n)
+	}
+}
+
+_is_stage_layout_ok(pp) if {
+	count(_stage_layers) == pp
+	sum(_stage_layers) == _layers
 }
 
 _split := s if {
@@ -73,6 +100,7 @@ _declared_end_stages := [sum(given), count(given)] if {
 
 _is_layer_split_even(pp, v) if {
 	[fixed, k] := _declared_end_stages
+	not _end_stage_off_chunks(v)
 	stages := pp - k
 	stages > 0
 	rest := _split_units - fixed
@@ -82,9 +110,59 @@ _is_layer_split_even(pp, v) if {
 
 _is_layer_split_even(pp, v) if {
 	[fixed, k] := _declared_end_stages
+	not _end_stage_off_chunks(v)
 	pp == k
 	_split_units == fixed
 	v == 1
+}
+
+# the texts of PP_LAYERS_INDIVISIBLE
+_split_extra_text := sprintf(" (+%d for embedding/loss stages)", [_split_units - _layers]) if _split_units > _layers
+
+else := ""
+
+_declared_split_text := "no uneven split declared" if _declared_end_stages[1] == 0
+
+else := sprintf("the declared first/last stage layers are not a multiple of v=%d", [
+	_layout.v,
+]) if {
+	_end_stage_off_chunks(_layout.v)
+}
+
+else := sprintf("the declared first/last stage layers leave %d layers for %d stages", [
+	_split_units - _declared_end_stages[0], _layout.pp - _declared_end_stages[1],
+])
+
+# The NVIDIA recipes balance a layer count that pp×v does not divide by
+# counting the embedding and/or the loss as layers (Llama 3 405B: 126 + 2 =
+# 128 over pp 8 × v 8); name that option when it makes the split even.
+_accounting_text(pp, v) := sprintf(", or count %s as layers (%s: %d = %d×%d×%d)", [
+	option.what, option.fields, option.units, pp, v, option.units / (pp * v),
+]) if {
+	not _declared_end_stages[1] > 0
+	options := [o |
+		some o in _accounting_options
+		o.units > _split_units
+		o.units % (pp * v) == 0
+	]
+	option := options[0]
+} else := ""
+
+_accounting_options := [
+	{"what": "the embedding", "fields": "pipeline_split.embedding_stage", "units": _layers + 1},
+	{"what": "the loss", "fields": "pipeline_split.loss_stage", "units": _layers + 1},
+	{
+		"what": "the embedding and the loss", "fields": "pipeline_split.embedding_stage and loss_stage",
+		"units": _layers + 2,
+	},
+]
+
+# Megatron Core splits a declared first/last stage into v equal chunks too:
+# its layers must be a multiple of v (TransformerConfig: "number of layers at
+# first stage ... must be divisible by virtual pipeline parallel degree")
+_end_stage_off_chunks(v) if {
+	some key in ["first_stage_layers", "last_stage_layers"]
+	_count(_split[key]) % v != 0
 }
 
 # the largest pipeline chunk over the mean chunk
@@ -231,8 +309,21 @@ _passes(l) if not _fails_any(l)
 
 # Model-level consistency that no layout can repair.
 _is_model_consistent if {
-	_hidden % _heads == 0
+	_is_head_shape_ok
 	count(_moe_problems) == 0
+}
+
+# Megatron-LM derives the head width as hidden / heads (so hidden must be a
+# multiple of the heads) unless kv_channels gives it; models such as
+# GLM-4.5-Air (hidden 4096, 96 heads of 128) project to heads × head_dim ≠
+# hidden. With model.head_dim declared the shapes are consistent by
+# construction (Megatron-LM megatron/core/transformer/transformer_config.py,
+# kv_channels; Hugging Face transformers Glm4MoeConfig.head_dim).
+_is_head_shape_ok if _count(_model.head_dim)
+
+_is_head_shape_ok if {
+	not _model.head_dim
+	_hidden % _heads == 0
 }
 
 _moe_problems contains msg if {

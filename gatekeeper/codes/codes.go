@@ -79,16 +79,12 @@ func dedupe(es []Entry) []Entry {
 			continue
 		}
 		last := &out[n-1]
-		hadDeny := strings.Contains(string(last.Level), string(api.LevelDeny))
 		if !strings.Contains(string(last.Level), string(e.Level)) {
 			levels := []string{string(last.Level), string(e.Level)}
 			sort.Strings(levels)
 			last.Level = api.Level(strings.Join(levels, ", "))
 		}
-		// The first deny rule's text stands: a code two gates produce
-		// (RUN_HALTED: the lifecycle gate and the workload gate) keeps the
-		// gate and text of the first, in file order.
-		if e.Level == api.LevelDeny && !hadDeny {
+		if e.Level == api.LevelDeny {
 			last.Meaning, last.Fix = e.Meaning, e.Fix
 		}
 		if last.Fix == "" {

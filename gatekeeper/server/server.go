@@ -342,7 +342,9 @@ func (s *srv) getRun(w http.ResponseWriter, r *http.Request) {
 // renewTicket answers POST /v1/runs/{run_id}/ticket: a fresh ticket of the
 // caller account's run while it may run. No body.
 func (s *srv) renewTicket(w http.ResponseWriter, r *http.Request) {
-	id, err := url.PathUnescape(chi.URLParamFromCtx(r.Context(), "run_id"))
+	// As getRun: the escaped path's segment, decoded exactly once.
+	escaped := strings.TrimSuffix(r.URL.EscapedPath(), "/ticket")
+	id, err := url.PathUnescape(escaped[strings.LastIndexByte(escaped, '/')+1:])
 	if err != nil {
 		writeError(w, api.CodeRequestInvalid, "run_id: not a valid percent-encoded path segment")
 		return

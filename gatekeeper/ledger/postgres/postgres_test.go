@@ -713,6 +713,7 @@ func TestMigrateSchema5(t *testing.T) {
 		ALTER TABLE {s}.runs DROP CONSTRAINT runs_plan_check, DROP COLUMN plan_interval_steps, DROP COLUMN plan_steps,
 			DROP COLUMN plan_wall_clock_seconds, DROP COLUMN plan_lost_seconds;
 		DROP INDEX {s}.runs_account_idx;
+		DROP TABLE {s}.run_jobs;
 		DELETE FROM {s}.schema_migrations WHERE version >= 6;`, "{s}", schema))
 	if err != nil {
 		t.Fatalf("back to version 5: %v", err)

@@ -62,10 +62,12 @@ const (
 	exitVerifyFail  = 1 // verify: the manifest is not accepted
 	exitDemoFail    = 1 // demo: a case differs
 
-	ticketExitOK       = 0
-	ticketExitRejected = 1 // the ticket does not verify
-	ticketExitUsage    = 2 // bad flags, unreadable key or ticket
-	ticketExitMismatch = 3 // verifies, but not for what this runtime expects
+	ticketExitOK          = 0
+	ticketExitRejected    = 1 // the ticket does not verify
+	ticketExitUsage       = 2 // bad flags, unreadable key or ticket
+	ticketExitMismatch    = 3 // verifies, but not for what this runtime expects
+	ticketExitWithdrawn   = 4 // --online: the run may not take this job
+	ticketExitUnavailable = 5 // --online: no answer from itogate
 )
 
 var exitTable = []exitGroup{
@@ -102,6 +104,8 @@ var exitTable = []exitGroup{
 		{ticketExitRejected, kindOwn, "does not verify: forged, altered (one changed byte is enough), expired, another `typ`/`iss`/`aud`, a claim missing", "refuse the job"},
 		{ticketExitUsage, kindBadInput | kindOther, "usage: a bad flag or argument (an unknown flag included), a key or ticket file refused or unreadable", "fix the installation (fail closed: refuse the job)"},
 		{ticketExitMismatch, kindOwn, "verifies, but names another run, booking, account or topology than expected", "refuse the job"},
+		{ticketExitWithdrawn, kindOwn, "`--online`: withdrawn: the run is revoked (`ENTITLEMENT_REVOKED`), halted (`RUN_HALTED`) or ended (`RUN_NOT_LIVE`), the ticket expired (`TICKET_EXPIRED`: renew it) or its run is bound to another job (`TICKET_JOB_BOUND`)", "refuse the job"},
+		{ticketExitUnavailable, kindOwn, "`--online`: no answer from itogate: unreachable, 401, 5xx, `--timeout` passed", "refuse the job (fail closed); check the scheduler token and itogate"},
 	}},
 	{[]string{"eval"}, []exitRow{
 		{0, kindOK, "the policy allows", ""},

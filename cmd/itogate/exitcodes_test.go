@@ -222,6 +222,8 @@ func TestExitCodesPerCommand(t *testing.T) {
 		"ticket verify 1": cli(append(tf.args(), tf.altered)...),
 		"ticket verify 2": cli(append(tf.args(), "--pem", tf.pem)...),
 		"ticket verify 3": cli(append(tf.args(), "--run-id", "run_other", tf.good)...),
+		"ticket verify 4": stubbed(403, "ENTITLEMENT_REVOKED", append(tf.args(), "--online", "--token-file", tok, tf.good)...),
+		"ticket verify 5": stubbed(503, "LEDGER_UNAVAILABLE", append(tf.args(), "--online", "--token-file", tok, tf.good)...),
 
 		"eval 0": cli("eval", "--manifest", manifestOK, deadline),
 		"eval 1": cli("eval", "--manifest", manifestOK, "--deadline", "1ns"),

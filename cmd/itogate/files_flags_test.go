@@ -402,6 +402,13 @@ func (fx *fileFixture) commandLines() map[string]func(path string) []string {
 			return []string{"ticket", "verify", "--issuer", trust.DevTicketIssuer, "--pem", p, "--key-id", keys.TicketKeyID,
 				"--algorithm", "EdDSA", f["ticket.jws"]}
 		},
+		"ticket verify --token-file": func(p string) []string {
+			return []string{"ticket", "verify", "--issuer", trust.DevTicketIssuer, "--jwks", f["ticket.jwks.json"],
+				"--online", "--server", fx.dead, "--timeout", "5s", "--token-file", p, f["ticket.jws"]}
+		},
+		"ticket renew --token-file": func(p string) []string {
+			return []string{"ticket", "renew", "--server", fx.dead, "--timeout", "5s", "--run-id", "run_1", "--token-file", p}
+		},
 		"ticket verify ARG": func(p string) []string {
 			return []string{"ticket", "verify", "--issuer", trust.DevTicketIssuer, "--jwks", f["ticket.jwks.json"], p}
 		},

@@ -138,6 +138,28 @@ func TestHumanOutputIsInert(t *testing.T) {
 			return result{runCLI(t, "ticket", "verify", "--jwks", f.jwks, "--issuer", trust.DevTicketIssuer,
 				"--run-id", "run_other", f.good), ticketExitMismatch, false}
 		},
+		"ticket verify --online withdrawn": func(t *testing.T) result {
+			f := hostileTicket(t, dir, nil)
+			url, _ := envelopeServer(t, 403, deny)
+			return result{runCLI(t, "ticket", "verify", "--jwks", f.jwks, "--issuer", trust.DevTicketIssuer, "--online",
+				"--server", url, "--token-file", tok, f.good), ticketExitWithdrawn, false}
+		},
+		"ticket verify --online live": func(t *testing.T) result {
+			f := hostileTicket(t, dir, nil)
+			url, _ := envelopeServer(t, 200, map[string]any{"ok": true, "data": map[string]any{"live": true, "state": hostile,
+				"job_id": hostile}})
+			return result{runCLI(t, "ticket", "verify", "--jwks", f.jwks, "--issuer", trust.DevTicketIssuer, "--online",
+				"--server", url, "--token-file", tok, "--job-id", "slurm-1", f.good), 0, false}
+		},
+		"ticket renew refused": func(t *testing.T) result {
+			url, _ := envelopeServer(t, 403, deny)
+			return result{runCLI(t, "ticket", "renew", "--server", url, "--token-file", tok, "--run-id", "run_1"), exitOther, false}
+		},
+		"ticket renew": func(t *testing.T) result {
+			url, _ := envelopeServer(t, 200, map[string]any{"ok": true, "data": map[string]any{"run_id": "run_1",
+				"ticket": hostile, "jti": "j", "expires_at": 1}})
+			return result{runCLI(t, "ticket", "renew", "--server", url, "--token-file", tok, "--run-id", "run_1"), exitOther, true}
+		},
 		"ticket verify rejected": func(t *testing.T) result {
 			f := hostileTicket(t, dir, nil)
 			return result{runCLI(t, "ticket", "verify", "--jwks", f.jwks, "--issuer", hostile, f.good), ticketExitRejected, true}
@@ -216,7 +238,7 @@ func TestHumanOutputIsInert(t *testing.T) {
 	// Every runnable command is either fed hostile strings above or prints
 	// nothing from outside, for the reason given.
 	fed := []string{"train", "status", "runs get", "runs list", "revoke confirmation", "revoke entitlement", "revoke booking",
-		"revoke caller", "token confirmation", "demo", "ticket verify", "eval", "replay", "sign", "verify", "bundle inspect"}
+		"revoke caller", "token confirmation", "demo", "ticket verify", "ticket renew", "eval", "replay", "sign", "verify", "bundle inspect"}
 	mintsOnly := "prints the token it minted and times it computed; its errors go through main, inert"
 	nothingFromOutside := map[string]string{
 		"serve":        "logs JSON lines (slog's JSON escapes every control character); its errors go through main, inert",

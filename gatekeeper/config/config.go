@@ -183,7 +183,12 @@ type Trust struct {
 	// /v1/revocations: entitlements, bookings, caller keys). Optional:
 	// without it those revocations are refused (401); confirmations are
 	// revoked by the depositors' identity.
-	Revokers        TokenTrust    `yaml:"revokers"`
+	Revokers TokenTrust `yaml:"revokers"`
+	// Schedulers is the identity of the schedulers that check tickets
+	// online and bind each run to one job (POST /v1/tickets/verify: a
+	// Slurm prolog, a Ray job submitter). Optional: without it that route
+	// refuses every call (401).
+	Schedulers      TokenTrust    `yaml:"schedulers"`
 	Entitlement     TokenTrust    `yaml:"entitlement"`
 	Confirmation    TokenTrust    `yaml:"confirmation"`
 	Evals           TokenTrust    `yaml:"evals"`
@@ -280,6 +285,10 @@ type Tickets struct {
 	// Leeway is the clock skew the webhook tolerates on a ticket's exp and
 	// iat (default verify.DefaultLeeway, 30s; at most 5m).
 	Leeway Duration `yaml:"leeway"`
+	// Lifetime is how long a ticket lives, exp − iat at most (default
+	// ticket.DefaultLifetime, 5m; 1m to 1h): the holder renews it while the
+	// run may run (POST /v1/runs/{run_id}/ticket).
+	Lifetime Duration `yaml:"lifetime"`
 }
 
 // TicketKey is the ticket signing key.
@@ -706,6 +715,11 @@ func (t Trust) validate() []error {
 			errs = append(errs, fmt.Errorf("trust.revokers: %w", err))
 		}
 	}
+	if t.Schedulers.Configured() {
+		if err := t.Schedulers.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("trust.schedulers: %w", err))
+		}
+	}
 	if t.Entitlement.Type == "" || t.Confirmation.Type == "" {
 		errs = append(errs, errors.New("trust.entitlement.type and trust.confirmation.type are required"))
 	}
@@ -794,6 +808,9 @@ func (t Tickets) validate(trust Trust) error {
 	if t.Leeway < 0 || time.Duration(t.Leeway) > MaxLeeway {
 		errs = append(errs, fmt.Errorf("leeway must be in [0, %s]", MaxLeeway))
 	}
+	if l := time.Duration(t.Lifetime); l != 0 && (l < ticket.MinLifetime || l > ticket.MaxLifetime) {
+		errs = append(errs, fmt.Errorf("lifetime must be in [%s, %s] (0: %s)", ticket.MinLifetime, ticket.MaxLifetime, ticket.DefaultLifetime))
+	}
 	return errors.Join(errs...)
 }
 
@@ -861,7 +878,7 @@ func (c *Config) resolvePaths(base string) {
 			abs(&b.VerificationKeys[i].PEMFile)
 		}
 	}
-	for _, t := range []*TokenTrust{&c.Trust.Callers, &c.Trust.Depositors, &c.Trust.Revokers, &c.Trust.Entitlement, &c.Trust.Confirmation, &c.Trust.Evals} {
+	for _, t := range []*TokenTrust{&c.Trust.Callers, &c.Trust.Depositors, &c.Trust.Revokers, &c.Trust.Schedulers, &c.Trust.Entitlement, &c.Trust.Confirmation, &c.Trust.Evals} {
 		abs(&t.JWKSFile)
 		abs(&t.PEMFile)
 	}

@@ -178,6 +178,19 @@ func (rt *Runtime) buildHandler() error {
 			}
 		},
 	}
+	if ts.Tickets != nil {
+		tv, err := rt.ticketVerifier()
+		if err != nil {
+			return err
+		}
+		aopts.TicketVerifier = tv
+		if rt.cfg.Tickets != nil {
+			aopts.TicketLifetime = time.Duration(rt.cfg.Tickets.Lifetime)
+		}
+	}
+	if jobs, ok := rt.store.(ledger.Jobs); ok {
+		aopts.Jobs = jobs
+	}
 	if rt.opts.Admission != nil {
 		rt.opts.Admission(&aopts)
 	}
@@ -189,6 +202,7 @@ func (rt *Runtime) buildHandler() error {
 	m.VerificationCaches(ts.Callers, ts.Depositors, ts.Entitlement, ts.Confirmation)
 	sopts := server.Options{
 		Admission: svc, Callers: ts.Callers, Depositors: ts.Depositors, Revokers: revokers(ts),
+		Schedulers:   schedulers(ts),
 		Ready:        rt.ready,
 		ReadyInfo:    map[string]any{"version": version.Get().Version, "ledger_schema": rt.ledgerSchema()},
 		MaxBodyBytes: rt.cfg.Limits.MaxBodyBytes, RequestTimeout: time.Duration(rt.cfg.Limits.RequestTimeout),
@@ -236,6 +250,13 @@ func revokers(ts *trust.Set) admission.TokenVerifier {
 		return nil
 	}
 	return ts.Revokers
+}
+
+func schedulers(ts *trust.Set) admission.TokenVerifier {
+	if ts.Schedulers == nil {
+		return nil
+	}
+	return ts.Schedulers
 }
 
 func ticketSigner(ts *trust.Set) admission.TicketSigner {

@@ -79,7 +79,7 @@ const DefaultMaxBatchDelay = time.Millisecond
 // schemaVersion is written on first open and checked on every open, so a
 // binary never reads a layout it does not know; schema 1 files are migrated
 // (see the package doc).
-const schemaVersion = "4"
+const schemaVersion = "5"
 
 // SchemaVersion is the file layout this binary writes and reads
 // (schemaVersion), for the start-up log line and /readyz.
@@ -110,12 +110,14 @@ var (
 	bucketRunEvents       = []byte("runevents")
 	// Schema 4.
 	bucketAccountRuns = []byte("accountruns")
-	keySchema         = []byte("schema")
+	// Schema 5: the scheduler job each run's tickets started (ledger.Jobs).
+	bucketJobs = []byte("jobs")
+	keySchema  = []byte("schema")
 
 	allBuckets = [][]byte{
 		bucketMeta, bucketConfirmations, bucketJTIs, bucketExpiries, bucketAdmissions, bucketRuns,
 		bucketRunRecs, bucketBookingRuns, bucketLiveRuns, bucketBookings, bucketRevocations, bucketWorkloads,
-		bucketEntitlementRuns, bucketRunEvents, bucketAccountRuns,
+		bucketEntitlementRuns, bucketRunEvents, bucketAccountRuns, bucketJobs,
 	}
 )
 
@@ -149,6 +151,7 @@ var (
 	_ ledger.Store     = (*Store)(nil)
 	_ ledger.Checker   = (*Store)(nil)
 	_ ledger.Workloads = (*Store)(nil)
+	_ ledger.Jobs      = (*Store)(nil)
 )
 
 // Open opens or creates the ledger file at path (mode 0600) and its buckets.
@@ -200,6 +203,10 @@ func Open(path string, opts Options) (*Store, error) {
 			if err := backfillAccountRuns(tx); err != nil {
 				return fmt.Errorf("migrating schema 3 to 4: %w", err)
 			}
+			fallthrough
+		case string(v) == "4":
+			// Schema 5 adds the jobs bucket, created above; no run was
+			// bound to a job before it.
 			return meta.Put(keySchema, []byte(schemaVersion))
 		case string(v) != schemaVersion:
 			return fmt.Errorf("schema version %q, this binary reads %q", v, schemaVersion)

@@ -468,8 +468,9 @@ func TestCheckFindsOverbookedBooking(t *testing.T) {
 // index, the version a binary before it wrote.
 func downgrade(t *testing.T, path string) { downgradeTo(t, path, 1) }
 
-// downgradeTo rewrites the closed ledger file at path as schema `to` (1, 2
-// or 3) held it: without the account index (schema 4); for 2 also without
+// downgradeTo rewrites the closed ledger file at path as schema `to` (1 to
+// 4) held it: without the job bindings (schema 5); for 3 also without the
+// account index (schema 4); for 2 also without
 // the run's state, events, entitlement index and booking accounts (schema
 // 3); for 1 also without the live index.
 func downgradeTo(t *testing.T, path string, to int) {
@@ -503,6 +504,12 @@ func downgradeTo(t *testing.T, path string, to int) {
 		return err
 	}
 	rawUpdate(t, path, func(tx *bbolt.Tx) error {
+		if err := tx.DeleteBucket(bucketJobs); err != nil {
+			return err
+		}
+		if to == 4 {
+			return tx.Bucket(bucketMeta).Put(keySchema, []byte("4"))
+		}
 		if err := tx.DeleteBucket(bucketAccountRuns); err != nil {
 			return err
 		}
@@ -645,6 +652,45 @@ func TestMigrateSchema2(t *testing.T) {
 	extra(t, s)
 	if _, err := s.Check(t.Context()); err != nil {
 		t.Fatalf("Check after the migrated store committed: %v", err)
+	}
+}
+
+// TestMigrateSchema4: a schema 4 file (no job bindings) opens as schema 5,
+// passes Check, and binds a run to a scheduler job.
+func TestMigrateSchema4(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	verify := ledgertest.RunLifeHistory(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	downgradeTo(t, path, 4)
+	if s, err = Open(path, Options{}); err != nil {
+		t.Fatalf("Open(schema 4): %v", err)
+	}
+	defer s.Close()
+	err = s.db.View(func(tx *bbolt.Tx) error {
+		if v := string(tx.Bucket(bucketMeta).Get(keySchema)); v != schemaVersion {
+			return fmt.Errorf("schema after migration %q, want %q", v, schemaVersion)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Check(t.Context()); err != nil {
+		t.Fatalf("Check after migration: %v", err)
+	}
+	verify(t, s)
+	runs, _, err := s.Runs(t.Context(), ledger.RunQuery{Account: "acct_42", Limit: ledger.MaxRunPage})
+	if err != nil || len(runs) == 0 {
+		t.Fatalf("Runs = %d, %v", len(runs), err)
+	}
+	if _, err := s.JobBinding(t.Context(), runs[0].RunID); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("JobBinding after migration = %v, want ErrNotFound", err)
 	}
 }
 

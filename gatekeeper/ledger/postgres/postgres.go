@@ -139,6 +139,7 @@ type Store struct {
 	opts   Options
 	q      queries
 	wq     workloadQueries
+	jq     jobQueries
 	closed atomic.Bool
 }
 
@@ -146,6 +147,7 @@ var (
 	_ ledger.Store     = (*Store)(nil)
 	_ ledger.Checker   = (*Store)(nil)
 	_ ledger.Workloads = (*Store)(nil)
+	_ ledger.Jobs      = (*Store)(nil)
 )
 
 // Open connects, migrates the schema to SchemaVersion and returns the store.
@@ -200,7 +202,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("ledger: postgres: open: %w: %w", ledger.ErrUnavailable, err)
 	}
 	schema := pgx.Identifier{opts.Schema}.Sanitize()
-	s := &Store{pool: pool, opts: opts, q: newQueries(schema), wq: newWorkloadQueries(schema)}
+	s := &Store{pool: pool, opts: opts, q: newQueries(schema), wq: newWorkloadQueries(schema), jq: newJobQueries(schema)}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		if cerr := ctx.Err(); cerr != nil {

@@ -661,6 +661,7 @@ func TestRunRacesTwoReplicas(t *testing.T) {
 	}
 	for _, n := range []int{2, 10, 30} {
 		ledgertest.RaceRestartBudget(t, stores, fmt.Sprintf("bk_rb2_%d", n), n, 1+n/3)
+		ledgertest.RaceJobBind(t, stores, fmt.Sprintf("bk_jb2_%d", n), n)
 	}
 	if _, err := a.Check(t.Context()); err != nil {
 		t.Fatalf("Check: %v", err)
@@ -714,6 +715,7 @@ func TestMigrateSchema5(t *testing.T) {
 		ALTER TABLE {s}.runs DROP CONSTRAINT runs_storage_check, DROP COLUMN plan_checkpoint_gib,
 			DROP COLUMN plan_storage_quota_gib;
 		DROP INDEX {s}.runs_account_idx;
+		DROP TABLE {s}.run_jobs;
 		DELETE FROM {s}.schema_migrations WHERE version >= 6;`, "{s}", schema))
 	if err != nil {
 		t.Fatalf("back to version 5: %v", err)

@@ -33,12 +33,17 @@ func openLedger(ctx context.Context, cfg config.Config) (ledger.Store, string, e
 			DSN: l.DSN, Schema: l.Schema, MaxConns: l.MaxConns,
 			ConnectTimeout: time.Duration(l.ConnectTimeout), StatementTimeout: time.Duration(l.StatementTimeout),
 			AcquireTimeout: time.Duration(l.AcquireTimeout), MigrationTimeout: time.Duration(l.MigrationTimeout),
+			Pooler: l.Pooler,
 		})
 		if err != nil {
 			return nil, "", err
 		}
 		schema := cmp.Or(l.Schema, postgres.DefaultSchema)
-		return s, fmt.Sprintf("postgres (schema %s, version %d)", schema, postgres.SchemaVersion()), nil
+		desc := fmt.Sprintf("postgres (schema %s, version %d)", schema, postgres.SchemaVersion())
+		if l.Pooler == config.PoolerTransaction {
+			desc = fmt.Sprintf("postgres through a transaction pooler (schema %s, version %d)", schema, postgres.SchemaVersion())
+		}
+		return s, desc, nil
 	}
 	path := cfg.LedgerPath()
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {

@@ -82,11 +82,12 @@ func (s *Store) migrate(ctx context.Context) error {
 
 	ctx, cancel := context.WithTimeout(ctx, s.opts.MigrationTimeout)
 	defer cancel()
-	conn, err := s.pool.Acquire(ctx)
+	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}
-	defer conn.Release()
+	defer pc.Release()
+	conn := &txConn{Conn: pc, local: s.local}
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return err
@@ -137,4 +138,14 @@ func migrationLockKey(schema string) int64 {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte("itogate.ledger.migrate/" + schema))
 	return int64(h.Sum64())
+}
+
+// poolerHint names the likely cause when Open failed on a pooler in
+// transaction mode that the options do not declare: PgBouncer refuses the
+// startup parameters a direct connection sends.
+func poolerHint(o Options, err error) string {
+	if o.Pooler != PoolerTransaction && strings.Contains(err.Error(), "unsupported startup parameter") {
+		return " (a pooler in transaction mode refuses the session settings itogate sends; set ledger.pooler: transaction)"
+	}
+	return ""
 }

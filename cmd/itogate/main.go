@@ -71,6 +71,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newBundleCmd(stdout, stderr),
 		newTicketCmd(stdout, stderr),
 		newVersionCmd(stdout),
+		newLedgerCmd(stdout),
 	)
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd()

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -26,14 +27,14 @@ const sweepLeeway = 2 * config.MaxLeeway
 // openLedger opens the configured store: the bbolt file at cfg.LedgerPath(),
 // or PostgreSQL, migrated before it returns; unset keys take the store's own
 // defaults. The description is safe to log: it never holds the DSN.
-func openLedger(ctx context.Context, cfg config.Config) (ledger.Store, string, error) {
+func openLedger(ctx context.Context, cfg config.Config, log *slog.Logger) (ledger.Store, string, error) {
 	l := cfg.Ledger
 	if l.Driver == config.DriverPostgres {
 		s, err := postgres.Open(ctx, postgres.Options{
 			DSN: l.DSN, Schema: l.Schema, MaxConns: l.MaxConns,
 			ConnectTimeout: time.Duration(l.ConnectTimeout), StatementTimeout: time.Duration(l.StatementTimeout),
 			AcquireTimeout: time.Duration(l.AcquireTimeout), MigrationTimeout: time.Duration(l.MigrationTimeout),
-			Pooler: l.Pooler,
+			Pooler: l.Pooler, Log: log,
 		})
 		if err != nil {
 			return nil, "", err
@@ -49,7 +50,7 @@ func openLedger(ctx context.Context, cfg config.Config) (ledger.Store, string, e
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, "", fmt.Errorf("data directory: %w", err)
 	}
-	s, err := bolt.Open(path, bolt.Options{})
+	s, err := bolt.Open(path, bolt.Options{Log: log})
 	if err != nil {
 		return nil, "", err
 	}

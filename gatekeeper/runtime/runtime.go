@@ -117,7 +117,7 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Runtime, err
 	if err := rt.startBundles(ctx, bg); err != nil {
 		return nil, err
 	}
-	if rt.store, rt.ledgerDesc, err = openLedger(ctx, cfg); err != nil {
+	if rt.store, rt.ledgerDesc, err = openLedger(ctx, cfg, rt.log); err != nil {
 		return nil, err
 	}
 	rt.startSweeper(bg, sweepInterval(cfg.Ledger))

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -120,6 +121,7 @@ func (s *Store) migrate(ctx context.Context) error {
 		return fmt.Errorf("schema %s is at version %d, this binary knows up to %d; upgrade the binary",
 			s.opts.Schema, current, latest)
 	}
+	start := time.Now()
 	for _, m := range ms[current:] {
 		if _, err := tx.Exec(ctx, m.sql); err != nil {
 			return fmt.Errorf("migration %d (%s): %w", m.version, m.name, err)
@@ -128,7 +130,18 @@ func (s *Store) migrate(ctx context.Context) error {
 			return err
 		}
 	}
-	return tx.Commit(ctx)
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	if s.opts.Log != nil {
+		// One transaction applied them all: one duration for the lot.
+		for _, m := range ms[current:] {
+			s.opts.Log.Info("ledger migration applied", "store", "postgres", "schema", s.opts.Schema,
+				"from", m.version-1, "to", m.version, "name", m.name,
+				"duration", time.Since(start).Round(time.Millisecond).String())
+		}
+	}
+	return nil
 }
 
 // migrationLockKey is the advisory lock that serializes migrations of one

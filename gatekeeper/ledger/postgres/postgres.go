@@ -33,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"regexp"
@@ -112,6 +113,10 @@ type Options struct {
 	// PoolerTransaction (a pooler in transaction mode, e.g. PgBouncer's
 	// pool_mode=transaction; see PoolerTransaction for what changes).
 	Pooler string
+	// Log receives one line per migration Open applied ("ledger migration
+	// applied", after the migration transaction committed); nil logs
+	// nothing.
+	Log *slog.Logger
 }
 
 func (o *Options) setDefaults() error {

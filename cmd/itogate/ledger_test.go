@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	bbolt "go.etcd.io/bbolt"
+
+	"github.com/itocompute/itogate/gatekeeper/api"
+	"github.com/itocompute/itogate/gatekeeper/ledger"
+	"github.com/itocompute/itogate/gatekeeper/ledger/bolt"
+	"github.com/itocompute/itogate/gatekeeper/ledger/postgres"
+	"github.com/itocompute/itogate/gatekeeper/ledger/postgres/pgtest"
+)
+
+// admitOne deposits a confirmation and commits its admission (a run of 8
+// GPUs on bk_check) under key in s.
+func admitOne(t *testing.T, s ledger.Store, key string) ledger.Confirmation {
+	t.Helper()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	c := ledger.Confirmation{
+		Ref: ledger.NewConfirmationRef(), JTI: "jti-" + key, Account: "acct_check", Action: "train.create",
+		Token: []byte("h.p.s"), ExpiresAt: now.Add(10 * time.Minute), DepositedAt: now, BookingID: "bk_check",
+	}
+	if err := s.DepositConfirmation(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte(key))
+	_, _, err := s.Commit(t.Context(), ledger.Admission{
+		Account: c.Account, IdempotencyKey: key, RequestDigest: "sha256:" + hex.EncodeToString(sum[:]),
+		DecisionID: "dec_" + key, RunID: ledger.NewRunID(), Action: c.Action, BookingID: c.BookingID,
+		ConfirmationRef: c.Ref, ConfirmationJTI: c.JTI, State: api.StateAdmitted, CreatedAt: now,
+		GPUs: 8, BookedGPUs: 64, LiveUntil: now.Add(time.Hour),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// boltLedger writes a bbolt ledger with two admissions and one available
+// confirmation, closed; broken removes one admission behind the store's
+// back, leaving its confirmation consumed by nothing.
+func boltLedger(t *testing.T, broken bool) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	s, err := bolt.Open(path, bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admitOne(t, s, "k1")
+	admitOne(t, s, "k2")
+	now := time.Now().UTC()
+	if err := s.DepositConfirmation(t.Context(), ledger.Confirmation{Ref: ledger.NewConfirmationRef(), JTI: "jti-spare",
+		Account: "acct_check", Action: "train.create", Token: []byte("h.p.s"), ExpiresAt: now.Add(time.Hour),
+		DepositedAt: now, BookingID: "bk_check"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if broken {
+		db, err := bbolt.Open(path, 0o600, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = db.Update(func(tx *bbolt.Tx) error {
+			return tx.Bucket([]byte("admissions")).Delete([]byte("acct_check\x00k2"))
+		})
+		if cerr := db.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return path
+}
+
+// TestLedgerCheckBolt: `ledger check --file` reports a sound file's counts
+// (exit 0), names the half-write of a broken one (exit 1), refuses a file
+// a server holds (exit 3, naming the lock) and a file of another schema
+// without migrating it.
+func TestLedgerCheckBolt(t *testing.T) {
+	good := boltLedger(t, false)
+	res := runCLI(t, "ledger", "check", "--file", good)
+	want := "bbolt " + good + ": consistent: 3 confirmations (1 available, 2 consumed, 0 expired; 0 tokens swept), 2 admissions, 2 runs\n"
+	if res.exit != 0 || res.stdout != want {
+		t.Fatalf("check good: exit %d\nstdout %q\nstderr %q\nwant %q", res.exit, res.stdout, res.stderr, want)
+	}
+	res = runCLI(t, "ledger", "check", "--file", good, "--json")
+	var rep ledgerCheckReport
+	if err := json.Unmarshal([]byte(res.stdout), &rep); err != nil || res.exit != 0 || !rep.Consistent ||
+		rep.Counts.Admissions != 2 || rep.Counts.Available != 1 || rep.Problems != "" {
+		t.Fatalf("check --json: exit %d, %+v, %v", res.exit, rep, err)
+	}
+
+	bad := boltLedger(t, true)
+	res = runCLI(t, "ledger", "check", "--file", bad)
+	if res.exit != exitLedgerInconsistent || !strings.Contains(res.stdout, ": INCONSISTENT: ") ||
+		!strings.Contains(res.stdout, "consumed by k2") {
+		t.Fatalf("check broken: exit %d\nstdout %q\nstderr %q", res.exit, res.stdout, res.stderr)
+	}
+
+	s, err := bolt.Open(good, bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res = runCLI(t, "ledger", "check", "--file", good)
+	s.Close()
+	if res.exit != exitLedgerOther || !strings.Contains(res.stderr, "holds "+good) {
+		t.Fatalf("check a held file: exit %d, stderr %q", res.exit, res.stderr)
+	}
+
+	// Another schema: refused, and the file is left as it was.
+	db, err := bbolt.Open(good, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bbolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("schema"), []byte("3")) }); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	res = runCLI(t, "ledger", "check", "--file", good)
+	if res.exit != exitLedgerOther || !strings.Contains(res.stderr, `schema version "3"`) {
+		t.Fatalf("check schema 3: exit %d, stderr %q", res.exit, res.stderr)
+	}
+	db, err = bbolt.Open(good, 0o600, &bbolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	_ = db.View(func(tx *bbolt.Tx) error {
+		if v := string(tx.Bucket([]byte("meta")).Get([]byte("schema"))); v != "3" {
+			t.Errorf("schema after a read-only check: %q, want 3 (not migrated)", v)
+		}
+		return nil
+	})
+}
+
+// TestLedgerCheckPostgres: `ledger check --postgres` with the DSN from
+// $ITOGATE_LEDGER_DSN, on a sound schema (exit 0) and after a half-write
+// (exit 1); without the variable it is bad input (exit 4).
+func TestLedgerCheckPostgres(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	schema := pgtest.Schema(t, dsn)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	s, err := postgres.Open(ctx, postgres.Options{DSN: dsn, Schema: schema, MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admitOne(t, s, "k1")
+	c := admitOne(t, s, "k2")
+	s.Close()
+
+	t.Setenv(envLedgerDSN, "")
+	if res := runCLI(t, "ledger", "check", "--postgres", "--schema", schema); res.exit != exitFailed ||
+		!strings.Contains(res.stderr, envLedgerDSN) {
+		t.Fatalf("check without the DSN: exit %d, stderr %q", res.exit, res.stderr)
+	}
+	t.Setenv(envLedgerDSN, dsn)
+	res := runCLI(t, "ledger", "check", "--postgres", "--schema", schema)
+	want := "postgres schema " + schema + ": consistent: 2 confirmations (0 available, 2 consumed, 0 expired; 0 tokens swept), 2 admissions, 2 runs\n"
+	if res.exit != 0 || res.stdout != want {
+		t.Fatalf("check: exit %d\nstdout %q\nstderr %q\nwant %q", res.exit, res.stdout, res.stderr, want)
+	}
+	if err := pgtest.Exec(ctx, dsn, fmt.Sprintf("UPDATE %s.confirmations SET consumed_by = 'ghost' WHERE ref = $1",
+		pgx.Identifier{schema}.Sanitize()), c.Ref); err != nil {
+		t.Fatal(err)
+	}
+	res = runCLI(t, "ledger", "check", "--postgres", "--schema", schema)
+	if res.exit != exitLedgerInconsistent || !strings.Contains(res.stdout, "consumed by ghost without an admission") {
+		t.Fatalf("check broken: exit %d\nstdout %q\nstderr %q", res.exit, res.stdout, res.stderr)
+	}
+}

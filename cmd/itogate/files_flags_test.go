@@ -373,7 +373,7 @@ func (fx *fileFixture) commandLines() map[string]func(path string) []string {
 		"eval --bundle-dir": func(p string) []string {
 			return []string{"eval", "--manifest", f["manifest.json"], "--bundle-dir", p, "--deadline", patience.Deadline.String()}
 		},
-		"replay --decisions": func(p string) []string { return []string{"replay", "--decisions", p} },
+		"replay --decisions":  func(p string) []string { return []string{"replay", "--decisions", p} },
 		"ledger check --file": func(p string) []string { return []string{"ledger", "check", "--file", p} },
 		"replay --bundle": func(p string) []string {
 			return []string{"replay", "--decisions", f["decisions.jsonl"], "--bundle", p}

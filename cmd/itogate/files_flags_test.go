@@ -375,6 +375,10 @@ func (fx *fileFixture) commandLines() map[string]func(path string) []string {
 		},
 		"replay --decisions":  func(p string) []string { return []string{"replay", "--decisions", p} },
 		"ledger check --file": func(p string) []string { return []string{"ledger", "check", "--file", p} },
+		"ledger restore --backup": func(p string) []string {
+			return []string{"ledger", "restore", "--backup", p, "--to", filepath.Join(fx.dir, "restored.db"),
+				"--max-confirmation-lifetime", "1h"}
+		},
 		"replay --bundle": func(p string) []string {
 			return []string{"replay", "--decisions", f["decisions.jsonl"], "--bundle", p}
 		},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/itocompute/itogate/gatekeeper/config"
 	"github.com/itocompute/itogate/gatekeeper/inert"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 	"github.com/itocompute/itogate/gatekeeper/ledger/bolt"
@@ -28,10 +29,10 @@ const exitLedgerInconsistent = 1
 func newLedgerCmd(stdout io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ledger",
-		Short: "Operate on a ledger: check its invariants (fsck)",
+		Short: "Operate on a ledger: check its invariants (fsck), restore a bbolt backup",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(newLedgerCheckCmd(stdout))
+	cmd.AddCommand(newLedgerCheckCmd(stdout), newLedgerRestoreCmd(stdout))
 	return cmd
 }
 
@@ -158,5 +159,71 @@ func runLedgerCheck(ctx context.Context, o *ledgerCheckOptions, getenv func(stri
 	if !out.Consistent {
 		return exitError{exitLedgerInconsistent}
 	}
+	return nil
+}
+
+type ledgerRestoreOptions struct {
+	backup, to  string
+	maxLifetime time.Duration
+}
+
+func newLedgerRestoreCmd(stdout io.Writer) *cobra.Command {
+	o := &ledgerRestoreOptions{}
+	cmd := &cobra.Command{
+		Use:   "restore --backup FILE --to LEDGER.db --max-confirmation-lifetime DURATION",
+		Short: "Restore a bbolt ledger backup for a stopped server, held until no lost consumption can be replayed",
+		Long: `Restore a bbolt ledger backup (taken with SIGUSR1 or copied from a stopped server)
+as the ledger file of a stopped server.
+
+The backup is copied beside --to, migrated to this binary's schema if older and
+checked (an inconsistent backup is refused); a file already at --to is kept,
+renamed to <file>.before-restore-<UTC time>. The restored ledger lacks what
+happened after the backup: a confirmation it shows available may have been
+consumed since, and one deposited and consumed since is missing, so it could
+be deposited again. So the restored file carries a hold: until every such
+confirmation has expired — the later of now plus --max-confirmation-lifetime
+(the longest exp − iat your confirmation issuer mints) and the latest expiry
+of the confirmations the backup shows available, plus the longest leeway
+(5m) — the server refuses deposits and admissions (503, not ready) and
+answers reads. Re-send the revocations issued after the backup.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runLedgerRestore(cmd.Context(), o, stdout)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.backup, "backup", "", "the backup file to restore")
+	f.StringVar(&o.to, "to", "", "the ledger file of the stopped server (ledger.path; default <data_dir>/ledger.db)")
+	f.DurationVar(&o.maxLifetime, "max-confirmation-lifetime", 0, "the longest lifetime (exp - iat) of a confirmation your issuer mints")
+	readsFile(f, "backup")
+	annotate(f, "to", valueWrites)
+	plainValue(f, "max-confirmation-lifetime", "a duration, no confirmation")
+	for _, n := range []string{"backup", "to", "max-confirmation-lifetime"} {
+		_ = cmd.MarkFlagRequired(n)
+	}
+	return cmd
+}
+
+func runLedgerRestore(ctx context.Context, o *ledgerRestoreOptions, stdout io.Writer) error {
+	if o.maxLifetime <= 0 {
+		return badInput(fmt.Errorf("--max-confirmation-lifetime %v: must be positive", o.maxLifetime))
+	}
+	f, err := safefile.Open(o.backup)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	rep, err := bolt.Restore(ctx, f, o.backup, o.to, o.maxLifetime, config.MaxLeeway, time.Now())
+	if err != nil {
+		return err
+	}
+	t := inert.Text
+	fmt.Fprintf(stdout, "restored %s to %s: %d confirmations (%d available), %d admissions, %d runs\n",
+		t(o.backup), t(rep.Path), rep.Check.Confirmations, rep.Available, rep.Check.Admissions, rep.Check.Runs)
+	if rep.Previous != "" {
+		fmt.Fprintf(stdout, "the file it replaced: %s\n", t(rep.Previous))
+	}
+	fmt.Fprintf(stdout, "held until %s: deposits and admissions are refused (503, not ready) until then; "+
+		"re-send the revocations issued after the backup\n", rep.HoldUntil.Format(time.RFC3339))
 	return nil
 }

@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 import (
@@ -5,9 +7,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,10 +20,12 @@ import (
 	bbolt "go.etcd.io/bbolt"
 
 	"github.com/itocompute/itogate/gatekeeper/api"
+	"github.com/itocompute/itogate/gatekeeper/config"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 	"github.com/itocompute/itogate/gatekeeper/ledger/bolt"
 	"github.com/itocompute/itogate/gatekeeper/ledger/postgres"
 	"github.com/itocompute/itogate/gatekeeper/ledger/postgres/pgtest"
+	"github.com/itocompute/itogate/internal/patience"
 )
 
 // admitOne deposits a confirmation and commits its admission (a run of 8
@@ -180,5 +187,73 @@ func TestLedgerCheckPostgres(t *testing.T) {
 	res = runCLI(t, "ledger", "check", "--postgres", "--schema", schema)
 	if res.exit != exitLedgerInconsistent || !strings.Contains(res.stdout, "consumed by ghost without an admission") {
 		t.Fatalf("check broken: exit %d\nstdout %q\nstderr %q", res.exit, res.stdout, res.stderr)
+	}
+}
+
+// TestLedgerRestore: `ledger restore` puts a backup in place for a stopped
+// server with its hold (an hour of confirmation lifetime plus the longest
+// leeway, at least), keeps the file it replaces, and the result checks
+// consistent; without --max-confirmation-lifetime it is bad input.
+func TestLedgerRestore(t *testing.T) {
+	backup := boltLedger(t, false)
+	to := filepath.Join(t.TempDir(), "ledger.db")
+	if err := os.WriteFile(to, []byte("the old file"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if res := runCLI(t, "ledger", "restore", "--backup", backup, "--to", to); res.exit != exitFailed ||
+		!strings.Contains(res.stderr, "max-confirmation-lifetime") {
+		t.Fatalf("restore without the lifetime: exit %d, stderr %q", res.exit, res.stderr)
+	}
+	before := time.Now()
+	res := runCLI(t, "ledger", "restore", "--backup", backup, "--to", to, "--max-confirmation-lifetime", "1h")
+	if res.exit != 0 || !strings.Contains(res.stdout, "restored "+backup+" to "+to+": 3 confirmations (1 available), 2 admissions, 2 runs\n") ||
+		!strings.Contains(res.stdout, "the file it replaced: "+to+".before-restore-") {
+		t.Fatalf("restore: exit %d\nstdout %q\nstderr %q", res.exit, res.stdout, res.stderr)
+	}
+	s, err := bolt.Open(to, bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold := s.HoldUntil()
+	if hold.Before(before.Add(time.Hour+config.MaxLeeway)) || !strings.Contains(res.stdout, "held until "+hold.Format(time.RFC3339)) {
+		t.Fatalf("hold until %v; want at least an hour and the leeway from %v (stdout %q)", hold, before, res.stdout)
+	}
+	if err := s.Ping(t.Context()); !errors.Is(err, ledger.ErrUnavailable) {
+		t.Fatalf("Ping of the restored ledger = %v, want unavailable during the hold", err)
+	}
+	s.Close()
+	if res := runCLI(t, "ledger", "check", "--file", to); res.exit != 0 {
+		t.Fatalf("check the restored file: exit %d, %q %q", res.exit, res.stdout, res.stderr)
+	}
+	if b, err := os.ReadFile(strings.TrimSpace(strings.TrimPrefix(res.stdout[strings.Index(res.stdout, "the file it replaced: "):strings.Index(res.stdout, "\nheld")], "the file it replaced: "))); err != nil || string(b) != "the old file" {
+		t.Fatalf("the replaced file: %q, %v", b, err)
+	}
+}
+
+// TestServeBacksUpOnSIGUSR1: SIGUSR1 to a running serve writes a backup of
+// its bbolt ledger into <data_dir>/backups, logged; the backup checks
+// consistent with `ledger check`.
+func TestServeBacksUpOnSIGUSR1(t *testing.T) {
+	o := &serveOptions{}
+	_, logs := startServe(t, o, true)
+	if err := syscall.Kill(os.Getpid(), syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	var path string
+	patience.Until(t, "ledger backup written", func() bool {
+		for _, line := range strings.Split(logs.String(), "\n") {
+			var l struct{ Msg, Path string }
+			if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "ledger backup written" {
+				path = l.Path
+				return true
+			}
+		}
+		return false
+	})
+	if filepath.Dir(path) != filepath.Join(o.dataDir, "backups") {
+		t.Fatalf("backup at %s, want under %s/backups", path, o.dataDir)
+	}
+	if res := runCLI(t, "ledger", "check", "--file", path); res.exit != 0 || !strings.Contains(res.stdout, ": consistent: ") {
+		t.Fatalf("check the backup: exit %d, %q %q", res.exit, res.stdout, res.stderr)
 	}
 }

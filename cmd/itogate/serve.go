@@ -91,6 +91,8 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 	}
 	defer rt.Close()
 	tuneGC(os.Getenv)
+	stop := backupOnSignal(ctx, rt)
+	defer stop()
 	return rt.Run(ctx)
 }
 

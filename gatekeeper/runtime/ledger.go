@@ -104,3 +104,34 @@ func (rt *Runtime) startSweeper(ctx context.Context, interval time.Duration) {
 		}
 	})
 }
+
+// backupStore is a ledger the running server can copy (bbolt: the server
+// holds the file's lock, so only it can).
+type backupStore interface {
+	BackupFile(ctx context.Context, dir string, now time.Time) (string, int64, error)
+}
+
+// BackupLedger writes an online backup of a bbolt ledger to the backups
+// directory beside the ledger file (<data_dir>/backups by default) as
+// ledger-<UTC time>.db, while admissions go on, and logs "ledger backup
+// written" (path, bytes) or "ledger backup failed". `itogate serve` calls
+// it on SIGUSR1. A PostgreSQL ledger is backed up with the database's own
+// tools: BackupLedger refuses it.
+func (rt *Runtime) BackupLedger(ctx context.Context) (string, int64, error) {
+	b, ok := rt.store.(backupStore)
+	if !ok {
+		err := fmt.Errorf("ledger backup: %s is backed up with PostgreSQL's own tools (pg_dump, base backups)", rt.ledgerDesc)
+		rt.log.Error("ledger backup failed", "err", err)
+		return "", 0, err
+	}
+	start := time.Now()
+	dir := filepath.Join(filepath.Dir(rt.cfg.LedgerPath()), "backups")
+	path, n, err := b.BackupFile(ctx, dir, start)
+	if err != nil {
+		rt.log.Error("ledger backup failed", "err", err)
+		return "", 0, err
+	}
+	rt.log.Info("ledger backup written", "path", path, "bytes", n, "ledger_schema", rt.ledgerSchema(),
+		"duration", time.Since(start).Round(time.Millisecond).String())
+	return path, n, nil
+}

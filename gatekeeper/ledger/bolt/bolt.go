@@ -139,6 +139,9 @@ type Options struct {
 	// file of another schema version is refused. For `itogate ledger
 	// check` on a stopped server's file or a backup.
 	ReadOnly bool
+	// Now is the clock the restore hold is compared with (HoldUntil);
+	// nil: time.Now.
+	Now func() time.Time
 	// Log receives one line per schema migration Open applied ("ledger
 	// migration applied", after its transaction committed) and one when
 	// Open creates the file's schema; nil logs nothing.
@@ -160,6 +163,9 @@ type Store struct {
 	commitTx func(func(*bbolt.Tx) error) error
 	// inflight counts Commits between entering and leaving commitTx.
 	inflight atomic.Int64
+	// holdUntil is the restore hold read at Open (backup.go); now its clock.
+	holdUntil time.Time
+	now       func() time.Time
 }
 
 var (
@@ -214,7 +220,7 @@ func Open(path string, opts Options) (*Store, error) {
 			_ = db.Close()
 			return nil, unavailable("open", err)
 		}
-		s := &Store{db: db}
+		s := &Store{db: db, now: cmpOr(opts.Now, time.Now)}
 		s.commitTx = s.groupCommit
 		return s, nil
 	}
@@ -271,7 +277,15 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 	}
 	db.MaxBatchDelay = opts.MaxBatchDelay
-	s := &Store{db: db}
+	s := &Store{db: db, now: cmpOr(opts.Now, time.Now)}
+	if err := db.View(func(tx *bbolt.Tx) (err error) { s.holdUntil, err = readHold(tx); return err }); err != nil {
+		_ = db.Close()
+		return nil, unavailable("open", err)
+	}
+	if !s.holdUntil.IsZero() && opts.Log != nil {
+		opts.Log.Warn("ledger restored from a backup: deposits and admissions are held", "path", path,
+			"hold_until", s.holdUntil.Format(time.RFC3339))
+	}
 	s.commitTx = s.groupCommit
 	return s, nil
 }
@@ -279,6 +293,9 @@ func Open(path string, opts Options) (*Store, error) {
 // DepositConfirmation implements ledger.Store.
 func (s *Store) DepositConfirmation(ctx context.Context, c ledger.Confirmation) error {
 	if err := c.Validate(); err != nil {
+		return err
+	}
+	if err := s.held("deposit"); err != nil {
 		return err
 	}
 	rec := confirmationToRecord(c)
@@ -382,6 +399,9 @@ func (s *Store) Run(ctx context.Context, runID string) (ledger.Admission, error)
 // Deposits and sweeps are rare and always use db.Update.
 func (s *Store) Commit(ctx context.Context, a ledger.Admission) (ledger.Admission, bool, error) {
 	if err := a.Validate(); err != nil {
+		return ledger.Admission{}, false, err
+	}
+	if err := s.held("commit"); err != nil {
 		return ledger.Admission{}, false, err
 	}
 	plan, budget := a.Plan, a.RestartBudget // commit inputs, not stored with the admission
@@ -558,6 +578,9 @@ func (s *Store) Sweep(ctx context.Context, now time.Time, leeway time.Duration) 
 
 // Ping implements ledger.Store: a read transaction that finds every bucket.
 func (s *Store) Ping(ctx context.Context) error {
+	if err := s.held("ping"); err != nil {
+		return err
+	}
 	return s.read(ctx, "ping", func(tx *bbolt.Tx) error {
 		for _, name := range allBuckets {
 			if tx.Bucket(name) == nil {
@@ -796,4 +819,11 @@ func (s *Store) Check(ctx context.Context) (ledger.CheckReport, error) {
 		return rep, fmt.Errorf("ledger: check: %w: %s", ledger.ErrInconsistent, strings.Join(problems, "; "))
 	}
 	return rep, nil
+}
+
+func cmpOr(f, def func() time.Time) func() time.Time {
+	if f != nil {
+		return f
+	}
+	return def
 }

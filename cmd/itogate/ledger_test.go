@@ -257,3 +257,30 @@ func TestServeBacksUpOnSIGUSR1(t *testing.T) {
 		t.Fatalf("check the backup: exit %d, %q %q", res.exit, res.stdout, res.stderr)
 	}
 }
+
+// TestServeRefusesDSNPassword: a PostgreSQL DSN with a password on serve's
+// command line is refused as bad input, without echoing it; the password
+// belongs in PGPASSWORD, PGPASSFILE or the configuration file.
+func TestServeRefusesDSNPassword(t *testing.T) {
+	for _, args := range [][]string{
+		{"serve", "--ledger-dsn", "postgres://itogate:s3cr3t@127.0.0.1:1/itogate"},
+		{"serve", "--set", "ledger.driver=postgres", "--set", "ledger.dsn=host=127.0.0.1 port=1 password=s3cr3t"},
+		{"serve", "--ledger-dsn", "postgresql://itogate@127.0.0.1:1/itogate?password=s3cr3t"},
+	} {
+		res := runCLI(t, args...)
+		if res.exit != exitFailed || !strings.Contains(res.stderr, "holds a password") || strings.Contains(res.stderr, "s3cr3t") {
+			t.Errorf("%q: exit %d, stderr %q; want exit %d naming the rule, not the password", args, res.exit, res.stderr, exitFailed)
+		}
+	}
+	for dsn, want := range map[string]bool{
+		"postgres://itogate@db/itogate?sslmode=verify-full": false,
+		"host=db user=itogate dbname=itogate":               false,
+		"host=db user=itogate passfile=/run/pgpass":         false,
+		"postgres://itogate:pw@db/itogate":                  true,
+		"host=db password = pw":                             true,
+	} {
+		if got := dsnHasPassword(dsn); got != want {
+			t.Errorf("dsnHasPassword(%q) = %v, want %v", dsn, got, want)
+		}
+	}
+}

@@ -98,6 +98,11 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Runtime, err
 	}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	rt := &Runtime{cfg: cfg, opts: opts, log: opts.Logger, metrics: server.NewMetrics(), cancel: cancel}
+	reasons := make([]string, 0, len(bundle.Reasons()))
+	for _, r := range bundle.Reasons() {
+		reasons = append(reasons, string(r))
+	}
+	rt.metrics.InitBundleActivations(reasons)
 	defer func() {
 		if err != nil {
 			rt.Close()

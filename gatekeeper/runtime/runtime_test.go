@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/itocompute/itogate/gatekeeper/bundle"
 	"github.com/itocompute/itogate/gatekeeper/ledger/bolt"
 	"github.com/itocompute/itogate/gatekeeper/runtime"
 	"github.com/itocompute/itogate/gatekeeper/runtime/runtimetest"
@@ -245,5 +246,26 @@ func TestBackupLedger(t *testing.T) {
 	defer s.Close()
 	if _, err := s.Check(t.Context()); err != nil {
 		t.Fatalf("Check of the backup: %v", err)
+	}
+}
+
+// TestBundleFailureSeriesAtStart: every failure reason's series of
+// itogate_bundle_activations_total exists at 0 from start-up, so the alert
+// of bundles/README.md (increase(...{result="failure"}[15m]) > 0) fires on
+// the first failure, not only once a second one follows it.
+func TestBundleFailureSeriesAtStart(t *testing.T) {
+	rt := runtimetest.Open(t, runtimetest.Config(t), runtime.Options{})
+	srv := runtimetest.Serve(t, rt, rt.Handler())
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, r := range bundle.Reasons() {
+		want := `itogate_bundle_activations_total{reason="` + string(r) + `",result="failure"} 0`
+		if !strings.Contains(string(body), want+"\n") {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }

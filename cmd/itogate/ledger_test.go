@@ -4,8 +4,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,78 +17,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	bbolt "go.etcd.io/bbolt"
 
-	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/config"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 	"github.com/itocompute/itogate/gatekeeper/ledger/bolt"
 	"github.com/itocompute/itogate/gatekeeper/ledger/postgres"
 	"github.com/itocompute/itogate/gatekeeper/ledger/postgres/pgtest"
+	"github.com/itocompute/itogate/gatekeeper/verify"
 	"github.com/itocompute/itogate/internal/patience"
 )
-
-// admitOne deposits a confirmation and commits its admission (a run of 8
-// GPUs on bk_check) under key in s.
-func admitOne(t *testing.T, s ledger.Store, key string) ledger.Confirmation {
-	t.Helper()
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	c := ledger.Confirmation{
-		Ref: ledger.NewConfirmationRef(), JTI: "jti-" + key, Account: "acct_check", Action: "train.create",
-		Token: []byte("h.p.s"), ExpiresAt: now.Add(10 * time.Minute), DepositedAt: now, BookingID: "bk_check",
-	}
-	if err := s.DepositConfirmation(t.Context(), c); err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256([]byte(key))
-	_, _, err := s.Commit(t.Context(), ledger.Admission{
-		Account: c.Account, IdempotencyKey: key, RequestDigest: "sha256:" + hex.EncodeToString(sum[:]),
-		DecisionID: "dec_" + key, RunID: ledger.NewRunID(), Action: c.Action, BookingID: c.BookingID,
-		ConfirmationRef: c.Ref, ConfirmationJTI: c.JTI, State: api.StateAdmitted, CreatedAt: now,
-		GPUs: 8, BookedGPUs: 64, LiveUntil: now.Add(time.Hour),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-// boltLedger writes a bbolt ledger with two admissions and one available
-// confirmation, closed; broken removes one admission behind the store's
-// back, leaving its confirmation consumed by nothing.
-func boltLedger(t *testing.T, broken bool) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "ledger.db")
-	s, err := bolt.Open(path, bolt.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	admitOne(t, s, "k1")
-	admitOne(t, s, "k2")
-	now := time.Now().UTC()
-	if err := s.DepositConfirmation(t.Context(), ledger.Confirmation{Ref: ledger.NewConfirmationRef(), JTI: "jti-spare",
-		Account: "acct_check", Action: "train.create", Token: []byte("h.p.s"), ExpiresAt: now.Add(time.Hour),
-		DepositedAt: now, BookingID: "bk_check"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if broken {
-		db, err := bbolt.Open(path, 0o600, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = db.Update(func(tx *bbolt.Tx) error {
-			return tx.Bucket([]byte("admissions")).Delete([]byte("acct_check\x00k2"))
-		})
-		if cerr := db.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	return path
-}
 
 // TestLedgerCheckBolt: `ledger check --file` reports a sound file's counts
 // (exit 0), names the half-write of a broken one (exit 1), refuses a file
@@ -282,5 +216,68 @@ func TestServeRefusesDSNPassword(t *testing.T) {
 		if got := dsnHasPassword(dsn); got != want {
 			t.Errorf("dsnHasPassword(%q) = %v, want %v", dsn, got, want)
 		}
+	}
+}
+
+// TestKeygenJWKSFrom: keygen --jwks-from turns a public PEM into a JWKS with
+// its kid and the algorithm its type implies; --merge-jwks keeps the old
+// set's keys beside it (the JWKS of a rotation), refuses a kid already
+// there, and no file is overwritten. The result verifies tokens of either
+// key.
+func TestKeygenJWKSFrom(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{"old", "new"} {
+		if res := runCLI(t, "keygen", "--name", n, "--dir", dir); res.exit != 0 {
+			t.Fatalf("keygen %s: %+v", n, res)
+		}
+	}
+	res := runCLI(t, "keygen", "--name", "callers-1", "--dir", dir, "--key-id", "caller-1", "--jwks-from", filepath.Join(dir, "old.pub.pem"))
+	if res.exit != 0 || !strings.Contains(res.stdout, "(1 keys; added kid caller-1, alg ES256, fingerprint sha256:") {
+		t.Fatalf("jwks-from: %+v", res)
+	}
+	res = runCLI(t, "keygen", "--name", "callers-2", "--dir", dir, "--key-id", "caller-2",
+		"--jwks-from", filepath.Join(dir, "new.pub.pem"), "--merge-jwks", filepath.Join(dir, "callers-1.jwks.json"))
+	if res.exit != 0 || !strings.Contains(res.stdout, "(2 keys; added kid caller-2, alg ES256") {
+		t.Fatalf("merge: %+v", res)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "callers-2.jwks.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var set struct {
+		Keys []struct{ Kid, Alg, Use string } `json:"keys"`
+	}
+	if err := json.Unmarshal(raw, &set); err != nil || len(set.Keys) != 2 || set.Keys[0].Kid != "caller-1" ||
+		set.Keys[1].Kid != "caller-2" || set.Keys[1].Alg != "ES256" || set.Keys[1].Use != "sig" {
+		t.Fatalf("merged JWKS %s: %+v, %v", raw, set, err)
+	}
+	// Tokens of the old key and of the new one both verify with it.
+	for kid, key := range map[string]string{"caller-1": "old.key.pem", "caller-2": "new.key.pem"} {
+		tok := runCLI(t, "token", "caller", "--key", filepath.Join(dir, key), "--kid", kid, "--issuer", "https://idp.example.com",
+			"--audience", "itogate", "--account", "acct_1")
+		if tok.exit != 0 {
+			t.Fatalf("token %s: %+v", kid, tok)
+		}
+		ks, err := verify.LoadJWKS(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := verify.NewTokenVerifier(verify.TokenOptions{Purpose: verify.PurposeCaller, Issuer: "https://idp.example.com",
+			Audience: "itogate", Keys: ks})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := v.Verify([]byte(strings.TrimSpace(tok.stdout)), time.Now()); err != nil {
+			t.Errorf("a token of %s does not verify with the merged JWKS: %v", kid, err)
+		}
+	}
+	res = runCLI(t, "keygen", "--name", "callers-3", "--dir", dir, "--key-id", "caller-2",
+		"--jwks-from", filepath.Join(dir, "new.pub.pem"), "--merge-jwks", filepath.Join(dir, "callers-2.jwks.json"))
+	if res.exit != exitFailed || !strings.Contains(res.stderr, `already holds kid "caller-2"`) {
+		t.Fatalf("duplicate kid: %+v", res)
+	}
+	res = runCLI(t, "keygen", "--name", "callers-1", "--dir", dir, "--jwks-from", filepath.Join(dir, "old.pub.pem"))
+	if res.exit != exitOther || !strings.Contains(res.stderr, "exists") {
+		t.Fatalf("overwrite: %+v", res)
 	}
 }

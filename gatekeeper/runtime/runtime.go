@@ -215,6 +215,10 @@ func (rt *Runtime) ready(ctx context.Context) error {
 		return err
 	}
 	if err := rt.store.Ping(ctx); err != nil {
+		if h, ok := rt.store.(interface{ HoldUntil() time.Time }); ok && time.Now().Before(h.HoldUntil()) {
+			// Not a fault: a restore's hold (README: Restore).
+			return fmt.Errorf("ledger restored from a backup: held until %s", h.HoldUntil().Format(time.RFC3339))
+		}
 		return errors.New("ledger unreachable")
 	}
 	if rt.dlog != nil && rt.dlog.Required() {

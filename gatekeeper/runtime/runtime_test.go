@@ -269,3 +269,43 @@ func TestBundleFailureSeriesAtStart(t *testing.T) {
 		}
 	}
 }
+
+// TestReadyzNamesARestoreHold: a ledger restored from a backup makes the
+// service not ready, and /readyz says why (the hold, until when) rather
+// than "ledger unreachable".
+func TestReadyzNamesARestoreHold(t *testing.T) {
+	cfg := runtimetest.Config(t)
+	if err := os.MkdirAll(filepath.Dir(cfg.LedgerPath()), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s, err := bolt.Open(cfg.LedgerPath(), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	backup, _, err := s.BackupFile(t.Context(), t.TempDir(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	f, err := os.Open(backup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := bolt.Restore(t.Context(), f, backup, cfg.LedgerPath(), time.Hour, 0, time.Now())
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := runtimetest.Open(t, cfg, runtime.Options{})
+	srv := runtimetest.Serve(t, rt, rt.Handler())
+	resp, err := http.Get(srv.URL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	want := "ledger restored from a backup: held until " + rep.HoldUntil.Format(time.RFC3339)
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), want) {
+		t.Fatalf("/readyz = %d %s; want 503 naming %q", resp.StatusCode, body, want)
+	}
+}

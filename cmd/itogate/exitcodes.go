@@ -61,6 +61,7 @@ const (
 	exitReplayOther = 3 // replay: any other failure (1 is a flip)
 	exitVerifyFail  = 1 // verify: the manifest is not accepted
 	exitDemoFail    = 1 // demo: a case differs
+	exitLedgerOther = 3 // ledger check: the ledger could not be read (1 is inconsistent)
 
 	ticketExitOK          = 0
 	ticketExitRejected    = 1 // the ticket does not verify
@@ -133,6 +134,12 @@ var exitTable = []exitGroup{
 		{0, kindOK, "every admission case answered as expected", ""},
 		{exitDemoFail, kindOwn | kindOther, "a case differs, or the server could not be started or reached", "read the table and the server log"},
 		{exitFailed, kindBadInput, "bad input: a flag or argument", "fix it"},
+	}},
+	{[]string{"ledger check"}, []exitRow{
+		{0, kindOK, "the ledger is consistent; the counts are printed", ""},
+		{exitLedgerInconsistent, kindOwn, "INCONSISTENT: an invariant is broken; the first problems are printed", "stop the server; restore the last backup that checks consistent"},
+		{exitLedgerOther, kindOther, "the ledger could not be read: the file is locked by a running server, missing or of another schema; the database is unreachable", "check a backup instead, or fix the named cause"},
+		{exitFailed, kindBadInput, "bad input: a flag or argument, a refused file, no `$ITOGATE_LEDGER_DSN`", "fix the named flag, file or variable"},
 	}},
 	{[]string{"serve"}, []exitRow{
 		{0, kindOK, "stopped on SIGINT or SIGTERM after draining", ""},

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/itocompute/itogate/gatekeeper/ledger/bolt"
 	"github.com/itocompute/itogate/gatekeeper/trust"
 	"github.com/itocompute/itogate/internal/patience"
 )
@@ -252,6 +253,23 @@ func TestExitCodesPerCommand(t *testing.T) {
 			return runCLI(t, "demo", "--server", s.srv.URL)
 		},
 		"demo 4": cli("demo", "extra-argument"),
+
+		"ledger check 0": func(t *testing.T) cliResult {
+			return runCLI(t, "ledger", "check", "--file", boltLedger(t, false))
+		},
+		"ledger check 1": func(t *testing.T) cliResult {
+			return runCLI(t, "ledger", "check", "--file", boltLedger(t, true))
+		},
+		"ledger check 3": func(t *testing.T) cliResult {
+			path := boltLedger(t, false)
+			s, err := bolt.Open(path, bolt.Options{}) // a running server's lock
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			return runCLI(t, "ledger", "check", "--file", path)
+		},
+		"ledger check 4": cli("ledger", "check"),
 
 		"serve 0": unit("serve", nil),
 		"serve 1": cli("serve", "--listen", "0.0.0.0:0", "--data-dir", dir),

@@ -203,6 +203,17 @@ func TestHumanOutputIsInert(t *testing.T) {
 			}
 			return result{runCLI(t, "verify", "--key", pub, m), exitVerifyFail, true}
 		},
+		"ledger check a hostile file name": func(t *testing.T) result {
+			p := filepath.Join(dir, "l"+hostile+".db")
+			writeMode(t, p, mustRead(t, boltLedger(t, false)), 0o600)
+			return result{runCLI(t, "ledger", "check", "--file", p), 0, false}
+		},
+		"ledger restore a hostile file name": func(t *testing.T) result {
+			p := filepath.Join(dir, "r"+hostile+".db")
+			writeMode(t, p, mustRead(t, boltLedger(t, false)), 0o600)
+			return result{runCLI(t, "ledger", "restore", "--backup", p, "--to", filepath.Join(t.TempDir(), "x"+hostile+".db"),
+				"--max-confirmation-lifetime", "1h"), 0, false}
+		},
 		"bundle inspect a hostile file name": func(t *testing.T) result {
 			p := filepath.Join(dir, "b"+hostile+".tar.gz")
 			writeMode(t, p, signedPolicies(t, testNow(), "inert", false), 0o600)
@@ -238,7 +249,8 @@ func TestHumanOutputIsInert(t *testing.T) {
 	// Every runnable command is either fed hostile strings above or prints
 	// nothing from outside, for the reason given.
 	fed := []string{"train", "status", "runs get", "runs list", "revoke confirmation", "revoke entitlement", "revoke booking",
-		"revoke caller", "token confirmation", "demo", "ticket verify", "ticket renew", "eval", "replay", "sign", "verify", "bundle inspect"}
+		"revoke caller", "token confirmation", "demo", "ticket verify", "ticket renew", "eval", "replay", "sign", "verify", "bundle inspect",
+		"ledger check", "ledger restore"}
 	mintsOnly := "prints the token it minted and times it computed; its errors go through main, inert"
 	nothingFromOutside := map[string]string{
 		"serve":        "logs JSON lines (slog's JSON escapes every control character); its errors go through main, inert",
@@ -258,6 +270,7 @@ func TestHumanOutputIsInert(t *testing.T) {
 		"runs":                  "prints its help",
 		"revoke":                "prints its help",
 		"ticket":                "prints its help",
+		"ledger":                "prints its help",
 		"completion":            "prints its help",
 		"webhook":               "prints its help",
 		"webhook config": "prints YAML built from the bundle; a name of a --bundle that is not printable ASCII is refused " +

@@ -113,6 +113,13 @@ type Ledger struct {
 	// MigrationTimeout bounds the start-up migration, including the wait
 	// for another replica migrating (postgres only; default 1m).
 	MigrationTimeout Duration `yaml:"migration_timeout"`
+	// Pooler is what sits between itogate and PostgreSQL (postgres only):
+	// "none" (default: nothing, or a pooler in session mode) or
+	// "transaction" (a pooler in transaction mode such as PgBouncer's
+	// pool_mode=transaction: no named prepared statements, and the
+	// isolation level and timeouts set in every transaction, since the
+	// pooler drops startup parameters).
+	Pooler string `yaml:"pooler"`
 	// SweepInterval is how often expired confirmation tokens are dropped
 	// (their tombstones stay forever); unset: the runtime's default (10m),
 	// "0s" disables.
@@ -125,6 +132,12 @@ const (
 	DriverPostgres = "postgres"
 )
 
+// Ledger poolers (ledger.pooler), as the postgres driver names them.
+const (
+	PoolerNone        = "none"
+	PoolerTransaction = "transaction"
+)
+
 // postgresSchema mirrors postgres.ValidSchema without importing the driver.
 var postgresSchema = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
@@ -133,8 +146,8 @@ func (l Ledger) validate() error {
 	switch l.Driver {
 	case DriverBolt:
 		if l.DSN != "" || l.Schema != "" || l.MaxConns != 0 || l.ConnectTimeout != 0 || l.StatementTimeout != 0 ||
-			l.AcquireTimeout != 0 || l.MigrationTimeout != 0 {
-			errs = append(errs, errors.New("dsn, schema, max_conns and the timeouts are for driver postgres"))
+			l.AcquireTimeout != 0 || l.MigrationTimeout != 0 || l.Pooler != "" {
+			errs = append(errs, errors.New("dsn, schema, max_conns, pooler and the timeouts are for driver postgres"))
 		}
 	case DriverPostgres:
 		if l.DSN == "" {
@@ -145,6 +158,9 @@ func (l Ledger) validate() error {
 		}
 		if l.Schema != "" && !postgresSchema.MatchString(l.Schema) {
 			errs = append(errs, fmt.Errorf("schema must match %s", postgresSchema))
+		}
+		if l.Pooler != "" && l.Pooler != PoolerNone && l.Pooler != PoolerTransaction {
+			errs = append(errs, fmt.Errorf("pooler must be %q or %q", PoolerNone, PoolerTransaction))
 		}
 		if l.MaxConns < 0 || l.MaxConns > 1000 {
 			errs = append(errs, errors.New("max_conns must be in [0, 1000] (0: default)"))

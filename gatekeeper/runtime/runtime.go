@@ -98,6 +98,11 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Runtime, err
 	}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	rt := &Runtime{cfg: cfg, opts: opts, log: opts.Logger, metrics: server.NewMetrics(), cancel: cancel}
+	reasons := make([]string, 0, len(bundle.Reasons()))
+	for _, r := range bundle.Reasons() {
+		reasons = append(reasons, string(r))
+	}
+	rt.metrics.InitBundleActivations(reasons)
 	defer func() {
 		if err != nil {
 			rt.Close()
@@ -117,7 +122,7 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Runtime, err
 	if err := rt.startBundles(ctx, bg); err != nil {
 		return nil, err
 	}
-	if rt.store, rt.ledgerDesc, err = openLedger(ctx, cfg); err != nil {
+	if rt.store, rt.ledgerDesc, err = openLedger(ctx, cfg, rt.log); err != nil {
 		return nil, err
 	}
 	rt.startSweeper(bg, sweepInterval(cfg.Ledger))
@@ -224,6 +229,10 @@ func (rt *Runtime) ready(ctx context.Context) error {
 		return err
 	}
 	if err := rt.store.Ping(ctx); err != nil {
+		if h, ok := rt.store.(interface{ HoldUntil() time.Time }); ok && time.Now().Before(h.HoldUntil()) {
+			// Not a fault: a restore's hold (README: Restore).
+			return fmt.Errorf("ledger restored from a backup: held until %s", h.HoldUntil().Format(time.RFC3339))
+		}
 		return errors.New("ledger unreachable")
 	}
 	if rt.dlog != nil && rt.dlog.Required() {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -559,22 +560,42 @@ func rawUpdate(t *testing.T, path string, fn func(tx *bbolt.Tx) error) {
 // schema 2 with the index built from its records, answers every usage and
 // capacity question of ledgertest.BookingHistory as the store that wrote
 // it would, and passes Check.
+//
+// Open logs "ledger created" for a new file and one line per migration
+// step it applied; a current file logs nothing.
 func TestMigrateSchema1(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	s, err := Open(path, Options{})
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{ReplaceAttr: dropTime}))
+	s, err := Open(path, Options{Log: log})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("level=INFO msg=\"ledger created\" store=bbolt path=%s schema=4\n", path); logs.String() != want {
+		t.Fatalf("log of a new file:\n%s\nwant\n%s", logs.String(), want)
 	}
 	verify := ledgertest.BookingHistory(t, s)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
 	downgrade(t, path)
-	s, err = Open(path, Options{})
+	logs.Reset()
+	s, err = Open(path, Options{Log: log})
 	if err != nil {
 		t.Fatalf("Open(schema 1): %v", err)
 	}
 	defer s.Close()
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	steps := []string{"from=1 to=2 name=\"live runs index\"", "from=2 to=3 name=\"run life (events, bookings bound, entitlement index)\"",
+		"from=3 to=4 name=\"runs by account index\""}
+	if len(lines) != len(steps) {
+		t.Fatalf("migration log:\n%s\nwant %d lines", logs.String(), len(steps))
+	}
+	for i, step := range steps {
+		if want := "level=INFO msg=\"ledger migration applied\" store=bbolt path=" + path + " " + step + " duration="; !strings.HasPrefix(lines[i], want) {
+			t.Errorf("migration log line %d: %s\nwant prefix %s", i, lines[i], want)
+		}
+	}
 	err = s.db.View(func(tx *bbolt.Tx) error {
 		if v := string(tx.Bucket(bucketMeta).Get(keySchema)); v != schemaVersion {
 			return fmt.Errorf("schema after migration %q, want %q", v, schemaVersion)
@@ -992,4 +1013,12 @@ func TestCheckFindsRunStateFaults(t *testing.T) {
 			t.Errorf("Check = %v, want ErrInconsistent saying %q", err, want)
 		}
 	}
+}
+
+// dropTime removes slog's time attribute, so log lines compare exactly.
+func dropTime(groups []string, a slog.Attr) slog.Attr {
+	if a.Key == slog.TimeKey && len(groups) == 0 {
+		return slog.Attr{}
+	}
+	return a
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 )
@@ -94,7 +93,7 @@ func (s *Store) BindJob(ctx context.Context, b ledger.JobBind) (ledger.JobBindin
 // JobBinding implements ledger.Jobs.
 func (s *Store) JobBinding(ctx context.Context, runID string) (ledger.JobBinding, error) {
 	out := ledger.JobBinding{RunID: runID}
-	err := s.read(ctx, "job binding", func(qctx context.Context, conn *pgxpool.Conn) error {
+	err := s.read(ctx, "job binding", func(qctx context.Context, conn *txConn) error {
 		return conn.QueryRow(qctx, s.jq.binding, runID).Scan(&out.Scheduler, &out.JobID, &out.BoundAt)
 	})
 	switch {

@@ -12,7 +12,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 )
 
-// jobQueries are the statements of the Jobs methods (migration 0009),
+// jobQueries are the statements of the Jobs methods (migration 0010),
 // qualified with the schema.
 type jobQueries struct {
 	runForShare, binding, lockBinding, insert string

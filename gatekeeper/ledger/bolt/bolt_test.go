@@ -571,7 +571,7 @@ func TestMigrateSchema1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := fmt.Sprintf("level=INFO msg=\"ledger created\" store=bbolt path=%s schema=4\n", path); logs.String() != want {
+	if want := fmt.Sprintf("level=INFO msg=\"ledger created\" store=bbolt path=%s schema=%s\n", path, schemaVersion); logs.String() != want {
 		t.Fatalf("log of a new file:\n%s\nwant\n%s", logs.String(), want)
 	}
 	verify := ledgertest.BookingHistory(t, s)
@@ -587,7 +587,7 @@ func TestMigrateSchema1(t *testing.T) {
 	defer s.Close()
 	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
 	steps := []string{"from=1 to=2 name=\"live runs index\"", "from=2 to=3 name=\"run life (events, bookings bound, entitlement index)\"",
-		"from=3 to=4 name=\"runs by account index\""}
+		"from=3 to=4 name=\"runs by account index\"", "from=4 to=5 name=\"scheduler jobs bucket\""}
 	if len(lines) != len(steps) {
 		t.Fatalf("migration log:\n%s\nwant %d lines", logs.String(), len(steps))
 	}

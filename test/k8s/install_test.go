@@ -111,7 +111,8 @@ func TestInstall(t *testing.T) {
 		own := t.TempDir()
 		k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - " + filepath.Join(kube, "overlays", "ca-bundle") +
 			"\npatches:\n  - target: {kind: ValidatingWebhookConfiguration, name: itogate}\n    patch: |-\n      - op: replace\n" +
-			"        path: /webhooks/0/clientConfig/caBundle\n        value: " + base64.StdEncoding.EncodeToString(caPEM) + "\n"
+			"        path: /webhooks/0/clientConfig/caBundle\n        value: " + base64.StdEncoding.EncodeToString(caPEM) + "\n" +
+			"      - op: replace\n        path: /webhooks/1/clientConfig/caBundle\n        value: " + base64.StdEncoding.EncodeToString(caPEM) + "\n"
 		if err := os.WriteFile(filepath.Join(own, "kustomization.yaml"), []byte(k), 0o600); err != nil {
 			t.Fatal(err)
 		}

@@ -6,12 +6,12 @@ OPA   := $(GO) tool opa
 BIN   := bin/itogate
 COVERAGE_THRESHOLD ?= 90
 
-.PHONY: run build test test-go test-vet test-go-only test-policy fmt-check demo clean codes bundle fuzz bench soak compare identical test-k8s k8s-binaries
+.PHONY: image chart run build test test-go test-vet test-go-only test-policy fmt-check demo clean codes bundle fuzz bench soak compare identical test-k8s k8s-binaries
 
 LISTEN   ?= 127.0.0.1:8443
 DATA_DIR ?= ./data
 
-## run: serve on embedded defaults (development mode, loopback, dev keys); make run LISTEN=127.0.0.1:9443
+## run: serve on embedded defaults (development mode, loopback, dev keys); make run LISTEN=127.0.0.1:18443 (9443 is the webhook's port)
 run:
 	$(GO) run ./cmd/itogate serve --listen $(LISTEN) --data-dir $(DATA_DIR)
 
@@ -19,6 +19,24 @@ run:
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 build:
 	$(GO) build -ldflags "-X github.com/itocompute/itogate/gatekeeper/version.Version=$(VERSION)" -o $(BIN) ./cmd/itogate
+
+## image: the container image (Dockerfile: base images pinned by digest, VERSION stamped), tagged IMAGE;
+##   make image IMAGE=registry.example.com/itogate:v1.2.3 VERSION=v1.2.3. Pin deployments by the digest
+##   the registry reports after `docker push` (Helm value image.digest, kustomize images: digest).
+IMAGE ?= itogate:$(VERSION)
+image:
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+	@echo "image: $(IMAGE) $$(docker image inspect --format '{{.Id}}' $(IMAGE))"
+
+## chart: helm lint --strict and helm template of deploy/helm/itogate, with the helm pinned in
+##   hack/tools/go.mod (built from the Go module proxy); `go test ./deploy` runs the same and more.
+##   make chart HELM_VALUES=my-values.yaml HELM_NAMESPACE=itogate-system
+HELM           := $(GO) -C $(CURDIR)/hack/tools tool helm
+HELM_NAMESPACE ?= itogate-system
+HELM_VALUES    ?=
+chart:
+	$(HELM) lint --strict $(CURDIR)/deploy/helm/itogate --namespace $(HELM_NAMESPACE) $(if $(HELM_VALUES),--values $(abspath $(HELM_VALUES)))
+	$(HELM) template itogate $(CURDIR)/deploy/helm/itogate --namespace $(HELM_NAMESPACE) $(if $(HELM_VALUES),--values $(abspath $(HELM_VALUES)))
 
 ## test: everything CI runs — gofmt, go vet, the Go tests and the policy trio (fmt, check, test+coverage).
 ##   Every part runs even when an earlier one fails; the summary names each failed part.

@@ -1,44 +1,26 @@
-// The tests keep the deploy files fail-closed and in step with the policy
-// bundle. `make test-k8s` applies the same ValidatingWebhookConfiguration to
-// a real kube-apiserver.
+// The tests render every way of installing itogate — the kustomize base and
+// overlays (deploy/kubernetes) and the Helm chart (deploy/helm/itogate) —
+// with the pinned helm and kustomize of hack/tools, and keep each rendering
+// fail-closed and in step with the policy bundle; `make test-k8s` applies
+// them to a real kube-apiserver.
 package deploy
 
 import (
 	"encoding/json"
+	"fmt"
 	"io/fs"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
-
-	"go.yaml.in/yaml/v3"
 
 	"github.com/itocompute/itogate/gatekeeper/config"
 	"github.com/itocompute/itogate/gatekeeper/webhook"
 	"github.com/itocompute/itogate/policies"
 )
-
-// docs reads every YAML document of a file as generic values.
-func docs(t *testing.T, path string) []map[string]any {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	dec := yaml.NewDecoder(f)
-	var out []map[string]any
-	for {
-		var d map[string]any
-		if err := dec.Decode(&d); err != nil {
-			if err.Error() == "EOF" {
-				return out
-			}
-			t.Fatalf("%s: %v", path, err)
-		}
-		out = append(out, d)
-	}
-}
 
 func get(v any, path ...any) any {
 	for _, p := range path {
@@ -57,57 +39,158 @@ func get(v any, path ...any) any {
 	return v
 }
 
-// TestWebhookFailsClosed: the shipped configuration refuses when itogate
-// cannot answer, never binds on dry runs, answers before the apiserver
-// gives up, and never covers a system namespace.
+func list(v any) []any { l, _ := v.([]any); return l }
+
+// ownCAValues install the chart with the operator's own certificate and a
+// pinned image in namespace "gate", with every value the chart offers set.
+const ownCAValues = `
+replicaCount: 3
+image: {digest: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}
+tls: {certManager: {enabled: false}, secretName: gate-tls, caBundle: "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg=="}
+postgres:
+  dsn: postgres://itogate@pgbouncer.db.svc:6432/itogate?sslmode=verify-full
+  passwordSecret: {name: gate-postgres, key: pw}
+keysSecret: gate-keys
+webhook:
+  namespaces: {ml-research: acct_ml}
+  excludedNamespaces: [monitoring]
+networkPolicy:
+  bundleServer: {port: 8080, cidrs: [10.20.0.0/16]}
+  postgres: {port: 6432, cidrs: [10.30.0.0/16]}
+config:
+  policy: {bundle: {url: "http://bundles.internal:8080/itogate/bundle.tar.gz"}}
+`
+
+// installs are every shipped way of installing itogate, rendered.
+func installs(t *testing.T) []install {
+	t.Helper()
+	var out []install
+	for _, dir := range []string{"kubernetes", "kubernetes/overlays/cert-manager", "kubernetes/overlays/ca-bundle", "kubernetes/examples/team-a"} {
+		out = append(out, install{name: "kustomize " + dir, objs: kustomize(t, dir), namespace: "itogate-system"})
+	}
+	out = append(out,
+		install{name: "helm (defaults)", objs: helm(t, "itogate-system", ""), namespace: "itogate-system"},
+		install{name: "helm (own CA, pinned image)", objs: helm(t, "gate", ownCAValues), namespace: "gate"})
+	return out
+}
+
+// find returns the objects of kind (and name, unless "").
+func find(objs []obj, kind, name string) []obj {
+	var out []obj
+	for _, o := range objs {
+		if o["kind"] == kind && (name == "" || get(o, "metadata", "name") == name) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func one(t *testing.T, in install, kind, name string) obj {
+	t.Helper()
+	f := find(in.objs, kind, name)
+	if len(f) != 1 {
+		t.Fatalf("%s: %d %s %q, want one", in.name, len(f), kind, name)
+	}
+	return f[0]
+}
+
+// shippedConfig loads the install's itogate.yaml with the strict loader
+// (keys and certificates are read at start-up, not here).
+func shippedConfig(t *testing.T, in install) config.Config {
+	t.Helper()
+	var cm obj
+	for _, o := range find(in.objs, "ConfigMap", "") {
+		if strings.HasPrefix(get(o, "metadata", "name").(string), "itogate-config") {
+			cm = o
+		}
+	}
+	raw, _ := get(cm, "data", "itogate.yaml").(string)
+	path := filepath.Join(t.TempDir(), "itogate.yaml")
+	if err := os.WriteFile(path, []byte(raw), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.Load(path)
+	if err != nil {
+		t.Fatalf("%s: itogate.yaml: %v", in.name, err)
+	}
+	return c
+}
+
+// TestWebhookFailsClosed: every install's configuration refuses when
+// itogate cannot answer, never binds on dry runs, answers before the
+// apiserver gives up, never covers a system namespace or itogate's own, and
+// reaches itogate over verified TLS (a caBundle, or cert-manager's injector
+// naming the install's Certificate).
 func TestWebhookFailsClosed(t *testing.T) {
-	d := docs(t, filepath.Join("kubernetes", "base", "validatingwebhookconfiguration.yaml"))
-	if len(d) != 1 || d[0]["kind"] != "ValidatingWebhookConfiguration" {
-		t.Fatalf("want one ValidatingWebhookConfiguration, got %d documents", len(d))
-	}
-	hooks, _ := d[0]["webhooks"].([]any)
-	if len(hooks) == 0 {
-		t.Fatal("no webhooks")
-	}
-	modes := map[string]bool{}
-	for _, h := range hooks {
-		// The enforcing webhook fails closed and selects enforce=true; the
-		// warn webhook (/validate-warn, binds nothing, never refuses)
-		// selects enforce=warn only, so no namespace is in both.
-		mode, policy, effects := "true", "Fail", "NoneOnDryRun"
-		if get(h, "clientConfig", "service", "path") == "/validate-warn" {
-			mode, policy, effects = "warn", "Ignore", "None"
-		}
-		modes[mode] = true
-		if get(h, "failurePolicy") != policy || get(h, "sideEffects") != effects {
-			t.Errorf("%v: failurePolicy %v, sideEffects %v", get(h, "name"), get(h, "failurePolicy"), get(h, "sideEffects"))
-		}
-		if e := get(h, "namespaceSelector", "matchExpressions", 0); get(e, "key") != "itogate.io/enforce" ||
-			get(e, "operator") != "In" || len(get(e, "values").([]any)) != 1 || get(e, "values", 0) != mode {
-			t.Errorf("%v: selects %v, want itogate.io/enforce In [%s]", get(h, "name"), e, mode)
-		}
-		if ts, _ := get(h, "timeoutSeconds").(int); ts < 3 || ts > 10 {
-			t.Errorf("timeoutSeconds %v: want above itogate's 2 s review bound and well below the apiserver's", ts)
-		}
-		excluded := map[string]bool{}
-		for _, e := range get(h, "namespaceSelector", "matchExpressions").([]any) {
-			if get(e, "key") == "kubernetes.io/metadata.name" && get(e, "operator") == "NotIn" {
-				for _, v := range get(e, "values").([]any) {
-					excluded[v.(string)] = true
+	for _, in := range installs(t) {
+		t.Run(in.name, func(t *testing.T) {
+			vwc := one(t, in, "ValidatingWebhookConfiguration", "itogate")
+			hooks := list(vwc["webhooks"])
+			if len(hooks) == 0 {
+				t.Fatal("no webhooks")
+			}
+			inject, _ := get(vwc, "metadata", "annotations", "cert-manager.io/inject-ca-from").(string)
+			modes := map[string]bool{}
+			for _, h := range hooks {
+				// The enforcing webhook fails closed and selects enforce=true; the
+				// warn webhook (/validate-warn, binds nothing, never refuses)
+				// selects enforce=warn only, so no namespace is in both.
+				mode, policy, effects := "true", "Fail", "NoneOnDryRun"
+				if get(h, "clientConfig", "service", "path") == "/validate-warn" {
+					mode, policy, effects = "warn", "Ignore", "None"
+				}
+				modes[mode] = true
+				if get(h, "failurePolicy") != policy || get(h, "sideEffects") != effects {
+					t.Errorf("%v: failurePolicy %v, sideEffects %v", get(h, "name"), get(h, "failurePolicy"), get(h, "sideEffects"))
+				}
+				if e := get(h, "namespaceSelector", "matchExpressions", 0); get(e, "key") != "itogate.io/enforce" ||
+					get(e, "operator") != "In" || len(list(get(e, "values"))) != 1 || get(e, "values", 0) != mode {
+					t.Errorf("%v: selects %v, want itogate.io/enforce In [%s]", get(h, "name"), e, mode)
+				}
+				if ts, _ := get(h, "timeoutSeconds").(int); ts < 3 || ts > 10 {
+					t.Errorf("timeoutSeconds %v: want above itogate's 2 s review bound and well below the apiserver's", ts)
+				}
+				excluded := map[string]bool{}
+				for _, e := range list(get(h, "namespaceSelector", "matchExpressions")) {
+					if get(e, "key") == "kubernetes.io/metadata.name" && get(e, "operator") == "NotIn" {
+						for _, v := range list(get(e, "values")) {
+							excluded[v.(string)] = true
+						}
+					}
+				}
+				for _, ns := range []string{"kube-system", "kube-public", "kube-node-lease", in.namespace} {
+					if !excluded[ns] {
+						t.Errorf("namespace %s is not excluded by name", ns)
+					}
+				}
+				if e, _ := get(h, "matchConditions", 0, "expression").(string); !strings.Contains(e, `startsWith("kube-")`) {
+					t.Error("no matchCondition keeps kube-* namespaces out")
+				}
+				svc := get(h, "clientConfig", "service")
+				if get(svc, "namespace") != in.namespace || get(svc, "port") != 443 || get(h, "clientConfig", "url") != nil {
+					t.Errorf("clientConfig %v: want the install's Service on 443", get(h, "clientConfig"))
+				}
+				s := one(t, in, "Service", get(svc, "name").(string))
+				if get(s, "spec", "ports", 0, "port") != 443 || get(s, "spec", "ports", 0, "targetPort") != "webhook" {
+					t.Errorf("Service %v: want 443 → the webhook port", get(s, "spec", "ports"))
+				}
+				ca, _ := get(h, "clientConfig", "caBundle").(string)
+				switch {
+				case ca != "" && inject != "":
+					t.Error("both a caBundle and cert-manager's injector")
+				case ca == "" && inject == "":
+					t.Error("no CA: neither a caBundle nor cert-manager's injector; the apiserver could not verify itogate")
+				case inject != "":
+					ns, name, _ := strings.Cut(inject, "/")
+					if ns != in.namespace || len(find(in.objs, "Certificate", name)) != 1 {
+						t.Errorf("inject-ca-from %q names no Certificate of the install", inject)
+					}
 				}
 			}
-		}
-		for _, ns := range []string{"kube-system", "kube-public", "kube-node-lease", "itogate-system"} {
-			if !excluded[ns] {
-				t.Errorf("namespace %s is not excluded by name", ns)
+			if !modes["true"] || !modes["warn"] || len(hooks) != 2 {
+				t.Errorf("want one enforcing and one warn webhook, got %d (%v)", len(hooks), modes)
 			}
-		}
-		if !strings.Contains(get(h, "matchConditions", 0, "expression").(string), `startsWith("kube-")`) {
-			t.Error("no matchCondition keeps kube-* namespaces out")
-		}
-	}
-	if !modes["true"] || !modes["warn"] || len(hooks) != 2 {
-		t.Errorf("want one enforcing and one warn webhook, got %d (%v)", len(hooks), modes)
+		})
 	}
 }
 
@@ -132,19 +215,6 @@ func TestWebhookCoversTheBundleKinds(t *testing.T) {
 	if err := json.Unmarshal(raw, &table); err != nil {
 		t.Fatal(err)
 	}
-	routed := map[string]bool{} // "<group>/<resource>[/<sub>] <OPERATION>"
-	d := docs(t, filepath.Join("kubernetes", "base", "validatingwebhookconfiguration.yaml"))
-	for _, h := range d[0]["webhooks"].([]any) {
-		for _, r := range get(h, "rules").([]any) {
-			for _, g := range get(r, "apiGroups").([]any) {
-				for _, res := range get(r, "resources").([]any) {
-					for _, op := range get(r, "operations").([]any) {
-						routed[g.(string)+"/"+res.(string)+" "+op.(string)] = true
-					}
-				}
-			}
-		}
-	}
 	want := []string{"/pods/ephemeralcontainers UPDATE"}
 	for key, k := range table.Kinds {
 		group, _, _ := strings.Cut(key, "/")
@@ -160,49 +230,199 @@ func TestWebhookCoversTheBundleKinds(t *testing.T) {
 			want = append(want, group+"/"+k.Resource+"/scale UPDATE")
 		}
 	}
-	for _, w := range want {
-		if !routed[w] {
-			t.Errorf("%s is in the bundle but not routed to the webhook", w)
+	for _, in := range installs(t) {
+		routed := map[string]bool{} // "<group>/<resource>[/<sub>] <OPERATION>"
+		for _, h := range list(one(t, in, "ValidatingWebhookConfiguration", "itogate")["webhooks"]) {
+			for _, r := range list(get(h, "rules")) {
+				for _, g := range list(get(r, "apiGroups")) {
+					for _, res := range list(get(r, "resources")) {
+						for _, op := range list(get(r, "operations")) {
+							routed[g.(string)+"/"+res.(string)+" "+op.(string)] = true
+						}
+					}
+				}
+			}
+		}
+		for _, w := range want {
+			if !routed[w] {
+				t.Errorf("%s: %s is in the bundle but not routed to the webhook", in.name, w)
+			}
 		}
 	}
 }
 
 // TestDeploymentIsHardened: non-root, no privilege escalation, read-only
-// root, no service account token, two replicas, a PodDisruptionBudget.
+// root, no service account token, at least two replicas, a
+// PodDisruptionBudget, probes over HTTPS.
 func TestDeploymentIsHardened(t *testing.T) {
-	d := docs(t, filepath.Join("kubernetes", "base", "deployment.yaml"))[0]
-	if get(d, "spec", "replicas") != 2 {
-		t.Error("replicas != 2")
-	}
-	pod := get(d, "spec", "template", "spec")
-	if get(pod, "securityContext", "runAsNonRoot") != true || get(pod, "automountServiceAccountToken") != false {
-		t.Error("pod: runAsNonRoot and automountServiceAccountToken: false required")
-	}
-	c := get(pod, "containers", 0, "securityContext")
-	if get(c, "allowPrivilegeEscalation") != false || get(c, "readOnlyRootFilesystem") != true ||
-		get(c, "capabilities", "drop", 0) != "ALL" {
-		t.Errorf("container securityContext %v", c)
-	}
-	pdb := docs(t, filepath.Join("kubernetes", "base", "poddisruptionbudget.yaml"))[0]
-	if pdb["kind"] != "PodDisruptionBudget" || get(pdb, "spec", "minAvailable") != 1 {
-		t.Error("PodDisruptionBudget minAvailable 1 required")
+	for _, in := range installs(t) {
+		t.Run(in.name, func(t *testing.T) {
+			d := one(t, in, "Deployment", "itogate")
+			if r, _ := get(d, "spec", "replicas").(int); r < 2 {
+				t.Errorf("replicas %v, want 2 or more", get(d, "spec", "replicas"))
+			}
+			pod := get(d, "spec", "template", "spec")
+			if get(pod, "securityContext", "runAsNonRoot") != true || get(pod, "automountServiceAccountToken") != false {
+				t.Error("pod: runAsNonRoot and automountServiceAccountToken: false required")
+			}
+			c := get(pod, "containers", 0)
+			if sc := get(c, "securityContext"); get(sc, "allowPrivilegeEscalation") != false || get(sc, "readOnlyRootFilesystem") != true ||
+				get(sc, "capabilities", "drop", 0) != "ALL" {
+				t.Errorf("container securityContext %v", sc)
+			}
+			for _, p := range []string{"readinessProbe", "livenessProbe"} {
+				if get(c, p, "httpGet", "scheme") != "HTTPS" {
+					t.Errorf("%s %v: the API serves HTTPS", p, get(c, p))
+				}
+			}
+			pdb := one(t, in, "PodDisruptionBudget", "itogate")
+			if get(pdb, "spec", "minAvailable") != 1 {
+				t.Error("PodDisruptionBudget minAvailable 1 required")
+			}
+		})
 	}
 }
 
-// TestShippedConfigLoads: the ConfigMap's itogate.yaml passes the strict
-// loader (keys and certificates are read at start-up, not here).
-func TestShippedConfigLoads(t *testing.T) {
-	cm := docs(t, filepath.Join("kubernetes", "base", "configmap.yaml"))[0]
-	path := filepath.Join(t.TempDir(), "itogate.yaml")
-	if err := os.WriteFile(path, []byte(get(cm, "data", "itogate.yaml").(string)), 0o600); err != nil {
-		t.Fatal(err)
+// secretOf is the Secret name of the Deployment's volume.
+func secretOf(d obj, volume string) string {
+	for _, v := range list(get(d, "spec", "template", "spec", "volumes")) {
+		if get(v, "name") == volume {
+			s, _ := get(v, "secret", "secretName").(string)
+			return s
+		}
 	}
-	c, err := config.Load(path)
+	return ""
+}
+
+// TestShippedConfigLoads: each install's itogate.yaml passes the strict
+// loader, runs the webhook with tickets on PostgreSQL, and serves both
+// listeners with the pair of the TLS Secret the Deployment mounts — the
+// one cert-manager issues for both Services' names, where it does.
+func TestShippedConfigLoads(t *testing.T) {
+	for _, in := range installs(t) {
+		t.Run(in.name, func(t *testing.T) {
+			c := shippedConfig(t, in)
+			if c.Webhook == nil || c.Tickets == nil || c.Ledger.Driver != config.DriverPostgres {
+				t.Fatalf("webhook, tickets and a PostgreSQL ledger expected: %+v", c)
+			}
+			// Relative paths resolve against the file's directory: in the
+			// Pod, /etc/itogate, where the tls volume is mounted at tls/.
+			rel := func(p string) string { return filepath.Base(filepath.Dir(p)) + "/" + filepath.Base(p) }
+			if c.TLS == nil || rel(c.TLS.CertFile) != "tls/tls.crt" || rel(c.TLS.KeyFile) != "tls/tls.key" ||
+				c.Webhook.CertFile != c.TLS.CertFile || c.Webhook.KeyFile != c.TLS.KeyFile {
+				t.Errorf("tls %+v, webhook %s %s: both listeners serve the mounted pair", c.TLS, c.Webhook.CertFile, c.Webhook.KeyFile)
+			}
+			mounts := map[string]string{}
+			for _, m := range list(get(one(t, in, "Deployment", "itogate"), "spec", "template", "spec", "containers", 0, "volumeMounts")) {
+				mounts[get(m, "name").(string)] = get(m, "mountPath").(string)
+			}
+			if mounts["tls"] != "/etc/itogate/tls" || mounts["config"] != "/etc/itogate/itogate.yaml" {
+				t.Errorf("mounts %v: want the config at /etc/itogate/itogate.yaml and the pair under /etc/itogate/tls", mounts)
+			}
+			if _, port, _ := net.SplitHostPort(c.Listen); port != "8443" {
+				t.Errorf("listen %s, want the API port 8443", c.Listen)
+			}
+			if _, port, _ := net.SplitHostPort(c.Webhook.Listen); port != "9443" {
+				t.Errorf("webhook.listen %s, want the webhook port 9443", c.Webhook.Listen)
+			}
+			d := one(t, in, "Deployment", "itogate")
+			secret := secretOf(d, "tls")
+			if certs := find(in.objs, "Certificate", "itogate-tls"); len(certs) == 1 {
+				if get(certs[0], "spec", "secretName") != secret {
+					t.Errorf("the Certificate issues %v, the Deployment mounts %s", get(certs[0], "spec", "secretName"), secret)
+				}
+				names := map[string]bool{}
+				for _, n := range list(get(certs[0], "spec", "dnsNames")) {
+					names[n.(string)] = true
+				}
+				for _, svc := range []string{"itogate-webhook", "itogate"} {
+					if !names[svc+"."+in.namespace+".svc"] {
+						t.Errorf("the certificate does not name %s.%s.svc", svc, in.namespace)
+					}
+				}
+			}
+		})
+	}
+}
+
+// portOf is a URL's port (its scheme's default when none is given).
+func portOf(t *testing.T, raw string) int {
+	t.Helper()
+	u, err := url.Parse(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Webhook == nil || c.Tickets == nil || c.Ledger.Driver != config.DriverPostgres {
-		t.Fatalf("webhook, tickets and a PostgreSQL ledger expected: %+v", c)
+	if p := u.Port(); p != "" {
+		var n int
+		fmt.Sscan(p, &n)
+		return n
+	}
+	return map[string]int{"https": 443, "http": 80, "postgres": 5432, "postgresql": 5432}[u.Scheme]
+}
+
+// TestNetworkPolicyLetsItogateWork: the webhook port is open to the
+// apiserver, and egress reaches DNS, the ledger's port and the bundle
+// server's port (policy.bundle.url): a NetworkPolicy that blocks the bundle
+// server leaves every replica unready.
+func TestNetworkPolicyLetsItogateWork(t *testing.T) {
+	for _, in := range installs(t) {
+		t.Run(in.name, func(t *testing.T) {
+			c := shippedConfig(t, in)
+			np := one(t, in, "NetworkPolicy", "itogate")
+			open := func(rules any) map[int]bool {
+				ports := map[int]bool{}
+				for _, r := range list(rules) {
+					for _, p := range list(get(r, "ports")) {
+						if n, ok := get(p, "port").(int); ok {
+							ports[n] = true
+						}
+					}
+				}
+				return ports
+			}
+			if !open(get(np, "spec", "ingress"))[9443] {
+				t.Error("ingress: the webhook port 9443 is closed")
+			}
+			egress := open(get(np, "spec", "egress"))
+			if c.Policy.Bundle == nil || c.Policy.Bundle.URL == "" {
+				t.Fatal("no bundle URL")
+			}
+			for what, port := range map[string]int{"DNS": 53, "the ledger": portOf(t, c.Ledger.DSN),
+				"the bundle server": portOf(t, c.Policy.Bundle.URL)} {
+				if !egress[port] {
+					t.Errorf("egress to %s (port %d) is blocked: %v", what, port, get(np, "spec", "egress"))
+				}
+			}
+		})
+	}
+}
+
+// TestBaseBuildsAlone: `kubectl kustomize deploy/kubernetes/base` builds
+// (the overlays add the certificate), with every object of the install.
+func TestBaseBuildsAlone(t *testing.T) {
+	var kinds []string
+	for _, o := range kustomize(t, "kubernetes/base") {
+		kinds = append(kinds, o["kind"].(string)+"/"+get(o, "metadata", "name").(string))
+	}
+	slices.Sort(kinds)
+	want := []string{"ConfigMap/itogate-config", "Deployment/itogate", "Namespace/itogate-system", "NetworkPolicy/itogate",
+		"PodDisruptionBudget/itogate", "Service/itogate", "Service/itogate-webhook", "ServiceAccount/itogate",
+		"ValidatingWebhookConfiguration/itogate"}
+	if !slices.Equal(kinds, want) {
+		t.Fatalf("base objects %v, want %v", kinds, want)
+	}
+}
+
+// TestExampleCreatesTheTenantNamespace: the example installation puts its
+// tenant namespace under control and binds it to an account.
+func TestExampleCreatesTheTenantNamespace(t *testing.T) {
+	in := install{name: "examples/team-a", objs: kustomize(t, "kubernetes/examples/team-a"), namespace: "itogate-system"}
+	ns := one(t, in, "Namespace", "team-a")
+	if get(ns, "metadata", "labels", "itogate.io/enforce") != "true" {
+		t.Errorf("team-a labels %v: not under control", get(ns, "metadata", "labels"))
+	}
+	if acct := shippedConfig(t, in).Webhook.Namespaces["team-a"]; acct == "" {
+		t.Error("team-a is bound to no account")
 	}
 }
 

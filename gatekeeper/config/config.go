@@ -35,6 +35,9 @@ import (
 type Config struct {
 	// Listen is host:port. Development mode only accepts loopback.
 	Listen string `yaml:"listen"`
+	// TLS, when set, makes the API listener serve HTTPS with this pair
+	// (inside a cluster; see docs/kubernetes.md); nil serves plain HTTP.
+	TLS *ListenerTLS `yaml:"tls"`
 	// DataDir holds the bbolt ledger unless Ledger.Path says otherwise.
 	DataDir string `yaml:"data_dir"`
 	Ledger  Ledger `yaml:"ledger"`
@@ -312,6 +315,13 @@ type TicketKey struct {
 	PEMFile   string `yaml:"pem_file"`
 	KeyID     string `yaml:"key_id"`
 	Algorithm string `yaml:"algorithm"`
+}
+
+// ListenerTLS is the API listener's serving certificate and key (PEM),
+// re-read when either file changes, like the webhook's.
+type ListenerTLS struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
 }
 
 // Webhook configures the Kubernetes validating admission webhook.
@@ -680,6 +690,9 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("listen: %w", err))
 		}
 	}
+	if c.TLS != nil && (c.TLS.CertFile == "" || c.TLS.KeyFile == "") {
+		errs = append(errs, errors.New("tls: cert_file and key_file are required"))
+	}
 	if err := c.Ledger.validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -881,6 +894,10 @@ func (c *Config) resolvePaths(base string) {
 		}
 	}
 	abs(&c.DataDir)
+	if c.TLS != nil {
+		abs(&c.TLS.CertFile)
+		abs(&c.TLS.KeyFile)
+	}
 	if c.DecisionLog != "stdout" && c.DecisionLog != "off" {
 		abs(&c.DecisionLog)
 	}

@@ -36,6 +36,7 @@ func TestTicketsAndWebhookValidation(t *testing.T) {
 		"webhook without TLS":   {func(c *Config) { c.Webhook.KeyFile = "" }, "cert_file and key_file are required"},
 		"webhook bad listen":    {func(c *Config) { c.Webhook.Listen = "9443" }, "webhook: listen"},
 		"empty namespace bound": {func(c *Config) { c.Webhook.Namespaces = map[string]string{"team-a": ""} }, "empty namespace or account"},
+		"API tls without a key": {func(c *Config) { c.TLS = &ListenerTLS{CertFile: "tls.crt"} }, "tls: cert_file and key_file are required"},
 	} {
 		c := good
 		c.Tickets, c.Webhook = tickets(), webhook()

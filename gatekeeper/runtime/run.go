@@ -13,7 +13,8 @@ import (
 // flight get this long to finish.
 const shutdownGrace = 10 * time.Second
 
-// Run serves the API on cfg.Listen (and the webhook on webhook.listen)
+// Run serves the API on cfg.Listen (HTTPS with a tls section) and the
+// webhook on webhook.listen
 // until ctx ends, then logs "shutting down" and shuts the listeners down
 // gracefully, giving requests in flight up to 10 s. It returns the
 // listener's error, or the shutdown's. Close the Runtime after Run.
@@ -30,7 +31,12 @@ func (rt *Runtime) Run(ctx context.Context) error {
 	rt.logStart(ln.Addr())
 	srv := rt.HTTPServer(rt.handler)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	if rt.apiTLS != nil {
+		srv.TLSConfig = rt.apiTLS
+		go func() { errc <- srv.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { errc <- srv.Serve(ln) }()
+	}
 	select {
 	case err := <-errc:
 		return err
@@ -64,7 +70,7 @@ func (rt *Runtime) logStart(addr net.Addr) {
 	}
 	info, _ := rt.bundles.Info()
 	bi := version.Get()
-	log.Info("itogate listening", "addr", addr.String(), "version", bi.Version, "commit", bi.Commit,
+	log.Info("itogate listening", "addr", addr.String(), "tls", rt.apiTLS != nil, "version", bi.Version, "commit", bi.Commit,
 		"ledger", rt.ledgerDesc, "ledger_schema", rt.ledgerSchema(),
 		"bundle_revision", info.Revision, "bundle_digest", info.Digest, "development", cfg.Dev,
 		"gc_percent", gcPercent(), "evaluation_slots", rt.evals.Slots, "evaluation_queue", rt.evals.Queue,

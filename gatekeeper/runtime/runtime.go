@@ -31,6 +31,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/server"
 	"github.com/itocompute/itogate/gatekeeper/trust"
 	"github.com/itocompute/itogate/gatekeeper/version"
+	"github.com/itocompute/itogate/gatekeeper/webhook"
 )
 
 // Options are what a Runtime needs beyond its configuration. The zero value
@@ -75,6 +76,7 @@ type Runtime struct {
 	handler    http.Handler
 	webhook    http.Handler // nil without a webhook section
 	webhookTLS *tls.Config
+	apiTLS     *tls.Config // nil: the API listener serves plain HTTP
 
 	// cancel ends the background work (bundle polling, the ledger
 	// sweeper); wg waits for it.
@@ -138,6 +140,17 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Runtime, err
 	if cfg.Webhook != nil {
 		if err := rt.buildWebhook(); err != nil {
 			return nil, err
+		}
+	}
+	if cfg.TLS != nil {
+		// The same reloading pair as the webhook's: cert-manager renews
+		// both in place.
+		certs, err := webhook.NewCertReloader(cfg.TLS.CertFile, cfg.TLS.KeyFile, rt.log.With("listener", "api"))
+		if err != nil {
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+		if rt.apiTLS, err = webhook.TLSConfig(certs, ""); err != nil {
+			return nil, fmt.Errorf("tls: %w", err)
 		}
 	}
 	return rt, nil

@@ -309,3 +309,57 @@ func TestReadyzNamesARestoreHold(t *testing.T) {
 		t.Fatalf("/readyz = %d %s; want 503 naming %q", resp.StatusCode, body, want)
 	}
 }
+
+// TestRunServesTheAPIOverTLS: with a tls section the API listener answers
+// HTTPS with that certificate, refuses plain HTTP, and the start-up line
+// says tls; an unreadable pair fails Open.
+func TestRunServesTheAPIOverTLS(t *testing.T) {
+	api := freeAddr(t)
+	certFile, keyFile := writeCert(t, t.TempDir())
+	logs := &syncbuf.Buffer{}
+	rt := runtimetest.Open(t, runtimetest.Config(t, "listen="+api, "tls.cert_file="+certFile, "tls.key_file="+keyFile),
+		runtime.Options{Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rt.Run(ctx) }()
+	pemCert, err := os.ReadFile(certFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pemCert)
+	client := &http.Client{Timeout: patience.Wait, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	patience.Until(t, "API ready over TLS", func() bool {
+		resp, err := client.Get("https://" + api + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	resp, err := http.Get("http://" + api + "/readyz")
+	if err == nil {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("plain HTTP on the TLS listener: %d, want 400 (Go's answer to HTTP on an HTTPS port)", resp.StatusCode)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	var tlsField any = "missing"
+	for _, l := range logLines(t, logs.String()) {
+		if l["msg"] == "itogate listening" {
+			tlsField = l["tls"]
+		}
+	}
+	if tlsField != true {
+		t.Errorf("start-up line tls = %v, want true", tlsField)
+	}
+
+	cfg := runtimetest.Config(t, "listen="+freeAddr(t), "tls.cert_file="+keyFile, "tls.key_file="+keyFile)
+	if _, err := runtime.Open(t.Context(), cfg, runtime.Options{}); err == nil || !strings.HasPrefix(err.Error(), "tls: ") {
+		t.Fatalf("Open with a key as the certificate = %v, want a tls: error", err)
+	}
+}

@@ -114,6 +114,12 @@ var exitTable = []exitGroup{
 		{exitDenied, kindOwn, "the policy denies; the violations and fixes are printed", "apply the fixes"},
 		{exitFailed, kindBadInput, "bad input: a flag or argument, a refused or invalid manifest, claims file or bundle directory", "fix the named flag or file"},
 	}},
+	{[]string{"plan"}, []exitRow{
+		{0, kindOK, "at least one proposed layout is admitted; the plans are printed", ""},
+		{exitOther, kindOther, "the policy could not be evaluated (an evaluation error, `--deadline` passed)", "report it, or raise --deadline"},
+		{exitDenied, kindOwn, "no proposed layout is admitted on this hardware", "change the hardware flags, the global batch or the budget"},
+		{exitFailed, kindBadInput, "bad input: a flag or argument, a refused or invalid manifest or bundle directory", "fix the named flag or file"},
+	}},
 	{[]string{"replay"}, []exitRow{
 		{0, kindOK, "replayed (nothing flips, or no `--fail-on-flip`)", ""},
 		{exitReplayFlip, kindOwn, "`--fail-on-flip`: a decision flips", "review the flips before shipping the bundle"},

@@ -231,6 +231,11 @@ func TestExitCodesPerCommand(t *testing.T) {
 		"eval 2": cli("eval", "--manifest", manifestDeny, deadline),
 		"eval 4": cli("eval", "--manifest", manifestOK, "--held-gpus", "-1"),
 
+		"plan 0": cli("plan", "--manifest", manifestOK, deadline),
+		"plan 1": cli("plan", "--manifest", manifestOK, "--deadline", "1ns"),
+		"plan 2": cli("plan", "--manifest", filepath.Join("..", "..", "fixtures", "manifests", "llama3-405b.json"), "--nodes", "1", deadline),
+		"plan 4": cli("plan", "--manifest", manifestOK, "--nodes", "-1"),
+
 		"replay 0": cli("replay", "--decisions", flipLog, deadline),
 		"replay 1": cli("replay", "--decisions", flipLog, "--fail-on-flip", deadline),
 		"replay 3": unit("replay", errors.New("any failure but bad input")),

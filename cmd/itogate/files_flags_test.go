@@ -388,6 +388,10 @@ func (fx *fileFixture) commandLines() map[string]func(path string) []string {
 		"eval --bundle-dir": func(p string) []string {
 			return []string{"eval", "--manifest", f["manifest.json"], "--bundle-dir", p, "--deadline", patience.Deadline.String()}
 		},
+		"plan --manifest": func(p string) []string { return []string{"plan", "--manifest", p} },
+		"plan --bundle-dir": func(p string) []string {
+			return []string{"plan", "--manifest", f["manifest.json"], "--bundle-dir", p, "--deadline", patience.Deadline.String()}
+		},
 		"replay --decisions":      func(p string) []string { return []string{"replay", "--decisions", p} },
 		"webhook config --bundle": func(p string) []string { return []string{"webhook", "config", "--bundle", p} },
 		"ledger check --file":     func(p string) []string { return []string{"ledger", "check", "--file", p} },

@@ -69,6 +69,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newDemoCmd(stdout, stderr),
 		newCodesCmd(stdout),
 		newEvalCmd(stdout),
+		newPlanCmd(stdout),
 		newReplayCmd(stdout),
 		newBundleCmd(stdout, stderr),
 		newTicketCmd(stdout, stderr),

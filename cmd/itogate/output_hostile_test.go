@@ -168,6 +168,12 @@ func TestHumanOutputIsInert(t *testing.T) {
 			return result{runCLI(t, "eval", "--manifest", hostileNamed(t, dir, "llama3-8b.json"),
 				"--bundle-dir", hostileBundleDir(t), "--deadline", patience.Deadline.String()), exitDenied, false}
 		},
+		// a bundle without the planner's data has no planner: plan refuses it
+		// as bad input before printing anything the bundle could put there
+		"plan with a hostile bundle": func(t *testing.T) result {
+			return result{runCLI(t, "plan", "--manifest", hostileNamed(t, dir, "llama3-8b.json"),
+				"--bundle-dir", hostileBundleDir(t), "--deadline", patience.Deadline.String()), exitFailed, true}
+		},
 		"eval of a missing file": func(t *testing.T) result {
 			return result{runCLI(t, "eval", "--manifest", filepath.Join(dir, hostile+".json")), exitFailed, false}
 		},
@@ -249,7 +255,7 @@ func TestHumanOutputIsInert(t *testing.T) {
 	// Every runnable command is either fed hostile strings above or prints
 	// nothing from outside, for the reason given.
 	fed := []string{"train", "status", "runs get", "runs list", "revoke confirmation", "revoke entitlement", "revoke booking",
-		"revoke caller", "token confirmation", "demo", "ticket verify", "ticket renew", "eval", "replay", "sign", "verify", "bundle inspect",
+		"revoke caller", "token confirmation", "demo", "ticket verify", "ticket renew", "eval", "plan", "replay", "sign", "verify", "bundle inspect",
 		"ledger check", "ledger restore"}
 	mintsOnly := "prints the token it minted and times it computed; its errors go through main, inert"
 	nothingFromOutside := map[string]string{

@@ -19,10 +19,13 @@ import (
 	"github.com/itocompute/itogate/fixtures"
 	"github.com/itocompute/itogate/gatekeeper/admission"
 	"github.com/itocompute/itogate/gatekeeper/api"
+	"github.com/itocompute/itogate/gatekeeper/bundle/bundletest"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
+	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
 	"github.com/itocompute/itogate/gatekeeper/trust"
 	"github.com/itocompute/itogate/gatekeeper/verify"
+	"github.com/itocompute/itogate/policies"
 	"github.com/itocompute/itogate/schemas"
 )
 
@@ -270,6 +273,27 @@ func TestInputSchema(t *testing.T) {
 			check("offline, "+name+" with the facts of a string checkpoint", in)
 		}
 	}
+
+	// a fix search past its budget (a bundle that allows it one layout)
+	tight, err := policy.New(context.Background(), policy.Options{
+		Bundle: bundletest.Edited(t, policies.Bundle(), "ito/config/plan/data.json", `"max_candidates": 200000`, `"max_candidates": 1`),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rawDeny, err := fs.ReadFile(fixtures.Manifests(), "gpt3-175b-megatron.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docDeny, err := manifest.Parse(rawDeny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := scenario.OfflineInput(rawDeny, docDeny, nil, nil, now, tight.Facts())
+	if fix, _ := in["facts"].(map[string]any)["parallelism"].(map[string]any)["fix"].(map[string]any); fix["budget_exceeded"] != true {
+		t.Errorf("the fix of a search allowed one layout: %v, want budget_exceeded", fix)
+	}
+	check("offline, the fix search past its budget", in)
 
 	var described []string
 	var raw any

@@ -271,3 +271,15 @@ const (
 	DefaultRunPage = 50
 	MaxRunPage     = 200
 )
+
+// PlanRequest is the body of POST /v1/plans: the layouts the policy would
+// admit for a manifest on the caller's booking. Manifest and
+// ManifestSignature are as in AdmissionRequest (the signature is verified
+// like an admission's); EntitlementToken binds the booking to the caller's
+// account. Nothing is consumed and no confirmation is needed.
+type PlanRequest struct {
+	BookingID         string `json:"booking_id"`
+	Manifest          []byte `json:"manifest"`
+	ManifestSignature string `json:"manifest_signature"`
+	EntitlementToken  string `json:"entitlement_token"`
+}

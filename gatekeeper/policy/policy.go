@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/itocompute/itogate/gatekeeper/api"
+	"github.com/itocompute/itogate/gatekeeper/plan"
 	"github.com/itocompute/itogate/gatekeeper/trainfacts"
 	"github.com/itocompute/itogate/internal/regonum"
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -148,7 +149,10 @@ type Options struct {
 
 // Engine holds one prepared bundle. It is safe for concurrent use.
 type Engine struct {
-	facts    *trainfacts.Model
+	facts    *trainfacts.Model // with the fixer, when the bundle has a planner
+	base     *trainfacts.Model // without
+	planner  *plan.Planner
+	confirm  rego.PreparedEvalQuery
 	query    rego.PreparedEvalQuery
 	workload rego.PreparedEvalQuery
 	revision string
@@ -233,8 +237,33 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	if now == nil {
 		now = time.Now
 	}
-	return &Engine{facts: facts, query: pq, workload: wq, revision: revision, digest: digest,
-		expires: opts.Expires, now: now, deadline: d}, nil
+	e := &Engine{facts: facts, base: facts, query: pq, workload: wq, revision: revision, digest: digest,
+		expires: opts.Expires, now: now, deadline: d}
+	// The layout search (a deny's fix, plans), from the same tables; its
+	// proposals are confirmed by the bundle's own rules (ConfirmQuery).
+	if facts != nil {
+		planner, err := plan.New(b.Data)
+		switch {
+		case errors.Is(err, plan.ErrNoData), err != nil && opts.SkipRequiredRules:
+			// no planner: denies name no fix, Plan answers ErrNoPlanner
+		case err != nil:
+			return nil, fmt.Errorf("%w: %w", ErrFactsModel, err)
+		default:
+			cq, err := rego.New(
+				rego.Query("confirm := "+ConfirmQuery),
+				rego.ParsedBundle("itogate", b),
+				rego.StrictBuiltinErrors(true),
+				rego.StoreReadAST(true),
+				rego.UnsafeBuiltins(impureBuiltins()),
+			).PrepareForEval(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("policy: prepare confirm: %w", err)
+			}
+			e.planner, e.confirm = planner, cq
+			e.facts = facts.WithFixer(&fixer{planner: planner, base: facts, confirm: cq, deadline: d})
+		}
+	}
+	return e, nil
 }
 
 // impureBuiltins are OPA's non-deterministic built-ins: network (http.send,

@@ -24,6 +24,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/client"
 	"github.com/itocompute/itogate/gatekeeper/config"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
+	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/gatekeeper/token"
 	"github.com/itocompute/itogate/gatekeeper/trainfacts"
 	"github.com/itocompute/itogate/gatekeeper/trust"
@@ -500,4 +501,24 @@ func (r *Runner) Post(ctx context.Context, path, bearer string, body map[string]
 	defer resp.Body.Close()
 	out, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	return resp.StatusCode, string(out), err
+}
+
+// OfflinePlanInput builds each proposed manifest's offline input as
+// `itogate eval` does by default: an entitlement for exactly the planned
+// hardware (of base, the manifest the plan started from), and a
+// confirmation binding the proposed manifest's digest. A proposal the
+// manifest schema refuses is skipped.
+func OfflinePlanInput(base map[string]any, now time.Time) policy.PlanInput {
+	ent := ExactEntitlementClaims(base, now)
+	return func(m map[string]any) (map[string]any, error) {
+		raw, err := json.Marshal(m)
+		if err != nil {
+			return nil, err
+		}
+		doc, err := manifest.Parse(raw)
+		if err != nil {
+			return nil, err
+		}
+		return OfflineInput(raw, doc, ent, nil, now, nil), nil
+	}
 }

@@ -107,6 +107,7 @@ func New(opts Options) (http.Handler, error) {
 		depositors := s.authenticate("depositor", opts.Depositors, api.CodeDepositorUnauthorized, false)
 		r.With(s.limitBody, s.requireJSON, callers).Post("/admissions", s.postAdmission)
 		r.With(callers).Get("/admissions/{idempotency_key}", s.getAdmission)
+		r.With(s.limitBody, s.requireJSON, callers).Post("/plans", s.postPlan)
 		r.With(callers).Get("/runs/{run_id}", s.getRun)
 		r.With(callers).Get("/runs", s.listRuns)
 		r.With(callers).Post("/runs/{run_id}/ticket", s.renewTicket)
@@ -308,6 +309,16 @@ func (s *srv) postAdmission(w http.ResponseWriter, r *http.Request) {
 	}
 	s.logDecision(r, out)
 	writeOutcome(w, out)
+}
+
+// postPlan answers POST /v1/plans (admission.Service.Plan): read-only,
+// nothing is logged as a decision.
+func (s *srv) postPlan(w http.ResponseWriter, r *http.Request) {
+	var req api.PlanRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	writeOutcome(w, s.opts.Admission.Plan(r.Context(), callerFrom(r.Context()), req))
 }
 
 func (s *srv) getAdmission(w http.ResponseWriter, r *http.Request) {

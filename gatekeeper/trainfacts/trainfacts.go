@@ -46,6 +46,25 @@ type Model struct {
 	tiers   []string // storage table names, sorted
 	budget  budgetConfig
 	creds   credentialConfig
+	fixer   Fixer
+}
+
+// Fixer proposes the fix of a train.create whose layout the parallelism
+// gate denies: the policy engine's layout search (gatekeeper/plan),
+// confirmed by the bundle's own rules. Fix returns input.facts.parallelism.fix
+// for the input document, or nil when the manifest's layout passes (no
+// search runs on an allow) or cannot be judged.
+type Fixer interface {
+	Fix(doc map[string]any) map[string]any
+}
+
+// WithFixer is a copy of m whose Compute adds the fixer's fix to the
+// parallelism facts. m itself is unchanged (and is what a Fixer computes
+// its candidates' facts with).
+func (m *Model) WithFixer(f Fixer) *Model {
+	c := *m
+	c.fixer = f
+	return &c
 }
 
 // New reads the model's tables and constants from a bundle's data document
@@ -109,7 +128,13 @@ func (m *Model) Compute(doc map[string]any) (map[string]any, error) {
 	if c.Err != nil {
 		return nil, fmt.Errorf("trainfacts: %w", c.Err)
 	}
-	out["parallelism"] = par.facts()
+	parFacts := par.facts()
+	if m.fixer != nil {
+		if fix := m.fixer.Fix(doc); fix != nil {
+			parFacts["fix"] = fix
+		}
+	}
+	out["parallelism"] = parFacts
 	out["checkpoint"] = ckpt.facts()
 	out["budget"] = budget.facts()
 	return out, nil
@@ -159,4 +184,16 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// ParallelismFacts is input.facts.parallelism alone (without a fix) for a
+// policy input document: how a layout search computes the exact facts of a
+// layout it proposes, for the bundle's rules to confirm it.
+func (m *Model) ParallelismFacts(doc map[string]any) (map[string]any, error) {
+	c := &regonum.Calc{}
+	par := m.parallelism(c, newInput(doc))
+	if c.Err != nil {
+		return nil, fmt.Errorf("trainfacts: %w", c.Err)
+	}
+	return par.facts(), nil
 }

@@ -20,7 +20,7 @@
 //     (CheckBindings) and never while something it rests on is revoked;
 //   - a booking never holds more GPUs than it booked, nor its live runs
 //     more checkpoint storage than its quota (CheckCapacity at commit,
-//     serialized per booking; CheckHeld checks the GPUs in every Checker);
+//     serialized per booking; CheckHeld in every Checker);
 //   - a booking belongs to the account of its first admission
 //     (CheckBookingAccount at commit);
 //   - a run is in one state (RunRecord.State) and moves only by an

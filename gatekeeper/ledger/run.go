@@ -283,20 +283,25 @@ func CheckBindings(c Confirmation, a Admission) error {
 
 // CheckHeld is the checkers' (fsck) capacity invariant over one booking's
 // runs: at each run's admission, the GPUs of the runs live at that instant
-// (itself included) are at most the GPUs it was admitted against. It
-// returns one line per violation.
+// (itself included) are at most the GPUs it was admitted against, and their
+// checkpoint GiB at most the checkpoint quota it was admitted under (when
+// one was known). It returns one line per violation.
 func CheckHeld(runs []RunRecord) []string {
 	var out []string
 	for _, r := range runs {
-		held := 0
+		held, gib := 0, int64(0)
 		for _, o := range runs {
 			// Every overlapping pair is counted at the later admission.
 			if !o.AdmittedAt.After(r.AdmittedAt) && o.Live(r.AdmittedAt) {
 				held += o.GPUs
+				gib += o.Plan.CheckpointGiB
 			}
 		}
 		if held > r.BookedGPUs {
 			out = append(out, fmt.Sprintf("at run %s's admission %d GPUs were held, %d booked", r.RunID, held, r.BookedGPUs))
+		}
+		if q := r.Plan.StorageQuotaGiB; q > 0 && gib > q {
+			out = append(out, fmt.Sprintf("at run %s's admission %d GiB of checkpoints were kept, %d GiB quota", r.RunID, gib, q))
 		}
 	}
 	return out

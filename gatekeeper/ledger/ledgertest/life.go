@@ -134,10 +134,11 @@ func testCheckpointQuota(t *testing.T, f *fixture) {
 	f.wantState(second.ConfirmationRef, ledger.ConfirmationAvailable, "")
 
 	// exactly what is left fits; without a known quota nothing is checked
+	// (another booking: the checker holds a booking's runs to each quota)
 	fits := f.create("acct_42", "bk_ckq", "fits", 8, 64)
 	fits.Plan = ledger.RunPlan{IntervalSteps: 100, Steps: 1000, CheckpointGiB: 400, StorageQuotaGiB: 1000}
 	f.commit(fits)
-	unknown := f.create("acct_42", "bk_ckq", "unknown", 8, 64)
+	unknown := f.create("acct_42", "bk_ckq_none", "unknown", 8, 64)
 	unknown.Plan = ledger.RunPlan{IntervalSteps: 100, Steps: 1000, CheckpointGiB: 5000}
 	f.commit(unknown)
 

@@ -590,11 +590,23 @@ func TestTeardownUpdates(t *testing.T) {
 				map[string]any{"name": "t", "resources": map[string]any{"limits": map[string]any{"nvidia.com/gpu": 8}}}}}}}}}}
 	pjSuspended := deepCopy(pj)
 	pjSuspended["spec"].(map[string]any)["runPolicy"].(map[string]any)["suspend"] = true
-	r := rq{group: "kubeflow.org", version: "v1", kind: "PyTorchJob", resource: "pytorchjobs", op: "UPDATE", ns: "team-a", obj: pjSuspended, old: pj}
-	if !m.sent(t, r) {
-		t.Error("runPolicy.suspend: not sent")
+	// Also where the stored job had no runPolicy at all.
+	pjBare := deepCopy(pj)
+	delete(pjBare["spec"].(map[string]any), "runPolicy")
+	for _, old := range []map[string]any{pj, pjBare} {
+		r := rq{group: "kubeflow.org", version: "v1", kind: "PyTorchJob", resource: "pytorchjobs", op: "UPDATE", ns: "team-a", obj: pjSuspended, old: old}
+		if !m.sent(t, r) {
+			t.Error("runPolicy.suspend: not sent")
+		}
+		if resp := decide(t, f.h, r); !resp.Allowed {
+			t.Errorf("runPolicy.suspend of a cancelled run: %+v", resp.Result)
+		}
 	}
-	if resp := decide(t, f.h, r); !resp.Allowed {
-		t.Errorf("runPolicy.suspend of a cancelled run: %+v", resp.Result)
+	// A runPolicy added with anything but a suspend changes what runs.
+	pjCleanup := deepCopy(pjSuspended)
+	pjCleanup["spec"].(map[string]any)["runPolicy"].(map[string]any)["cleanPodPolicy"] = "All"
+	if resp := decide(t, f.h, rq{group: "kubeflow.org", version: "v1", kind: "PyTorchJob", resource: "pytorchjobs", op: "UPDATE",
+		ns: "team-a", obj: pjCleanup, old: pjBare}); resp.Allowed {
+		t.Error("a new runPolicy with cleanPodPolicy is taken for a teardown")
 	}
 }

@@ -96,8 +96,8 @@ func newReview(req *admissionv1.AdmissionRequest) (review, error) {
 
 // onlyStops: next is prev but for members named "suspend" that are true in
 // next (a suspended Job, JobSet, RayJob or a Kubeflow job's
-// runPolicy.suspend): nothing starts that did not run before. Values
-// compare as decoded (numbers by their text).
+// runPolicy.suspend), also inside objects prev lacks: nothing starts that
+// did not run before. Values compare as decoded (numbers by their text).
 func onlyStops(prev, next any) bool {
 	switch n := next.(type) {
 	case map[string]any:
@@ -110,7 +110,15 @@ func onlyStops(prev, next any) bool {
 				continue
 			}
 			pv, present := p[k]
-			if !present || !onlyStops(pv, nv) {
+			if !present {
+				// A member the stored spec lacks may only add stops
+				// (runPolicy: {suspend: true} where no runPolicy was).
+				if !onlyStops(map[string]any{}, nv) {
+					return false
+				}
+				continue
+			}
+			if !onlyStops(pv, nv) {
 				return false
 			}
 		}

@@ -720,7 +720,8 @@ func kubectl(t *testing.T, env *envtest.Environment, args ...string) (string, er
 }
 
 // shippedWebhook reads deploy/kubernetes/base's configuration and points its
-// webhooks at url, trusting caPEM: everything else is as shipped.
+// webhooks at url's host (each at its own path), trusting caPEM: everything
+// else is as shipped.
 func shippedWebhook(t *testing.T, url string, caPEM []byte) *admissionregistrationv1.ValidatingWebhookConfiguration {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join("..", "..", "deploy", "kubernetes", "base", "validatingwebhookconfiguration.yaml"))
@@ -732,7 +733,9 @@ func shippedWebhook(t *testing.T, url string, caPEM []byte) *admissionregistrati
 		t.Fatalf("the shipped configuration: %v", err)
 	}
 	for i := range vwc.Webhooks {
-		vwc.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caPEM}
+		// Each webhook keeps its own path (/validate, /validate-warn).
+		u := strings.TrimSuffix(url, "/validate") + *vwc.Webhooks[i].ClientConfig.Service.Path
+		vwc.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &u, CABundle: caPEM}
 	}
 	return &vwc
 }

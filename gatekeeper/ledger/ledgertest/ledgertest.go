@@ -123,6 +123,9 @@ var cases = []struct {
 	{"WorkloadChildren", testWorkloadChildren},
 	{"WorkloadConcurrentRoots", testWorkloadConcurrentRoots},
 	{"WorkloadInvalid", testWorkloadInvalid},
+	{"WorkloadActiveRoot", testWorkloadActiveRoot},
+	{"WorkloadGeneratedName", testWorkloadGeneratedName},
+	{"WorkloadRunStateInBind", testWorkloadRunStateInBind},
 }
 
 // base is the suite's "now"; confirmations expire 15 minutes after it.

@@ -714,6 +714,8 @@ func TestMigrateSchema5(t *testing.T) {
 		ALTER TABLE {s}.runs DROP CONSTRAINT runs_storage_check, DROP COLUMN plan_checkpoint_gib,
 			DROP COLUMN plan_storage_quota_gib;
 		DROP INDEX {s}.runs_account_idx;
+		ALTER TABLE {s}.workload_bindings DROP COLUMN active_uid;
+		ALTER TABLE {s}.workload_uids DROP COLUMN root_uid;
 		DELETE FROM {s}.schema_migrations WHERE version >= 6;`, "{s}", schema))
 	if err != nil {
 		t.Fatalf("back to version 5: %v", err)

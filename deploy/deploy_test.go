@@ -448,7 +448,7 @@ func TestWebhookConfigurationIsGenerated(t *testing.T) {
 // them on a real apiserver.
 func TestAdmissionPoliciesFailClosed(t *testing.T) {
 	d := docs(t, filepath.Join("kubernetes", "base", "admissionpolicies.yaml"))
-	codes := AdmissionPolicyCodes
+	codes := webhook.AdmissionPolicyCodes
 	vaps, bound := map[string]map[string]any{}, map[string]bool{}
 	for _, doc := range d {
 		name, _ := get(doc, "metadata", "name").(string)

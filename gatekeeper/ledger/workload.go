@@ -44,10 +44,13 @@ type Workloads interface {
 	// ErrWorkloadBound or ErrWorkloadOwnerRetired). A Leaf child (a Pod) is
 	// checked and may set Active, but its uid is not recorded.
 	//
-	// In the same transaction the run must exist (else ErrNotFound) and
-	// may take work at b.At (RunRecord.MayWork, whose typed error is
-	// returned: a halt, revocation or end committed between the webhook's
-	// read and its bind refuses the bind).
+	// In the same transaction the run must exist (else ErrNotFound) and,
+	// when the step writes anything (BindStep.Writes), may take work at
+	// b.At (RunRecord.MayWork, whose typed error is returned: a halt,
+	// revocation or end committed between the webhook's read and its bind
+	// refuses the bind). A bind that changes nothing — an UPDATE of a bound
+	// object, a child of the active root already recorded — is not new
+	// work and succeeds whatever the run's state (teardown of an ended run).
 	//
 	// It returns the binding as stored afterwards. b must pass
 	// WorkloadBind.Validate, else ErrInvalid.
@@ -111,6 +114,9 @@ type BindStep struct {
 	// Activate: Binding.Active changed.
 	Activate bool
 }
+
+// Writes reports whether the step changes the stored binding.
+func (s BindStep) Writes() bool { return s.Create || s.AddUID != "" || s.Activate }
 
 // Step is the one definition of BindWorkload's rules, shared by both
 // stores: cur is the stored binding (found false when the run has none),

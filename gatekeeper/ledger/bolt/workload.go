@@ -50,9 +50,6 @@ func (s *Store) BindWorkload(ctx context.Context, b ledger.WorkloadBind) (ledger
 		if err != nil {
 			return err
 		}
-		if err := run.run().MayWork(b.At); err != nil {
-			return abort(fmt.Errorf("ledger: bind workload: %w", err))
-		}
 		bucket := tx.Bucket(bucketWorkloads)
 		var rec workloadRecord
 		v := bucket.Get([]byte(b.RunID))
@@ -69,8 +66,12 @@ func (s *Store) BindWorkload(ctx context.Context, b ledger.WorkloadBind) (ledger
 			return abort(err)
 		}
 		out = step.Binding
-		if !step.Create && step.AddUID == "" && !step.Activate {
+		if !step.Writes() {
 			return nil
+		}
+		if err := run.run().MayWork(b.At); err != nil {
+			out = ledger.WorkloadBinding{}
+			return abort(fmt.Errorf("ledger: bind workload: %w", err))
 		}
 		next := workloadRecord{Identity: out.Identity, UIDs: out.UIDs, Roots: out.Roots, Active: out.Active, BoundAt: out.BoundAt}
 		raw, err := json.Marshal(next)

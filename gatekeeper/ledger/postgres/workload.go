@@ -36,7 +36,7 @@ func newWorkloadQueries(schema string) workloadQueries {
 
 // BindWorkload implements ledger.Workloads: ledger.Step in one READ
 // COMMITTED transaction. The run's row is read FOR SHARE and must allow
-// work; a root's binding row is inserted if absent; the binding row is then
+// work when the step writes; a root's binding row is inserted if absent; the binding row is then
 // locked, so two replicas binding one run serialize on it and the second
 // sees the first's identity and active root.
 func (s *Store) BindWorkload(ctx context.Context, b ledger.WorkloadBind) (ledger.WorkloadBinding, error) {
@@ -61,10 +61,6 @@ func (s *Store) BindWorkload(ctx context.Context, b ledger.WorkloadBind) (ledger
 			return domain
 		case err != nil:
 			return err
-		}
-		if err := run.MayWork(b.At); err != nil {
-			domain = fmt.Errorf("ledger: bind workload: %w", err)
-			return domain
 		}
 		if b.OwnerUID == "" {
 			if _, err := tx.Exec(qctx, s.wq.insertBinding, b.RunID, b.Identity, at); err != nil {
@@ -93,6 +89,12 @@ func (s *Store) BindWorkload(ctx context.Context, b ledger.WorkloadBind) (ledger
 			return domain
 		}
 		out = step.Binding
+		if step.Writes() {
+			if err := run.MayWork(b.At); err != nil {
+				out, domain = ledger.WorkloadBinding{}, fmt.Errorf("ledger: bind workload: %w", err)
+				return domain
+			}
+		}
 		if step.Activate {
 			if _, err := tx.Exec(qctx, s.wq.setActive, b.RunID, out.Active); err != nil {
 				return err

@@ -705,11 +705,15 @@ func grantTenant(t *testing.T, cs *kubernetes.Clientset) {
 	t.Helper()
 	ctx := t.Context()
 	subject := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: tenantUser}}
-	if _, err := cs.RbacV1().RoleBindings(nsA).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "tenant-edit"}, Subjects: subject,
-		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	// edit is an aggregated role whose rules kube-controller-manager fills
+	// in from these two (envtest runs no controller manager): bind them.
+	for _, role := range []string{"system:aggregate-to-edit", "system:aggregate-to-view"} {
+		if _, err := cs.RbacV1().RoleBindings(nsA).Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "tenant-" + strings.TrimPrefix(role, "system:")}, Subjects: subject,
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := cs.RbacV1().Roles(nsA).Create(ctx, &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: "own-namespace"},

@@ -14,7 +14,7 @@ import (
 )
 
 // workloadQueries are the statements of the Workloads methods (migrations
-// 0003 and 0009), qualified with the schema.
+// 0003 and 0010), qualified with the schema.
 type workloadQueries struct {
 	runForShare, insertBinding, binding, lockBinding, setActive, insertUID, uids string
 }

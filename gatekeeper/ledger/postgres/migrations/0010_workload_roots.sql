@@ -1,4 +1,4 @@
--- itogate ledger, schema version 9: one root object of a workload runs at a
+-- itogate ledger, schema version 10: one root object of a workload runs at a
 -- time (issue 22).
 --
 -- Runs inside the migration transaction with search_path set to the ledger's

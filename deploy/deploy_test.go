@@ -7,7 +7,9 @@ package deploy
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/url"
@@ -16,6 +18,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/itocompute/itogate/gatekeeper/config"
 	"github.com/itocompute/itogate/gatekeeper/webhook"
@@ -407,6 +411,8 @@ func TestBaseBuildsAlone(t *testing.T) {
 	slices.Sort(kinds)
 	want := []string{"ConfigMap/itogate-config", "Deployment/itogate", "Namespace/itogate-system", "NetworkPolicy/itogate",
 		"PodDisruptionBudget/itogate", "Service/itogate", "Service/itogate-webhook", "ServiceAccount/itogate",
+		"ValidatingAdmissionPolicy/itogate-namespace-labels", "ValidatingAdmissionPolicy/itogate-workload-delete",
+		"ValidatingAdmissionPolicyBinding/itogate-namespace-labels", "ValidatingAdmissionPolicyBinding/itogate-workload-delete",
 		"ValidatingWebhookConfiguration/itogate"}
 	if !slices.Equal(kinds, want) {
 		t.Fatalf("base objects %v, want %v", kinds, want)
@@ -437,5 +443,105 @@ func TestWebhookConfigurationIsGenerated(t *testing.T) {
 	if string(want) != string(WebhookConfiguration) {
 		t.Fatal("kubernetes/base/validatingwebhookconfiguration.yaml is not current: " +
 			"go run ./cmd/itogate webhook config > deploy/kubernetes/base/validatingwebhookconfiguration.yaml")
+	}
+}
+
+// TestAdmissionPoliciesFailClosed: the shipped ValidatingAdmissionPolicies
+// fail closed, each bound with Deny, each refusal a 403 led by its stable
+// code; the delete guard covers every workload kind of the bundle that
+// has children (not a Pod, not a DRA claim or template), and the namespace
+// guard names the labels docs/kubernetes.md lists. `make test-k8s` runs
+// them on a real apiserver.
+func TestAdmissionPoliciesFailClosed(t *testing.T) {
+	f, err := os.Open(filepath.Join("kubernetes", "base", "admissionpolicies.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var d []map[string]any
+	for dec := yaml.NewDecoder(f); ; {
+		var doc map[string]any
+		if err := dec.Decode(&doc); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			t.Fatal(err)
+		}
+		d = append(d, doc)
+	}
+	codes := webhook.AdmissionPolicyCodes
+	vaps, bound := map[string]map[string]any{}, map[string]bool{}
+	for _, doc := range d {
+		name, _ := get(doc, "metadata", "name").(string)
+		switch doc["kind"] {
+		case "ValidatingAdmissionPolicy":
+			vaps[name] = doc
+		case "ValidatingAdmissionPolicyBinding":
+			acts, _ := get(doc, "spec", "validationActions").([]any)
+			if len(acts) != 1 || acts[0] != "Deny" || get(doc, "spec", "policyName") != name {
+				t.Errorf("binding %s: %v", name, get(doc, "spec"))
+			}
+			bound[name] = true
+		default:
+			t.Errorf("unexpected %v", doc["kind"])
+		}
+	}
+	for name, code := range codes {
+		p := vaps[name]
+		if p == nil || !bound[name] {
+			t.Errorf("policy %s: missing or unbound", name)
+			continue
+		}
+		if get(p, "spec", "failurePolicy") != "Fail" {
+			t.Errorf("%s: failurePolicy %v", name, get(p, "spec", "failurePolicy"))
+		}
+		vs, _ := get(p, "spec", "validations").([]any)
+		for _, v := range vs {
+			msg, _ := get(v, "messageExpression").(string)
+			if get(v, "reason") != "Forbidden" || !strings.HasPrefix(msg, "'"+string(code)+": ") {
+				t.Errorf("%s: validation %v: want reason Forbidden and a message led by %s", name, v, code)
+			}
+		}
+	}
+	if len(vaps) != len(codes) {
+		t.Errorf("policies %d, want %d", len(vaps), len(codes))
+	}
+
+	raw, err := fs.ReadFile(policies.Bundle(), "ito/tables/workloads/data.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table struct {
+		Kinds map[string]struct {
+			Resource  string `json:"resource"`
+			Leaf      bool   `json:"leaf"`
+			ClaimSets []any  `json:"claim_sets"`
+		} `json:"kinds"`
+	}
+	if err := json.Unmarshal(raw, &table); err != nil {
+		t.Fatal(err)
+	}
+	guarded := map[string]bool{}
+	for _, r := range get(vaps["itogate-workload-delete"], "spec", "matchConstraints", "resourceRules").([]any) {
+		ops := fmt.Sprint(get(r, "operations"))
+		for _, g := range get(r, "apiGroups").([]any) {
+			for _, res := range get(r, "resources").([]any) {
+				if ops == "[DELETE UPDATE]" {
+					guarded[g.(string)+"/"+res.(string)] = true
+				}
+			}
+		}
+	}
+	for key, k := range table.Kinds {
+		group, _, _ := strings.Cut(key, "/")
+		if !k.Leaf && len(k.ClaimSets) == 0 && !guarded[group+"/"+k.Resource] {
+			t.Errorf("%s/%s has children but its orphaning delete is not guarded", group, k.Resource)
+		}
+	}
+	labels := fmt.Sprint(get(vaps["itogate-namespace-labels"], "spec", "variables"))
+	for _, l := range []string{"'itogate.io/'", "'resource.kubernetes.io/admin-access'", "'pod-security.kubernetes.io/'"} {
+		if !strings.Contains(labels, l) {
+			t.Errorf("the namespace guard does not name %s", l)
+		}
 	}
 }

@@ -35,6 +35,10 @@ const (
 	// ProducedByClient: itogate train/status themselves, in the envelope
 	// they print for a refusal they make without an answer from itogate.
 	ProducedByClient Producer = "client"
+	// ProducedByCluster: the ValidatingAdmissionPolicies of
+	// deploy/kubernetes, evaluated by the kube-apiserver itself (no call to
+	// itogate, so they hold while itogate is down), leading their message.
+	ProducedByCluster Producer = "cluster"
 )
 
 // Entry is one code's registry entry.
@@ -141,6 +145,12 @@ const (
 	CodeTicketInvalid        Code = "TICKET_INVALID"
 	CodeTicketExpired        Code = "TICKET_EXPIRED"
 	CodeTicketJobBound       Code = "TICKET_JOB_BOUND"
+	CodeWorkloadRunNotLive   Code = "WORKLOAD_RUN_NOT_LIVE"
+	CodeWorkloadOwnerRetired Code = "WORKLOAD_OWNER_RETIRED"
+	// Refused by the kube-apiserver's ValidatingAdmissionPolicies
+	// (deploy/kubernetes/base/admissionpolicies.yaml).
+	CodeWorkloadOrphaningDelete Code = "WORKLOAD_ORPHANING_DELETE"
+	CodeNamespaceLabelGuarded   Code = "NAMESPACE_LABEL_GUARDED"
 
 	// The client's own refusals (itogate train, itogate status).
 	CodeClientInput     Code = "CLIENT_INPUT_INVALID"
@@ -207,6 +217,7 @@ var registryIndex = func() map[Code]Entry {
 var (
 	server        = []Producer{ProducedByServer}
 	webhook       = []Producer{ProducedByWebhook}
+	cluster       = []Producer{ProducedByCluster}
 	client        = []Producer{ProducedByClient}
 	serverWebhook = []Producer{ProducedByServer, ProducedByWebhook}
 )
@@ -430,6 +441,18 @@ var registry = []Entry{
 	entry(CodeWorkloadRunNotFound, "workload", http.StatusForbidden, webhook,
 		"The ledger has no run for the ticket at bind time (also a policy code).",
 		"Use the ticket of an admitted run."),
+	entry(CodeWorkloadRunNotLive, "workload", http.StatusForbidden, webhook,
+		"The ledger refused the bind (also a policy code): the run was halted, revoked or ended after the webhook read it (RunRecord.MayWork, re-checked in the bind's transaction).",
+		"Admit a new run; a halted, revoked or ended run creates nothing."),
+	entry(CodeWorkloadOwnerRetired, "workload", http.StatusForbidden, webhook,
+		"The ledger refused the bind: the object's controller descends from a root object that a re-created object of the same name replaced (it was deleted); the deleted object's uid admits no children.",
+		"Nothing to do for the deleted object's children; the re-created object's controller creates its own."),
+	entry(CodeWorkloadOrphaningDelete, "workload", http.StatusForbidden, cluster,
+		"The apiserver's ValidatingAdmissionPolicy itogate-workload-delete refused a DELETE of an object carrying itogate.io/ticket that would orphan its dependents (propagationPolicy Orphan, orphanDependents true, or a batch/v1 Job deleted without a propagation policy, which the apiserver orphans by default) or an UPDATE adding the orphan finalizer: orphaned Pods would keep their GPUs while a re-created object of the same name runs new ones on the same ticket.",
+		"Delete with propagationPolicy Background or Foreground (kubectl delete does: --cascade=background)."),
+	entry(CodeNamespaceLabelGuarded, "workload", http.StatusForbidden, cluster,
+		"The apiserver's ValidatingAdmissionPolicy itogate-namespace-labels refused a namespace CREATE or UPDATE by someone other than a named cluster admin that sets, changes or removes a guarded label: itogate.io/*, resource.kubernetes.io/admin-access, pod-security.kubernetes.io/*.",
+		"Ask a cluster admin (system:masters or the group itogate:namespace-admins) to change the label."),
 
 	entry(CodeClientInput, "client", 0, client,
 		"A client command (itogate train, status, runs, revoke) refused a flag or file before sending anything.",

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -15,6 +17,10 @@ var (
 	// ErrWorkloadOwnerUnbound: a child's owner uid is not one of the bound
 	// workload's uids (or the run is bound to nothing). Nothing was written.
 	ErrWorkloadOwnerUnbound = errors.New("the owner is not part of the run's bound workload")
+	// ErrWorkloadOwnerRetired: a child's owner descends from a root object
+	// that a newer object of the same name replaced (it was deleted and
+	// re-created): its uid admits no children. Nothing was written.
+	ErrWorkloadOwnerRetired = errors.New("the owner was replaced by a re-created object of the same name")
 )
 
 // Workloads binds a run's admission ticket to the one workload it created
@@ -31,6 +37,20 @@ type Workloads interface {
 	//   - a child workload (b.OwnerUID set, e.g. a JobSet's Job): b.OwnerUID
 	//     must already be a uid of the binding, else ErrWorkloadOwnerUnbound;
 	//     b.UID is added.
+	//
+	// One root object at a time has children: the binding's Active root,
+	// set by the first child bound under a root (Step says exactly how a
+	// newer root of the same name takes over and when a child is refused
+	// ErrWorkloadBound or ErrWorkloadOwnerRetired). A Leaf child (a Pod) is
+	// checked and may set Active, but its uid is not recorded.
+	//
+	// In the same transaction the run must exist (else ErrNotFound) and,
+	// when the step writes anything (BindStep.Writes), may take work at
+	// b.At (RunRecord.MayWork, whose typed error is returned: a halt,
+	// revocation or end committed between the webhook's read and its bind
+	// refuses the bind). A bind that changes nothing — an UPDATE of a bound
+	// object, a child of the active root already recorded — is not new
+	// work and succeeds whatever the run's state (teardown of an ended run).
 	//
 	// It returns the binding as stored afterwards. b must pass
 	// WorkloadBind.Validate, else ErrInvalid.
@@ -52,7 +72,10 @@ type WorkloadBind struct {
 	UID string
 	// OwnerUID is, for a child, its controller's uid; empty for a root.
 	OwnerUID string
-	At       time.Time
+	// Leaf marks a child that has no children of its own (a Pod): its uid
+	// is not recorded, so a long run's Pods never fill the binding.
+	Leaf bool
+	At   time.Time
 }
 
 // WorkloadBinding is the workload a run's ticket created.
@@ -61,8 +84,122 @@ type WorkloadBinding struct {
 	Identity string
 	// UIDs are the uids of the root object (one per create of the same
 	// identity) and of child workloads, in the order they were added.
-	UIDs    []string
+	UIDs []string
+	// Roots maps each uid of UIDs to the root uid it descends from (a
+	// root's is itself). A uid bound before roots were recorded maps to
+	// the binding's first uid.
+	Roots map[string]string
+	// Active is the root uid whose descendants may have children; "" until
+	// the first child is bound.
+	Active  string
 	BoundAt time.Time
+}
+
+// GeneratedIdentitySuffix ends the Identity of a root created with
+// metadata.generateName: "<group>/<kind>/<namespace>/<generateName>*". A
+// retried create (a new generated name) is then the same identity; since
+// two objects may share it at once, the first root with a child is the
+// one that runs (Step).
+const GeneratedIdentitySuffix = "*"
+
+// BindStep is what one BindWorkload changes: the binding afterwards, and
+// the writes that take the stored binding there.
+type BindStep struct {
+	Binding WorkloadBinding
+	// Create: there was no binding; it is created with Binding's
+	// Identity and BoundAt.
+	Create bool
+	// AddUID is the uid to record under AddRoot; "" when none.
+	AddUID, AddRoot string
+	// Activate: Binding.Active changed.
+	Activate bool
+}
+
+// Writes reports whether the step changes the stored binding.
+func (s BindStep) Writes() bool { return s.Create || s.AddUID != "" || s.Activate }
+
+// Step is the one definition of BindWorkload's rules, shared by both
+// stores: cur is the stored binding (found false when the run has none),
+// b a bind that passed Validate. On an error nothing is written; with
+// ErrWorkloadBound for a root, the step's Binding is the stored one.
+//
+//   - A root (b.OwnerUID empty) binds its identity when none is bound and
+//     adds b.UID as a root; another identity is ErrWorkloadBound.
+//   - A child's owner must be a uid of the binding (else
+//     ErrWorkloadOwnerUnbound); r is the root it descends from. With no
+//     Active root, r becomes Active. With another Active root: when the
+//     identity is a name (not generated) and r was bound after it, r
+//     becomes Active — one name is one object at a time, so the older root
+//     was deleted; when r is older, ErrWorkloadOwnerRetired; when the
+//     identity is generated, two objects of one generateName exist and
+//     ErrWorkloadBound. A child that is not Leaf adds b.UID under r.
+//   - More than MaxWorkloadUIDs uids is ErrInvalid.
+func Step(cur WorkloadBinding, found bool, b WorkloadBind) (BindStep, error) {
+	out := BindStep{Binding: cur}
+	w := &out.Binding
+	w.UIDs = slices.Clone(cur.UIDs)
+	w.Roots = make(map[string]string, len(cur.UIDs)+1)
+	for _, u := range cur.UIDs {
+		w.Roots[u] = cur.RootOf(u)
+	}
+	root := b.UID
+	if b.OwnerUID == "" {
+		switch {
+		case !found:
+			w.Identity, w.BoundAt = b.Identity, b.At.UTC().Truncate(time.Microsecond)
+			out.Create = true
+		case cur.Identity != b.Identity:
+			return BindStep{Binding: cur}, fmt.Errorf("ledger: bind workload: %w", ErrWorkloadBound)
+		}
+	} else {
+		if !found || !slices.Contains(cur.UIDs, b.OwnerUID) {
+			return BindStep{}, fmt.Errorf("ledger: bind workload: %w", ErrWorkloadOwnerUnbound)
+		}
+		root = w.Roots[b.OwnerUID]
+		switch active := cur.Active; {
+		case active == "" || active == root:
+		case strings.HasSuffix(cur.Identity, GeneratedIdentitySuffix):
+			return BindStep{}, fmt.Errorf("ledger: bind workload: another object of generateName %s already runs: %w",
+				cur.Identity, ErrWorkloadBound)
+		case slices.Index(cur.UIDs, root) < slices.Index(cur.UIDs, active):
+			return BindStep{}, fmt.Errorf("ledger: bind workload: %w", ErrWorkloadOwnerRetired)
+		}
+		if cur.Active != root {
+			w.Active, out.Activate = root, true
+		}
+		if b.Leaf {
+			return out, nil
+		}
+	}
+	if !slices.Contains(w.UIDs, b.UID) {
+		if len(w.UIDs) >= MaxWorkloadUIDs {
+			return BindStep{}, fmt.Errorf("ledger: bind workload: more than %d uids: %w", MaxWorkloadUIDs, ErrInvalid)
+		}
+		w.UIDs = append(w.UIDs, b.UID)
+		w.Roots[b.UID] = root
+		out.AddUID, out.AddRoot = b.UID, root
+	}
+	return out, nil
+}
+
+// RootOf is the root uid uid descends from: Roots[uid], else (a uid bound
+// before roots were recorded) the binding's first uid.
+func (w WorkloadBinding) RootOf(uid string) string {
+	if r, ok := w.Roots[uid]; ok && r != "" {
+		return r
+	}
+	if len(w.UIDs) > 0 {
+		return w.UIDs[0]
+	}
+	return ""
+}
+
+// Admits reports whether a Leaf child of owner is admitted by the binding
+// as it stands, with nothing to write: owner is one of its uids and
+// descends from the Active root. (The webhook's fast path: only the first
+// child of a root, or a child of a newer root, goes to BindWorkload.)
+func (w WorkloadBinding) Admits(owner string) bool {
+	return w.Active != "" && w.HasUID(owner) && w.RootOf(owner) == w.Active
 }
 
 // HasUID reports whether uid belongs to the binding.

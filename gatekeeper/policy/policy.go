@@ -413,7 +413,9 @@ type WorkloadDecision struct {
 	Decision
 	// Bind is what an allowed, non-dry-run review records in the ledger:
 	// "root" (bind the run to this object), "child" (add this object under
-	// its bound owner) or "none".
+	// its bound owner), "leaf" (check a controller's Pod against its
+	// owner's active root; nothing recorded unless that root becomes
+	// active) or "none".
 	Bind string
 	// GPUs is the total the object asks for.
 	GPUs int64
@@ -443,10 +445,10 @@ func (e *Engine) DecideWorkload(ctx context.Context, input map[string]any) (Work
 	obj := raw.(map[string]any)
 	wd := WorkloadDecision{Decision: d}
 	switch b, _ := obj["bind"].(string); b {
-	case "root", "child", "none":
+	case "root", "child", "leaf", "none":
 		wd.Bind = b
 	default:
-		return WorkloadDecision{}, &Error{Code: api.CodePolicyDecisionInvalid, Err: errors.New("bind is not root, child or none")}
+		return WorkloadDecision{}, &Error{Code: api.CodePolicyDecisionInvalid, Err: errors.New("bind is not root, child, leaf or none")}
 	}
 	switch g := obj["gpus"].(type) {
 	case json.Number:

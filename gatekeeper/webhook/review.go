@@ -6,6 +6,8 @@ import (
 	"errors"
 
 	admissionv1 "k8s.io/api/admission/v1"
+
+	"github.com/itocompute/itogate/gatekeeper/ledger"
 )
 
 // review is what Go reads out of a request before policy: the object as
@@ -17,8 +19,12 @@ type review struct {
 	// ({name: true}): the policy's rules for rare members (env,
 	// securityContext, hostPath…) start with an input.review.keys test that
 	// OPA's rule index decides without evaluating them.
-	keys     map[string]any
-	identity string // "<group>/<Kind>/<namespace>/<name>"
+	keys map[string]any
+	// identity is "<group>/<Kind>/<namespace>/<name>", or for an object
+	// created with metadata.generateName (not a Pod: a bare Pod is its own
+	// workload and has no children to choose between two of them)
+	// "<group>/<Kind>/<namespace>/<generateName>*" (ledger.Step).
+	identity string
 	uid      string
 	ownerUID string // the controller ownerReference's uid; "" for none
 	ticket   string
@@ -91,6 +97,12 @@ func newReview(req *admissionv1.AdmissionRequest) (review, error) {
 		rv.uid = string(req.UID)
 	}
 	rv.identity = req.Kind.Group + "/" + req.Kind.Kind + "/" + req.Namespace + "/" + rv.name
+	if m.generateName != "" && req.Kind.Group != "" {
+		// The apiserver generates the name before validating admission, and
+		// a client retrying a create whose answer it lost gets another one:
+		// the prefix is what a retry has in common.
+		rv.identity = req.Kind.Group + "/" + req.Kind.Kind + "/" + req.Namespace + "/" + m.generateName + ledger.GeneratedIdentitySuffix
+	}
 	return rv, nil
 }
 
@@ -182,9 +194,9 @@ func decodeObject(raw []byte) (map[string]any, error) {
 }
 
 // meta is what Go reads of an object's metadata.
-type meta struct{ name, uid, ticket, ownerUID string }
+type meta struct{ name, generateName, uid, ticket, ownerUID string }
 
-// objectMeta reads metadata.name, .uid, .annotations[TicketAnnotation] and
+// objectMeta reads metadata.name, .generateName, .uid, .annotations[TicketAnnotation] and
 // the uid of the last ownerReference with controller: true from the object
 // as decoded (the map policy sees), by exact member names: Go and the
 // policy read the same members (decoding into metav1.ObjectMeta would also
@@ -202,6 +214,9 @@ func objectMeta(obj map[string]any) (meta, bool) {
 		return m, false
 	}
 	if m.uid, ok = optional[string](md, "uid"); !ok {
+		return m, false
+	}
+	if m.generateName, ok = optional[string](md, "generateName"); !ok {
 		return m, false
 	}
 	ann, ok := optional[map[string]any](md, "annotations")

@@ -489,6 +489,7 @@ func (h *Handler) facts(ctx context.Context, req *admissionv1.AdmissionRequest, 
 			case err != nil:
 				return nil, f, h.ledgerFault(req, "workload binding", err)
 			default:
+				f.binding = b
 				uids := make([]any, len(b.UIDs))
 				for i, u := range b.UIDs {
 					uids[i] = u
@@ -537,9 +538,17 @@ func (h *Handler) bind(ctx context.Context, req *admissionv1.AdmissionRequest, r
 		return nil
 	}
 	b := ledger.WorkloadBind{RunID: f.runID, UID: rv.uid, At: now}
-	if d.Bind == "root" {
+	switch d.Bind {
+	case "root":
 		b.Identity = rv.identity
-	} else {
+	case "leaf":
+		// A controller's Pod of the active root: the binding as read
+		// admits it with nothing to write (every Pod but a root's first).
+		if f.binding.Admits(rv.ownerUID) {
+			return nil
+		}
+		b.OwnerUID, b.Leaf = rv.ownerUID, true
+	default:
 		b.OwnerUID = rv.ownerUID
 	}
 	// Not cancelled with the review: a bind the ledger committed must be
@@ -552,8 +561,12 @@ func (h *Handler) bind(ctx context.Context, req *admissionv1.AdmissionRequest, r
 		return deny(api.CodeWorkloadTicketBound, "the ticket already created another workload")
 	case errors.Is(err, ledger.ErrWorkloadOwnerUnbound):
 		return deny(api.CodeWorkloadOwnerUnbound, "the object's controller is not the workload this ticket created")
+	case errors.Is(err, ledger.ErrWorkloadOwnerRetired):
+		return deny(api.CodeWorkloadOwnerRetired, "the object's controller belongs to an object of this ticket that was deleted and re-created")
 	case errors.Is(err, ledger.ErrNotFound):
 		return deny(api.CodeWorkloadRunNotFound, "the run is not admitted")
+	case errors.Is(err, ledger.ErrRunHalted), errors.Is(err, ledger.ErrRevoked), errors.Is(err, ledger.ErrRunEnded):
+		return deny(api.CodeWorkloadRunNotLive, "the run may take no new work: "+err.Error())
 	}
 	return h.ledgerFault(req, "bind", err)
 }
@@ -566,6 +579,8 @@ func (h *Handler) ledgerFault(req *admissionv1.AdmissionRequest, op string, err 
 // reviewFacts are what the log line names (never the ticket).
 type reviewFacts struct {
 	jti, runID, bundleRevision string
+	// binding is the run's binding as facts read it (zero when none).
+	binding ledger.WorkloadBinding
 }
 
 func (h *Handler) finish(req *admissionv1.AdmissionRequest, rv review, f *reviewFacts,

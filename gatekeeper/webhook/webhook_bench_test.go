@@ -60,7 +60,9 @@ func benchPod(f *fixture) []byte {
 // the AdmissionReview, verify the ticket (signature, typ, iss, aud, exp),
 // read the run and its workload binding from a bbolt ledger, evaluate
 // data.ito.workload.decision of the embedded bundle, encode the response.
-// A Pod binds nothing (decision bind "none"), so the ledger is only read.
+// The Pod comes from the Job controller's identity and its owner is the
+// run's active root after the first review (decision bind "leaf", which the
+// binding as read admits), so the ledger is only read.
 //
 // verify=each: the fixture's verifier caches nothing, so every review
 // verifies the signature (the first Pod of a job; the peer's case).

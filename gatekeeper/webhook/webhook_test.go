@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -146,6 +147,25 @@ func pod(ns, name, uid, ownerUID, ticket string, gpus int) map[string]any {
 			"resources": map[string]any{"limits": map[string]any{"nvidia.com/gpu": gpus}}}}}}
 }
 
+// jobController is the Job controller's identity, listed in the bundle's
+// data.ito.config.workload.controllers.
+const jobController = "system:serviceaccount:kube-system:job-controller"
+
+// requester is who sends an object: the Job controller for one with a
+// controller ownerReference, unless the test names another in
+// metadata.annotations["test/requester"]; "alice" (a tenant) otherwise.
+func requester(meta map[string]any) string {
+	if ann, _ := meta["annotations"].(map[string]any); ann != nil {
+		if u, _ := ann["test/requester"].(string); u != "" {
+			return u
+		}
+	}
+	if _, owned := meta["ownerReferences"]; owned {
+		return jobController
+	}
+	return "alice"
+}
+
 // reviewBody is the admission.k8s.io/v1 AdmissionReview of a CREATE of
 // obj, as the apiserver sends it (request uid "req-<name>").
 func reviewBody(group, version, kind string, obj map[string]any, dryRun bool) []byte {
@@ -158,7 +178,7 @@ func reviewBody(group, version, kind string, obj map[string]any, dryRun bool) []
 			"kind":      map[string]any{"group": group, "version": version, "kind": kind},
 			"resource":  map[string]any{"group": group, "version": version, "resource": strings.ToLower(kind) + "s"},
 			"namespace": meta["namespace"], "name": meta["name"],
-			"userInfo": map[string]any{"username": "alice"}, "object": json.RawMessage(raw),
+			"userInfo": map[string]any{"username": requester(meta)}, "object": json.RawMessage(raw),
 		},
 	})
 	return body
@@ -350,7 +370,7 @@ func postRequest(t testing.TB, h http.Handler, r request) *admissionv1.Admission
 		"kind":      map[string]any{"group": r.group, "version": r.version, "kind": r.kind},
 		"resource":  map[string]any{"group": r.group, "version": r.version, "resource": r.res},
 		"namespace": "team-a", "name": meta["name"],
-		"userInfo": map[string]any{"username": "alice"}, "object": json.RawMessage(raw),
+		"userInfo": map[string]any{"username": requester(meta)}, "object": json.RawMessage(raw),
 	}
 	if r.old != nil {
 		old, _ := json.Marshal(r.old)
@@ -537,5 +557,59 @@ func TestPolicyInput(t *testing.T) {
 	}
 	if ns := rec.input["namespace"].(map[string]any); ns["account"] != "acct_a" {
 		t.Errorf("namespace %v", ns)
+	}
+}
+
+// TestWhoMayRun: a child is admitted only from a listed controller, a bare
+// Pod is a workload of its own, one root object of a name has children at
+// a time, and a generateName create retried after a lost answer keeps its
+// ticket.
+func TestWhoMayRun(t *testing.T) {
+	f := newFixture(t)
+	wantAllowed(t, post(t, f.h, "batch", "v1", "Job", job("team-a", "train", "uid-1", f.ticket, 2, 8), false))
+	tenantPod := pod("team-a", "borrow", "p-t", "uid-1", f.ticket, 8)
+	tenantPod["metadata"].(map[string]any)["annotations"].(map[string]any)["test/requester"] = "alice"
+	wantDenied(t, post(t, f.h, "", "v1", "Pod", tenantPod, false), "WORKLOAD_CHILD_CREATOR_UNTRUSTED")
+	wantDenied(t, post(t, f.h, "", "v1", "Pod", pod("team-a", "bare", "p-b", "", f.ticket, 8), false), "WORKLOAD_TICKET_BOUND")
+
+	// The Job's Pods; then the Job deleted and re-created under its name:
+	// the new one's first Pod makes it the one that runs.
+	wantAllowed(t, post(t, f.h, "", "v1", "Pod", pod("team-a", "train-0", "p0", "uid-1", f.ticket, 8), false))
+	wantAllowed(t, post(t, f.h, "", "v1", "Pod", pod("team-a", "train-1", "p1", "uid-1", f.ticket, 8), false))
+	wantAllowed(t, post(t, f.h, "batch", "v1", "Job", job("team-a", "train", "uid-2", f.ticket, 2, 8), false))
+	wantAllowed(t, post(t, f.h, "", "v1", "Pod", pod("team-a", "train-2", "p2", "uid-2", f.ticket, 8), false))
+	wantDenied(t, post(t, f.h, "", "v1", "Pod", pod("team-a", "train-3", "p3", "uid-1", f.ticket, 8), false), "WORKLOAD_OWNER_RETIRED")
+	b, err := f.store.WorkloadBinding(t.Context(), f.runID)
+	if err != nil || b.Active != "uid-2" || !slices.Equal(b.UIDs, []string{"uid-1", "uid-2"}) {
+		t.Fatalf("binding %+v %v: want uid-2 active and no Pod recorded", b, err)
+	}
+
+	// generateName: the apiserver sent gen-abcde, its answer was lost, the
+	// client's retry is gen-fghij. Both are the run's workload; the one
+	// whose controller creates a Pod first runs.
+	runID, tk := admitRun(t, f.store, f.keys, "2", "bk_gen")
+	generated := func(name, uid string) map[string]any {
+		j := job("team-a", name, uid, tk, 2, 8)
+		j["metadata"].(map[string]any)["generateName"] = "gen-"
+		return j
+	}
+	wantAllowed(t, post(t, f.h, "batch", "v1", "Job", generated("gen-abcde", "g-1"), false))
+	wantAllowed(t, post(t, f.h, "batch", "v1", "Job", generated("gen-fghij", "g-2"), false))
+	if b, err := f.store.WorkloadBinding(t.Context(), runID); err != nil || b.Identity != "batch/Job/team-a/gen-*" {
+		t.Fatalf("binding %+v %v", b, err)
+	}
+	wantAllowed(t, post(t, f.h, "", "v1", "Pod", pod("team-a", "gen-fghij-0", "gp0", "g-2", tk, 8), false))
+	wantDenied(t, post(t, f.h, "", "v1", "Pod", pod("team-a", "gen-abcde-0", "gp1", "g-1", tk, 8), false), "WORKLOAD_TICKET_BOUND")
+	// A bare Pod keeps its generated name: one Pod per ticket.
+	runID3, tk3 := admitRun(t, f.store, f.keys, "3", "bk_solo")
+	bare := func(name, uid string) map[string]any {
+		p := pod("team-a", name, uid, "", tk3, 8)
+		p["metadata"].(map[string]any)["generateName"] = "solo-"
+		return p
+	}
+	wantAllowed(t, post(t, f.h, "", "v1", "Pod", bare("solo-abcde", "s-1"), false))
+	wantDenied(t, post(t, f.h, "", "v1", "Pod", bare("solo-fghij", "s-2"), false), "WORKLOAD_TICKET_BOUND")
+	if b, err := f.store.WorkloadBinding(t.Context(), runID3); err != nil || b.Identity != "/Pod/team-a/solo-abcde" {
+		t.Fatalf("bare Pod binding %+v %v", b, err)
 	}
 }

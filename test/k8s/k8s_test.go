@@ -15,8 +15,10 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -33,14 +35,18 @@ import (
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -113,6 +119,11 @@ func TestWorkloadBoundary(t *testing.T) {
 	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, vwc, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("register the webhook: %v", err)
 	}
+	applyAdmissionPolicies(t, cs)
+	// The Job controller and a tenant, played by impersonation: envtest
+	// runs no controllers, and the admin is system:masters.
+	controller := impersonate(t, cfg, jobController)
+	tenant := impersonate(t, cfg, tenantUser)
 	for ns, mode := range map[string]string{nsA: "true", nsB: "true", nsW: "warn"} {
 		_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 			Name: ns, Labels: map[string]string{"itogate.io/enforce": mode}}}, metav1.CreateOptions{})
@@ -129,6 +140,8 @@ func TestWorkloadBoundary(t *testing.T) {
 	if _, err := cs.CoreV1().Namespaces().Update(ctx, ks, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+
+	grantTenant(t, cs)
 
 	runner, err := scenario.New(it.apiURL, fixtures.Manifests())
 	if err != nil {
@@ -320,6 +333,19 @@ func TestWorkloadBoundary(t *testing.T) {
 			t.Fatalf("a plain debug container: %v", err)
 		}
 	})
+	t.Run("pods/resize cannot reach a GPU", func(t *testing.T) {
+		// Not sent to itogate: the apiserver lets a resize change only CPU and memory.
+		p, err := pods.Get(ctx, "debuggee", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: qty(1), gpu: qty(8)}
+		p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: qty(1), gpu: qty(8)}
+		_, err = pods.UpdateResize(ctx, p.Name, p, metav1.UpdateOptions{})
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "only cpu and memory resources are mutable") {
+			t.Fatalf("resize to 8 GPUs: %v, want the apiserver's Invalid", err)
+		}
+	})
 	t.Run("scale subresource of a PyTorchJob", func(t *testing.T) {
 		// A PyTorchJob without GPUs needs no ticket; its scale review carries only the replicas.
 		if _, err := dyn.Resource(pytorchJobs).Namespace(nsA).Create(ctx, pytorchJob("elastic", "", 0, 2), metav1.CreateOptions{}); err != nil {
@@ -337,29 +363,153 @@ func TestWorkloadBoundary(t *testing.T) {
 		if created == nil {
 			t.Skip("no Job")
 		}
-		// envtest runs no controllers: create the Pod the Job controller would.
-		_, err := cs.CoreV1().Pods(nsA).Create(ctx, gpuPod("train-0", run.Data.Ticket, created.UID, 8), metav1.CreateOptions{})
+		// envtest runs no controllers: the Job controller's identity creates the Pod it would.
+		_, err := controller.CoreV1().Pods(nsA).Create(ctx, gpuPod("train-0", run.Data.Ticket, created.UID, 8), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatalf("the Job's Pod: %v", err)
 		}
 		// A Pod the controller re-creates after the ticket (minutes long)
 		// expired: the Pod template still carries it; the run is live.
-		_, err = cs.CoreV1().Pods(nsA).Create(ctx, gpuPod("train-0-replaced", expired(t, run.Data.Ticket), created.UID, 8),
+		_, err = controller.CoreV1().Pods(nsA).Create(ctx, gpuPod("train-0-replaced", expired(t, run.Data.Ticket), created.UID, 8),
 			metav1.CreateOptions{})
 		if err != nil {
 			t.Fatalf("the Job's Pod re-created after the ticket expired: %v", err)
 		}
-		_, err = cs.CoreV1().Pods(nsA).Create(ctx, gpuPod("rogue", run.Data.Ticket, "00000000-0000-4000-8000-000000000000", 8), metav1.CreateOptions{})
+		_, err = controller.CoreV1().Pods(nsA).Create(ctx, gpuPod("rogue", run.Data.Ticket, "00000000-0000-4000-8000-000000000000", 8), metav1.CreateOptions{})
 		wantForbidden(t, err, "WORKLOAD_OWNER_UNBOUND")
+	})
+	t.Run("tenant-made child Job and Pod", func(t *testing.T) {
+		if created == nil {
+			t.Skip("no Job")
+		}
+		// The bound Job's uid is readable with get; naming it as owner is not the tenant's to do.
+		_, err := tenant.CoreV1().Pods(nsA).Create(ctx, gpuPod("borrowed", run.Data.Ticket, created.UID, 8), metav1.CreateOptions{})
+		wantForbidden(t, err, "WORKLOAD_CHILD_CREATOR_UNTRUSTED")
+		j := gpuJob("borrowed-job", run.Data.Ticket, 1, 8)
+		yes := true
+		j.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: created.Name, UID: created.UID, Controller: &yes}}
+		_, err = tenant.BatchV1().Jobs(nsA).Create(ctx, j, metav1.CreateOptions{})
+		wantForbidden(t, err, "WORKLOAD_CHILD_CREATOR_UNTRUSTED")
+	})
+	t.Run("bare Pod with a bound ticket", func(t *testing.T) {
+		_, err := tenant.CoreV1().Pods(nsA).Create(ctx, gpuPod("bare", run.Data.Ticket, "", 8), metav1.CreateOptions{})
+		wantForbidden(t, err, "WORKLOAD_TICKET_BOUND")
+	})
+	t.Run("orphaning delete and re-create", func(t *testing.T) {
+		own := admit(t)
+		first, err := tenant.BatchV1().Jobs(nsA).Create(ctx, gpuJob("redo", own.Data.Ticket, 1, 8), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := controller.CoreV1().Pods(nsA).Create(ctx, gpuPod("redo-0", own.Data.Ticket, first.UID, 8), metav1.CreateOptions{}); err != nil {
+			t.Fatalf("the first Job's Pod: %v", err)
+		}
+		orphan := metav1.DeletePropagationOrphan
+		eventually(t, func() error {
+			return tenant.BatchV1().Jobs(nsA).Delete(ctx, "redo", metav1.DeleteOptions{PropagationPolicy: &orphan, DryRun: []string{metav1.DryRunAll}})
+		}, "itogate-workload-delete", "WORKLOAD_ORPHANING_DELETE")
+		err = tenant.BatchV1().Jobs(nsA).Delete(ctx, "redo", metav1.DeleteOptions{PropagationPolicy: &orphan})
+		wantPolicyDenied(t, err, "itogate-workload-delete", "WORKLOAD_ORPHANING_DELETE")
+		// No policy given: the apiserver orphans a batch/v1 Job's Pods by default.
+		err = tenant.BatchV1().Jobs(nsA).Delete(ctx, "redo", metav1.DeleteOptions{})
+		wantPolicyDenied(t, err, "itogate-workload-delete", "WORKLOAD_ORPHANING_DELETE")
+		yes := true
+		err = tenant.BatchV1().Jobs(nsA).Delete(ctx, "redo", metav1.DeleteOptions{OrphanDependents: &yes})
+		wantPolicyDenied(t, err, "itogate-workload-delete", "WORKLOAD_ORPHANING_DELETE")
+		_, err = tenant.BatchV1().Jobs(nsA).Patch(ctx, "redo", types.MergePatchType,
+			[]byte(`{"metadata":{"finalizers":["orphan"]}}`), metav1.PatchOptions{})
+		wantPolicyDenied(t, err, "itogate-workload-delete", "WORKLOAD_ORPHANING_DELETE")
+		if _, err := tenant.BatchV1().Jobs(nsA).Get(ctx, "redo", metav1.GetOptions{}); err != nil {
+			t.Fatalf("the Job after refused orphaning deletes: %v", err)
+		}
+		// kubectl's default: the Pods go with the Job. Then the same name again, same ticket.
+		background := metav1.DeletePropagationBackground
+		if err := tenant.BatchV1().Jobs(nsA).Delete(ctx, "redo", metav1.DeleteOptions{PropagationPolicy: &background}); err != nil {
+			t.Fatalf("background delete: %v", err)
+		}
+		second, err := tenant.BatchV1().Jobs(nsA).Create(ctx, gpuJob("redo", own.Data.Ticket, 1, 8), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("re-create under the same name: %v", err)
+		}
+		if _, err := controller.CoreV1().Pods(nsA).Create(ctx, gpuPod("redo-1", own.Data.Ticket, second.UID, 8), metav1.CreateOptions{}); err != nil {
+			t.Fatalf("the re-created Job's Pod: %v", err)
+		}
+		// The deleted object's uid admits no more children, even from its controller.
+		_, err = controller.CoreV1().Pods(nsA).Create(ctx, gpuPod("redo-2", own.Data.Ticket, first.UID, 8), metav1.CreateOptions{})
+		wantForbidden(t, err, "WORKLOAD_OWNER_RETIRED")
+	})
+	t.Run("generateName create retried after a lost answer", func(t *testing.T) {
+		own := admit(t)
+		// The apiserver's call for gen-lost01 reached itogate, which bound
+		// the run; its answer came after the apiserver's timeout, so the
+		// object was never stored. The client retries: a new name.
+		lost := gpuJob("gen-lost01", own.Data.Ticket, 1, 8)
+		lost.GenerateName, lost.Namespace, lost.UID = "gen-", nsA, "11111111-0000-4000-8000-000000000001"
+		if resp := sendReview(t, it.webhookURL, caPEM, lost); !resp.Allowed {
+			t.Fatalf("the lost create: %+v", resp.Result)
+		}
+		retry := gpuJob("", own.Data.Ticket, 1, 8)
+		retry.GenerateName = "gen-"
+		got, err := tenant.BatchV1().Jobs(nsA).Create(ctx, retry, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("the retried create: %v", err)
+		}
+		if _, err := controller.CoreV1().Pods(nsA).Create(ctx, gpuPod(got.Name+"-0", own.Data.Ticket, got.UID, 8), metav1.CreateOptions{}); err != nil {
+			t.Fatalf("the retried Job's Pod: %v", err)
+		}
+		// A second live object of the prefix gets no Pods: the first with a Pod runs.
+		other, err := tenant.BatchV1().Jobs(nsA).Create(ctx, retry, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("a second object of the prefix: %v", err)
+		}
+		_, err = controller.CoreV1().Pods(nsA).Create(ctx, gpuPod(other.Name+"-0", own.Data.Ticket, other.UID, 8), metav1.CreateOptions{})
+		wantForbidden(t, err, "WORKLOAD_TICKET_BOUND")
+	})
+	t.Run("namespace relabel by a tenant", func(t *testing.T) {
+		relabelOpts := func(c *kubernetes.Clientset, key string, value any, opts metav1.PatchOptions) error {
+			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{key: value}}})
+			_, err := c.CoreV1().Namespaces().Patch(ctx, nsA, types.MergePatchType, patch, opts)
+			return err
+		}
+		relabel := func(c *kubernetes.Clientset, key string, value any) error {
+			return relabelOpts(c, key, value, metav1.PatchOptions{})
+		}
+		// Until the apiserver has loaded the policy, probe with dry runs: nothing changes.
+		eventually(t, func() error {
+			return relabelOpts(tenant, "itogate.io/enforce", "false", metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		}, "itogate-namespace-labels", "NAMESPACE_LABEL_GUARDED")
+		for key, value := range map[string]any{
+			"itogate.io/enforce":                  nil, // removed
+			"itogate.io/api-client":               "true",
+			"resource.kubernetes.io/admin-access": "true",
+			"pod-security.kubernetes.io/enforce":  "privileged",
+			"itogate.io/enforcement-mode":         "warn",
+		} {
+			wantPolicyDenied(t, relabel(tenant, key, value), "itogate-namespace-labels", "NAMESPACE_LABEL_GUARDED")
+		}
+		// The tenant's own labels stay hers; a cluster admin may change a guarded one.
+		if err := relabel(tenant, "team", "vision"); err != nil {
+			t.Fatalf("an ordinary label: %v", err)
+		}
+		if err := relabel(cs, "itogate.io/api-client", "true"); err != nil {
+			t.Fatalf("the admin: %v", err)
+		}
+		if err := relabel(cs, "itogate.io/api-client", nil); err != nil {
+			t.Fatalf("the admin: %v", err)
+		}
+		ns, err := cs.CoreV1().Namespaces().Get(ctx, nsA, metav1.GetOptions{})
+		if err != nil || ns.Labels["itogate.io/enforce"] != "true" || ns.Labels["team"] != "vision" {
+			t.Fatalf("namespace labels %v %v", ns.Labels, err)
+		}
 	})
 	t.Run("cancelled run: no new Pods", func(t *testing.T) {
 		if created == nil {
 			t.Skip("no Job")
 		}
 		cancelRun(t, ctx, runner, run.Data.RunID)
-		_, err := cs.CoreV1().Pods(nsA).Create(ctx, gpuPod("train-1", run.Data.Ticket, created.UID, 8), metav1.CreateOptions{})
+		_, err := controller.CoreV1().Pods(nsA).Create(ctx, gpuPod("train-1", run.Data.Ticket, created.UID, 8), metav1.CreateOptions{})
 		wantForbidden(t, err, "WORKLOAD_RUN_NOT_LIVE")
-		_, err = cs.CoreV1().Pods(nsA).Create(ctx, gpuPod("train-1-replaced", expired(t, run.Data.Ticket), created.UID, 8),
+		_, err = controller.CoreV1().Pods(nsA).Create(ctx, gpuPod("train-1-replaced", expired(t, run.Data.Ticket), created.UID, 8),
 			metav1.CreateOptions{})
 		wantForbidden(t, err, "WORKLOAD_RUN_NOT_LIVE")
 	})
@@ -405,7 +555,7 @@ func TestWorkloadBoundary(t *testing.T) {
 		if err != nil || status != http.StatusCreated {
 			t.Fatalf("revoke %s: %d %s %v", booking, status, text, err)
 		}
-		_, err = cs.CoreV1().Pods(nsA).Create(ctx, gpuPod("revoked-run-0", a.Data.Ticket, j.UID, 8), metav1.CreateOptions{})
+		_, err = controller.CoreV1().Pods(nsA).Create(ctx, gpuPod("revoked-run-0", a.Data.Ticket, j.UID, 8), metav1.CreateOptions{})
 		wantForbidden(t, err, "ENTITLEMENT_REVOKED")
 		if !strings.Contains(err.Error(), "booking "+booking+" revoked") {
 			t.Fatalf("the refusal does not name the revocation: %v", err)
@@ -434,7 +584,7 @@ func TestWorkloadBoundary(t *testing.T) {
 		if err != nil || adv.Status != http.StatusForbidden || !strings.Contains(strings.Join(adv.Codes(), ","), "EVAL_FAILED") {
 			t.Fatalf("the failing advance: %d %v %v", adv.Status, adv.Codes(), err)
 		}
-		_, err = cs.CoreV1().Pods(nsA).Create(ctx, gpuPod("halted-run-0", a.Data.Ticket, j.UID, 8), metav1.CreateOptions{})
+		_, err = controller.CoreV1().Pods(nsA).Create(ctx, gpuPod("halted-run-0", a.Data.Ticket, j.UID, 8), metav1.CreateOptions{})
 		wantForbidden(t, err, "WORKLOAD_RUN_HALTED")
 		if !strings.Contains(err.Error(), "mmlu_5shot") {
 			t.Fatalf("the refusal does not name the failed eval: %v", err)
@@ -582,6 +732,167 @@ func wantForbidden(t *testing.T, err error, code string) {
 	if !strings.Contains(err.Error(), want) {
 		t.Fatalf("err %q, want it to contain %q", err, want)
 	}
+}
+
+// wantPolicyDenied: the apiserver's ValidatingAdmissionPolicy refused
+// with 403 and a message that starts with code.
+func wantPolicyDenied(t *testing.T, err error, policy, code string) {
+	t.Helper()
+	if !apierrors.IsForbidden(err) {
+		t.Fatalf("err %v, want Forbidden %s", err, code)
+	}
+	want := fmt.Sprintf("ValidatingAdmissionPolicy '%s' with binding '%s' denied request: %s: ", policy, policy, code)
+	if !strings.Contains(err.Error(), want) {
+		t.Fatalf("err %q, want it to contain %q", err, want)
+	}
+}
+
+// eventually calls try until the policy refuses it with code: the
+// apiserver loads a new ValidatingAdmissionPolicy asynchronously
+// (readiness, not a time bound: the wait ends at the test's context).
+func eventually(t *testing.T, try func() error, policy, code string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	for {
+		err := try()
+		if err != nil && strings.Contains(err.Error(), code) {
+			wantPolicyDenied(t, err, policy, code)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("policy %s never refused: last answer %v", policy, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+const (
+	// jobController is the Job controller's identity, listed in the
+	// bundle's data.ito.config.workload.controllers.
+	jobController = "system:serviceaccount:kube-system:job-controller"
+	// tenantUser holds the stock edit role in nsA and may patch nsA itself.
+	tenantUser = "alice"
+)
+
+// impersonate is a client acting as user (the test's admin may impersonate).
+func impersonate(t *testing.T, cfg *rest.Config, user string) *kubernetes.Clientset {
+	t.Helper()
+	c := rest.CopyConfig(cfg)
+	c.Impersonate = rest.ImpersonationConfig{UserName: user}
+	cs, err := kubernetes.NewForConfig(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// grantTenant gives tenantUser the stock edit role in nsA and the right to
+// patch namespace nsA itself (as platforms that let a team label its own
+// namespace do).
+func grantTenant(t *testing.T, cs *kubernetes.Clientset) {
+	t.Helper()
+	ctx := t.Context()
+	subject := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: tenantUser}}
+	// edit is an aggregated role whose rules kube-controller-manager fills
+	// in from these two (envtest runs no controller manager): bind them.
+	for _, role := range []string{"system:aggregate-to-edit", "system:aggregate-to-view"} {
+		if _, err := cs.RbacV1().RoleBindings(nsA).Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "tenant-" + strings.TrimPrefix(role, "system:")}, Subjects: subject,
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := cs.RbacV1().Roles(nsA).Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "own-namespace"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"},
+			ResourceNames: []string{nsA}, Verbs: []string{"get", "update", "patch"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().RoleBindings(nsA).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "own-namespace"}, Subjects: subject,
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "own-namespace"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// applyAdmissionPolicies creates deploy/kubernetes/base/admissionpolicies.yaml as shipped.
+func applyAdmissionPolicies(t *testing.T, cs *kubernetes.Clientset) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "deploy", "kubernetes", "base", "admissionpolicies.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ar := cs.AdmissionregistrationV1()
+	for _, doc := range strings.Split(string(raw), "\n---\n") {
+		var head metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
+			t.Fatal(err)
+		}
+		switch head.Kind {
+		case "ValidatingAdmissionPolicy":
+			var p admissionregistrationv1.ValidatingAdmissionPolicy
+			if err := yaml.UnmarshalStrict([]byte(doc), &p); err != nil {
+				t.Fatalf("the shipped policy: %v", err)
+			}
+			if _, err := ar.ValidatingAdmissionPolicies().Create(t.Context(), &p, metav1.CreateOptions{}); err != nil {
+				t.Fatalf("create %s: %v", p.Name, err)
+			}
+		case "ValidatingAdmissionPolicyBinding":
+			var b admissionregistrationv1.ValidatingAdmissionPolicyBinding
+			if err := yaml.UnmarshalStrict([]byte(doc), &b); err != nil {
+				t.Fatalf("the shipped binding: %v", err)
+			}
+			if _, err := ar.ValidatingAdmissionPolicyBindings().Create(t.Context(), &b, metav1.CreateOptions{}); err != nil {
+				t.Fatalf("create %s: %v", b.Name, err)
+			}
+		default:
+			t.Fatalf("unexpected document of kind %q", head.Kind)
+		}
+	}
+}
+
+// sendReview posts the AdmissionReview of a CREATE of j to itogate's
+// webhook as the apiserver would (the tenant's request), and returns its
+// answer.
+func sendReview(t *testing.T, url string, caPEM []byte, j *batchv1.Job) *admissionv1.AdmissionResponse {
+	t.Helper()
+	j.TypeMeta = metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"}
+	obj, err := json.Marshal(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	review := admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{
+			UID: "22222222-0000-4000-8000-000000000001", Operation: admissionv1.Create,
+			Kind:      metav1.GroupVersionKind{Group: "batch", Version: "v1", Kind: "Job"},
+			Resource:  metav1.GroupVersionResource{Group: "batch", Version: "v1", Resource: "jobs"},
+			Namespace: j.Namespace, Name: j.Name, UserInfo: authenticationv1.UserInfo{Username: tenantUser},
+			Object: runtime.RawExtension{Raw: obj},
+		},
+	}
+	body, err := json.Marshal(review)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	resp, err := client.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out admissionv1.AdmissionReview
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out.Response == nil {
+		t.Fatalf("webhook answer %d: %v", resp.StatusCode, err)
+	}
+	return out.Response
 }
 
 func waitForWebhook(t *testing.T, cs *kubernetes.Clientset) {

@@ -3,6 +3,7 @@ package bolt
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -12,54 +13,72 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 )
 
+// workloadRecord is a run's binding. Roots and Active were added with
+// the active root (issue 22); a record without them reads as every uid
+// under the first (ledger.WorkloadBinding.RootOf) and no active root.
 type workloadRecord struct {
-	Identity string    `json:"identity"`
-	UIDs     []string  `json:"uids"`
-	BoundAt  time.Time `json:"bound_at"`
+	Identity string            `json:"identity"`
+	UIDs     []string          `json:"uids"`
+	Roots    map[string]string `json:"roots,omitempty"`
+	Active   string            `json:"active,omitempty"`
+	BoundAt  time.Time         `json:"bound_at"`
 }
 
 func (r workloadRecord) binding(runID string) ledger.WorkloadBinding {
-	return ledger.WorkloadBinding{RunID: runID, Identity: r.Identity, UIDs: slices.Clone(r.UIDs), BoundAt: r.BoundAt.UTC()}
+	roots := make(map[string]string, len(r.UIDs))
+	w := ledger.WorkloadBinding{RunID: runID, Identity: r.Identity, UIDs: slices.Clone(r.UIDs), Roots: r.Roots,
+		Active: r.Active, BoundAt: r.BoundAt.UTC()}
+	for _, u := range r.UIDs {
+		roots[u] = w.RootOf(u)
+	}
+	w.Roots = roots
+	return w
 }
 
-// BindWorkload implements ledger.Workloads.
+// BindWorkload implements ledger.Workloads: ledger.Step in one bbolt
+// write transaction, after the run's record says it may take work.
 func (s *Store) BindWorkload(ctx context.Context, b ledger.WorkloadBind) (ledger.WorkloadBinding, error) {
 	if err := b.Validate(); err != nil {
 		return ledger.WorkloadBinding{}, err
 	}
 	var out ledger.WorkloadBinding
 	err := s.write(ctx, "bind workload", s.db.Update, func(tx *bbolt.Tx) error {
-		if tx.Bucket(bucketRuns).Get([]byte(b.RunID)) == nil {
+		if tx.Bucket(bucketRuns).Get([]byte(b.RunID)) == nil || tx.Bucket(bucketRunRecs).Get([]byte(b.RunID)) == nil {
 			return abort(fmt.Errorf("ledger: bind workload: run: %w", ledger.ErrNotFound))
+		}
+		run, err := getRun(tx.Bucket(bucketRunRecs), b.RunID)
+		if err != nil {
+			return err
 		}
 		bucket := tx.Bucket(bucketWorkloads)
 		var rec workloadRecord
-		if v := bucket.Get([]byte(b.RunID)); v != nil {
+		v := bucket.Get([]byte(b.RunID))
+		if v != nil {
 			if err := json.Unmarshal(v, &rec); err != nil {
 				return fmt.Errorf("corrupt workload record: %w", err)
 			}
 		}
-		switch {
-		case b.OwnerUID != "" && !slices.Contains(rec.UIDs, b.OwnerUID):
-			return abort(fmt.Errorf("ledger: bind workload: %w", ledger.ErrWorkloadOwnerUnbound))
-		case b.OwnerUID == "" && rec.Identity != "" && rec.Identity != b.Identity:
-			out = rec.binding(b.RunID)
-			return abort(fmt.Errorf("ledger: bind workload: %w", ledger.ErrWorkloadBound))
-		case rec.Identity == "":
-			rec = workloadRecord{Identity: b.Identity, BoundAt: b.At.UTC().Truncate(time.Microsecond)}
-		}
-		if !slices.Contains(rec.UIDs, b.UID) {
-			if len(rec.UIDs) >= ledger.MaxWorkloadUIDs {
-				return abort(fmt.Errorf("ledger: bind workload: more than %d uids: %w", ledger.MaxWorkloadUIDs, ledger.ErrInvalid))
+		step, err := ledger.Step(rec.binding(b.RunID), v != nil, b)
+		if err != nil {
+			if errors.Is(err, ledger.ErrWorkloadBound) && b.OwnerUID == "" {
+				out = step.Binding
 			}
-			rec.UIDs = append(rec.UIDs, b.UID)
+			return abort(err)
 		}
-		v, err := json.Marshal(rec)
+		out = step.Binding
+		if !step.Writes() {
+			return nil
+		}
+		if err := run.run().MayWork(b.At); err != nil {
+			out = ledger.WorkloadBinding{}
+			return abort(fmt.Errorf("ledger: bind workload: %w", err))
+		}
+		next := workloadRecord{Identity: out.Identity, UIDs: out.UIDs, Roots: out.Roots, Active: out.Active, BoundAt: out.BoundAt}
+		raw, err := json.Marshal(next)
 		if err != nil {
 			return err
 		}
-		out = rec.binding(b.RunID)
-		return bucket.Put([]byte(b.RunID), v)
+		return bucket.Put([]byte(b.RunID), raw)
 	})
 	if err != nil {
 		return out, err

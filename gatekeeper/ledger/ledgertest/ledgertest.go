@@ -127,6 +127,9 @@ var cases = []struct {
 	{"JobRunState", testJobRunState},
 	{"JobInvalid", testJobInvalid},
 	{"RaceJobBind", testRaceJobBind},
+	{"WorkloadActiveRoot", testWorkloadActiveRoot},
+	{"WorkloadGeneratedName", testWorkloadGeneratedName},
+	{"WorkloadRunStateInBind", testWorkloadRunStateInBind},
 }
 
 // base is the suite's "now"; confirmations expire 15 minutes after it.

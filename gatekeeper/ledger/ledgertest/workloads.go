@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 )
 
@@ -155,5 +156,152 @@ func testWorkloadInvalid(t *testing.T, f *fixture) {
 	}
 	if _, err := w.WorkloadBinding(f.ctx, run); !errors.Is(err, ledger.ErrNotFound) {
 		t.Fatalf("an invalid bind left a binding: %v", err)
+	}
+}
+
+// testWorkloadActiveRoot: one root object of a name has children at a time.
+// The first child activates its root; a Leaf (a Pod) is not recorded; a
+// re-created object of the same name (a newer root uid) takes over at its
+// first child, after which the older uid and its descendants admit nothing
+// (ErrWorkloadOwnerRetired); a failed re-create that never has a child
+// changes nothing.
+func testWorkloadActiveRoot(t *testing.T, f *fixture) {
+	w := f.workloads()
+	run := f.admittedRun()
+	at := base.Add(time.Minute)
+	const js = "jobset.x-k8s.io/JobSet/team-a/train"
+	bind := func(b ledger.WorkloadBind) (ledger.WorkloadBinding, error) {
+		t.Helper()
+		b.RunID, b.At = run, at
+		if b.OwnerUID == "" {
+			b.Identity = js
+		}
+		return w.BindWorkload(f.ctx, b)
+	}
+	mustBind := func(b ledger.WorkloadBind) ledger.WorkloadBinding {
+		t.Helper()
+		got, err := bind(b)
+		if err != nil {
+			t.Fatalf("BindWorkload(%+v): %v", b, err)
+		}
+		return got
+	}
+	mustBind(ledger.WorkloadBind{UID: "js-1"})
+	// A create retried while js-1 lives: the apiserver answers AlreadyExists, js-2 never has a child.
+	if got := mustBind(ledger.WorkloadBind{UID: "js-2"}); got.Active != "" {
+		t.Fatalf("Active before any child = %q", got.Active)
+	}
+	got := mustBind(ledger.WorkloadBind{UID: "job-1", OwnerUID: "js-1"})
+	if got.Active != "js-1" || got.RootOf("job-1") != "js-1" {
+		t.Fatalf("after js-1's first child: Active %q, root of job-1 %q", got.Active, got.RootOf("job-1"))
+	}
+	got = mustBind(ledger.WorkloadBind{UID: "pod-1", OwnerUID: "job-1", Leaf: true})
+	wantBinding(t, got, js, "js-1", "js-2", "job-1")
+	if !got.Admits("job-1") || got.Admits("js-2") {
+		t.Fatalf("Admits: job-1 %v, js-2 %v; want true, false", got.Admits("job-1"), got.Admits("js-2"))
+	}
+	// js-1 deleted, re-created as js-3: its first child takes over.
+	mustBind(ledger.WorkloadBind{UID: "js-3"})
+	got = mustBind(ledger.WorkloadBind{UID: "job-3", OwnerUID: "js-3"})
+	if got.Active != "js-3" {
+		t.Fatalf("after the re-created object's first child: Active %q, want js-3", got.Active)
+	}
+	for _, b := range []ledger.WorkloadBind{
+		{UID: "pod-2", OwnerUID: "job-1", Leaf: true}, // a Pod of the deleted object's Job
+		{UID: "job-2", OwnerUID: "js-1"},              // a Job of the deleted object
+		{UID: "job-4", OwnerUID: "js-2"},              // the create that never landed, older than js-3
+	} {
+		_, err := bind(b)
+		wantErr(t, "BindWorkload(child of a replaced root "+b.OwnerUID+")", err, ledger.ErrWorkloadOwnerRetired)
+	}
+	got, err := w.WorkloadBinding(f.ctx, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantBinding(t, got, js, "js-1", "js-2", "job-1", "js-3", "job-3")
+	if got.Active != "js-3" || got.RootOf("job-3") != "js-3" || got.RootOf("js-2") != "js-2" {
+		t.Fatalf("stored: Active %q, roots %v", got.Active, got.Roots)
+	}
+	// A Pod of the live object's Job: admitted with nothing to write.
+	if !got.Admits("job-3") {
+		t.Fatal("the live Job's Pods are not admitted by the stored binding")
+	}
+}
+
+// testWorkloadGeneratedName: a root created with generateName binds the
+// prefix, so a create retried after a lost answer (a new generated name
+// and uid) is the same workload; of two such objects, the first with a
+// child runs and the other's children are ErrWorkloadBound.
+func testWorkloadGeneratedName(t *testing.T, f *fixture) {
+	w := f.workloads()
+	run := f.admittedRun()
+	at := base.Add(time.Minute)
+	id := "batch/Job/team-a/train-" + ledger.GeneratedIdentitySuffix
+	for _, uid := range []string{"lost-1", "retry-2"} {
+		if _, err := w.BindWorkload(f.ctx, ledger.WorkloadBind{RunID: run, Identity: id, UID: uid, At: at}); err != nil {
+			t.Fatalf("bind %s: %v", uid, err)
+		}
+	}
+	got, err := w.BindWorkload(f.ctx, ledger.WorkloadBind{RunID: run, UID: "pod-a", OwnerUID: "retry-2", Leaf: true, At: at})
+	if err != nil || got.Active != "retry-2" {
+		t.Fatalf("the retried object's first Pod: %+v, %v", got, err)
+	}
+	_, err = w.BindWorkload(f.ctx, ledger.WorkloadBind{RunID: run, UID: "pod-b", OwnerUID: "lost-1", Leaf: true, At: at})
+	wantErr(t, "BindWorkload(a Pod of the other object of the generateName)", err, ledger.ErrWorkloadBound)
+	got, err = w.WorkloadBinding(f.ctx, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantBinding(t, got, id, "lost-1", "retry-2")
+	if got.Active != "retry-2" {
+		t.Fatalf("Active %q, want retry-2", got.Active)
+	}
+}
+
+// testWorkloadRunStateInBind: BindWorkload asks RunRecord.MayWork in its
+// own transaction, so a halt or an end committed after the webhook read
+// the run refuses a bind that would write (the typed error) and writes
+// nothing; a bind that writes nothing is not refused.
+func testWorkloadRunStateInBind(t *testing.T, f *fixture) {
+	w := f.workloads()
+	a := f.createUnder("acct_42", "bk_wl", "halted", "ent-w")
+	at := a.CreatedAt.Add(time.Minute)
+	const job = "batch/Job/team-a/halted"
+	if _, err := w.BindWorkload(f.ctx, ledger.WorkloadBind{RunID: a.RunID, Identity: job, UID: "uid-1", At: at}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.s.HaltRun(f.ctx, halt(a.RunID, "bk_wl", at)); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string]ledger.WorkloadBind{
+		"root":  {RunID: a.RunID, Identity: job, UID: "uid-2", At: at.Add(time.Second)},
+		"child": {RunID: a.RunID, UID: "pod-1", OwnerUID: "uid-1", Leaf: true, At: at.Add(time.Second)},
+	} {
+		_, err := w.BindWorkload(f.ctx, b)
+		if _, ok := errors.AsType[*ledger.RunHaltedError](err); !ok {
+			t.Fatalf("BindWorkload(%s) of a halted run: %v, want a RunHaltedError", name, err)
+		}
+	}
+	// The bound object again (an UPDATE, as teardown makes): nothing new, no refusal.
+	got, err := w.BindWorkload(f.ctx, ledger.WorkloadBind{RunID: a.RunID, Identity: job, UID: "uid-1", At: at.Add(time.Second)})
+	if err != nil {
+		t.Fatalf("re-bind of the bound object of a halted run: %v", err)
+	}
+	wantBinding(t, got, job, "uid-1")
+	if got, err = w.WorkloadBinding(f.ctx, a.RunID); err != nil {
+		t.Fatal(err)
+	}
+	wantBinding(t, got, job, "uid-1")
+	if got.Active != "" {
+		t.Fatalf("Active %q after refused binds", got.Active)
+	}
+
+	ended := f.createUnder("acct_42", "bk_wl", "ended", "ent-w")
+	end := ended.CreatedAt.Add(time.Minute)
+	f.commit(f.lifecycle("acct_42", api.TrainCancel, "bk_wl", ended.RunID, "cancel-ended", end))
+	_, err = w.BindWorkload(f.ctx, ledger.WorkloadBind{RunID: ended.RunID, Identity: job, UID: "uid-9", At: end.Add(time.Second)})
+	wantErr(t, "BindWorkload(cancelled run)", err, ledger.ErrRunEnded)
+	if _, err := w.WorkloadBinding(f.ctx, ended.RunID); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("a refused bind of a cancelled run left a binding: %v", err)
 	}
 }

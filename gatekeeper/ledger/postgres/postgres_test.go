@@ -718,6 +718,8 @@ func TestMigrateSchema5(t *testing.T) {
 			DROP COLUMN plan_storage_quota_gib;
 		DROP INDEX {s}.runs_account_idx;
 		DROP TABLE {s}.run_jobs;
+		ALTER TABLE {s}.workload_bindings DROP COLUMN active_uid;
+		ALTER TABLE {s}.workload_uids DROP COLUMN root_uid;
 		DELETE FROM {s}.schema_migrations WHERE version >= 6;`, "{s}", schema))
 	if err != nil {
 		t.Fatalf("back to version 5: %v", err)

@@ -12,30 +12,32 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 )
 
-// workloadQueries are the statements of the Workloads methods (migration
-// 0003), qualified with the schema.
+// workloadQueries are the statements of the Workloads methods (migrations
+// 0003 and 0011), qualified with the schema.
 type workloadQueries struct {
-	runExists, insertBinding, binding, lockBinding, hasUID, countUIDs, insertUID, uids string
+	runForShare, insertBinding, binding, lockBinding, setActive, insertUID, uids string
 }
 
 func newWorkloadQueries(schema string) workloadQueries {
-	r := strings.NewReplacer("{s}", schema)
+	r := strings.NewReplacer("{s}", schema, "{rcols}", runCols)
 	return workloadQueries{
-		runExists:     r.Replace(`SELECT EXISTS (SELECT 1 FROM {s}.admissions WHERE run_id = $1 AND state = 'admitted')`),
+		// FOR SHARE: a halt, revocation or end of the run (an UPDATE of
+		// its row) waits for the bind, or the bind waits and sees it.
+		runForShare:   r.Replace(`SELECT {rcols} FROM {s}.runs WHERE run_id = $1 FOR SHARE`),
 		insertBinding: r.Replace(`INSERT INTO {s}.workload_bindings (run_id, identity, bound_at) VALUES ($1, $2, $3) ON CONFLICT (run_id) DO NOTHING`),
-		binding:       r.Replace(`SELECT identity, bound_at FROM {s}.workload_bindings WHERE run_id = $1`),
-		lockBinding:   r.Replace(`SELECT identity, bound_at FROM {s}.workload_bindings WHERE run_id = $1 FOR UPDATE`),
-		hasUID:        r.Replace(`SELECT EXISTS (SELECT 1 FROM {s}.workload_uids WHERE run_id = $1 AND uid = $2)`),
-		countUIDs:     r.Replace(`SELECT count(*) FROM {s}.workload_uids WHERE run_id = $1`),
-		insertUID:     r.Replace(`INSERT INTO {s}.workload_uids (run_id, uid, added_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`),
-		uids:          r.Replace(`SELECT uid FROM {s}.workload_uids WHERE run_id = $1 ORDER BY seq`),
+		binding:       r.Replace(`SELECT identity, bound_at, active_uid FROM {s}.workload_bindings WHERE run_id = $1`),
+		lockBinding:   r.Replace(`SELECT identity, bound_at, active_uid FROM {s}.workload_bindings WHERE run_id = $1 FOR UPDATE`),
+		setActive:     r.Replace(`UPDATE {s}.workload_bindings SET active_uid = $2 WHERE run_id = $1`),
+		insertUID:     r.Replace(`INSERT INTO {s}.workload_uids (run_id, uid, added_at, root_uid) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`),
+		uids:          r.Replace(`SELECT uid, root_uid FROM {s}.workload_uids WHERE run_id = $1 ORDER BY seq`),
 	}
 }
 
-// BindWorkload implements ledger.Workloads in one READ COMMITTED
-// transaction: the binding row is inserted if absent and then locked, so
-// two replicas binding one run serialize on it and the second sees the
-// first's identity.
+// BindWorkload implements ledger.Workloads: ledger.Step in one READ
+// COMMITTED transaction. The run's row is read FOR SHARE and must allow
+// work when the step writes; a root's binding row is inserted if absent; the binding row is then
+// locked, so two replicas binding one run serialize on it and the second
+// sees the first's identity and active root.
 func (s *Store) BindWorkload(ctx context.Context, b ledger.WorkloadBind) (ledger.WorkloadBinding, error) {
 	if err := b.Validate(); err != nil {
 		return ledger.WorkloadBinding{}, err
@@ -51,54 +53,62 @@ func (s *Store) BindWorkload(ctx context.Context, b ledger.WorkloadBind) (ledger
 	var out ledger.WorkloadBinding
 	var domain error // a refusal: the transaction rolls back, nothing written
 	err = pgx.BeginFunc(qctx, conn, func(tx pgx.Tx) error {
-		var exists bool
-		if err := tx.QueryRow(qctx, s.wq.runExists, b.RunID).Scan(&exists); err != nil {
-			return err
-		}
-		if !exists {
+		run, err := scanRun(tx.QueryRow(qctx, s.wq.runForShare, b.RunID))
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
 			domain = fmt.Errorf("ledger: bind workload: run: %w", ledger.ErrNotFound)
 			return domain
+		case err != nil:
+			return err
 		}
 		if b.OwnerUID == "" {
 			if _, err := tx.Exec(qctx, s.wq.insertBinding, b.RunID, b.Identity, at); err != nil {
 				return err
 			}
 		}
-		out = ledger.WorkloadBinding{RunID: b.RunID}
-		err := tx.QueryRow(qctx, s.wq.lockBinding, b.RunID).Scan(&out.Identity, &out.BoundAt)
+		cur := ledger.WorkloadBinding{RunID: b.RunID}
+		found := true
+		err = tx.QueryRow(qctx, s.wq.lockBinding, b.RunID).Scan(&cur.Identity, &cur.BoundAt, &cur.Active)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
-			domain = fmt.Errorf("ledger: bind workload: %w", ledger.ErrWorkloadOwnerUnbound)
-			return domain
+			found = false
 		case err != nil:
 			return err
+		default:
+			cur.BoundAt = cur.BoundAt.UTC()
+			if cur.UIDs, cur.Roots, err = s.workloadUIDs(qctx, tx, b.RunID); err != nil {
+				return err
+			}
 		}
-		out.BoundAt = out.BoundAt.UTC()
-		if out.UIDs, err = s.workloadUIDs(qctx, tx, b.RunID); err != nil {
-			return err
-		}
-		switch {
-		case b.OwnerUID == "" && out.Identity != b.Identity:
-			domain = fmt.Errorf("ledger: bind workload: %w", ledger.ErrWorkloadBound)
-			return domain
-		case b.OwnerUID != "" && !out.HasUID(b.OwnerUID):
-			domain = fmt.Errorf("ledger: bind workload: %w", ledger.ErrWorkloadOwnerUnbound)
-			return domain
-		case out.HasUID(b.UID):
-			return nil
-		case len(out.UIDs) >= ledger.MaxWorkloadUIDs:
-			domain = fmt.Errorf("ledger: bind workload: more than %d uids: %w", ledger.MaxWorkloadUIDs, ledger.ErrInvalid)
+		// The row a root inserted above is the binding Step would create:
+		// read back, it is found with no uids yet.
+		step, err := ledger.Step(cur, found, b)
+		if err != nil {
+			out, domain = step.Binding, err
 			return domain
 		}
-		if _, err := tx.Exec(qctx, s.wq.insertUID, b.RunID, b.UID, at); err != nil {
-			return err
+		out = step.Binding
+		if step.Writes() {
+			if err := run.MayWork(b.At); err != nil {
+				out, domain = ledger.WorkloadBinding{}, fmt.Errorf("ledger: bind workload: %w", err)
+				return domain
+			}
 		}
-		out.UIDs = append(out.UIDs, b.UID)
+		if step.Activate {
+			if _, err := tx.Exec(qctx, s.wq.setActive, b.RunID, out.Active); err != nil {
+				return err
+			}
+		}
+		if step.AddUID != "" {
+			if _, err := tx.Exec(qctx, s.wq.insertUID, b.RunID, step.AddUID, at, step.AddRoot); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
 	switch {
 	case domain != nil:
-		if errors.Is(domain, ledger.ErrWorkloadBound) {
+		if errors.Is(domain, ledger.ErrWorkloadBound) && b.OwnerUID == "" {
 			return out, domain
 		}
 		return ledger.WorkloadBinding{}, domain
@@ -108,31 +118,42 @@ func (s *Store) BindWorkload(ctx context.Context, b ledger.WorkloadBind) (ledger
 	return out, nil
 }
 
+// workloadUIDs reads a binding's uids in order and the root of each.
 func (s *Store) workloadUIDs(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, runID string) ([]string, error) {
+}, runID string) ([]string, map[string]string, error) {
 	rows, err := q.Query(ctx, s.wq.uids, runID)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
+	type row struct{ UID, Root string }
+	rs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+		var x row
+		err := r.Scan(&x.UID, &x.Root)
+		return x, err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	uids := make([]string, len(rs))
+	roots := make(map[string]string, len(rs))
+	for i, x := range rs {
+		uids[i], roots[x.UID] = x.UID, x.Root
+	}
+	return uids, roots, nil
 }
 
 // WorkloadBinding implements ledger.Workloads.
 func (s *Store) WorkloadBinding(ctx context.Context, runID string) (ledger.WorkloadBinding, error) {
 	out := ledger.WorkloadBinding{RunID: runID}
 	err := s.read(ctx, "workload binding", func(qctx context.Context, conn *txConn) error {
-		var id string
-		var at time.Time
-		if err := conn.QueryRow(qctx, s.wq.binding, runID).Scan(&id, &at); err != nil {
+		if err := conn.QueryRow(qctx, s.wq.binding, runID).Scan(&out.Identity, &out.BoundAt, &out.Active); err != nil {
 			return err
 		}
-		uids, err := s.workloadUIDs(qctx, conn, runID)
-		if err != nil {
-			return err
-		}
-		out.Identity, out.BoundAt, out.UIDs = id, at.UTC(), uids
-		return nil
+		out.BoundAt = out.BoundAt.UTC()
+		var err error
+		out.UIDs, out.Roots, err = s.workloadUIDs(qctx, conn, runID)
+		return err
 	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

@@ -2,9 +2,10 @@ package ito.workload_test
 
 import data.ito.workload
 
-# A Pod of the bound Job (the base ticket: world_size 16, gpus_per_node 8)
-# with the given spec.
+# A Pod of the bound Job (the base ticket: world_size 16, gpus_per_node 8),
+# created by the Job controller, with the given spec.
 _pod_with(spec) := [
+	_set("/review/user", "system:serviceaccount:kube-system:job-controller"),
 	_set("/review/kind", {"group": "", "version": "v1", "kind": "Pod"}),
 	_set("/review/resource", {"group": "", "version": "v1", "resource": "pods"}),
 	_set("/review/object", {"kind": "Pod", "metadata": {"name": "p"}, "spec": spec}),

@@ -112,11 +112,13 @@ _claims := object.get(input.ticket, "claims", {})
 # METADATA
 # title: Workload decision
 # description: >-
-#   {"allow": bool, "violations": [...], "warnings": [], "bind": "root"|"child"|"none",
+#   {"allow": bool, "violations": [...], "warnings": [], "bind": "root"|"child"|"leaf"|"none",
 #   "gpus": n}. bind tells Go what to record in the ledger after an allow that
-#   is not a dry run: "root" binds the run to this object's identity, "child"
-#   adds this object's uid under its bound owner, "none" records nothing
-#   (Pods, DRA claims and templates, subresources, objects without GPUs).
+#   is not a dry run: "root" binds the run to this object's identity (a
+#   workload object or a bare Pod), "child" adds this object's uid under its
+#   bound owner, "leaf" checks a controller's Pod against its owner's active
+#   root without recording it, "none" records nothing (DRA claims and
+#   templates, subresources, objects without GPUs).
 # entrypoint: true
 decision := {
 	"allow": count(violations) == 0,
@@ -163,13 +165,16 @@ _gated if {
 # description: See decision.
 bind := "none" if {
 	not _gated
-} else := "none" if {
-	_kind.binds == false
+} else := "leaf" if {
+	_is_child
+	_kind.leaf == true
 } else := "child" if {
 	_is_child
 } else := "root"
 
 _is_child if input.object_ref.owner_uid != ""
+
+_controllers := data.ito.config.workload.controllers.users
 
 _ticket_ok if {
 	input.ticket.verified == true
@@ -462,4 +467,30 @@ deny contains v if {
 	_ticket_ok
 	_gated
 	v := lib.violation(rego.metadata.rule(), "the object's controller is not the workload this ticket created")
+}
+
+# METADATA
+# title: Child created by someone other than a listed controller
+# description: >-
+#   An object with a controller ownerReference (a Job's Pod, a JobSet's Job)
+#   is admitted as a child of a bound workload only when the request comes
+#   from a controller identity the bundle lists
+#   (data.ito.config.workload.controllers.users): a tenant who may create
+#   Pods or Jobs can read a bound object's uid and name it as owner, and
+#   the owner's binding must not be hers to borrow.
+# custom:
+#   code: WORKLOAD_CHILD_CREATOR_UNTRUSTED
+#   gate: workload
+#   fix: >-
+#     Create the workload object itself with its own ticket and let its
+#     controller create the children; if a controller of this cluster is
+#     refused, add its service account to the bundle's controllers.users.
+deny contains v if {
+	_is_child
+	_gated
+	not _controllers[input.review.user]
+	v := lib.violation(rego.metadata.rule(), sprintf(
+		"%v is not a workload controller (data.ito.config.workload.controllers): it cannot create a child of another object",
+		[lib.show(object.get(input.review, "user", ""))],
+	))
 }

@@ -46,10 +46,10 @@ test_workload_codes[name] if {
 test_bind if {
 	_decide([]).bind == "root"
 	_decide(_no_gpus).bind == "none"
-	_decide(_pod).bind == "none"
+	_decide(_pod).bind == "root"
+	_decide(array.concat(_pod, [_set("/object_ref/owner_uid", "job-uid")])).bind == "leaf"
 	_decide([_set("/object_ref/owner_uid", "jobset-uid")]).bind == "child"
 	_decide([_set("/review/sub_resource", "scale")]).bind == "none"
-	_decide(array.concat(_pod, [_set("/ticket", {"present": false})])).bind == "none"
 }
 
 # Every kind of the table, with its pod sets multiplied out.
@@ -193,4 +193,16 @@ _kinds := {
 		"object": {"spec": {"template": _tpl("8")}},
 		"want": 0,
 	},
+}
+
+# Only a listed controller identity makes a child: the same Pod naming the
+# bound Job is admitted from the Job controller, refused from a tenant.
+test_child_creator if {
+	pod := array.concat(_pod, [
+		_set("/object_ref/owner_uid", "job-uid"),
+		_set("/binding", {"bound": true, "identity": "batch/Job/team-a/train-llama", "uids": ["job-uid"]}),
+	])
+	_codes(array.concat(pod, [_set("/review/user", "system:serviceaccount:kube-system:job-controller")])) == set()
+	_codes(pod) == {"WORKLOAD_CHILD_CREATOR_UNTRUSTED"}
+	_codes(array.concat(pod, [_set("/review/user", "system:serviceaccount:team-a:default")])) == {"WORKLOAD_CHILD_CREATOR_UNTRUSTED"}
 }

@@ -70,12 +70,15 @@ test-vet:
 ##   limit: at load 45 with -race the e2e package alone ran past the 10m default.
 ##   The PostgreSQL ledger tests run against hack/test-postgres.sh's DSN (the local
 ##   server, started if needed; ITOGATE_TEST_POSTGRES_DSN to name another;
-##   ITOGATE_TEST_POSTGRES=skip to run without). gotestsum lists every skipped test.
+##   ITOGATE_TEST_POSTGRES=skip to run without), and through hack/test-pgbouncer.sh's
+##   PgBouncer in transaction mode (ITOGATE_TEST_PGBOUNCER_DSN, ITOGATE_TEST_PGBOUNCER=skip).
+##   gotestsum lists every skipped test.
 GOTESTSUM := $(GO) tool gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg
 
 test-go-only:
 	@dsn=$$(hack/test-postgres.sh) || exit 1; export ITOGATE_TEST_POSTGRES_DSN="$$dsn"; \
-	echo "$(GOTESTSUM) -- -race -count=1 -timeout 30m ./...   (PostgreSQL: $${dsn:-skipped})"; \
+	pooler=$$(hack/test-pgbouncer.sh) || exit 1; export ITOGATE_TEST_PGBOUNCER_DSN="$$pooler"; \
+	echo "$(GOTESTSUM) -- -race -count=1 -timeout 30m ./...   (PostgreSQL: $${dsn:-skipped}; PgBouncer: $${pooler:-skipped})"; \
 	$(GOTESTSUM) -- -race -count=1 -timeout 30m ./...
 	@# the parallelism model on all its generated layouts, and Go's training facts against the
 	@# bundle's Rego reference on all their mutations (under -race each checks a sample)

@@ -61,11 +61,14 @@ const (
 	exitReplayOther = 3 // replay: any other failure (1 is a flip)
 	exitVerifyFail  = 1 // verify: the manifest is not accepted
 	exitDemoFail    = 1 // demo: a case differs
+	exitLedgerOther = 3 // ledger check: the ledger could not be read (1 is inconsistent)
 
-	ticketExitOK       = 0
-	ticketExitRejected = 1 // the ticket does not verify
-	ticketExitUsage    = 2 // bad flags, unreadable key or ticket
-	ticketExitMismatch = 3 // verifies, but not for what this runtime expects
+	ticketExitOK          = 0
+	ticketExitRejected    = 1 // the ticket does not verify
+	ticketExitUsage       = 2 // bad flags, unreadable key or ticket
+	ticketExitMismatch    = 3 // verifies, but not for what this runtime expects
+	ticketExitWithdrawn   = 4 // --online: the run may not take this job
+	ticketExitUnavailable = 5 // --online: no answer from itogate
 )
 
 var exitTable = []exitGroup{
@@ -102,6 +105,8 @@ var exitTable = []exitGroup{
 		{ticketExitRejected, kindOwn, "does not verify: forged, altered (one changed byte is enough), expired, another `typ`/`iss`/`aud`, a claim missing", "refuse the job"},
 		{ticketExitUsage, kindBadInput | kindOther, "usage: a bad flag or argument (an unknown flag included), a key or ticket file refused or unreadable", "fix the installation (fail closed: refuse the job)"},
 		{ticketExitMismatch, kindOwn, "verifies, but names another run, booking, account or topology than expected", "refuse the job"},
+		{ticketExitWithdrawn, kindOwn, "`--online`: withdrawn: the run is revoked (`ENTITLEMENT_REVOKED`), halted (`RUN_HALTED`) or ended (`RUN_NOT_LIVE`), the ticket expired (`TICKET_EXPIRED`: renew it) or its run is bound to another job (`TICKET_JOB_BOUND`)", "refuse the job"},
+		{ticketExitUnavailable, kindOwn, "`--online`: no answer from itogate: unreachable, 401, 5xx, `--timeout` passed", "refuse the job (fail closed); check the scheduler token and itogate"},
 	}},
 	{[]string{"eval"}, []exitRow{
 		{0, kindOK, "the policy allows", ""},
@@ -129,6 +134,12 @@ var exitTable = []exitGroup{
 		{0, kindOK, "every admission case answered as expected", ""},
 		{exitDemoFail, kindOwn | kindOther, "a case differs, or the server could not be started or reached", "read the table and the server log"},
 		{exitFailed, kindBadInput, "bad input: a flag or argument", "fix it"},
+	}},
+	{[]string{"ledger check"}, []exitRow{
+		{0, kindOK, "the ledger is consistent; the counts are printed", ""},
+		{exitLedgerInconsistent, kindOwn, "INCONSISTENT: an invariant is broken; the first problems are printed", "stop the server; restore the last backup that checks consistent"},
+		{exitLedgerOther, kindOther, "the ledger could not be read: the file is locked by a running server, missing or of another schema; the database is unreachable", "check a backup instead, or fix the named cause"},
+		{exitFailed, kindBadInput, "bad input: a flag or argument, a refused file, no `$ITOGATE_LEDGER_DSN`", "fix the named flag, file or variable"},
 	}},
 	{[]string{"serve"}, []exitRow{
 		{0, kindOK, "stopped on SIGINT or SIGTERM after draining", ""},

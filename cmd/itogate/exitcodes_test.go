@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/itocompute/itogate/gatekeeper/ledger/bolt"
 	"github.com/itocompute/itogate/gatekeeper/trust"
 	"github.com/itocompute/itogate/internal/patience"
 )
@@ -222,6 +223,8 @@ func TestExitCodesPerCommand(t *testing.T) {
 		"ticket verify 1": cli(append(tf.args(), tf.altered)...),
 		"ticket verify 2": cli(append(tf.args(), "--pem", tf.pem)...),
 		"ticket verify 3": cli(append(tf.args(), "--run-id", "run_other", tf.good)...),
+		"ticket verify 4": stubbed(403, "ENTITLEMENT_REVOKED", append(tf.args(), "--online", "--token-file", tok, tf.good)...),
+		"ticket verify 5": stubbed(503, "LEDGER_UNAVAILABLE", append(tf.args(), "--online", "--token-file", tok, tf.good)...),
 
 		"eval 0": cli("eval", "--manifest", manifestOK, deadline),
 		"eval 1": cli("eval", "--manifest", manifestOK, "--deadline", "1ns"),
@@ -250,6 +253,23 @@ func TestExitCodesPerCommand(t *testing.T) {
 			return runCLI(t, "demo", "--server", s.srv.URL)
 		},
 		"demo 4": cli("demo", "extra-argument"),
+
+		"ledger check 0": func(t *testing.T) cliResult {
+			return runCLI(t, "ledger", "check", "--file", boltLedger(t, false))
+		},
+		"ledger check 1": func(t *testing.T) cliResult {
+			return runCLI(t, "ledger", "check", "--file", boltLedger(t, true))
+		},
+		"ledger check 3": func(t *testing.T) cliResult {
+			path := boltLedger(t, false)
+			s, err := bolt.Open(path, bolt.Options{}) // a running server's lock
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			return runCLI(t, "ledger", "check", "--file", path)
+		},
+		"ledger check 4": cli("ledger", "check"),
 
 		"serve 0": unit("serve", nil),
 		"serve 1": cli("serve", "--listen", "0.0.0.0:0", "--data-dir", dir),

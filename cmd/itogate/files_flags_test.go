@@ -270,8 +270,10 @@ func (fx *fileFixture) kindOf(in fileInput) string {
 		return "bundle.tar.gz"
 	case in.input == "jwks":
 		return "ticket.jwks.json"
-	case in.input == "pem":
+	case in.input == "pem", in.input == "jwks-from":
 		return "ticket.pub.pem"
+	case in.input == "merge-jwks":
+		return "ticket.jwks.json"
 	case in.input == "ARG" && in.command == "ticket verify":
 		return "ticket.jws"
 	case in.input == "entitlement" || in.input == "confirmation":
@@ -388,6 +390,17 @@ func (fx *fileFixture) commandLines() map[string]func(path string) []string {
 		},
 		"replay --decisions":      func(p string) []string { return []string{"replay", "--decisions", p} },
 		"webhook config --bundle": func(p string) []string { return []string{"webhook", "config", "--bundle", p} },
+		"ledger check --file":     func(p string) []string { return []string{"ledger", "check", "--file", p} },
+		"keygen --jwks-from": func(p string) []string {
+			return []string{"keygen", "--name", "from", "--dir", fx.dir, "--jwks-from", p}
+		},
+		"keygen --merge-jwks": func(p string) []string {
+			return []string{"keygen", "--name", "merged", "--dir", fx.dir, "--key-id", "k2", "--jwks-from", f["manifest.pub.pem"], "--merge-jwks", p}
+		},
+		"ledger restore --backup": func(p string) []string {
+			return []string{"ledger", "restore", "--backup", p, "--to", filepath.Join(fx.dir, "restored.db"),
+				"--max-confirmation-lifetime", "1h"}
+		},
 		"replay --bundle": func(p string) []string {
 			return []string{"replay", "--decisions", f["decisions.jsonl"], "--bundle", p}
 		},
@@ -401,6 +414,13 @@ func (fx *fileFixture) commandLines() map[string]func(path string) []string {
 		"ticket verify --pem": func(p string) []string {
 			return []string{"ticket", "verify", "--issuer", trust.DevTicketIssuer, "--pem", p, "--key-id", keys.TicketKeyID,
 				"--algorithm", "EdDSA", f["ticket.jws"]}
+		},
+		"ticket verify --token-file": func(p string) []string {
+			return []string{"ticket", "verify", "--issuer", trust.DevTicketIssuer, "--jwks", f["ticket.jwks.json"],
+				"--online", "--server", fx.dead, "--timeout", "5s", "--token-file", p, f["ticket.jws"]}
+		},
+		"ticket renew --token-file": func(p string) []string {
+			return []string{"ticket", "renew", "--server", fx.dead, "--timeout", "5s", "--run-id", "run_1", "--token-file", p}
 		},
 		"ticket verify ARG": func(p string) []string {
 			return []string{"ticket", "verify", "--issuer", trust.DevTicketIssuer, "--jwks", f["ticket.jwks.json"], p}

@@ -74,6 +74,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newTicketCmd(stdout, stderr),
 		newWebhookCmd(stdout),
 		newVersionCmd(stdout),
+		newLedgerCmd(stdout),
 	)
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd()

@@ -138,6 +138,28 @@ func TestHumanOutputIsInert(t *testing.T) {
 			return result{runCLI(t, "ticket", "verify", "--jwks", f.jwks, "--issuer", trust.DevTicketIssuer,
 				"--run-id", "run_other", f.good), ticketExitMismatch, false}
 		},
+		"ticket verify --online withdrawn": func(t *testing.T) result {
+			f := hostileTicket(t, dir, nil)
+			url, _ := envelopeServer(t, 403, deny)
+			return result{runCLI(t, "ticket", "verify", "--jwks", f.jwks, "--issuer", trust.DevTicketIssuer, "--online",
+				"--server", url, "--token-file", tok, f.good), ticketExitWithdrawn, false}
+		},
+		"ticket verify --online live": func(t *testing.T) result {
+			f := hostileTicket(t, dir, nil)
+			url, _ := envelopeServer(t, 200, map[string]any{"ok": true, "data": map[string]any{"live": true, "state": hostile,
+				"job_id": hostile}})
+			return result{runCLI(t, "ticket", "verify", "--jwks", f.jwks, "--issuer", trust.DevTicketIssuer, "--online",
+				"--server", url, "--token-file", tok, "--job-id", "slurm-1", f.good), 0, false}
+		},
+		"ticket renew refused": func(t *testing.T) result {
+			url, _ := envelopeServer(t, 403, deny)
+			return result{runCLI(t, "ticket", "renew", "--server", url, "--token-file", tok, "--run-id", "run_1"), exitOther, false}
+		},
+		"ticket renew": func(t *testing.T) result {
+			url, _ := envelopeServer(t, 200, map[string]any{"ok": true, "data": map[string]any{"run_id": "run_1",
+				"ticket": hostile, "jti": "j", "expires_at": 1}})
+			return result{runCLI(t, "ticket", "renew", "--server", url, "--token-file", tok, "--run-id", "run_1"), exitOther, true}
+		},
 		"ticket verify rejected": func(t *testing.T) result {
 			f := hostileTicket(t, dir, nil)
 			return result{runCLI(t, "ticket", "verify", "--jwks", f.jwks, "--issuer", hostile, f.good), ticketExitRejected, true}
@@ -181,6 +203,17 @@ func TestHumanOutputIsInert(t *testing.T) {
 			}
 			return result{runCLI(t, "verify", "--key", pub, m), exitVerifyFail, true}
 		},
+		"ledger check a hostile file name": func(t *testing.T) result {
+			p := filepath.Join(dir, "l"+hostile+".db")
+			writeMode(t, p, mustRead(t, boltLedger(t, false)), 0o600)
+			return result{runCLI(t, "ledger", "check", "--file", p), 0, false}
+		},
+		"ledger restore a hostile file name": func(t *testing.T) result {
+			p := filepath.Join(dir, "r"+hostile+".db")
+			writeMode(t, p, mustRead(t, boltLedger(t, false)), 0o600)
+			return result{runCLI(t, "ledger", "restore", "--backup", p, "--to", filepath.Join(t.TempDir(), "x"+hostile+".db"),
+				"--max-confirmation-lifetime", "1h"), 0, false}
+		},
 		"bundle inspect a hostile file name": func(t *testing.T) result {
 			p := filepath.Join(dir, "b"+hostile+".tar.gz")
 			writeMode(t, p, signedPolicies(t, testNow(), "inert", false), 0o600)
@@ -216,7 +249,8 @@ func TestHumanOutputIsInert(t *testing.T) {
 	// Every runnable command is either fed hostile strings above or prints
 	// nothing from outside, for the reason given.
 	fed := []string{"train", "status", "runs get", "runs list", "revoke confirmation", "revoke entitlement", "revoke booking",
-		"revoke caller", "token confirmation", "demo", "ticket verify", "eval", "replay", "sign", "verify", "bundle inspect"}
+		"revoke caller", "token confirmation", "demo", "ticket verify", "ticket renew", "eval", "replay", "sign", "verify", "bundle inspect",
+		"ledger check", "ledger restore"}
 	mintsOnly := "prints the token it minted and times it computed; its errors go through main, inert"
 	nothingFromOutside := map[string]string{
 		"serve":        "logs JSON lines (slog's JSON escapes every control character); its errors go through main, inert",
@@ -236,6 +270,7 @@ func TestHumanOutputIsInert(t *testing.T) {
 		"runs":                  "prints its help",
 		"revoke":                "prints its help",
 		"ticket":                "prints its help",
+		"ledger":                "prints its help",
 		"completion":            "prints its help",
 		"webhook":               "prints its help",
 		"webhook config": "prints YAML built from the bundle; a name of a --bundle that is not printable ASCII is refused " +

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
+	"regexp"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -91,6 +93,8 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 	}
 	defer rt.Close()
 	tuneGC(os.Getenv)
+	stop := backupOnSignal(ctx, rt)
+	defer stop()
 	return rt.Run(ctx)
 }
 
@@ -99,6 +103,9 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 func (o *serveOptions) config() (config.Config, error) {
 	devSets, err := o.devAssignments()
 	if err != nil {
+		return config.Config{}, err
+	}
+	if err := o.noPasswordInArgs(); err != nil {
 		return config.Config{}, err
 	}
 	if o.configFile != "" {
@@ -273,4 +280,40 @@ func tuneGC(getenv func(string) string) int {
 	}
 	debug.SetGCPercent(defaultGCPercent)
 	return defaultGCPercent
+}
+
+// noPasswordInArgs refuses a PostgreSQL DSN given on the command line
+// (--ledger-dsn, --set ledger.dsn=…) that holds a password: other users
+// read a process's arguments. The password comes from PGPASSWORD or
+// PGPASSFILE (~/.pgpass), or the DSN from the configuration file.
+func (o *serveOptions) noPasswordInArgs() error {
+	dsns := map[string]string{"--ledger-dsn": o.ledgerDSN}
+	for _, a := range o.sets {
+		if k, v, ok := strings.Cut(a, "="); ok && strings.TrimSpace(k) == "ledger.dsn" {
+			dsns["--set ledger.dsn"] = v
+		}
+	}
+	for flag, dsn := range dsns {
+		if dsnHasPassword(dsn) {
+			return usageError{fmt.Errorf("%s holds a password, which other users can read in the process's arguments: "+
+				"give it in PGPASSWORD or PGPASSFILE (~/.pgpass), or put the DSN in the configuration file", flag)}
+		}
+	}
+	return nil
+}
+
+// dsnPasswordKeyword finds password=… in a keyword/value DSN.
+var dsnPasswordKeyword = regexp.MustCompile(`(^|\s)password\s*=`)
+
+// dsnHasPassword reports whether a PostgreSQL DSN (URL or keyword/value
+// form, as libpq and pgx read them) carries a password.
+func dsnHasPassword(dsn string) bool {
+	dsn = strings.TrimSpace(strings.Trim(strings.TrimSpace(dsn), `"'`))
+	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		if _, ok := u.User.Password(); ok {
+			return true
+		}
+		return u.Query().Has("password")
+	}
+	return dsnPasswordKeyword.MatchString(dsn)
 }

@@ -2,6 +2,9 @@ package main
 
 import (
 	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/rsa"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/lestrrat-go/jwx/v3/jwk"
 	"github.com/spf13/cobra"
 
 	"github.com/itocompute/itogate/gatekeeper/inert"
@@ -128,7 +132,7 @@ func newVerifyCmd(stdout io.Writer) *cobra.Command {
 }
 
 func newKeygenCmd(stdout io.Writer) *cobra.Command {
-	var dir, name, typ, keyID string
+	var dir, name, typ, keyID, jwksFrom, mergeJWKS string
 	var jwks bool
 	cmd := &cobra.Command{
 		Use:   "keygen --name NAME [--type ecdsa|ed25519] [--dir DIR] [--jwks [--key-id KID]]",
@@ -138,9 +142,20 @@ func newKeygenCmd(stdout io.Writer) *cobra.Command {
 With --jwks it also writes NAME.jwks.json: a JSON Web Key Set holding the public
 key with its kid (--key-id, default NAME), alg (ES256 for ecdsa, EdDSA for
 ed25519) and use "sig" — what a trust.*.jwks_file, tickets.previous_jwks_file
-or "itogate ticket verify --jwks" reads. No file is ever overwritten.`,
+or "itogate ticket verify --jwks" reads. No file is ever overwritten.
+
+With --jwks-from PEM it generates nothing: it writes NAME.jwks.json holding the
+public key of PEM (ECDSA P-256: ES256, Ed25519: EdDSA, RSA: RS256) with its
+kid (--key-id, default NAME), and with --merge-jwks FILE every key of FILE
+before it — the JWKS of a key rotation, old and new keys side by side.`,
 		Args: cobra.NoArgs,
 		RunE: func(_ *cobra.Command, _ []string) error {
+			if jwksFrom != "" {
+				if keyID == "" {
+					keyID = name
+				}
+				return jwksFromPEM(stdout, jwksFrom, mergeJWKS, filepath.Join(dir, name+".jwks.json"), keyID)
+			}
 			var priv crypto.Signer
 			var err error
 			switch typ {
@@ -180,8 +195,88 @@ or "itogate ticket verify --jwks" reads. No file is ever overwritten.`,
 	cmd.Flags().StringVar(&typ, "type", "ecdsa", "ecdsa (P-256, ES256) or ed25519 (EdDSA)")
 	cmd.Flags().BoolVar(&jwks, "jwks", false, "also write NAME.jwks.json, the public key as a JWKS")
 	cmd.Flags().StringVar(&keyID, "key-id", "", "kid of the key in the JWKS (default NAME)")
+	cmd.Flags().StringVar(&jwksFrom, "jwks-from", "", "write NAME.jwks.json from this public key PEM instead of generating a key")
+	cmd.Flags().StringVar(&mergeJWKS, "merge-jwks", "", "with --jwks-from: keep every key of this JWKS in NAME.jwks.json too")
+	readsFile(cmd.Flags(), "jwks-from", "merge-jwks")
+	cmd.MarkFlagsMutuallyExclusive("jwks-from", "jwks")
+	cmd.MarkFlagsMutuallyExclusive("jwks-from", "type")
 	_ = cmd.MarkFlagRequired("name")
 	return cmd
+}
+
+// jwksFromPEM writes path (never overwriting it): the keys of mergePath
+// (if any) and the public key of pemPath with kid keyID and the algorithm
+// its type implies.
+func jwksFromPEM(stdout io.Writer, pemPath, mergePath, path, keyID string) error {
+	pemBytes, err := safefile.ReadFile(pemPath, verify.MaxKeyFileBytes)
+	if err != nil {
+		return err
+	}
+	pub, err := verify.LoadPublicKeyPEM(pemBytes)
+	if err != nil {
+		return badInput(fmt.Errorf("--jwks-from %s: %w", pemPath, err))
+	}
+	var alg string
+	switch k := pub.(type) {
+	case *ecdsa.PublicKey:
+		alg = "ES256"
+	case ed25519.PublicKey:
+		alg = "EdDSA"
+	case *rsa.PublicKey:
+		alg = "RS256"
+	default:
+		return badInput(fmt.Errorf("--jwks-from %s: a %T key has no JWS algorithm here", pemPath, k))
+	}
+	set, err := verify.KeySetFromPEM(keyID, alg, pemBytes)
+	if err != nil {
+		return badInput(fmt.Errorf("--jwks-from %s: %w", pemPath, err))
+	}
+	if mergePath != "" {
+		raw, err := safefile.ReadFile(mergePath, verify.MaxKeyFileBytes)
+		if err != nil {
+			return err
+		}
+		old, err := verify.LoadJWKS(raw)
+		if err != nil {
+			return badInput(fmt.Errorf("--merge-jwks %s: %w", mergePath, err))
+		}
+		merged := jwk.NewSet()
+		for i := range old.Len() {
+			k, _ := old.Key(i)
+			if kid, _ := k.KeyID(); kid == keyID {
+				return badInput(fmt.Errorf("--merge-jwks %s already holds kid %q: give the new key another --key-id", mergePath, keyID))
+			}
+			if err := merged.AddKey(k); err != nil {
+				return err
+			}
+		}
+		k, _ := set.Key(0)
+		if err := merged.AddKey(k); err != nil {
+			return err
+		}
+		set = merged
+	}
+	raw, err := json.MarshalIndent(set, "", "  ")
+	if err != nil {
+		return err
+	}
+	if _, err := verify.LoadJWKS(raw); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644) // never overwrite
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(append(raw, '\n')); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "jwks    %s (%d keys; added kid %s, alg %s, fingerprint %s)\n",
+		inert.Text(path), set.Len(), inert.Text(keyID), alg, verify.Fingerprint(pub))
+	return nil
 }
 
 // writePublicJWKS writes a one-key public JWKS (kid, alg, use "sig") to

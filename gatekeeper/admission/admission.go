@@ -96,6 +96,16 @@ type Options struct {
 	// Tickets, when set, signs the admission ticket of every allowed
 	// train.create; it is stored with the admission (data.ticket).
 	Tickets TicketSigner
+	// TicketVerifier verifies tickets for the renewal and the online
+	// check (the signer's own key set); without it both answer
+	// TICKETS_DISABLED.
+	TicketVerifier TicketVerifier
+	// TicketLifetime is how long a ticket lives (tickets.lifetime; zero:
+	// ticket.DefaultLifetime).
+	TicketLifetime time.Duration
+	// Jobs binds a run to one scheduler job (the online check with a job
+	// id); the ledger implements it.
+	Jobs ledger.Jobs
 }
 
 // Service answers admissions, status lookups and confirmation deposits.

@@ -24,6 +24,8 @@ func tokenCode(err error) api.Code {
 		return api.CodeDepositorUnauthorized
 	case verify.PurposeRevoker:
 		return api.CodeRevokerUnauthenticated
+	case verify.PurposeScheduler:
+		return api.CodeSchedulerUnauthenticated
 	case verify.PurposeEntitlement:
 		if expired {
 			return api.CodeEntitlementExpired

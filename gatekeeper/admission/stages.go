@@ -408,7 +408,7 @@ func (s *Service) commit(ctx context.Context, p *pending) Outcome {
 	if spec.Effect == api.EffectCreateRun && s.opts.Tickets != nil {
 		// Signed before the commit and stored by it, so the caller, a
 		// replay and a status lookup all get this very ticket.
-		tc, err := ticketClaims(rec, p.manifest, p.entitlement.Raw)
+		tc, err := ticketClaims(rec, p.manifest, p.entitlement.Raw, s.ticketLifetime())
 		if err == nil {
 			rec.Ticket, err = s.opts.Tickets.Issue(tc)
 		}

@@ -18,8 +18,9 @@ type TicketSigner interface {
 // ticketClaims are the claims of the ticket for an allowed train.create: the
 // run, the admitted topology from the verified manifest, and an exp no later
 // than the booking term's end (entitlement term.end) or the run's declared
-// wall-clock end (now + budget.max_wall_clock_hours), whichever is first.
-func ticketClaims(rec ledger.Admission, doc, entitlement map[string]any) (ticket.Claims, error) {
+// wall-clock end (now + budget.max_wall_clock_hours), whichever is first,
+// and at most lifetime after now: the holder renews it (RenewTicket).
+func ticketClaims(rec ledger.Admission, doc, entitlement map[string]any, lifetime time.Duration) (ticket.Claims, error) {
 	hw, _ := doc["hardware"].(map[string]any)
 	budget, _ := doc["budget"].(map[string]any)
 	term, _ := entitlement["term"].(map[string]any)
@@ -38,7 +39,7 @@ func ticketClaims(rec ledger.Admission, doc, entitlement map[string]any) (ticket
 		WorldSize: nodes * perNode, Nodes: nodes, GPUsPerNode: perNode, GPUType: gpuType, Region: region,
 		BundleRevision: rec.BundleRevision,
 		IssuedAt:       rec.CreatedAt,
-		Expiry:         ticket.Expiry(rec.CreatedAt, time.Unix(termEnd, 0), hours),
+		Expiry:         ticket.Capped(ticket.Expiry(rec.CreatedAt, time.Unix(termEnd, 0), hours), rec.CreatedAt, lifetime),
 	}, nil
 }
 

@@ -69,12 +69,13 @@ const (
 	CodeRunStatusNotFound Code = "RUN_STATUS_NOT_FOUND"
 
 	// Bearer identities.
-	CodeCallerUnauthenticated  Code = "CALLER_UNAUTHENTICATED"
-	CodeCallerRevoked          Code = "CALLER_REVOKED"
-	CodeDepositorUnauthorized  Code = "DEPOSITOR_UNAUTHENTICATED"
-	CodeRevokerUnauthenticated Code = "REVOKER_UNAUTHENTICATED"
-	CodeRevokerUnauthorized    Code = "REVOKER_UNAUTHORIZED"
-	CodeRevocationRefNotFound  Code = "REVOCATION_REF_NOT_FOUND"
+	CodeCallerUnauthenticated    Code = "CALLER_UNAUTHENTICATED"
+	CodeCallerRevoked            Code = "CALLER_REVOKED"
+	CodeDepositorUnauthorized    Code = "DEPOSITOR_UNAUTHENTICATED"
+	CodeRevokerUnauthenticated   Code = "REVOKER_UNAUTHENTICATED"
+	CodeRevokerUnauthorized      Code = "REVOKER_UNAUTHORIZED"
+	CodeRevocationRefNotFound    Code = "REVOCATION_REF_NOT_FOUND"
+	CodeSchedulerUnauthenticated Code = "SCHEDULER_UNAUTHENTICATED"
 
 	// The manifest, on the server and (path, file) in the CLI's safe reader.
 	CodeManifestRequired      Code = "MANIFEST_REQUIRED"
@@ -137,6 +138,9 @@ const (
 	CodeWorkloadTicketBound  Code = "WORKLOAD_TICKET_BOUND"
 	CodeWorkloadOwnerUnbound Code = "WORKLOAD_OWNER_UNBOUND"
 	CodeWorkloadRunNotFound  Code = "WORKLOAD_RUN_NOT_FOUND"
+	CodeTicketInvalid        Code = "TICKET_INVALID"
+	CodeTicketExpired        Code = "TICKET_EXPIRED"
+	CodeTicketJobBound       Code = "TICKET_JOB_BOUND"
 
 	// The client's own refusals (itogate train, itogate status).
 	CodeClientInput     Code = "CLIENT_INPUT_INVALID"
@@ -245,7 +249,7 @@ var registry = []Entry{
 		"Retry the admission with the same key."),
 
 	entry(CodeRunStatusNotFound, "status", http.StatusNotFound, server,
-		"GET /v1/runs/{run_id}: no run with this id was admitted for this account (another account's run answers alike).",
+		"GET /v1/runs/{run_id} or POST /v1/runs/{run_id}/ticket: no run with this id was admitted for this account (another account's run answers alike).",
 		"Use the run_id of your own train.create admission; GET /v1/runs lists your runs."),
 
 	entry(CodeCallerUnauthenticated, "caller", http.StatusUnauthorized, server,
@@ -263,6 +267,9 @@ var registry = []Entry{
 	entry(CodeRevokerUnauthorized, "revocation", http.StatusForbidden, server,
 		"The identity may not revoke this kind: confirmations are revoked by the confirmation authority (POST /v1/confirmations/revocations), entitlements, bookings and caller keys by the revoker identity (POST /v1/revocations).",
 		"Revoke with the identity the kind requires."),
+	entry(CodeSchedulerUnauthenticated, "ticket", http.StatusUnauthorized, server,
+		"POST /v1/tickets/verify without a bearer token that verifies with trust.schedulers (the schedulers' identity), or no scheduler identity is configured.",
+		"Call with the scheduler identity (a Slurm prolog's or Ray job submitter's token); caller, depositor and revoker tokens are refused."),
 	entry(CodeRevocationRefNotFound, "revocation", http.StatusNotFound, server,
 		"POST /v1/confirmations/revocations names a ref under which no confirmation is deposited.",
 		"Revoke by the ref the deposit returned, or by the token's jti (also before it is deposited)."),
@@ -405,6 +412,15 @@ var registry = []Entry{
 	entry(CodeReviewInvalid, "workload", http.StatusBadRequest, webhook,
 		"The Kubernetes webhook received something other than one admission.k8s.io/v1 AdmissionReview with a request, or an operation other than CREATE/UPDATE; the apiserver applies failurePolicy: Fail and refuses the object.",
 		"Check the ValidatingWebhookConfiguration (deploy/kubernetes): admissionReviewVersions [v1], operations CREATE and UPDATE."),
+	entry(CodeTicketInvalid, "ticket", http.StatusForbidden, server,
+		"POST /v1/tickets/verify: the ticket does not verify (signature, key, typ, issuer, audience, claims) or was not issued for train.create.",
+		"Refuse the job; use the ticket exactly as itogate returned it (data.ticket, or its renewal)."),
+	entry(CodeTicketExpired, "ticket", http.StatusForbidden, server,
+		"POST /v1/tickets/verify: the ticket is past its exp (plus leeway). Tickets live minutes (tickets.lifetime); the holder renews them while the run may run.",
+		"Renew the ticket (POST /v1/runs/{run_id}/ticket, itogate ticket renew) and submit the job with the new one."),
+	entry(CodeTicketJobBound, "ticket", http.StatusForbidden, server,
+		"POST /v1/tickets/verify with a job_id: the run's tickets already started another scheduler job (another job id, or the same id from another scheduler identity); one ticket, one job. Nothing was written.",
+		"Refuse the job; admit a new run for another job. A retried prolog of the same job is answered live."),
 	entry(CodeWorkloadTicketBound, "workload", http.StatusForbidden, webhook,
 		"The ledger refused the bind (also a policy code): the ticket already created another workload.",
 		"Admit a new run for a second workload."),

@@ -65,6 +65,43 @@ type ConfirmationRevocationRequest struct {
 	Reason    string `json:"reason,omitempty"`
 }
 
+// TicketCheckRequest is the body of POST /v1/tickets/verify (a
+// scheduler's online check).
+type TicketCheckRequest struct {
+	// Ticket is the compact JWS the job carries.
+	Ticket string `json:"ticket"`
+	// JobID, when set, binds the ticket's run to this scheduler job: the
+	// first job id bound is the run's for good (TICKET_JOB_BOUND for
+	// another); the same one again is answered alike.
+	JobID string `json:"job_id,omitempty"`
+}
+
+// TicketCheck is the data of a live answer of POST /v1/tickets/verify.
+type TicketCheck struct {
+	// Live is true: the ticket verifies and its run may take work now
+	// (the ledger's RunRecord.MayWork). Anything else is an error with
+	// the run state's code.
+	Live      bool     `json:"live"`
+	State     RunState `json:"state"`
+	RunID     string   `json:"run_id"`
+	BookingID string   `json:"booking_id"`
+	Account   string   `json:"account"`
+	JTI       string   `json:"jti"`
+	ExpiresAt int64    `json:"expires_at"`
+	// JobID and JobBoundAt: the run's job, when a job id was given.
+	JobID      string `json:"job_id,omitempty"`
+	JobBoundAt int64  `json:"job_bound_at,omitempty"`
+}
+
+// TicketRenewal is the data of POST /v1/runs/{run_id}/ticket: a fresh
+// ticket of the run (the claims of its first, a new jti, iat and exp).
+type TicketRenewal struct {
+	RunID     string `json:"run_id"`
+	Ticket    string `json:"ticket"`
+	JTI       string `json:"jti"`
+	ExpiresAt int64  `json:"expires_at"`
+}
+
 // RevocationRequest is the body of POST /v1/revocations.
 type RevocationRequest struct {
 	// Kind is entitlement, booking or caller_key.

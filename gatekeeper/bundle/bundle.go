@@ -74,6 +74,14 @@ const (
 	ReasonFuture         Reason = "future"          // built_at is in the future
 )
 
+// Reasons lists every Reason, in the order above: the metric's series are
+// created from it at start-up, so an alert on the first failure fires.
+func Reasons() []Reason {
+	return []Reason{ReasonFetch, ReasonTooLarge, ReasonArchive, ReasonPath, ReasonUnsigned, ReasonSignature,
+		ReasonInvalid, ReasonManifest, ReasonCompile, ReasonFactsModel, ReasonRollback, ReasonRevisionReused,
+		ReasonStale, ReasonFuture}
+}
+
 // Error is a bundle that was not activated. Err's text never holds key
 // material, only names, digests and revisions.
 type Error struct {

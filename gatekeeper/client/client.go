@@ -164,6 +164,23 @@ func (c *Client) RevokeConfirmation(ctx context.Context, req api.ConfirmationRev
 	return c.do(ctx, http.MethodPost, "/v1/confirmations/revocations", payload)
 }
 
+// RenewTicket asks POST /v1/runs/{run_id}/ticket: a fresh ticket of the
+// caller's run while it may run (the bearer is a caller token).
+func (c *Client) RenewTicket(ctx context.Context, runID string) (Response, error) {
+	return c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(runID)+"/ticket", []byte("{}"))
+}
+
+// CheckTicket asks POST /v1/tickets/verify: is the ticket's run live, and
+// with jobID, bind the run to that one job (the bearer is a scheduler
+// token).
+func (c *Client) CheckTicket(ctx context.Context, ticket, jobID string) (Response, error) {
+	payload, err := json.Marshal(api.TicketCheckRequest{Ticket: ticket, JobID: jobID})
+	if err != nil {
+		return Response{}, err
+	}
+	return c.do(ctx, http.MethodPost, "/v1/tickets/verify", payload)
+}
+
 // Deposit posts a confirmation token (confirmation authority only).
 func (c *Client) Deposit(ctx context.Context, token string) (Response, error) {
 	payload, _ := json.Marshal(map[string]string{"confirmation_token": token})

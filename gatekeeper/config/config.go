@@ -116,6 +116,13 @@ type Ledger struct {
 	// MigrationTimeout bounds the start-up migration, including the wait
 	// for another replica migrating (postgres only; default 1m).
 	MigrationTimeout Duration `yaml:"migration_timeout"`
+	// Pooler is what sits between itogate and PostgreSQL (postgres only):
+	// "none" (default: nothing, or a pooler in session mode) or
+	// "transaction" (a pooler in transaction mode such as PgBouncer's
+	// pool_mode=transaction: no named prepared statements, and the
+	// isolation level and timeouts set in every transaction, since the
+	// pooler drops startup parameters).
+	Pooler string `yaml:"pooler"`
 	// SweepInterval is how often expired confirmation tokens are dropped
 	// (their tombstones stay forever); unset: the runtime's default (10m),
 	// "0s" disables.
@@ -128,6 +135,12 @@ const (
 	DriverPostgres = "postgres"
 )
 
+// Ledger poolers (ledger.pooler), as the postgres driver names them.
+const (
+	PoolerNone        = "none"
+	PoolerTransaction = "transaction"
+)
+
 // postgresSchema mirrors postgres.ValidSchema without importing the driver.
 var postgresSchema = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
@@ -136,8 +149,8 @@ func (l Ledger) validate() error {
 	switch l.Driver {
 	case DriverBolt:
 		if l.DSN != "" || l.Schema != "" || l.MaxConns != 0 || l.ConnectTimeout != 0 || l.StatementTimeout != 0 ||
-			l.AcquireTimeout != 0 || l.MigrationTimeout != 0 {
-			errs = append(errs, errors.New("dsn, schema, max_conns and the timeouts are for driver postgres"))
+			l.AcquireTimeout != 0 || l.MigrationTimeout != 0 || l.Pooler != "" {
+			errs = append(errs, errors.New("dsn, schema, max_conns, pooler and the timeouts are for driver postgres"))
 		}
 	case DriverPostgres:
 		if l.DSN == "" {
@@ -148,6 +161,9 @@ func (l Ledger) validate() error {
 		}
 		if l.Schema != "" && !postgresSchema.MatchString(l.Schema) {
 			errs = append(errs, fmt.Errorf("schema must match %s", postgresSchema))
+		}
+		if l.Pooler != "" && l.Pooler != PoolerNone && l.Pooler != PoolerTransaction {
+			errs = append(errs, fmt.Errorf("pooler must be %q or %q", PoolerNone, PoolerTransaction))
 		}
 		if l.MaxConns < 0 || l.MaxConns > 1000 {
 			errs = append(errs, errors.New("max_conns must be in [0, 1000] (0: default)"))
@@ -186,7 +202,12 @@ type Trust struct {
 	// /v1/revocations: entitlements, bookings, caller keys). Optional:
 	// without it those revocations are refused (401); confirmations are
 	// revoked by the depositors' identity.
-	Revokers        TokenTrust    `yaml:"revokers"`
+	Revokers TokenTrust `yaml:"revokers"`
+	// Schedulers is the identity of the schedulers that check tickets
+	// online and bind each run to one job (POST /v1/tickets/verify: a
+	// Slurm prolog, a Ray job submitter). Optional: without it that route
+	// refuses every call (401).
+	Schedulers      TokenTrust    `yaml:"schedulers"`
 	Entitlement     TokenTrust    `yaml:"entitlement"`
 	Confirmation    TokenTrust    `yaml:"confirmation"`
 	Evals           TokenTrust    `yaml:"evals"`
@@ -283,6 +304,10 @@ type Tickets struct {
 	// Leeway is the clock skew the webhook tolerates on a ticket's exp and
 	// iat (default verify.DefaultLeeway, 30s; at most 5m).
 	Leeway Duration `yaml:"leeway"`
+	// Lifetime is how long a ticket lives, exp − iat at most (default
+	// ticket.DefaultLifetime, 5m; 1m to 1h): the holder renews it while the
+	// run may run (POST /v1/runs/{run_id}/ticket).
+	Lifetime Duration `yaml:"lifetime"`
 }
 
 // TicketKey is the ticket signing key.
@@ -719,6 +744,11 @@ func (t Trust) validate() []error {
 			errs = append(errs, fmt.Errorf("trust.revokers: %w", err))
 		}
 	}
+	if t.Schedulers.Configured() {
+		if err := t.Schedulers.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("trust.schedulers: %w", err))
+		}
+	}
 	if t.Entitlement.Type == "" || t.Confirmation.Type == "" {
 		errs = append(errs, errors.New("trust.entitlement.type and trust.confirmation.type are required"))
 	}
@@ -807,6 +837,9 @@ func (t Tickets) validate(trust Trust) error {
 	if t.Leeway < 0 || time.Duration(t.Leeway) > MaxLeeway {
 		errs = append(errs, fmt.Errorf("leeway must be in [0, %s]", MaxLeeway))
 	}
+	if l := time.Duration(t.Lifetime); l != 0 && (l < ticket.MinLifetime || l > ticket.MaxLifetime) {
+		errs = append(errs, fmt.Errorf("lifetime must be in [%s, %s] (0: %s)", ticket.MinLifetime, ticket.MaxLifetime, ticket.DefaultLifetime))
+	}
 	return errors.Join(errs...)
 }
 
@@ -878,7 +911,7 @@ func (c *Config) resolvePaths(base string) {
 			abs(&b.VerificationKeys[i].PEMFile)
 		}
 	}
-	for _, t := range []*TokenTrust{&c.Trust.Callers, &c.Trust.Depositors, &c.Trust.Revokers, &c.Trust.Entitlement, &c.Trust.Confirmation, &c.Trust.Evals} {
+	for _, t := range []*TokenTrust{&c.Trust.Callers, &c.Trust.Depositors, &c.Trust.Revokers, &c.Trust.Schedulers, &c.Trust.Entitlement, &c.Trust.Confirmation, &c.Trust.Evals} {
 		abs(&t.JWKSFile)
 		abs(&t.PEMFile)
 	}

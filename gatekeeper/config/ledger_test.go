@@ -21,6 +21,7 @@ func TestLedgerPostgres(t *testing.T) {
   schema: itogate_prod
   max_conns: 8
   statement_timeout: 2s
+  pooler: transaction
   sweep_interval: 0s`, 1)
 	path := filepath.Join(t.TempDir(), "itogate.yml")
 	// Relative key paths resolve against the config file's directory; the
@@ -34,7 +35,7 @@ func TestLedgerPostgres(t *testing.T) {
 	}
 	l := c.Ledger
 	if l.Driver != DriverPostgres || l.Schema != "itogate_prod" || l.MaxConns != 8 ||
-		time.Duration(l.StatementTimeout) != 2*time.Second || l.SweepInterval == nil || *l.SweepInterval != 0 {
+		time.Duration(l.StatementTimeout) != 2*time.Second || l.Pooler != PoolerTransaction || l.SweepInterval == nil || *l.SweepInterval != 0 {
 		t.Fatalf("ledger %+v", l)
 	}
 }
@@ -57,6 +58,8 @@ func TestLedgerBad(t *testing.T) {
 		"negative timeout":     {Ledger{Driver: DriverPostgres, DSN: dsn, AcquireTimeout: neg}, "acquire_timeout must not be negative"},
 		"negative sweep":       {Ledger{Driver: DriverBolt, SweepInterval: &neg}, "sweep_interval must not be negative"},
 		"bbolt with dsn":       {Ledger{Driver: DriverBolt, DSN: dsn}, "are for driver postgres"},
+		"bbolt with pooler":    {Ledger{Driver: DriverBolt, Pooler: PoolerTransaction}, "are for driver postgres"},
+		"unknown pooler":       {Ledger{Driver: DriverPostgres, DSN: dsn, Pooler: "session"}, `pooler must be "none" or "transaction"`},
 	}
 	for name, tc := range cases {
 		err := tc.l.validate()
@@ -71,6 +74,8 @@ func TestLedgerBad(t *testing.T) {
 		{Driver: DriverBolt},
 		{Driver: DriverBolt, Path: "/var/lib/itogate/ledger.db"},
 		{Driver: DriverPostgres, DSN: dsn},
+		{Driver: DriverPostgres, DSN: dsn, Pooler: PoolerNone},
+		{Driver: DriverPostgres, DSN: dsn, Pooler: PoolerTransaction},
 	}
 	for _, l := range ok {
 		if err := l.validate(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -26,25 +27,30 @@ const sweepLeeway = 2 * config.MaxLeeway
 // openLedger opens the configured store: the bbolt file at cfg.LedgerPath(),
 // or PostgreSQL, migrated before it returns; unset keys take the store's own
 // defaults. The description is safe to log: it never holds the DSN.
-func openLedger(ctx context.Context, cfg config.Config) (ledger.Store, string, error) {
+func openLedger(ctx context.Context, cfg config.Config, log *slog.Logger) (ledger.Store, string, error) {
 	l := cfg.Ledger
 	if l.Driver == config.DriverPostgres {
 		s, err := postgres.Open(ctx, postgres.Options{
 			DSN: l.DSN, Schema: l.Schema, MaxConns: l.MaxConns,
 			ConnectTimeout: time.Duration(l.ConnectTimeout), StatementTimeout: time.Duration(l.StatementTimeout),
 			AcquireTimeout: time.Duration(l.AcquireTimeout), MigrationTimeout: time.Duration(l.MigrationTimeout),
+			Pooler: l.Pooler, Log: log,
 		})
 		if err != nil {
 			return nil, "", err
 		}
 		schema := cmp.Or(l.Schema, postgres.DefaultSchema)
-		return s, fmt.Sprintf("postgres (schema %s, version %d)", schema, postgres.SchemaVersion()), nil
+		desc := fmt.Sprintf("postgres (schema %s, version %d)", schema, postgres.SchemaVersion())
+		if l.Pooler == config.PoolerTransaction {
+			desc = fmt.Sprintf("postgres through a transaction pooler (schema %s, version %d)", schema, postgres.SchemaVersion())
+		}
+		return s, desc, nil
 	}
 	path := cfg.LedgerPath()
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, "", fmt.Errorf("data directory: %w", err)
 	}
-	s, err := bolt.Open(path, bolt.Options{})
+	s, err := bolt.Open(path, bolt.Options{Log: log})
 	if err != nil {
 		return nil, "", err
 	}
@@ -97,4 +103,35 @@ func (rt *Runtime) startSweeper(ctx context.Context, interval time.Duration) {
 			}
 		}
 	})
+}
+
+// backupStore is a ledger the running server can copy (bbolt: the server
+// holds the file's lock, so only it can).
+type backupStore interface {
+	BackupFile(ctx context.Context, dir string, now time.Time) (string, int64, error)
+}
+
+// BackupLedger writes an online backup of a bbolt ledger to the backups
+// directory beside the ledger file (<data_dir>/backups by default) as
+// ledger-<UTC time>.db, while admissions go on, and logs "ledger backup
+// written" (path, bytes) or "ledger backup failed". `itogate serve` calls
+// it on SIGUSR1. A PostgreSQL ledger is backed up with the database's own
+// tools: BackupLedger refuses it.
+func (rt *Runtime) BackupLedger(ctx context.Context) (string, int64, error) {
+	b, ok := rt.store.(backupStore)
+	if !ok {
+		err := fmt.Errorf("ledger backup: %s is backed up with PostgreSQL's own tools (pg_dump, base backups)", rt.ledgerDesc)
+		rt.log.Error("ledger backup failed", "err", err)
+		return "", 0, err
+	}
+	start := time.Now()
+	dir := filepath.Join(filepath.Dir(rt.cfg.LedgerPath()), "backups")
+	path, n, err := b.BackupFile(ctx, dir, start)
+	if err != nil {
+		rt.log.Error("ledger backup failed", "err", err)
+		return "", 0, err
+	}
+	rt.log.Info("ledger backup written", "path", path, "bytes", n, "ledger_schema", rt.ledgerSchema(),
+		"duration", time.Since(start).Round(time.Millisecond).String())
+	return path, n, nil
 }

@@ -100,6 +100,11 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Runtime, err
 	}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	rt := &Runtime{cfg: cfg, opts: opts, log: opts.Logger, metrics: server.NewMetrics(), cancel: cancel}
+	reasons := make([]string, 0, len(bundle.Reasons()))
+	for _, r := range bundle.Reasons() {
+		reasons = append(reasons, string(r))
+	}
+	rt.metrics.InitBundleActivations(reasons)
 	defer func() {
 		if err != nil {
 			rt.Close()
@@ -119,7 +124,7 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Runtime, err
 	if err := rt.startBundles(ctx, bg); err != nil {
 		return nil, err
 	}
-	if rt.store, rt.ledgerDesc, err = openLedger(ctx, cfg); err != nil {
+	if rt.store, rt.ledgerDesc, err = openLedger(ctx, cfg, rt.log); err != nil {
 		return nil, err
 	}
 	rt.startSweeper(bg, sweepInterval(cfg.Ledger))
@@ -191,6 +196,19 @@ func (rt *Runtime) buildHandler() error {
 			}
 		},
 	}
+	if ts.Tickets != nil {
+		tv, err := rt.ticketVerifier()
+		if err != nil {
+			return err
+		}
+		aopts.TicketVerifier = tv
+		if rt.cfg.Tickets != nil {
+			aopts.TicketLifetime = time.Duration(rt.cfg.Tickets.Lifetime)
+		}
+	}
+	if jobs, ok := rt.store.(ledger.Jobs); ok {
+		aopts.Jobs = jobs
+	}
 	if rt.opts.Admission != nil {
 		rt.opts.Admission(&aopts)
 	}
@@ -202,6 +220,7 @@ func (rt *Runtime) buildHandler() error {
 	m.VerificationCaches(ts.Callers, ts.Depositors, ts.Entitlement, ts.Confirmation)
 	sopts := server.Options{
 		Admission: svc, Callers: ts.Callers, Depositors: ts.Depositors, Revokers: revokers(ts),
+		Schedulers:   schedulers(ts),
 		Ready:        rt.ready,
 		ReadyInfo:    map[string]any{"version": version.Get().Version, "ledger_schema": rt.ledgerSchema()},
 		MaxBodyBytes: rt.cfg.Limits.MaxBodyBytes, RequestTimeout: time.Duration(rt.cfg.Limits.RequestTimeout),
@@ -223,6 +242,10 @@ func (rt *Runtime) ready(ctx context.Context) error {
 		return err
 	}
 	if err := rt.store.Ping(ctx); err != nil {
+		if h, ok := rt.store.(interface{ HoldUntil() time.Time }); ok && time.Now().Before(h.HoldUntil()) {
+			// Not a fault: a restore's hold (README: Restore).
+			return fmt.Errorf("ledger restored from a backup: held until %s", h.HoldUntil().Format(time.RFC3339))
+		}
 		return errors.New("ledger unreachable")
 	}
 	if rt.dlog != nil && rt.dlog.Required() {
@@ -249,6 +272,13 @@ func revokers(ts *trust.Set) admission.TokenVerifier {
 		return nil
 	}
 	return ts.Revokers
+}
+
+func schedulers(ts *trust.Set) admission.TokenVerifier {
+	if ts.Schedulers == nil {
+		return nil
+	}
+	return ts.Schedulers
 }
 
 func ticketSigner(ts *trust.Set) admission.TicketSigner {

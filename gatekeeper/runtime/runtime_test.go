@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/itocompute/itogate/gatekeeper/bundle"
 	"github.com/itocompute/itogate/gatekeeper/ledger/bolt"
 	"github.com/itocompute/itogate/gatekeeper/runtime"
 	"github.com/itocompute/itogate/gatekeeper/runtime/runtimetest"
@@ -220,6 +221,92 @@ func TestDecisionLogOffAndClose(t *testing.T) {
 	}
 	if err := rt.Close(); err != nil {
 		t.Fatalf("second Close = %v", err)
+	}
+}
+
+// TestBackupLedger: the running server copies its bbolt ledger (which it
+// holds locked) into <data_dir>/backups; the copy opens read-only and
+// checks consistent; the log names it (the copy's contents:
+// bolt.TestBackupRestore).
+func TestBackupLedger(t *testing.T) {
+	cfg := runtimetest.Config(t)
+	logs := &syncbuf.Buffer{}
+	rt := runtimetest.Open(t, cfg, runtime.Options{Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	path, n, err := rt.BackupLedger(t.Context())
+	if err != nil || n == 0 || filepath.Dir(path) != filepath.Join(cfg.DataDir, "backups") {
+		t.Fatalf("BackupLedger = %q, %d, %v", path, n, err)
+	}
+	if !strings.Contains(logs.String(), `"msg":"ledger backup written","path":"`+path+`"`) {
+		t.Fatalf("log: %s", logs.String())
+	}
+	s, err := bolt.Open(path, bolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Check(t.Context()); err != nil {
+		t.Fatalf("Check of the backup: %v", err)
+	}
+}
+
+// TestBundleFailureSeriesAtStart: every failure reason's series of
+// itogate_bundle_activations_total exists at 0 from start-up, so the alert
+// of bundles/README.md (increase(...{result="failure"}[15m]) > 0) fires on
+// the first failure, not only once a second one follows it.
+func TestBundleFailureSeriesAtStart(t *testing.T) {
+	rt := runtimetest.Open(t, runtimetest.Config(t), runtime.Options{})
+	srv := runtimetest.Serve(t, rt, rt.Handler())
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, r := range bundle.Reasons() {
+		want := `itogate_bundle_activations_total{reason="` + string(r) + `",result="failure"} 0`
+		if !strings.Contains(string(body), want+"\n") {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+// TestReadyzNamesARestoreHold: a ledger restored from a backup makes the
+// service not ready, and /readyz says why (the hold, until when) rather
+// than "ledger unreachable".
+func TestReadyzNamesARestoreHold(t *testing.T) {
+	cfg := runtimetest.Config(t)
+	if err := os.MkdirAll(filepath.Dir(cfg.LedgerPath()), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s, err := bolt.Open(cfg.LedgerPath(), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	backup, _, err := s.BackupFile(t.Context(), t.TempDir(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	f, err := os.Open(backup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := bolt.Restore(t.Context(), f, backup, cfg.LedgerPath(), time.Hour, 0, time.Now())
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := runtimetest.Open(t, cfg, runtime.Options{})
+	srv := runtimetest.Serve(t, rt, rt.Handler())
+	resp, err := http.Get(srv.URL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	want := "ledger restored from a backup: held until " + rep.HoldUntil.Format(time.RFC3339)
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), want) {
+		t.Fatalf("/readyz = %d %s; want 503 naming %q", resp.StatusCode, body, want)
 	}
 }
 

@@ -27,14 +27,7 @@ func (rt *Runtime) buildWebhook() error {
 	if !ok {
 		return fmt.Errorf("webhook: the %T ledger keeps no workload bindings", store)
 	}
-	var leeway time.Duration // verify.DefaultLeeway unless tickets.leeway says
-	if rt.cfg.Tickets != nil {
-		leeway = time.Duration(rt.cfg.Tickets.Leeway)
-	}
-	tv, err := ticket.NewVerifier(ticket.VerifierOptions{
-		Issuer: ts.Tickets.Issuer(), Audience: ts.Tickets.Audience(), Keys: ts.Tickets.KeySet(),
-		Leeway: leeway, CacheEntries: verify.CacheEntriesFor(verify.PurposeTicket),
-	})
+	tv, err := rt.ticketVerifier()
 	if err != nil {
 		return fmt.Errorf("webhook: %w", err)
 	}
@@ -91,4 +84,19 @@ func (rt *Runtime) serveWebhook(ctx context.Context) (stop func(), err error) {
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}, nil
+}
+
+// ticketVerifier verifies the tickets this itogate signs (its published
+// key set), with tickets.leeway (verify.DefaultLeeway unless set): the
+// webhook, the renewal and the online check use the same.
+func (rt *Runtime) ticketVerifier() (*ticket.Verifier, error) {
+	ts := rt.trust
+	var leeway time.Duration
+	if rt.cfg.Tickets != nil {
+		leeway = time.Duration(rt.cfg.Tickets.Leeway)
+	}
+	return ticket.NewVerifier(ticket.VerifierOptions{
+		Issuer: ts.Tickets.Issuer(), Audience: ts.Tickets.Audience(), Keys: ts.Tickets.KeySet(),
+		Leeway: leeway, CacheEntries: verify.CacheEntriesFor(verify.PurposeTicket),
+	})
 }

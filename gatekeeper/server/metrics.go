@@ -250,6 +250,16 @@ func (m *Metrics) SetBundle(revision, digest string) {
 	m.bundleInfo.WithLabelValues(revision, digest).Set(1)
 }
 
+// InitBundleActivations creates the activation series at 0 — success, and
+// failure for each reason — so that increase(…{result="failure"}[15m]) > 0
+// fires on the first failure rather than when a series first appears.
+func (m *Metrics) InitBundleActivations(failureReasons []string) {
+	m.bundleActivations.WithLabelValues("success", "")
+	for _, r := range failureReasons {
+		m.bundleActivations.WithLabelValues("failure", r)
+	}
+}
+
 // BundleActivation counts one bundle activation attempt (bundle.Observer).
 func (m *Metrics) BundleActivation(result, reason string) {
 	m.bundleActivations.WithLabelValues(result, reason).Inc()

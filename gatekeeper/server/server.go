@@ -57,6 +57,9 @@ type Options struct {
 	// Revokers verifies the entitlement issuer's revocation identity (POST
 	// /v1/revocations). Optional: nil refuses every such revocation (401).
 	Revokers admission.TokenVerifier
+	// Schedulers verifies the schedulers' identity (POST
+	// /v1/tickets/verify). Optional: nil refuses every such call (401).
+	Schedulers admission.TokenVerifier
 	// Ready reports whether a verified bundle is active and the ledger answers.
 	Ready func(ctx context.Context) error
 	// ReadyInfo is added to /readyz's data when ready (the version, the
@@ -106,6 +109,7 @@ func New(opts Options) (http.Handler, error) {
 		r.With(callers).Get("/admissions/{idempotency_key}", s.getAdmission)
 		r.With(callers).Get("/runs/{run_id}", s.getRun)
 		r.With(callers).Get("/runs", s.listRuns)
+		r.With(callers).Post("/runs/{run_id}/ticket", s.renewTicket)
 		r.With(s.limitBody, s.requireJSON, depositors).Post("/confirmations", s.postConfirmation)
 		r.With(s.limitBody, s.requireJSON, depositors).Post("/confirmations/revocations", s.postConfirmationRevocation)
 		revokers := s.refuse(api.CodeRevokerUnauthenticated, "no revoker identity is configured (trust.revokers)")
@@ -114,6 +118,11 @@ func New(opts Options) (http.Handler, error) {
 		}
 		r.With(s.limitBody, s.requireJSON, revokers).Post("/revocations", s.postRevocation)
 		r.Get("/tickets/jwks", s.ticketJWKS)
+		schedulers := s.refuse(api.CodeSchedulerUnauthenticated, "no scheduler identity is configured (trust.schedulers)")
+		if opts.Schedulers != nil {
+			schedulers = s.authenticate("scheduler", opts.Schedulers, api.CodeSchedulerUnauthenticated, false)
+		}
+		r.With(s.limitBody, s.requireJSON, schedulers).Post("/tickets/verify", s.checkTicket)
 	})
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, api.CodeRouteNotFound, "no such route")
@@ -328,6 +337,29 @@ func (s *srv) getRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeOutcome(w, s.opts.Admission.RunStatus(r.Context(), callerFrom(r.Context()), id))
+}
+
+// renewTicket answers POST /v1/runs/{run_id}/ticket: a fresh ticket of the
+// caller account's run while it may run. No body.
+func (s *srv) renewTicket(w http.ResponseWriter, r *http.Request) {
+	// As getRun: the escaped path's segment, decoded exactly once.
+	escaped := strings.TrimSuffix(r.URL.EscapedPath(), "/ticket")
+	id, err := url.PathUnescape(escaped[strings.LastIndexByte(escaped, '/')+1:])
+	if err != nil {
+		writeError(w, api.CodeRequestInvalid, "run_id: not a valid percent-encoded path segment")
+		return
+	}
+	writeOutcome(w, s.opts.Admission.RenewTicket(r.Context(), callerFrom(r.Context()), id))
+}
+
+// checkTicket answers POST /v1/tickets/verify for a scheduler: is the
+// ticket's run live, and (with a job id) bind it to that one job.
+func (s *srv) checkTicket(w http.ResponseWriter, r *http.Request) {
+	var req api.TicketCheckRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	writeOutcome(w, s.opts.Admission.CheckTicket(r.Context(), callerFrom(r.Context()), req))
 }
 
 // listRuns answers GET /v1/runs?booking_id=&state=&after=&limit= for the

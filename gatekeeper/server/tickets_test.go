@@ -41,8 +41,8 @@ func ticketOf(t *testing.T, env map[string]any) string {
 
 // TestTicketOnAllowReplayAndStatus: an allowed train.create carries a ticket
 // that verifies with nothing but the JWKS the server publishes, with the
-// admitted run, account and topology and an exp no later than the run's
-// declared end (6 h in this manifest; the booking term ends in 30 days). The
+// admitted run, account and topology and an exp the ticket lifetime after
+// its iat (5 min; the run declares 6 h, the booking term ends in 30 days). The
 // replay and the status lookup hand back the very same ticket.
 func TestTicketOnAllowReplayAndStatus(t *testing.T) {
 	h := newHarness(t, nil)
@@ -81,8 +81,8 @@ func TestTicketOnAllowReplayAndStatus(t *testing.T) {
 	if c.WorldSize != 8 || c.Nodes != 1 || c.GPUsPerNode != 8 || c.GPUType != "H100-SXM-80GB" || c.Region != "us-east-1" {
 		t.Fatalf("topology %+v", c)
 	}
-	if lifetime := c.Expiry.Sub(c.IssuedAt); lifetime != 6*time.Hour {
-		t.Fatalf("exp - iat = %v, want the declared 6h wall clock", lifetime)
+	if lifetime := c.Expiry.Sub(c.IssuedAt); lifetime != ticket.DefaultLifetime {
+		t.Fatalf("exp - iat = %v, want the 5 min ticket lifetime (the run declares 6 h)", lifetime)
 	}
 	if c.IssuedAt.Before(start.Truncate(time.Second)) || c.IssuedAt.After(time.Now()) {
 		t.Fatalf("iat %v outside the request", c.IssuedAt)

@@ -49,6 +49,18 @@ const Type = "ito-ticket+jwt"
 // itogate's own API audience.
 const DefaultAudience = "itogate-workload"
 
+// Ticket lifetimes (exp − iat): a ticket lives minutes and its holder
+// renews it while the run may run (POST /v1/runs/{run_id}/ticket), so a
+// withdrawn run's last ticket verifies offline for at most the lifetime
+// plus the verifier's leeway (docs/tickets.md).
+const (
+	// DefaultLifetime is the lifetime when tickets.lifetime is not set.
+	DefaultLifetime = 5 * time.Minute
+	// MinLifetime and MaxLifetime bound tickets.lifetime.
+	MinLifetime = time.Minute
+	MaxLifetime = time.Hour
+)
+
 // Errors of Signer.Issue and FromVerified; they wrap ErrClaims.
 var ErrClaims = errors.New("ticket claims")
 
@@ -123,6 +135,15 @@ func Expiry(admittedAt, termEnd time.Time, maxWallClockHours float64) time.Time 
 		end = declared
 	}
 	return end.Truncate(time.Second)
+}
+
+// Capped is exp brought forward to issuedAt + lifetime when that is
+// earlier, in whole seconds rounded down: a ticket lives at most lifetime.
+func Capped(exp, issuedAt time.Time, lifetime time.Duration) time.Time {
+	if short := issuedAt.Add(lifetime).Truncate(time.Second); short.Before(exp) {
+		return short
+	}
+	return exp
 }
 
 // SignerOptions configure a Signer.

@@ -2,8 +2,11 @@ package ticket
 
 import (
 	"crypto"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/lestrrat-go/jwx/v3/jwk"
@@ -69,6 +72,51 @@ func (v *Verifier) Verify(raw []byte, now time.Time) (Claims, error) {
 		return Claims{}, &verify.Error{Purpose: verify.PurposeTicket, Kind: verify.KindClaims, Err: err}
 	}
 	return c, nil
+}
+
+// VerifyAllowExpired is Verify that also accepts a ticket past its exp,
+// reporting expired: every other check runs as Verify runs it (the
+// signature with the configured keys, typ, iss, aud, iat and every ticket
+// claim), against the instant one second before the ticket's exp when now
+// is past it. An expired ticket still proves which run itogate admitted:
+// the webhook lets the controller of a bound workload re-create Pods with
+// it while the run may work, and the renewal reads the run's topology
+// from the stored first ticket.
+func (v *Verifier) VerifyAllowExpired(raw []byte, now time.Time) (c Claims, expired bool, err error) {
+	c, err = v.Verify(raw, now)
+	if k, ok := verify.KindOf(err); !ok || k != verify.KindExpired {
+		return c, false, err
+	}
+	exp, ok := payloadExp(raw)
+	if !ok {
+		return Claims{}, false, err
+	}
+	// The signature covers exp: a ticket whose exp was changed fails here.
+	c, err = v.Verify(raw, exp.Add(-time.Second))
+	if err != nil {
+		return Claims{}, false, err
+	}
+	return c, true, nil
+}
+
+// payloadExp reads exp from a compact JWS's payload without verifying it;
+// VerifyAllowExpired verifies the token again at that time.
+func payloadExp(raw []byte) (time.Time, bool) {
+	parts := strings.Split(string(raw), ".")
+	if len(parts) != 3 {
+		return time.Time{}, false
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return time.Time{}, false
+	}
+	var p struct {
+		Exp *int64 `json:"exp"`
+	}
+	if json.Unmarshal(payload, &p) != nil || p.Exp == nil {
+		return time.Time{}, false
+	}
+	return time.Unix(*p.Exp, 0), true
 }
 
 // FromVerified reads the ticket claims out of verified claims. Missing or

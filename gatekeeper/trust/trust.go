@@ -34,6 +34,8 @@ const (
 	DevRevokerIssuer      = "https://backend.dev.itogate.invalid/revoker"
 	DevRevokeAudience     = "itogate-revoke"
 	DevTicketIssuer       = "https://itogate.dev.itogate.invalid"
+	DevSchedulerIssuer    = "https://scheduler.dev.itogate.invalid"
+	DevSchedulerAudience  = "itogate-scheduler"
 	DevEvalsAudience      = "itogate-evals"
 )
 
@@ -42,7 +44,9 @@ type Set struct {
 	Callers    *verify.TokenVerifier
 	Depositors *verify.TokenVerifier
 	// Revokers is nil when trust.revokers is not configured.
-	Revokers     *verify.TokenVerifier
+	Revokers *verify.TokenVerifier
+	// Schedulers is nil when trust.schedulers is not configured.
+	Schedulers   *verify.TokenVerifier
 	Entitlement  *verify.TokenVerifier
 	Confirmation *verify.TokenVerifier
 	// Evals verifies the eval authority's tokens; nil when trust.evals is
@@ -63,6 +67,7 @@ func DevConfig() config.Trust {
 		Callers:      config.TokenTrust{Issuer: DevCallerIssuer, Audience: DevAudience},
 		Depositors:   config.TokenTrust{Issuer: DevDepositorIssuer, Audience: DevDepositAudience},
 		Revokers:     config.TokenTrust{Issuer: DevRevokerIssuer, Audience: DevRevokeAudience},
+		Schedulers:   config.TokenTrust{Issuer: DevSchedulerIssuer, Audience: DevSchedulerAudience},
 		Entitlement:  config.TokenTrust{Issuer: DevEntitlementIssuer, Audience: DevAudience, Type: config.TypeEntitlement},
 		Confirmation: config.TokenTrust{Issuer: DevConfirmationIssuer, Audience: DevAudience, Type: config.TypeConfirmation},
 		Evals:        config.TokenTrust{Issuer: DevEvalsIssuer, Audience: DevEvalsAudience, Type: config.TypeEvals},
@@ -72,7 +77,7 @@ func DevConfig() config.Trust {
 // yamlName is each purpose's key under trust: in the configuration, so
 // errors name what the operator wrote.
 var yamlName = map[verify.Purpose]string{
-	verify.PurposeCaller: "callers", verify.PurposeDepositor: "depositors", verify.PurposeRevoker: "revokers",
+	verify.PurposeCaller: "callers", verify.PurposeDepositor: "depositors", verify.PurposeRevoker: "revokers", verify.PurposeScheduler: "schedulers",
 	verify.PurposeEntitlement: "entitlement", verify.PurposeConfirmation: "confirmation",
 	verify.PurposeEvals: "evals",
 }
@@ -97,6 +102,9 @@ func Dev() (*Set, error) {
 		return nil, err
 	}
 	if s.Revokers, err = build(verify.PurposeRevoker, cfg.Revokers, d.Revoker); err != nil {
+		return nil, err
+	}
+	if s.Schedulers, err = build(verify.PurposeScheduler, cfg.Schedulers, d.Scheduler); err != nil {
 		return nil, err
 	}
 	if s.Entitlement, err = build(verify.PurposeEntitlement, cfg.Entitlement, d.Entitlement); err != nil {
@@ -166,6 +174,11 @@ func FromConfig(t config.Trust) (*Set, error) {
 	}
 	if t.Revokers != (config.TokenTrust{}) {
 		if s.Revokers, err = build(verify.PurposeRevoker, t.Revokers); err != nil {
+			return nil, err
+		}
+	}
+	if t.Schedulers.Configured() {
+		if s.Schedulers, err = build(verify.PurposeScheduler, t.Schedulers); err != nil {
 			return nil, err
 		}
 	}

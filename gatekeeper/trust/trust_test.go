@@ -111,3 +111,66 @@ func TestDevPurposesAreSeparate(t *testing.T) {
 		t.Fatal("a confirmation verified as an entitlement")
 	}
 }
+
+// TestSchedulerPurposeIsSeparate: a scheduler's token (the online ticket
+// check) never verifies as a caller's, nor a caller's as a scheduler's,
+// in development mode; in production trust.schedulers builds its own
+// verifier and refuses a key another purpose uses.
+func TestSchedulerPurposeIsSeparate(t *testing.T) {
+	t.Parallel()
+	s, err := Dev()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := keys.Dev()
+	now := time.Now()
+	mint := func(k keys.Key, iss, aud string) []byte {
+		tok, err := token.Mint(k.Private, k.KeyID, k.Algorithm, "", map[string]any{"iss": iss, "aud": aud,
+			"sub": "slurm-ctl", "account": "acct-1", "iat": now.Unix(), "exp": now.Add(time.Minute).Unix()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	sched := mint(d.Scheduler, DevSchedulerIssuer, DevSchedulerAudience)
+	if c, err := s.Schedulers.Verify(sched, now); err != nil || c.Subject != "slurm-ctl" {
+		t.Fatalf("the scheduler's own token: %v", err)
+	}
+	if s.Schedulers.Purpose() != verify.PurposeScheduler {
+		t.Fatalf("purpose %s", s.Schedulers.Purpose())
+	}
+	for name, tok := range map[string][]byte{
+		"a scheduler token as a caller":           sched,
+		"the scheduler key with the caller's iss": mint(d.Scheduler, DevCallerIssuer, DevAudience),
+	} {
+		if _, err := s.Callers.Verify(tok, now); err == nil {
+			t.Errorf("%s verified", name)
+		}
+	}
+	for name, tok := range map[string][]byte{
+		"a caller token as a scheduler":           mint(d.Caller, DevCallerIssuer, DevAudience),
+		"the caller key with the scheduler's iss": mint(d.Caller, DevSchedulerIssuer, DevSchedulerAudience),
+		"the revoker key":                         mint(d.Revoker, DevSchedulerIssuer, DevSchedulerAudience),
+	} {
+		if _, err := s.Schedulers.Verify(tok, now); err == nil {
+			t.Errorf("%s verified as a scheduler", name)
+		}
+	}
+
+	tr, dir := prodTrust(t)
+	tr.Schedulers = config.TokenTrust{Issuer: "https://slurm", Audience: "itogate-scheduler",
+		PEMFile: writeKey(t, dir, "schedulers"), KeyID: "schedulers", Algorithm: "ES256"}
+	ps, err := FromConfig(tr)
+	if err != nil || ps.Schedulers == nil || ps.Schedulers.Purpose() != verify.PurposeScheduler {
+		t.Fatalf("FromConfig with schedulers: %v", err)
+	}
+	if tr2, _ := prodTrust(t); true {
+		if ps, err := FromConfig(tr2); err != nil || ps.Schedulers != nil {
+			t.Fatalf("FromConfig without schedulers: %v, Schedulers %v", err, ps.Schedulers)
+		}
+	}
+	tr.Schedulers.PEMFile = tr.Callers.PEMFile
+	if _, err := FromConfig(tr); err == nil || !strings.Contains(err.Error(), "purposes need separate keys") {
+		t.Fatalf("FromConfig with the callers' key for schedulers = %v", err)
+	}
+}

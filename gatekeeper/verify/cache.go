@@ -30,7 +30,7 @@ const (
 // for confirmation tokens, which are single-use, and anything else.
 func CacheEntriesFor(p Purpose) int {
 	switch p {
-	case PurposeCaller, PurposeDepositor, PurposeRevoker, PurposeEntitlement, PurposeTicket:
+	case PurposeCaller, PurposeDepositor, PurposeRevoker, PurposeScheduler, PurposeEntitlement, PurposeTicket:
 		return DefaultCacheEntries
 	}
 	return 0

@@ -22,6 +22,11 @@ const (
 	// (POST /v1/revocations). Its own key set, never a caller's or the
 	// confirmation authority's.
 	PurposeRevoker Purpose = "revoker"
+	// PurposeScheduler is a scheduler's identity (a Slurm controller's
+	// prolog, a Ray job submitter): the bearer JWT of the online ticket
+	// check that binds a run to one job (POST /v1/tickets/verify). Its own
+	// key set, never a caller's.
+	PurposeScheduler Purpose = "scheduler"
 	// PurposeEntitlement is the entitlement token from the canonical backend.
 	PurposeEntitlement Purpose = "entitlement"
 	// PurposeConfirmation is the confirmation token from the confirmation
@@ -40,7 +45,7 @@ const (
 
 func (p Purpose) isToken() bool {
 	switch p {
-	case PurposeCaller, PurposeDepositor, PurposeRevoker, PurposeEntitlement, PurposeConfirmation, PurposeTicket, PurposeEvals:
+	case PurposeCaller, PurposeDepositor, PurposeRevoker, PurposeScheduler, PurposeEntitlement, PurposeConfirmation, PurposeTicket, PurposeEvals:
 		return true
 	}
 	return false

@@ -43,8 +43,9 @@ func stagedRun(t *testing.T, f *fixture) (string, string) {
 // TestRunStateReachesWorkloads: the webhook asks the run's state through
 // RunRecord.MayWork, as the admission and the commit do. Once the run's
 // booking or entitlement is revoked, or a failed eval gate halts it, a new
-// Pod of its bound Job is refused (WORKLOAD_RUN_NOT_LIVE, naming why); a
-// revoked caller key halts no run.
+// Pod of its bound Job is refused with the revocation's code
+// (ENTITLEMENT_REVOKED) or the halt's (WORKLOAD_RUN_HALTED), WORKLOAD_RUN_NOT_LIVE
+// beside it, naming why; a revoked caller key halts no run.
 func TestRunStateReachesWorkloads(t *testing.T) {
 	revoke := func(kind ledger.RevocationKind, subject string) func(t *testing.T, f *fixture, runID string) {
 		return func(t *testing.T, f *fixture, _ string) {
@@ -57,17 +58,18 @@ func TestRunStateReachesWorkloads(t *testing.T) {
 	for name, tc := range map[string]struct {
 		stop func(t *testing.T, f *fixture, runID string)
 		why  string // "" when the Pod is still allowed
+		code string
 	}{
-		"booking revoked":     {revoke(ledger.RevokeBooking, "bk_a"), "revoked: booking bk_a revoked"},
-		"entitlement revoked": {revoke(ledger.RevokeEntitlement, "ent-b"), "revoked: entitlement ent-b revoked"},
-		"caller key revoked":  {revoke(ledger.RevokeCallerKey, "caller-key-1"), ""},
+		"booking revoked":     {revoke(ledger.RevokeBooking, "bk_a"), "revoked: booking bk_a revoked", "ENTITLEMENT_REVOKED"},
+		"entitlement revoked": {revoke(ledger.RevokeEntitlement, "ent-b"), "revoked: entitlement ent-b revoked", "ENTITLEMENT_REVOKED"},
+		"caller key revoked":  {revoke(ledger.RevokeCallerKey, "caller-key-1"), "", ""},
 		"halted": {func(t *testing.T, f *fixture, runID string) {
 			if _, halted, err := f.store.HaltRun(t.Context(), ledger.Halt{RunID: runID, Account: "acct_a", BookingID: "bk_a",
 				RunHalt: ledger.RunHalt{At: now, DecisionID: "dec_halt", Stage: "pretrain",
 					ReportDigest: "sha256:" + strings.Repeat("e", 64), FailedEvals: []string{"mmlu_5shot"}, By: "evals:k"}}); err != nil || !halted {
 				t.Fatalf("HaltRun = %v, %v", halted, err)
 			}
-		}, "halted: the eval gate of stage pretrain failed (mmlu_5shot)"},
+		}, "halted: the eval gate of stage pretrain failed (mmlu_5shot)", "WORKLOAD_RUN_HALTED"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t)
@@ -80,8 +82,8 @@ func TestRunStateReachesWorkloads(t *testing.T) {
 				wantAllowed(t, r)
 				return
 			}
-			wantDenied(t, r, "WORKLOAD_RUN_NOT_LIVE")
-			if !strings.Contains(r.Result.Message, tc.why) {
+			wantDenied(t, r, tc.code)
+			if !strings.Contains(r.Result.Message, tc.why) || !strings.Contains(r.Result.Message, "WORKLOAD_RUN_NOT_LIVE: ") {
 				t.Fatalf("message %q, want it to say %q", r.Result.Message, tc.why)
 			}
 			// Cancel and cleanup stay admissible; the run still gets no Pod.
@@ -90,5 +92,43 @@ func TestRunStateReachesWorkloads(t *testing.T) {
 			wantDenied(t, post(t, f.h, "", "v1", "Pod", pod("team-a", "train-2", "p2", "uid-job", tk, 8), false),
 				"WORKLOAD_RUN_NOT_LIVE")
 		})
+	}
+}
+
+// TestExpiredTicketFollowsTheRun: a ticket lives minutes; it authorizes
+// the first bind only while fresh. A Pod that the bound Job's controller
+// re-creates after the ticket expired is allowed while the run is live
+// and refused once it is cancelled; a new root object with the expired
+// ticket, or a Pod of an unbound controller, is refused.
+func TestExpiredTicketFollowsTheRun(t *testing.T) {
+	f := newFixture(t)
+	runID, fresh := stagedRun(t, f)
+	wantAllowed(t, post(t, f.h, "batch", "v1", "Job", job("team-a", "train", "uid-job", fresh, 2, 8), false))
+	// The same claims, expired an hour ago: what the Job's Pod template
+	// still carries when the controller replaces a Pod later.
+	tv, err := ticket.NewVerifier(ticket.VerifierOptions{Issuer: f.keys.Issuer(), Keys: f.keys.KeySet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := tv.Verify([]byte(fresh), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.IssuedAt, c.Expiry = now.Add(-2*time.Hour), now.Add(-time.Hour)
+	old, err := f.keys.Issue(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantAllowed(t, post(t, f.h, "", "v1", "Pod", pod("team-a", "train-0", "p0", "uid-job", old, 8), false))
+	wantDenied(t, post(t, f.h, "batch", "v1", "Job", job("team-a", "train", "uid-job-2", old, 2, 8), false),
+		"WORKLOAD_TICKET_EXPIRED")
+	wantDenied(t, post(t, f.h, "", "v1", "Pod", pod("team-a", "train-1", "p1", "uid-other", old, 8), false),
+		"WORKLOAD_OWNER_UNBOUND")
+	f.runID = runID
+	f.cancel(t)
+	r := post(t, f.h, "", "v1", "Pod", pod("team-a", "train-2", "p2", "uid-job", old, 8), false)
+	wantDenied(t, r, "WORKLOAD_RUN_NOT_LIVE")
+	if !strings.Contains(r.Result.Message, "cancelled by train.cancel") {
+		t.Fatalf("message %q, want it to say the run was cancelled", r.Result.Message)
 	}
 }

@@ -59,6 +59,9 @@ type RunFacts struct {
 	Live bool
 	// EndedBy names what ended a run that is not live.
 	EndedBy string
+	// State is the run's state now (the ledger's RunRecord.State:
+	// "live", "halted", "revoked", "cancelled", …).
+	State string
 }
 
 // Runs answers for a run id (ledger.ErrNotFound when none was admitted).
@@ -71,9 +74,13 @@ type Decider interface {
 	DecideWorkload(ctx context.Context, input map[string]any) (policy.WorkloadDecision, error)
 }
 
-// TicketVerifier verifies admission tickets.
+// TicketVerifier verifies admission tickets (*ticket.Verifier). A ticket
+// past its exp still verifies, reporting expired: the ticket authorizes the
+// first bind of a run's workload only while it is fresh, and the Pods the
+// bound workload's controllers create later are governed by the run's state
+// in the ledger (the policy decides both).
 type TicketVerifier interface {
-	Verify(raw []byte, now time.Time) (ticket.Claims, error)
+	VerifyAllowExpired(raw []byte, now time.Time) (c ticket.Claims, expired bool, err error)
 }
 
 // Observer is told of every request ServeHTTP answers (itogate serve
@@ -455,7 +462,7 @@ func (h *Handler) facts(ctx context.Context, req *admissionv1.AdmissionRequest, 
 	binding := map[string]any{"bound": false, "identity": "", "uids": []any{}}
 	if raw := rv.ticket; raw != "" {
 		tk["present"] = true
-		c, err := h.opts.Tickets.Verify([]byte(raw), now)
+		c, expired, err := h.opts.Tickets.VerifyAllowExpired([]byte(raw), now)
 		if err != nil {
 			tk["verified"] = false
 			tk["error"] = "rejected"
@@ -465,6 +472,7 @@ func (h *Handler) facts(ctx context.Context, req *admissionv1.AdmissionRequest, 
 		} else {
 			f.jti, f.runID = c.ID, c.RunID
 			tk["verified"] = true
+			tk["expired"] = expired
 			tk["claims"] = c.Map()
 			rf, err := h.opts.Runs.RunFacts(ctx, c.RunID, now)
 			switch {
@@ -473,7 +481,7 @@ func (h *Handler) facts(ctx context.Context, req *admissionv1.AdmissionRequest, 
 				return nil, f, h.ledgerFault(req, "run", err)
 			default:
 				run = map[string]any{"found": true, "account": rf.Account, "booking_id": rf.BookingID,
-					"live": rf.Live, "ended_by": rf.EndedBy}
+					"live": rf.Live, "ended_by": rf.EndedBy, "state": rf.State}
 			}
 			b, err := h.opts.Workloads.WorkloadBinding(ctx, c.RunID)
 			switch {

@@ -271,7 +271,9 @@ func TestFailClosed(t *testing.T) {
 
 type okVerifier struct{}
 
-func (okVerifier) Verify([]byte, time.Time) (ticket.Claims, error) { return ticket.Claims{}, nil }
+func (okVerifier) VerifyAllowExpired([]byte, time.Time) (ticket.Claims, bool, error) {
+	return ticket.Claims{}, false, nil
+}
 
 // TestTicketAnnotationIsBundleData: the annotation Go reads is the one the
 // policy's messages name.

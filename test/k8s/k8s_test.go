@@ -52,6 +52,7 @@ import (
 	"github.com/itocompute/itogate/fixtures"
 	"github.com/itocompute/itogate/fixtures/keys"
 	"github.com/itocompute/itogate/gatekeeper/api"
+	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
 	"github.com/itocompute/itogate/gatekeeper/ticket"
 	"github.com/itocompute/itogate/gatekeeper/trust"
@@ -341,6 +342,13 @@ func TestWorkloadBoundary(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the Job's Pod: %v", err)
 		}
+		// A Pod the controller re-creates after the ticket (minutes long)
+		// expired: the Pod template still carries it; the run is live.
+		_, err = cs.CoreV1().Pods(nsA).Create(ctx, gpuPod("train-0-replaced", expired(t, run.Data.Ticket), created.UID, 8),
+			metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("the Job's Pod re-created after the ticket expired: %v", err)
+		}
 		_, err = cs.CoreV1().Pods(nsA).Create(ctx, gpuPod("rogue", run.Data.Ticket, "00000000-0000-4000-8000-000000000000", 8), metav1.CreateOptions{})
 		wantForbidden(t, err, "WORKLOAD_OWNER_UNBOUND")
 	})
@@ -351,6 +359,88 @@ func TestWorkloadBoundary(t *testing.T) {
 		cancelRun(t, ctx, runner, run.Data.RunID)
 		_, err := cs.CoreV1().Pods(nsA).Create(ctx, gpuPod("train-1", run.Data.Ticket, created.UID, 8), metav1.CreateOptions{})
 		wantForbidden(t, err, "WORKLOAD_RUN_NOT_LIVE")
+		_, err = cs.CoreV1().Pods(nsA).Create(ctx, gpuPod("train-1-replaced", expired(t, run.Data.Ticket), created.UID, 8),
+			metav1.CreateOptions{})
+		wantForbidden(t, err, "WORKLOAD_RUN_NOT_LIVE")
+	})
+	// bindJob creates a Job of one 8-GPU Pod with tk, which binds its run.
+	bindJob := func(t *testing.T, name, tk string) *batchv1.Job {
+		t.Helper()
+		j, err := jobs.Create(ctx, gpuJob(name, tk, 1, 8), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("the run's Job: %v", err)
+		}
+		return j
+	}
+	t.Run("revoked booking: no new Pods", func(t *testing.T) {
+		const booking = "bk_k8s_revoked"
+		m, err := runner.LoadManifest(fixture)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ent, err := runner.EntitlementForRuns(m, booking, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		budget, _ := m.Doc["budget"].(map[string]any)
+		cost, _ := budget["ceiling_usd"].(string)
+		ref, err := runner.ConfirmWith(ctx, "train.create", manifest.Digest(m.Raw), cost, "",
+			func(c map[string]any) { c["booking_id"] = booking })
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := runner.Admit(ctx, api.AdmissionRequest{Action: "train.create", BookingID: booking,
+			IdempotencyKey: runner.Key("k8s-revoked"), Manifest: m.Raw, ManifestSignature: m.Signature,
+			EntitlementToken: ent, ConfirmationRef: ref})
+		if err != nil || a.Status != http.StatusOK {
+			t.Fatalf("admit on %s: %d %v %v", booking, a.Status, a.Codes(), err)
+		}
+		j := bindJob(t, "revoked-run", a.Data.Ticket)
+		rev, err := runner.RevokerToken()
+		if err != nil {
+			t.Fatal(err)
+		}
+		status, text, err := runner.Post(ctx, "/v1/revocations", rev, map[string]any{"kind": "booking", "subject": booking,
+			"expires_at": time.Now().Add(24 * time.Hour).Unix(), "reason": "term breach"})
+		if err != nil || status != http.StatusCreated {
+			t.Fatalf("revoke %s: %d %s %v", booking, status, text, err)
+		}
+		_, err = cs.CoreV1().Pods(nsA).Create(ctx, gpuPod("revoked-run-0", a.Data.Ticket, j.UID, 8), metav1.CreateOptions{})
+		wantForbidden(t, err, "ENTITLEMENT_REVOKED")
+		if !strings.Contains(err.Error(), "booking "+booking+" revoked") {
+			t.Fatalf("the refusal does not name the revocation: %v", err)
+		}
+	})
+	t.Run("halted run (EVAL_FAILED): no new Pods", func(t *testing.T) {
+		m, err := runner.Curriculum()
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, _, err := runner.Create(ctx, m, runner.Key("k8s-halt"))
+		if err != nil || a.Status != http.StatusOK {
+			t.Fatalf("admit the curriculum run: %d %v %v", a.Status, a.Codes(), err)
+		}
+		j := bindJob(t, "halted-run", a.Data.Ticket)
+		report, err := runner.EvalReport(a.Data.RunID, "pretrain", manifest.Digest(m.Raw), "ito-battery-pretrain-2026.10",
+			map[string]float64{"mmlu_5shot": 0.01, "hellaswag_acc": 0.42})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, err := runner.AdvanceRequest(ctx, m, a.Data.RunID, "long_context", report)
+		if err != nil {
+			t.Fatal(err)
+		}
+		adv, err := runner.Admit(ctx, req)
+		if err != nil || adv.Status != http.StatusForbidden || !strings.Contains(strings.Join(adv.Codes(), ","), "EVAL_FAILED") {
+			t.Fatalf("the failing advance: %d %v %v", adv.Status, adv.Codes(), err)
+		}
+		_, err = cs.CoreV1().Pods(nsA).Create(ctx, gpuPod("halted-run-0", a.Data.Ticket, j.UID, 8), metav1.CreateOptions{})
+		wantForbidden(t, err, "WORKLOAD_RUN_HALTED")
+		if !strings.Contains(err.Error(), "mmlu_5shot") {
+			t.Fatalf("the refusal does not name the failed eval: %v", err)
+		}
+		// Cancel works on a halted run, and gives its GPUs back.
+		cancelRun(t, ctx, runner, a.Data.RunID)
 	})
 	t.Run("teardown after cancel", func(t *testing.T) {
 		if created == nil {

@@ -51,6 +51,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -79,7 +81,7 @@ const DefaultMaxBatchDelay = time.Millisecond
 // schemaVersion is written on first open and checked on every open, so a
 // binary never reads a layout it does not know; schema 1 files are migrated
 // (see the package doc).
-const schemaVersion = "4"
+const schemaVersion = "5"
 
 // SchemaVersion is the file layout this binary writes and reads
 // (schemaVersion), for the start-up log line and /readyz.
@@ -110,12 +112,14 @@ var (
 	bucketRunEvents       = []byte("runevents")
 	// Schema 4.
 	bucketAccountRuns = []byte("accountruns")
-	keySchema         = []byte("schema")
+	// Schema 5: the scheduler job each run's tickets started (ledger.Jobs).
+	bucketJobs = []byte("jobs")
+	keySchema  = []byte("schema")
 
 	allBuckets = [][]byte{
 		bucketMeta, bucketConfirmations, bucketJTIs, bucketExpiries, bucketAdmissions, bucketRuns,
 		bucketRunRecs, bucketBookingRuns, bucketLiveRuns, bucketBookings, bucketRevocations, bucketWorkloads,
-		bucketEntitlementRuns, bucketRunEvents, bucketAccountRuns,
+		bucketEntitlementRuns, bucketRunEvents, bucketAccountRuns, bucketJobs,
 	}
 )
 
@@ -132,6 +136,24 @@ type Options struct {
 	// transaction and fsync (group commit, see Store.Commit). Zero means
 	// DefaultMaxBatchDelay; negative is an error.
 	MaxBatchDelay time.Duration
+	// ReadOnly opens the file for reading only, under a shared lock (so
+	// not while a server holds it): nothing is created or migrated, and a
+	// file of another schema version is refused. For `itogate ledger
+	// check` on a stopped server's file or a backup.
+	ReadOnly bool
+	// Now is the clock the restore hold is compared with (HoldUntil);
+	// nil: time.Now.
+	Now func() time.Time
+	// Log receives one line per schema migration Open applied ("ledger
+	// migration applied", after its transaction committed) and one when
+	// Open creates the file's schema; nil logs nothing.
+	Log *slog.Logger
+}
+
+// migrationStep names one schema step of the file layout, for the log.
+type migrationStep struct {
+	from, to int
+	name     string
 }
 
 // Store is a ledger.Store backed by a bbolt file. It is safe for concurrent
@@ -143,12 +165,16 @@ type Store struct {
 	commitTx func(func(*bbolt.Tx) error) error
 	// inflight counts Commits between entering and leaving commitTx.
 	inflight atomic.Int64
+	// holdUntil is the restore hold read at Open (backup.go); now its clock.
+	holdUntil time.Time
+	now       func() time.Time
 }
 
 var (
 	_ ledger.Store     = (*Store)(nil)
 	_ ledger.Checker   = (*Store)(nil)
 	_ ledger.Workloads = (*Store)(nil)
+	_ ledger.Jobs      = (*Store)(nil)
 )
 
 // Open opens or creates the ledger file at path (mode 0600) and its buckets.
@@ -167,7 +193,12 @@ func Open(path string, opts Options) (*Store, error) {
 	if opts.MaxBatchDelay == 0 {
 		opts.MaxBatchDelay = DefaultMaxBatchDelay
 	}
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: opts.Timeout})
+	if opts.ReadOnly {
+		if _, err := os.Stat(path); err != nil {
+			return nil, unavailable("open", err)
+		}
+	}
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: opts.Timeout, ReadOnly: opts.ReadOnly})
 	if errors.Is(err, bbolterrors.ErrTimeout) {
 		// bbolt locks the file for one process: say who holds it.
 		return nil, unavailable("open", fmt.Errorf("another process%s holds %s (one itogate per bbolt file; stop it, "+
@@ -176,7 +207,31 @@ func Open(path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, unavailable("open", err)
 	}
+	if opts.ReadOnly {
+		err := db.View(func(tx *bbolt.Tx) error {
+			for _, name := range allBuckets {
+				if tx.Bucket(name) == nil {
+					return fmt.Errorf("no %s bucket: not an itogate ledger of schema %s", name, schemaVersion)
+				}
+			}
+			if v := tx.Bucket(bucketMeta).Get(keySchema); string(v) != schemaVersion {
+				return fmt.Errorf("schema version %q, this binary reads %q (read-only: not migrated)", v, schemaVersion)
+			}
+			return nil
+		})
+		if err != nil {
+			_ = db.Close()
+			return nil, unavailable("open", err)
+		}
+		s := &Store{db: db, now: cmpOr(opts.Now, time.Now)}
+		s.commitTx = s.groupCommit
+		return s, nil
+	}
+	var applied []migrationStep
+	created := false
+	start := time.Now()
 	err = db.Update(func(tx *bbolt.Tx) error {
+		applied, created = nil, false
 		for _, name := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
@@ -185,21 +240,30 @@ func Open(path string, opts Options) (*Store, error) {
 		meta := tx.Bucket(bucketMeta)
 		switch v := meta.Get(keySchema); {
 		case v == nil:
+			created = true
 			return meta.Put(keySchema, []byte(schemaVersion))
 		case string(v) == "1":
 			if err := backfillLive(tx); err != nil {
 				return fmt.Errorf("migrating schema 1 to 2: %w", err)
 			}
+			applied = append(applied, migrationStep{1, 2, "live runs index"})
 			fallthrough
 		case string(v) == "2":
 			if err := migrateRunLife(tx); err != nil {
 				return fmt.Errorf("migrating schema 2 to 3: %w", err)
 			}
+			applied = append(applied, migrationStep{2, 3, "run life (events, bookings bound, entitlement index)"})
 			fallthrough
 		case string(v) == "3":
 			if err := backfillAccountRuns(tx); err != nil {
 				return fmt.Errorf("migrating schema 3 to 4: %w", err)
 			}
+			applied = append(applied, migrationStep{3, 4, "runs by account index"})
+			fallthrough
+		case string(v) == "4":
+			// Schema 5 adds the jobs bucket, created above; no run was
+			// bound to a job before it.
+			applied = append(applied, migrationStep{4, 5, "scheduler jobs bucket"})
 			return meta.Put(keySchema, []byte(schemaVersion))
 		case string(v) != schemaVersion:
 			return fmt.Errorf("schema version %q, this binary reads %q", v, schemaVersion)
@@ -210,8 +274,26 @@ func Open(path string, opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, unavailable("open", err)
 	}
+	if opts.Log != nil {
+		if created {
+			opts.Log.Info("ledger created", "store", "bbolt", "path", path, "schema", SchemaVersion())
+		}
+		// One transaction applied them all: one duration for the lot.
+		for _, m := range applied {
+			opts.Log.Info("ledger migration applied", "store", "bbolt", "path", path, "from", m.from, "to", m.to,
+				"name", m.name, "duration", time.Since(start).Round(time.Millisecond).String())
+		}
+	}
 	db.MaxBatchDelay = opts.MaxBatchDelay
-	s := &Store{db: db}
+	s := &Store{db: db, now: cmpOr(opts.Now, time.Now)}
+	if err := db.View(func(tx *bbolt.Tx) (err error) { s.holdUntil, err = readHold(tx); return err }); err != nil {
+		_ = db.Close()
+		return nil, unavailable("open", err)
+	}
+	if !s.holdUntil.IsZero() && opts.Log != nil {
+		opts.Log.Warn("ledger restored from a backup: deposits and admissions are held", "path", path,
+			"hold_until", s.holdUntil.Format(time.RFC3339))
+	}
 	s.commitTx = s.groupCommit
 	return s, nil
 }
@@ -219,6 +301,9 @@ func Open(path string, opts Options) (*Store, error) {
 // DepositConfirmation implements ledger.Store.
 func (s *Store) DepositConfirmation(ctx context.Context, c ledger.Confirmation) error {
 	if err := c.Validate(); err != nil {
+		return err
+	}
+	if err := s.held("deposit"); err != nil {
 		return err
 	}
 	rec := confirmationToRecord(c)
@@ -322,6 +407,9 @@ func (s *Store) Run(ctx context.Context, runID string) (ledger.Admission, error)
 // Deposits and sweeps are rare and always use db.Update.
 func (s *Store) Commit(ctx context.Context, a ledger.Admission) (ledger.Admission, bool, error) {
 	if err := a.Validate(); err != nil {
+		return ledger.Admission{}, false, err
+	}
+	if err := s.held("commit"); err != nil {
 		return ledger.Admission{}, false, err
 	}
 	plan, budget := a.Plan, a.RestartBudget // commit inputs, not stored with the admission
@@ -498,6 +586,9 @@ func (s *Store) Sweep(ctx context.Context, now time.Time, leeway time.Duration) 
 
 // Ping implements ledger.Store: a read transaction that finds every bucket.
 func (s *Store) Ping(ctx context.Context) error {
+	if err := s.held("ping"); err != nil {
+		return err
+	}
 	return s.read(ctx, "ping", func(tx *bbolt.Tx) error {
 		for _, name := range allBuckets {
 			if tx.Bucket(name) == nil {
@@ -736,4 +827,11 @@ func (s *Store) Check(ctx context.Context) (ledger.CheckReport, error) {
 		return rep, fmt.Errorf("ledger: check: %w: %s", ledger.ErrInconsistent, strings.Join(problems, "; "))
 	}
 	return rep, nil
+}
+
+func cmpOr(f, def func() time.Time) func() time.Time {
+	if f != nil {
+		return f
+	}
+	return def
 }

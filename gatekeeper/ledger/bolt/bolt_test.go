@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -468,8 +469,9 @@ func TestCheckFindsOverbookedBooking(t *testing.T) {
 // index, the version a binary before it wrote.
 func downgrade(t *testing.T, path string) { downgradeTo(t, path, 1) }
 
-// downgradeTo rewrites the closed ledger file at path as schema `to` (1, 2
-// or 3) held it: without the account index (schema 4); for 2 also without
+// downgradeTo rewrites the closed ledger file at path as schema `to` (1 to
+// 4) held it: without the job bindings (schema 5); for 3 also without the
+// account index (schema 4); for 2 also without
 // the run's state, events, entitlement index and booking accounts (schema
 // 3); for 1 also without the live index.
 func downgradeTo(t *testing.T, path string, to int) {
@@ -503,6 +505,12 @@ func downgradeTo(t *testing.T, path string, to int) {
 		return err
 	}
 	rawUpdate(t, path, func(tx *bbolt.Tx) error {
+		if err := tx.DeleteBucket(bucketJobs); err != nil {
+			return err
+		}
+		if to == 4 {
+			return tx.Bucket(bucketMeta).Put(keySchema, []byte("4"))
+		}
 		if err := tx.DeleteBucket(bucketAccountRuns); err != nil {
 			return err
 		}
@@ -552,22 +560,42 @@ func rawUpdate(t *testing.T, path string, fn func(tx *bbolt.Tx) error) {
 // schema 2 with the index built from its records, answers every usage and
 // capacity question of ledgertest.BookingHistory as the store that wrote
 // it would, and passes Check.
+//
+// Open logs "ledger created" for a new file and one line per migration
+// step it applied; a current file logs nothing.
 func TestMigrateSchema1(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	s, err := Open(path, Options{})
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{ReplaceAttr: dropTime}))
+	s, err := Open(path, Options{Log: log})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("level=INFO msg=\"ledger created\" store=bbolt path=%s schema=%s\n", path, schemaVersion); logs.String() != want {
+		t.Fatalf("log of a new file:\n%s\nwant\n%s", logs.String(), want)
 	}
 	verify := ledgertest.BookingHistory(t, s)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
 	downgrade(t, path)
-	s, err = Open(path, Options{})
+	logs.Reset()
+	s, err = Open(path, Options{Log: log})
 	if err != nil {
 		t.Fatalf("Open(schema 1): %v", err)
 	}
 	defer s.Close()
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	steps := []string{"from=1 to=2 name=\"live runs index\"", "from=2 to=3 name=\"run life (events, bookings bound, entitlement index)\"",
+		"from=3 to=4 name=\"runs by account index\"", "from=4 to=5 name=\"scheduler jobs bucket\""}
+	if len(lines) != len(steps) {
+		t.Fatalf("migration log:\n%s\nwant %d lines", logs.String(), len(steps))
+	}
+	for i, step := range steps {
+		if want := "level=INFO msg=\"ledger migration applied\" store=bbolt path=" + path + " " + step + " duration="; !strings.HasPrefix(lines[i], want) {
+			t.Errorf("migration log line %d: %s\nwant prefix %s", i, lines[i], want)
+		}
+	}
 	err = s.db.View(func(tx *bbolt.Tx) error {
 		if v := string(tx.Bucket(bucketMeta).Get(keySchema)); v != schemaVersion {
 			return fmt.Errorf("schema after migration %q, want %q", v, schemaVersion)
@@ -645,6 +673,45 @@ func TestMigrateSchema2(t *testing.T) {
 	extra(t, s)
 	if _, err := s.Check(t.Context()); err != nil {
 		t.Fatalf("Check after the migrated store committed: %v", err)
+	}
+}
+
+// TestMigrateSchema4: a schema 4 file (no job bindings) opens as schema 5,
+// passes Check, and binds a run to a scheduler job.
+func TestMigrateSchema4(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	verify := ledgertest.RunLifeHistory(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	downgradeTo(t, path, 4)
+	if s, err = Open(path, Options{}); err != nil {
+		t.Fatalf("Open(schema 4): %v", err)
+	}
+	defer s.Close()
+	err = s.db.View(func(tx *bbolt.Tx) error {
+		if v := string(tx.Bucket(bucketMeta).Get(keySchema)); v != schemaVersion {
+			return fmt.Errorf("schema after migration %q, want %q", v, schemaVersion)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Check(t.Context()); err != nil {
+		t.Fatalf("Check after migration: %v", err)
+	}
+	verify(t, s)
+	runs, _, err := s.Runs(t.Context(), ledger.RunQuery{Account: "acct_42", Limit: ledger.MaxRunPage})
+	if err != nil || len(runs) == 0 {
+		t.Fatalf("Runs = %d, %v", len(runs), err)
+	}
+	if _, err := s.JobBinding(t.Context(), runs[0].RunID); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("JobBinding after migration = %v, want ErrNotFound", err)
 	}
 }
 
@@ -946,4 +1013,12 @@ func TestCheckFindsRunStateFaults(t *testing.T) {
 			t.Errorf("Check = %v, want ErrInconsistent saying %q", err, want)
 		}
 	}
+}
+
+// dropTime removes slog's time attribute, so log lines compare exactly.
+func dropTime(groups []string, a slog.Attr) slog.Attr {
+	if a.Key == slog.TimeKey && len(groups) == 0 {
+		return slog.Attr{}
+	}
+	return a
 }

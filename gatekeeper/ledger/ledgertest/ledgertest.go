@@ -123,6 +123,10 @@ var cases = []struct {
 	{"WorkloadChildren", testWorkloadChildren},
 	{"WorkloadConcurrentRoots", testWorkloadConcurrentRoots},
 	{"WorkloadInvalid", testWorkloadInvalid},
+	{"JobBindsOnce", testJobBindsOnce},
+	{"JobRunState", testJobRunState},
+	{"JobInvalid", testJobInvalid},
+	{"RaceJobBind", testRaceJobBind},
 }
 
 // base is the suite's "now"; confirmations expire 15 minutes after it.

@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
@@ -125,7 +124,7 @@ func (s *Store) commitOnce(ctx context.Context, a ledger.Admission) (ledger.Admi
 // never deleted, bindings never change, confirmation states only move
 // forward, and a capacity refusal is derived again from fresh reads; when
 // nothing explains it (GPUs were freed meanwhile), the commit runs again.
-func (s *Store) explain(qctx, ctx context.Context, conn *pgxpool.Conn, a ledger.Admission) (ledger.Admission, bool, error) {
+func (s *Store) explain(qctx, ctx context.Context, conn *txConn, a ledger.Admission) (ledger.Admission, bool, error) {
 	kinds, subjects := revocationArrays(a)
 	b := &pgx.Batch{}
 	b.Queue(s.q.admission, a.Account, a.IdempotencyKey)
@@ -241,7 +240,7 @@ func isDomain(err error) bool {
 // forward, so such an answer is final. done is false when only the locked
 // transaction can decide. Racing commits for one confirmation mostly end
 // here once it is consumed, instead of queueing for the booking's lock.
-func (s *Store) precheck(ctx context.Context, conn *pgxpool.Conn, a ledger.Admission) (stored ledger.Admission, replayed, done bool, err error) {
+func (s *Store) precheck(ctx context.Context, conn *txConn, a ledger.Admission) (stored ledger.Admission, replayed, done bool, err error) {
 	// The confirmation first: each read has its own snapshot, and a
 	// confirmation seen consumed guarantees its admission (same commit) is
 	// seen by the read after it — never "consumed" for our own key's winner.
@@ -382,7 +381,7 @@ func scanRevocation(row pgx.Row) (ledger.Revocation, error) {
 // RunRecord implements ledger.Store.
 func (s *Store) RunRecord(ctx context.Context, runID string) (ledger.RunRecord, error) {
 	var r ledger.RunRecord
-	err := s.read(ctx, "run record", func(qctx context.Context, conn *pgxpool.Conn) (err error) {
+	err := s.read(ctx, "run record", func(qctx context.Context, conn *txConn) (err error) {
 		r, err = scanRun(conn.QueryRow(qctx, s.q.runRecord, runID))
 		return err
 	})
@@ -395,7 +394,7 @@ func (s *Store) RunRecord(ctx context.Context, runID string) (ledger.RunRecord, 
 // BookingUsage implements ledger.Store.
 func (s *Store) BookingUsage(ctx context.Context, bookingID string, now time.Time) (ledger.BookingUsage, error) {
 	var u ledger.BookingUsage
-	err := s.read(ctx, "booking usage", func(qctx context.Context, conn *pgxpool.Conn) error {
+	err := s.read(ctx, "booking usage", func(qctx context.Context, conn *txConn) error {
 		runs, released, err := s.bookingRuns(qctx, conn, bookingID, now)
 		if err != nil {
 			return err
@@ -471,7 +470,7 @@ func (s *Store) Revoke(ctx context.Context, r ledger.Revocation) (ledger.Revocat
 // Revoked implements ledger.Store.
 func (s *Store) Revoked(ctx context.Context, kind ledger.RevocationKind, subject string) (ledger.Revocation, error) {
 	var r ledger.Revocation
-	err := s.read(ctx, "revoked", func(qctx context.Context, conn *pgxpool.Conn) (err error) {
+	err := s.read(ctx, "revoked", func(qctx context.Context, conn *txConn) (err error) {
 		r, err = scanRevocation(conn.QueryRow(qctx, s.q.revoked, string(kind), subject))
 		return err
 	})

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -82,11 +83,12 @@ func (s *Store) migrate(ctx context.Context) error {
 
 	ctx, cancel := context.WithTimeout(ctx, s.opts.MigrationTimeout)
 	defer cancel()
-	conn, err := s.pool.Acquire(ctx)
+	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}
-	defer conn.Release()
+	defer pc.Release()
+	conn := &txConn{Conn: pc, local: s.local}
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return err
@@ -119,6 +121,7 @@ func (s *Store) migrate(ctx context.Context) error {
 		return fmt.Errorf("schema %s is at version %d, this binary knows up to %d; upgrade the binary",
 			s.opts.Schema, current, latest)
 	}
+	start := time.Now()
 	for _, m := range ms[current:] {
 		if _, err := tx.Exec(ctx, m.sql); err != nil {
 			return fmt.Errorf("migration %d (%s): %w", m.version, m.name, err)
@@ -127,7 +130,18 @@ func (s *Store) migrate(ctx context.Context) error {
 			return err
 		}
 	}
-	return tx.Commit(ctx)
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	if s.opts.Log != nil {
+		// One transaction applied them all: one duration for the lot.
+		for _, m := range ms[current:] {
+			s.opts.Log.Info("ledger migration applied", "store", "postgres", "schema", s.opts.Schema,
+				"from", m.version-1, "to", m.version, "name", m.name,
+				"duration", time.Since(start).Round(time.Millisecond).String())
+		}
+	}
+	return nil
 }
 
 // migrationLockKey is the advisory lock that serializes migrations of one
@@ -137,4 +151,14 @@ func migrationLockKey(schema string) int64 {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte("itogate.ledger.migrate/" + schema))
 	return int64(h.Sum64())
+}
+
+// poolerHint names the likely cause when Open failed on a pooler in
+// transaction mode that the options do not declare: PgBouncer refuses the
+// startup parameters a direct connection sends.
+func poolerHint(o Options, err error) string {
+	if o.Pooler != PoolerTransaction && strings.Contains(err.Error(), "unsupported startup parameter") {
+		return " (a pooler in transaction mode refuses the session settings itogate sends; set ledger.pooler: transaction)"
+	}
+	return ""
 }

@@ -18,6 +18,10 @@
 // Serialization failures and connections that broke before anything was
 // sent are retried a bounded number of times.
 //
+// Behind a pooler in transaction mode (Options.Pooler, pooler.go) no named
+// prepared statement is used and every operation is one explicit
+// transaction that sets its own isolation level and timeouts.
+//
 // Every database fault is returned wrapped in ledger.ErrUnavailable; a
 // cancelled or expired ctx returns its ctx.Err(); domain outcomes are the
 // ledger errors. Connecting, each statement and each wait for a pooled
@@ -29,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"regexp"
@@ -89,7 +94,8 @@ type Options struct {
 	// ConnectTimeout bounds establishing one connection (TCP, TLS, auth).
 	ConnectTimeout time.Duration
 	// StatementTimeout is the server-side statement_timeout of every
-	// session, which also bounds the wait for a row lock; an abandoned
+	// session (behind a transaction pooler: of every transaction), which
+	// also bounds the wait for a row lock; an abandoned
 	// transaction is ended by idle_in_transaction_session_timeout, set to
 	// twice this. The client bounds each call too (one statement:
 	// StatementTimeout + 1s; Commit's transaction: twice that), so a
@@ -102,6 +108,15 @@ type Options struct {
 	// MigrationTimeout bounds Open's migration, including the wait for
 	// another replica that is migrating.
 	MigrationTimeout time.Duration
+	// Pooler names what sits between the store and PostgreSQL: "" or
+	// PoolerNone (nothing, or a pooler in session mode) or
+	// PoolerTransaction (a pooler in transaction mode, e.g. PgBouncer's
+	// pool_mode=transaction; see PoolerTransaction for what changes).
+	Pooler string
+	// Log receives one line per migration Open applied ("ledger migration
+	// applied", after the migration transaction committed); nil logs
+	// nothing.
+	Log *slog.Logger
 }
 
 func (o *Options) setDefaults() error {
@@ -113,6 +128,9 @@ func (o *Options) setDefaults() error {
 	}
 	if !ValidSchema(o.Schema) {
 		return fmt.Errorf("ledger: postgres: schema %q must match %s", o.Schema, schemaPattern)
+	}
+	if !ValidPooler(o.Pooler) {
+		return fmt.Errorf("ledger: postgres: pooler %q must be %q or %q", o.Pooler, PoolerNone, PoolerTransaction)
 	}
 	if o.MaxConns < 0 || o.ConnectTimeout < 0 || o.StatementTimeout < 0 || o.AcquireTimeout < 0 || o.MigrationTimeout < 0 {
 		return errors.New("ledger: postgres: negative pool size or timeout")
@@ -137,8 +155,10 @@ func (o *Options) setDefaults() error {
 type Store struct {
 	pool   *pgxpool.Pool
 	opts   Options
+	local  string // localSettings when behind a transaction pooler
 	q      queries
 	wq     workloadQueries
+	jq     jobQueries
 	closed atomic.Bool
 }
 
@@ -146,6 +166,7 @@ var (
 	_ ledger.Store     = (*Store)(nil)
 	_ ledger.Checker   = (*Store)(nil)
 	_ ledger.Workloads = (*Store)(nil)
+	_ ledger.Jobs      = (*Store)(nil)
 )
 
 // Open connects, migrates the schema to SchemaVersion and returns the store.
@@ -168,11 +189,6 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	cfg.ConnConfig.ConnectTimeout = opts.ConnectTimeout
 	rp := cfg.ConnConfig.RuntimeParams
-	rp["statement_timeout"] = strconv.FormatInt(opts.StatementTimeout.Milliseconds(), 10)
-	rp["idle_in_transaction_session_timeout"] = strconv.FormatInt(2*opts.StatementTimeout.Milliseconds(), 10)
-	// Commit relies on READ COMMITTED's re-check of a row it waited for;
-	// pin it whatever the server's default.
-	rp["default_transaction_isolation"] = "read committed"
 	if rp["application_name"] == "" {
 		rp["application_name"] = "itogate"
 	}
@@ -185,28 +201,59 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: networkSlack}
 	}
-	// For the same reason after a crash of this process: have the server
-	// check every second whether the client is still there during a long
-	// statement (PostgreSQL 14+; older servers ignore it).
-	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-		_, err := c.Exec(ctx, "SET client_connection_check_interval = 1000")
-		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == codeUndefinedObject {
-			return nil
+	local := ""
+	if opts.Pooler == PoolerTransaction {
+		// A transaction pooler drops startup parameters (or refuses
+		// them) and hands each transaction to any server connection, so
+		// a named prepared statement of one may be missing, or another's,
+		// on the next: no named statements, no session state, the
+		// settings per transaction (txConn).
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+		cfg.ConnConfig.StatementCacheCapacity = 0
+		cfg.ConnConfig.DescriptionCacheCapacity = 0
+		local = localSettings(opts)
+	} else {
+		rp["statement_timeout"] = strconv.FormatInt(opts.StatementTimeout.Milliseconds(), 10)
+		rp["idle_in_transaction_session_timeout"] = strconv.FormatInt(2*opts.StatementTimeout.Milliseconds(), 10)
+		// Commit relies on READ COMMITTED's re-check of a row it waited for;
+		// pin it whatever the server's default.
+		rp["default_transaction_isolation"] = "read committed"
+		// For the same reason after a crash of this process: have the
+		// server check every second whether the client is still there
+		// during a long statement (PostgreSQL 14+; older servers ignore
+		// it). And refuse a connection whose startup parameters did not
+		// arrive: a transaction pooler configured to ignore them would
+		// leave every statement unbounded on the server and fail on
+		// named prepared statements.
+		want := opts.StatementTimeout.Milliseconds()
+		cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+			var got int64
+			if err := c.QueryRow(ctx, "SELECT setting::bigint FROM pg_settings WHERE name = 'statement_timeout'").Scan(&got); err != nil {
+				return err
+			}
+			if got != want {
+				return fmt.Errorf("the session's statement_timeout is %d ms, not the %d ms itogate sent: "+
+					"a pooler in transaction mode drops startup parameters; set ledger.pooler: transaction", got, want)
+			}
+			_, err := c.Exec(ctx, "SET client_connection_check_interval = 1000")
+			if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == codeUndefinedObject {
+				return nil
+			}
+			return err
 		}
-		return err
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: postgres: open: %w: %w", ledger.ErrUnavailable, err)
 	}
 	schema := pgx.Identifier{opts.Schema}.Sanitize()
-	s := &Store{pool: pool, opts: opts, q: newQueries(schema), wq: newWorkloadQueries(schema)}
+	s := &Store{pool: pool, opts: opts, local: local, q: newQueries(schema), wq: newWorkloadQueries(schema), jq: newJobQueries(schema)}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		if cerr := ctx.Err(); cerr != nil {
 			return nil, fmt.Errorf("ledger: postgres: migrate: %w", cerr)
 		}
-		return nil, fmt.Errorf("ledger: postgres: migrate: %w: %w", ledger.ErrUnavailable, err)
+		return nil, fmt.Errorf("ledger: postgres: migrate: %w: %w%s", ledger.ErrUnavailable, err, poolerHint(opts, err))
 	}
 	return s, nil
 }
@@ -449,7 +496,7 @@ func (s *Store) DepositConfirmation(ctx context.Context, c ledger.Confirmation) 
 // Confirmation implements ledger.Store.
 func (s *Store) Confirmation(ctx context.Context, ref string) (ledger.Confirmation, error) {
 	var c ledger.Confirmation
-	err := s.read(ctx, "confirmation", func(qctx context.Context, conn *pgxpool.Conn) (err error) {
+	err := s.read(ctx, "confirmation", func(qctx context.Context, conn *txConn) (err error) {
 		c, err = scanConfirmation(conn.QueryRow(qctx, s.q.confirmation, ref))
 		return err
 	})
@@ -474,7 +521,7 @@ func (s *Store) Run(ctx context.Context, runID string) (ledger.Admission, error)
 
 func (s *Store) readAdmission(ctx context.Context, op, query string, args ...any) (ledger.Admission, error) {
 	var a ledger.Admission
-	err := s.read(ctx, op, func(qctx context.Context, conn *pgxpool.Conn) (err error) {
+	err := s.read(ctx, op, func(qctx context.Context, conn *txConn) (err error) {
 		a, err = scanAdmission(conn.QueryRow(qctx, query, args...))
 		return err
 	})
@@ -493,13 +540,13 @@ func (s *Store) readAdmission(ctx context.Context, op, query string, args ...any
 // change nothing, and after a failover or terminated backends the pool
 // still holds connections that only a query reveals as dead, each of which
 // would otherwise fail one request.
-func (s *Store) read(ctx context.Context, op string, query func(context.Context, *pgxpool.Conn) error) error {
+func (s *Store) read(ctx context.Context, op string, query func(context.Context, *txConn) error) error {
 	// One statement's time bounds both attempts.
 	qctx, cancel := s.bound(ctx, 1)
 	defer cancel()
 	var err error
 	for attempt := 0; attempt < 2; attempt++ {
-		var conn *pgxpool.Conn
+		var conn *txConn
 		if conn, err = s.acquire(ctx, op); err != nil {
 			return err
 		}
@@ -710,7 +757,7 @@ var errClosed = errors.New("store closed")
 
 // acquire checks ctx and the store, then waits at most AcquireTimeout for a
 // pooled connection.
-func (s *Store) acquire(ctx context.Context, op string) (*pgxpool.Conn, error) {
+func (s *Store) acquire(ctx context.Context, op string) (*txConn, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("ledger: %s: %w", op, err)
 	}
@@ -719,11 +766,11 @@ func (s *Store) acquire(ctx context.Context, op string) (*pgxpool.Conn, error) {
 	}
 	actx, cancel := context.WithTimeout(ctx, s.opts.AcquireTimeout)
 	defer cancel()
-	conn, err := s.pool.Acquire(actx)
+	c, err := s.pool.Acquire(actx)
 	if err != nil {
 		return nil, s.fault(ctx, op, err)
 	}
-	return conn, nil
+	return &txConn{Conn: c, local: s.local}, nil
 }
 
 // networkSlack is what the client allows beyond the server-side statement

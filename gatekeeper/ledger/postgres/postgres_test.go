@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/ledger/ledgertest"
 	"github.com/itocompute/itogate/gatekeeper/ledger/postgres/pgtest"
 	"github.com/itocompute/itogate/internal/patience"
+	"github.com/itocompute/itogate/internal/syncbuf"
 )
 
 // TestConformance runs the ledger conformance suite against the real
@@ -661,6 +663,7 @@ func TestRunRacesTwoReplicas(t *testing.T) {
 	}
 	for _, n := range []int{2, 10, 30} {
 		ledgertest.RaceRestartBudget(t, stores, fmt.Sprintf("bk_rb2_%d", n), n, 1+n/3)
+		ledgertest.RaceJobBind(t, stores, fmt.Sprintf("bk_jb2_%d", n), n)
 	}
 	if _, err := a.Check(t.Context()); err != nil {
 		t.Fatalf("Check: %v", err)
@@ -714,13 +717,32 @@ func TestMigrateSchema5(t *testing.T) {
 		ALTER TABLE {s}.runs DROP CONSTRAINT runs_storage_check, DROP COLUMN plan_checkpoint_gib,
 			DROP COLUMN plan_storage_quota_gib;
 		DROP INDEX {s}.runs_account_idx;
+		DROP TABLE {s}.run_jobs;
 		DELETE FROM {s}.schema_migrations WHERE version >= 6;`, "{s}", schema))
 	if err != nil {
 		t.Fatalf("back to version 5: %v", err)
 	}
 	s.Close()
+	var logs syncbuf.Buffer
+	opts.Log = slog.New(slog.NewTextHandler(&logs, nil))
 	s = open(t, opts)
 	defer s.Close()
+	// One log line per migration applied, in order.
+	ms, err := migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) != len(ms)-5 {
+		t.Fatalf("migration log:\n%s\nwant %d lines", logs.String(), len(ms)-5)
+	}
+	for i, m := range ms[5:] {
+		want := fmt.Sprintf(`msg="ledger migration applied" store=postgres schema=%s from=%d to=%d name=%s duration=`,
+			opts.Schema, m.version-1, m.version, m.name)
+		if !strings.Contains(lines[i], want) {
+			t.Errorf("migration log line %d: %s\nwant %s", i, lines[i], want)
+		}
+	}
 	if _, err := s.Check(t.Context()); err != nil {
 		t.Fatalf("Check after migration: %v", err)
 	}

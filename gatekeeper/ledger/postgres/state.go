@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
@@ -73,7 +72,7 @@ func (s *Store) HaltRun(ctx context.Context, h ledger.Halt) (ledger.RunRecord, b
 // RunEvents implements ledger.Store.
 func (s *Store) RunEvents(ctx context.Context, runID string) ([]ledger.RunEvent, error) {
 	var out []ledger.RunEvent
-	err := s.read(ctx, "run events", func(qctx context.Context, conn *pgxpool.Conn) error {
+	err := s.read(ctx, "run events", func(qctx context.Context, conn *txConn) error {
 		rows, err := conn.Query(qctx, s.q.runEvents, runID, ledger.MaxRunEvents)
 		if err != nil {
 			return err
@@ -93,7 +92,7 @@ func (s *Store) Runs(ctx context.Context, q ledger.RunQuery) ([]ledger.RunRecord
 		return nil, false, err
 	}
 	var out []ledger.RunRecord
-	err := s.read(ctx, "runs", func(qctx context.Context, conn *pgxpool.Conn) error {
+	err := s.read(ctx, "runs", func(qctx context.Context, conn *txConn) error {
 		rows, err := conn.Query(qctx, s.q.runs, q.Account, q.BookingID, q.After, q.Limit+1)
 		if err != nil {
 			return err

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 )
@@ -122,7 +121,7 @@ func (s *Store) workloadUIDs(ctx context.Context, q interface {
 // WorkloadBinding implements ledger.Workloads.
 func (s *Store) WorkloadBinding(ctx context.Context, runID string) (ledger.WorkloadBinding, error) {
 	out := ledger.WorkloadBinding{RunID: runID}
-	err := s.read(ctx, "workload binding", func(qctx context.Context, conn *pgxpool.Conn) error {
+	err := s.read(ctx, "workload binding", func(qctx context.Context, conn *txConn) error {
 		var id string
 		var at time.Time
 		if err := conn.QueryRow(qctx, s.wq.binding, runID).Scan(&id, &at); err != nil {

@@ -57,8 +57,7 @@ test_teardown if {
 	d.violations == []
 	d.bind == "none"
 	expired := [
-		_set("/review/operation", "UPDATE"), _set("/ticket/verified", false),
-		_set("/ticket/error", "expired"),
+		_set("/review/operation", "UPDATE"), _set("/ticket/expired", true),
 	]
 	_codes(expired) == {"WORKLOAD_TICKET_EXPIRED"}
 	_decide(array.concat(expired, [_set("/review/teardown", true)])).allow == true

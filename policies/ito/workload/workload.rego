@@ -63,6 +63,7 @@
 #           properties:
 #             present: {type: boolean}
 #             verified: {type: boolean}
+#             expired: {type: boolean}
 #             error: {type: string}
 #             claims: {type: object}
 #             changed: {type: boolean}
@@ -76,6 +77,7 @@
 #             booking_id: {type: string}
 #             live: {type: boolean}
 #             ended_by: {type: string}
+#             state: {type: string}
 #         binding:
 #           type: object
 #           additionalProperties: false
@@ -247,15 +249,30 @@ deny contains v if {
 
 # METADATA
 # title: Admission ticket expired
-# description: The ticket's exp (the term's end or the run's declared end) has passed.
+# description: >-
+#   The ticket's exp has passed (it lives tickets.lifetime, minutes): a
+#   ticket authorizes the first bind of a run's workload only while it is
+#   fresh. An object whose controller is part of the bound workload (a
+#   Job's re-created Pod) is governed by the run's state instead, so a
+#   short ticket never breaks a long run's replacement Pods.
 # custom:
 #   code: WORKLOAD_TICKET_EXPIRED
 #   gate: workload
-#   fix: The run's time is over; admit a new run for new workloads.
+#   fix: >-
+#     Renew the ticket (itogate ticket renew, POST /v1/runs/{run_id}/ticket)
+#     and create the workload with the new one.
 deny contains v if {
-	input.ticket.error == "expired"
+	input.ticket.expired == true
+	not _bound_child
 	_gated
-	v := lib.violation(rego.metadata.rule(), "the admission ticket has expired")
+	v := lib.violation(rego.metadata.rule(), "the admission ticket has expired; renew it")
+}
+
+# An object created by a controller that is part of the run's bound
+# workload.
+_bound_child if {
+	input.object_ref.owner_uid != ""
+	input.object_ref.owner_uid in input.binding.uids
 }
 
 # METADATA
@@ -321,6 +338,47 @@ deny contains v if {
 	_run_matches
 	v := lib.violation(rego.metadata.rule(), sprintf("run %v is not live (%v)", [
 		lib.show(_claims.run_id), object.get(input.run, "ended_by", "ended"),
+	]))
+}
+
+# METADATA
+# title: Run revoked
+# description: >-
+#   The run's booking, or the entitlement it was admitted under, was revoked
+#   (the ledger's run state, input.run.state): the run takes no new Pod or
+#   workload, whatever its ticket; it can only be cancelled or cleaned up.
+# custom:
+#   code: ENTITLEMENT_REVOKED
+#   gate: workload
+#   fix: Cancel or clean up the run; a revoked booking or entitlement admits no new work.
+deny contains v if {
+	input.run.state == "revoked"
+	_gated
+	_ticket_ok
+	_run_matches
+	v := lib.violation(rego.metadata.rule(), sprintf("run %v is revoked (%v)", [
+		lib.show(_claims.run_id), object.get(input.run, "ended_by", "revoked"),
+	]))
+}
+
+# METADATA
+# title: Run halted
+# description: >-
+#   A failed eval gate halted the run (the ledger's run state,
+#   input.run.state; the lifecycle gate's RUN_HALTED): it takes no new Pod
+#   or workload; it can only be cancelled or cleaned up. The message names
+#   the failed evals.
+# custom:
+#   code: WORKLOAD_RUN_HALTED
+#   gate: workload
+#   fix: Cancel or clean up the run; a failed eval gate has no override.
+deny contains v if {
+	input.run.state == "halted"
+	_gated
+	_ticket_ok
+	_run_matches
+	v := lib.violation(rego.metadata.rule(), sprintf("run %v is halted (%v)", [
+		lib.show(_claims.run_id), object.get(input.run, "ended_by", "halted"),
 	]))
 }
 

@@ -20,6 +20,22 @@ import (
 // (.ci/run) sets it; without it the PostgreSQL tests skip.
 const EnvDSN = "ITOGATE_TEST_POSTGRES_DSN"
 
+// EnvPoolerDSN names the environment variable holding the DSN of a
+// PgBouncer in transaction mode in front of the server of EnvDSN
+// (hack/test-pgbouncer.sh); without it the pooler tests skip.
+const EnvPoolerDSN = "ITOGATE_TEST_PGBOUNCER_DSN"
+
+// PoolerDSN returns the pooler's DSN, or skips t when EnvPoolerDSN is unset.
+func PoolerDSN(t testing.TB) string {
+	t.Helper()
+	dsn := os.Getenv(EnvPoolerDSN)
+	if dsn == "" {
+		t.Skipf("%s is not set: skipping the ledger test through a transaction pooler "+
+			"(`make test` and .ci/run set it from hack/test-pgbouncer.sh)", EnvPoolerDSN)
+	}
+	return dsn
+}
+
 // SchemaPrefix starts every schema a test creates.
 const SchemaPrefix = "itogate_test_"
 

@@ -1,0 +1,12 @@
+//go:build !unix
+
+package main
+
+import (
+	"context"
+
+	"github.com/itocompute/itogate/gatekeeper/runtime"
+)
+
+// backupOnSignal: no SIGUSR1 here; take a backup of a stopped server's file.
+func backupOnSignal(context.Context, *runtime.Runtime) (stop func()) { return func() {} }

@@ -1,0 +1,107 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/itocompute/itogate/gatekeeper/ledger"
+)
+
+// jobQueries are the statements of the Jobs methods (migration 0010),
+// qualified with the schema.
+type jobQueries struct {
+	runForShare, binding, lockBinding, insert string
+}
+
+func newJobQueries(schema string) jobQueries {
+	r := strings.NewReplacer("{s}", schema, "{rcols}", runCols)
+	return jobQueries{
+		runForShare: r.Replace(`SELECT {rcols} FROM {s}.runs WHERE run_id = $1 FOR SHARE`),
+		binding:     r.Replace(`SELECT scheduler, job_id, bound_at FROM {s}.run_jobs WHERE run_id = $1`),
+		lockBinding: r.Replace(`SELECT scheduler, job_id, bound_at FROM {s}.run_jobs WHERE run_id = $1 FOR UPDATE`),
+		insert: r.Replace(`INSERT INTO {s}.run_jobs (run_id, scheduler, job_id, bound_at) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (run_id) DO NOTHING`),
+	}
+}
+
+// BindJob implements ledger.Jobs in one READ COMMITTED transaction. The
+// run's row is read FOR SHARE, so a transition of the run (a cancel, a
+// revocation, a halt: each updates the row) either commits before the
+// bind, which then sees it, or waits for it. The binding row is inserted if
+// absent and then locked, so two replicas binding one run serialize on it
+// and the second sees the first's job.
+func (s *Store) BindJob(ctx context.Context, b ledger.JobBind) (ledger.JobBinding, error) {
+	if err := b.Validate(); err != nil {
+		return ledger.JobBinding{}, err
+	}
+	conn, err := s.acquire(ctx, "bind job")
+	if err != nil {
+		return ledger.JobBinding{}, err
+	}
+	defer conn.Release()
+	qctx, cancel := s.bound(ctx, 4)
+	defer cancel()
+	at := b.At.UTC().Truncate(time.Microsecond)
+	var out ledger.JobBinding
+	var domain error // a refusal: the transaction rolls back, nothing written
+	err = pgx.BeginFunc(qctx, conn, func(tx pgx.Tx) error {
+		run, err := scanRun(tx.QueryRow(qctx, s.jq.runForShare, b.RunID))
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			domain = fmt.Errorf("ledger: bind job: run: %w", ledger.ErrNotFound)
+			return domain
+		case err != nil:
+			return err
+		}
+		// A run that may not work binds nothing, bound or not.
+		if err := run.MayWork(b.At); err != nil {
+			domain = err
+			return domain
+		}
+		if _, err := tx.Exec(qctx, s.jq.insert, b.RunID, b.Scheduler, b.JobID, at); err != nil {
+			return err
+		}
+		out = ledger.JobBinding{RunID: b.RunID}
+		if err := tx.QueryRow(qctx, s.jq.lockBinding, b.RunID).Scan(&out.Scheduler, &out.JobID, &out.BoundAt); err != nil {
+			return err
+		}
+		out.BoundAt = out.BoundAt.UTC()
+		// The row is now this bind's or an earlier one's: CheckJob on it
+		// as it was before (bound) says whether this bind is the same job.
+		if _, err := ledger.CheckJob(run, true, out, b); err != nil {
+			domain = err
+			return domain
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(domain, ledger.ErrJobBound):
+		return out, domain
+	case domain != nil:
+		return ledger.JobBinding{}, domain
+	case err != nil:
+		return ledger.JobBinding{}, s.fault(ctx, "bind job", err)
+	}
+	return out, nil
+}
+
+// JobBinding implements ledger.Jobs.
+func (s *Store) JobBinding(ctx context.Context, runID string) (ledger.JobBinding, error) {
+	out := ledger.JobBinding{RunID: runID}
+	err := s.read(ctx, "job binding", func(qctx context.Context, conn *txConn) error {
+		return conn.QueryRow(qctx, s.jq.binding, runID).Scan(&out.Scheduler, &out.JobID, &out.BoundAt)
+	})
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return ledger.JobBinding{}, fmt.Errorf("ledger: job binding: %w", ledger.ErrNotFound)
+	case err != nil:
+		return ledger.JobBinding{}, err
+	}
+	out.BoundAt = out.BoundAt.UTC()
+	return out, nil
+}

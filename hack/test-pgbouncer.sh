@@ -37,6 +37,14 @@ if [ -z "$upstream" ]; then
   exit 0
 fi
 
+# A fresh Debian machine (CI, a newcomer's `make test` as root) gets it
+# from Debian's packages, as PostgreSQL itself comes from them.
+if ! command -v pgbouncer >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "test-pgbouncer: installing Debian's pgbouncer package" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q pgbouncer >/dev/null ||
+    { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q pgbouncer >/dev/null; } || true
+fi
+
 if ! command -v pgbouncer >/dev/null; then
   cat >&2 <<MSG
 test-pgbouncer: no pgbouncer binary. The ledger's conformance suite runs

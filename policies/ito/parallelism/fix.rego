@@ -2,8 +2,6 @@
 # Part of package ito.parallelism (see parallelism.rego for the model and its inputs).
 package ito.parallelism
 
-import data.ito.lib
-
 # ---------------------------------------------------------------------------
 # The fix: the nearest layout that passes every hard rule and fits memory
 # with the margin a declared layout needs, and the passing layout of least
@@ -32,7 +30,7 @@ confirm := {
 	"memory_over_margin": _memory_over_margin,
 }
 
-_memory_over_margin := _f.memory_gb > _cfg.memory_warn_fraction * _gpu.memory_gb
+_memory_over_margin := _f.memory_gb > (_cfg.memory_warn_fraction * _gpu.memory_gb)
 
 default _memory_over_margin := true
 

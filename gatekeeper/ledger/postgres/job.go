@@ -15,13 +15,12 @@ import (
 // jobQueries are the statements of the Jobs methods (migration 0010),
 // qualified with the schema.
 type jobQueries struct {
-	runForShare, binding, lockBinding, insert string
+	binding, lockBinding, insert string
 }
 
 func newJobQueries(schema string) jobQueries {
 	r := strings.NewReplacer("{s}", schema, "{rcols}", runCols)
 	return jobQueries{
-		runForShare: r.Replace(`SELECT {rcols} FROM {s}.runs WHERE run_id = $1 FOR SHARE`),
 		binding:     r.Replace(`SELECT scheduler, job_id, bound_at FROM {s}.run_jobs WHERE run_id = $1`),
 		lockBinding: r.Replace(`SELECT scheduler, job_id, bound_at FROM {s}.run_jobs WHERE run_id = $1 FOR UPDATE`),
 		insert: r.Replace(`INSERT INTO {s}.run_jobs (run_id, scheduler, job_id, bound_at) VALUES ($1, $2, $3, $4)
@@ -29,39 +28,21 @@ func newJobQueries(schema string) jobQueries {
 	}
 }
 
-// BindJob implements ledger.Jobs in one READ COMMITTED transaction. The
-// run's row is read FOR SHARE, so a transition of the run (a cancel, a
-// revocation, a halt: each updates the row) either commits before the
-// bind, which then sees it, or waits for it. The binding row is inserted if
-// absent and then locked, so two replicas binding one run serialize on it
-// and the second sees the first's job.
+// BindJob implements ledger.Jobs in one runTx (the run's row read FOR
+// SHARE, so a transition of the run either commits before the bind, which
+// then sees it, or waits for it). The binding row is inserted if absent and
+// then locked, so two replicas binding one run serialize on it and the
+// second sees the first's job.
 func (s *Store) BindJob(ctx context.Context, b ledger.JobBind) (ledger.JobBinding, error) {
 	if err := b.Validate(); err != nil {
 		return ledger.JobBinding{}, err
 	}
-	conn, err := s.acquire(ctx, "bind job")
-	if err != nil {
-		return ledger.JobBinding{}, err
-	}
-	defer conn.Release()
-	qctx, cancel := s.bound(ctx, 4)
-	defer cancel()
 	at := b.At.UTC().Truncate(time.Microsecond)
 	var out ledger.JobBinding
-	var domain error // a refusal: the transaction rolls back, nothing written
-	err = pgx.BeginFunc(qctx, conn, func(tx pgx.Tx) error {
-		run, err := scanRun(tx.QueryRow(qctx, s.jq.runForShare, b.RunID))
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			domain = fmt.Errorf("ledger: bind job: run: %w", ledger.ErrNotFound)
-			return domain
-		case err != nil:
-			return err
-		}
+	refused, fault := s.runTx(ctx, "bind job", 4, b.RunID, func(qctx context.Context, tx pgx.Tx, run ledger.RunRecord) error {
 		// A run that may not work binds nothing, bound or not.
 		if err := run.MayWork(b.At); err != nil {
-			domain = err
-			return domain
+			return refuse(err)
 		}
 		if _, err := tx.Exec(qctx, s.jq.insert, b.RunID, b.Scheduler, b.JobID, at); err != nil {
 			return err
@@ -74,18 +55,17 @@ func (s *Store) BindJob(ctx context.Context, b ledger.JobBind) (ledger.JobBindin
 		// The row is now this bind's or an earlier one's: CheckJob on it
 		// as it was before (bound) says whether this bind is the same job.
 		if _, err := ledger.CheckJob(run, true, out, b); err != nil {
-			domain = err
-			return domain
+			return refuse(err)
 		}
 		return nil
 	})
 	switch {
-	case errors.Is(domain, ledger.ErrJobBound):
-		return out, domain
-	case domain != nil:
-		return ledger.JobBinding{}, domain
-	case err != nil:
-		return ledger.JobBinding{}, s.fault(ctx, "bind job", err)
+	case errors.Is(refused, ledger.ErrJobBound):
+		return out, refused
+	case refused != nil:
+		return ledger.JobBinding{}, refused
+	case fault != nil:
+		return ledger.JobBinding{}, fault
 	}
 	return out, nil
 }

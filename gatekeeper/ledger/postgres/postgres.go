@@ -153,13 +153,15 @@ func (o *Options) setDefaults() error {
 // Store is a ledger.Store backed by PostgreSQL. It is safe for concurrent
 // use, and any number of Stores (replicas) may share one schema.
 type Store struct {
-	pool   *pgxpool.Pool
-	opts   Options
-	local  string // localSettings when behind a transaction pooler
-	q      queries
-	wq     workloadQueries
-	jq     jobQueries
-	closed atomic.Bool
+	pool  *pgxpool.Pool
+	opts  Options
+	local string // localSettings when behind a transaction pooler
+	q     queries
+	wq    workloadQueries
+	jq    jobQueries
+	// runForShare reads a run's row FOR SHARE (runTx).
+	runForShare string
+	closed      atomic.Bool
 }
 
 var (
@@ -247,7 +249,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("ledger: postgres: open: %w: %w", ledger.ErrUnavailable, err)
 	}
 	schema := pgx.Identifier{opts.Schema}.Sanitize()
-	s := &Store{pool: pool, opts: opts, local: local, q: newQueries(schema), wq: newWorkloadQueries(schema), jq: newJobQueries(schema)}
+	s := &Store{pool: pool, opts: opts, local: local, q: newQueries(schema), wq: newWorkloadQueries(schema), jq: newJobQueries(schema), runForShare: runForShareQuery(schema)}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		if cerr := ctx.Err(); cerr != nil {

@@ -15,15 +15,12 @@ import (
 // workloadQueries are the statements of the Workloads methods (migrations
 // 0003 and 0011), qualified with the schema.
 type workloadQueries struct {
-	runForShare, insertBinding, binding, lockBinding, setActive, insertUID, uids string
+	insertBinding, binding, lockBinding, setActive, insertUID, uids string
 }
 
 func newWorkloadQueries(schema string) workloadQueries {
 	r := strings.NewReplacer("{s}", schema, "{rcols}", runCols)
 	return workloadQueries{
-		// FOR SHARE: a halt, revocation or end of the run (an UPDATE of
-		// its row) waits for the bind, or the bind waits and sees it.
-		runForShare:   r.Replace(`SELECT {rcols} FROM {s}.runs WHERE run_id = $1 FOR SHARE`),
 		insertBinding: r.Replace(`INSERT INTO {s}.workload_bindings (run_id, identity, bound_at) VALUES ($1, $2, $3) ON CONFLICT (run_id) DO NOTHING`),
 		binding:       r.Replace(`SELECT identity, bound_at, active_uid FROM {s}.workload_bindings WHERE run_id = $1`),
 		lockBinding:   r.Replace(`SELECT identity, bound_at, active_uid FROM {s}.workload_bindings WHERE run_id = $1 FOR UPDATE`),
@@ -33,34 +30,18 @@ func newWorkloadQueries(schema string) workloadQueries {
 	}
 }
 
-// BindWorkload implements ledger.Workloads: ledger.Step in one READ
-// COMMITTED transaction. The run's row is read FOR SHARE and must allow
-// work when the step writes; a root's binding row is inserted if absent; the binding row is then
-// locked, so two replicas binding one run serialize on it and the second
-// sees the first's identity and active root.
+// BindWorkload implements ledger.Workloads: ledger.Step in one runTx (the
+// run's row read FOR SHARE must allow work when the step writes). A root's
+// binding row is inserted if absent; the binding row is then locked, so two
+// replicas binding one run serialize on it and the second sees the first's
+// identity and active root.
 func (s *Store) BindWorkload(ctx context.Context, b ledger.WorkloadBind) (ledger.WorkloadBinding, error) {
 	if err := b.Validate(); err != nil {
 		return ledger.WorkloadBinding{}, err
 	}
-	conn, err := s.acquire(ctx, "bind workload")
-	if err != nil {
-		return ledger.WorkloadBinding{}, err
-	}
-	defer conn.Release()
-	qctx, cancel := s.bound(ctx, 8)
-	defer cancel()
 	at := b.At.UTC().Truncate(time.Microsecond)
 	var out ledger.WorkloadBinding
-	var domain error // a refusal: the transaction rolls back, nothing written
-	err = pgx.BeginFunc(qctx, conn, func(tx pgx.Tx) error {
-		run, err := scanRun(tx.QueryRow(qctx, s.wq.runForShare, b.RunID))
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			domain = fmt.Errorf("ledger: bind workload: run: %w", ledger.ErrNotFound)
-			return domain
-		case err != nil:
-			return err
-		}
+	refused, fault := s.runTx(ctx, "bind workload", 8, b.RunID, func(qctx context.Context, tx pgx.Tx, run ledger.RunRecord) error {
 		if b.OwnerUID == "" {
 			if _, err := tx.Exec(qctx, s.wq.insertBinding, b.RunID, b.Identity, at); err != nil {
 				return err
@@ -68,7 +49,7 @@ func (s *Store) BindWorkload(ctx context.Context, b ledger.WorkloadBind) (ledger
 		}
 		cur := ledger.WorkloadBinding{RunID: b.RunID}
 		found := true
-		err = tx.QueryRow(qctx, s.wq.lockBinding, b.RunID).Scan(&cur.Identity, &cur.BoundAt, &cur.Active)
+		err := tx.QueryRow(qctx, s.wq.lockBinding, b.RunID).Scan(&cur.Identity, &cur.BoundAt, &cur.Active)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			found = false
@@ -84,14 +65,14 @@ func (s *Store) BindWorkload(ctx context.Context, b ledger.WorkloadBind) (ledger
 		// read back, it is found with no uids yet.
 		step, err := ledger.Step(cur, found, b)
 		if err != nil {
-			out, domain = step.Binding, err
-			return domain
+			out = step.Binding
+			return refuse(err)
 		}
 		out = step.Binding
 		if step.Writes() {
 			if err := run.MayWork(b.At); err != nil {
-				out, domain = ledger.WorkloadBinding{}, fmt.Errorf("ledger: bind workload: %w", err)
-				return domain
+				out = ledger.WorkloadBinding{}
+				return refuse(fmt.Errorf("ledger: bind workload: %w", err))
 			}
 		}
 		if step.Activate {
@@ -107,13 +88,13 @@ func (s *Store) BindWorkload(ctx context.Context, b ledger.WorkloadBind) (ledger
 		return nil
 	})
 	switch {
-	case domain != nil:
-		if errors.Is(domain, ledger.ErrWorkloadBound) && b.OwnerUID == "" {
-			return out, domain
+	case refused != nil:
+		if errors.Is(refused, ledger.ErrWorkloadBound) && b.OwnerUID == "" {
+			return out, refused
 		}
-		return ledger.WorkloadBinding{}, domain
-	case err != nil:
-		return ledger.WorkloadBinding{}, s.fault(ctx, "bind workload", err)
+		return ledger.WorkloadBinding{}, refused
+	case fault != nil:
+		return ledger.WorkloadBinding{}, fault
 	}
 	return out, nil
 }

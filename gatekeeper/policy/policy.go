@@ -155,6 +155,7 @@ type Engine struct {
 	confirm  rego.PreparedEvalQuery
 	query    rego.PreparedEvalQuery
 	workload rego.PreparedEvalQuery
+	keys     reviewKeys // what DecideWorkload puts in input.review.keys
 	revision string
 	digest   string
 	expires  time.Time
@@ -237,7 +238,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	if now == nil {
 		now = time.Now
 	}
-	e := &Engine{facts: facts, base: facts, query: pq, workload: wq, revision: revision, digest: digest,
+	e := &Engine{facts: facts, base: facts, query: pq, workload: wq, keys: readReviewKeys(b, WorkloadQuery), revision: revision, digest: digest,
 		expires: opts.Expires, now: now, deadline: d}
 	// The layout search (a deny's fix, plans), from the same tables; its
 	// proposals are confirmed by the bundle's own rules (ConfirmQuery).
@@ -422,8 +423,14 @@ type WorkloadDecision struct {
 }
 
 // DecideWorkload evaluates WorkloadQuery for input (docs/kubernetes.md),
-// with the same deadline, staleness and error codes as Decide.
+// with the same deadline, staleness and error codes as Decide. It sets
+// input.review.keys (replacing what is there) to the member names of
+// input.review.object, at any depth, that the bundle's rules test (see
+// reviewKeys): when input.review is a map, it is modified.
 func (e *Engine) DecideWorkload(ctx context.Context, input map[string]any) (WorkloadDecision, error) {
+	if rv, ok := input["review"].(map[string]any); ok {
+		rv["keys"] = e.keys.of(rv["object"])
+	}
 	// The webhook's input is JSON-decoded values (json.Number), strings,
 	// booleans and Go integers: converted to OPA's values directly, without
 	// the JSON-shaped copy rego.EvalInput makes first to normalise other Go

@@ -15,11 +15,6 @@ import (
 type review struct {
 	name   string
 	object map[string]any
-	// keys is every member name of object at any depth, as a set
-	// ({name: true}): the policy's rules for rare members (env,
-	// securityContext, hostPath…) start with an input.review.keys test that
-	// OPA's rule index decides without evaluating them.
-	keys map[string]any
 	// identity is "<group>/<Kind>/<namespace>/<name>", or for an object
 	// created with metadata.generateName (not a Pod: a bare Pod is its own
 	// workload and has no children to choose between two of them)
@@ -68,7 +63,7 @@ func newReview(req *admissionv1.AdmissionRequest) (review, error) {
 	if md, ok := obj["metadata"].(map[string]any); ok {
 		delete(md, "managedFields")
 	}
-	rv := review{name: m.name, object: obj, uid: m.uid, ticket: m.ticket, ownerUID: m.ownerUID, keys: memberNames(obj)}
+	rv := review{name: m.name, object: obj, uid: m.uid, ticket: m.ticket, ownerUID: m.ownerUID}
 	if req.Operation == admissionv1.Update {
 		if len(req.OldObject.Raw) == 0 {
 			return review{}, errors.New("the UPDATE carries no old object")
@@ -155,27 +150,6 @@ func onlyStops(prev, next any) bool {
 		return prev == next
 	}
 	return false
-}
-
-// memberNames is the set of member names of v at any depth.
-func memberNames(v any) map[string]any {
-	out := map[string]any{}
-	var walk func(any)
-	walk = func(v any) {
-		switch x := v.(type) {
-		case map[string]any:
-			for k, e := range x {
-				out[k] = true
-				walk(e)
-			}
-		case []any:
-			for _, e := range x {
-				walk(e)
-			}
-		}
-	}
-	walk(v)
-	return out
 }
 
 // decodeObject decodes one JSON object, numbers kept exact for policy

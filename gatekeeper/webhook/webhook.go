@@ -510,7 +510,6 @@ func (h *Handler) facts(ctx context.Context, req *admissionv1.AdmissionRequest, 
 		"name":         rv.name,
 		"user":         req.UserInfo.Username,
 		"object":       rv.object,
-		"keys":         rv.keys,
 	}
 	if rv.oldObject != nil {
 		rev["old_object"] = rv.oldObject

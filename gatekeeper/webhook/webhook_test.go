@@ -522,8 +522,8 @@ func (r *inputRecorder) DecideWorkload(_ context.Context, in map[string]any) (po
 }
 
 // TestPolicyInput: what Go establishes for the policy besides the ticket and
-// the ledger: the subresource, the resource, every member name of the object
-// (review.keys) and the object without metadata.managedFields.
+// the ledger: the subresource, the resource and the object without
+// metadata.managedFields.
 func TestPolicyInput(t *testing.T) {
 	f := newFixture(t)
 	rec := &inputRecorder{}
@@ -540,14 +540,9 @@ func TestPolicyInput(t *testing.T) {
 	if review["sub_resource"] != "" || review["resource"].(map[string]any)["resource"] != "pods" {
 		t.Errorf("review %v", review)
 	}
-	keys := review["keys"].(map[string]any)
-	for _, k := range []string{"metadata", "annotations", webhook.TicketAnnotation, "spec", "containers", "resources", "limits", "nvidia.com/gpu", "controller"} {
-		if keys[k] != true {
-			t.Errorf("review.keys lacks %q: %v", k, keys)
-		}
-	}
-	if _, ok := keys["managedFields"]; ok {
-		t.Errorf("managedFields reached the policy: %v", keys)
+	// review.keys is the policy engine's to set (policy.DecideWorkload).
+	if keys, ok := review["keys"]; ok {
+		t.Errorf("the webhook set review.keys: %v", keys)
 	}
 	if _, ok := review["object"].(map[string]any)["metadata"].(map[string]any)["managedFields"]; ok {
 		t.Error("the object keeps managedFields")

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"time"
 
 	"github.com/itocompute/itogate/gatekeeper/bundle"
+	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/gatekeeper/safefile"
+	"github.com/itocompute/itogate/policies"
 )
 
 // bundleDirLimits bound a bundle directory as the server bounds a bundle
@@ -53,4 +57,32 @@ func absPath(path string) string {
 		return path
 	}
 	return abs
+}
+
+// offlineEngine is the policy engine of eval and plan: the bundle directory
+// dir (bundleDirFS), or the embedded bundle when dir is "", with deadline
+// bounding each decision. A bundle that does not compile is bad input: the
+// embedded one compiles (its tests say so), so it is the directory given.
+func offlineEngine(ctx context.Context, dir string, deadline time.Duration) (*policy.Engine, error) {
+	bundle := policies.Bundle()
+	if dir != "" {
+		var err error
+		if bundle, err = bundleDirFS(dir); err != nil {
+			return nil, badInput(err)
+		}
+	}
+	engine, err := policy.New(ctx, policy.Options{Bundle: bundle, Deadline: deadline})
+	if err != nil {
+		return nil, badInput(err)
+	}
+	return engine, nil
+}
+
+// evalTime is the evaluation time of the --now flag: unix seconds, or the
+// clock when 0.
+func evalTime(unix int64) time.Time {
+	if unix != 0 {
+		return time.Unix(unix, 0)
+	}
+	return time.Now()
 }

@@ -22,7 +22,6 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/safefile"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
 	"github.com/itocompute/itogate/gatekeeper/trainfacts"
-	"github.com/itocompute/itogate/policies"
 )
 
 type evalOptions struct {
@@ -81,21 +80,10 @@ func (o *evalOptions) run(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		return badInput(err)
 	}
-	now := time.Now()
-	if o.now != 0 {
-		now = time.Unix(o.now, 0)
-	}
-	bundle := policies.Bundle()
-	if o.bundleDir != "" {
-		if bundle, err = bundleDirFS(o.bundleDir); err != nil {
-			return badInput(err)
-		}
-	}
-	engine, err := policy.New(ctx, policy.Options{Bundle: bundle, Deadline: o.deadline})
+	now := evalTime(o.now)
+	engine, err := offlineEngine(ctx, o.bundleDir, o.deadline)
 	if err != nil {
-		// The embedded bundle compiles (its tests say so): a bundle that
-		// does not is the --bundle-dir given.
-		return badInput(err)
+		return err
 	}
 	input, err := o.input(raw, doc, now, engine.Facts())
 	if err != nil {

@@ -16,7 +16,6 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/gatekeeper/safefile"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
-	"github.com/itocompute/itogate/policies"
 )
 
 type planOptions struct {
@@ -95,19 +94,10 @@ func (o *planOptions) run(ctx context.Context, w io.Writer) error {
 	if o.fabric != "" {
 		hw["fabric"] = o.fabric
 	}
-	now := time.Now()
-	if o.now != 0 {
-		now = time.Unix(o.now, 0)
-	}
-	bundle := policies.Bundle()
-	if o.bundleDir != "" {
-		if bundle, err = bundleDirFS(o.bundleDir); err != nil {
-			return badInput(err)
-		}
-	}
-	engine, err := policy.New(ctx, policy.Options{Bundle: bundle, Deadline: o.deadline})
+	now := evalTime(o.now)
+	engine, err := offlineEngine(ctx, o.bundleDir, o.deadline)
 	if err != nil {
-		return badInput(err)
+		return err
 	}
 	res, err := engine.Plan(ctx, doc, scenario.OfflinePlanInput(doc, now), func(d policy.Decision) bool { return d.Allow })
 	if errors.Is(err, policy.ErrNoPlanner) {

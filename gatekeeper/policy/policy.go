@@ -208,25 +208,11 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	if revision == "" {
 		revision = digest[:min(len(digest), len("sha256:")+12)]
 	}
-	pq, err := rego.New(
-		rego.Query(evalQuery),
-		rego.ParsedBundle("itogate", b),
-		rego.StrictBuiltinErrors(true),
-		// Bundle data (tables, credential patterns) is read as AST values
-		// instead of being converted from Go values on every evaluation.
-		rego.StoreReadAST(true),
-		rego.UnsafeBuiltins(impureBuiltins()),
-	).PrepareForEval(ctx)
+	pq, err := prepare(ctx, b, evalQuery)
 	if err != nil {
 		return nil, fmt.Errorf("policy: prepare: %w", err)
 	}
-	wq, err := rego.New(
-		rego.Query("decision := "+WorkloadQuery),
-		rego.ParsedBundle("itogate", b),
-		rego.StrictBuiltinErrors(true),
-		rego.StoreReadAST(true),
-		rego.UnsafeBuiltins(impureBuiltins()),
-	).PrepareForEval(ctx)
+	wq, err := prepare(ctx, b, "decision := "+WorkloadQuery)
 	if err != nil {
 		return nil, fmt.Errorf("policy: prepare workload: %w", err)
 	}
@@ -250,13 +236,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		case err != nil:
 			return nil, fmt.Errorf("%w: %w", ErrFactsModel, err)
 		default:
-			cq, err := rego.New(
-				rego.Query("confirm := "+ConfirmQuery),
-				rego.ParsedBundle("itogate", b),
-				rego.StrictBuiltinErrors(true),
-				rego.StoreReadAST(true),
-				rego.UnsafeBuiltins(impureBuiltins()),
-			).PrepareForEval(ctx)
+			cq, err := prepare(ctx, b, "confirm := "+ConfirmQuery)
 			if err != nil {
 				return nil, fmt.Errorf("policy: prepare confirm: %w", err)
 			}
@@ -265,6 +245,21 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		}
 	}
 	return e, nil
+}
+
+// prepare compiles b for query, every query of an Engine alike: strict
+// built-in errors (an error fails the evaluation closed instead of leaving
+// a rule undefined), bundle data (tables, credential patterns) read as AST
+// values instead of being converted from Go values on every evaluation,
+// and no impure built-in.
+func prepare(ctx context.Context, b *bundle.Bundle, query string) (rego.PreparedEvalQuery, error) {
+	return rego.New(
+		rego.Query(query),
+		rego.ParsedBundle("itogate", b),
+		rego.StrictBuiltinErrors(true),
+		rego.StoreReadAST(true),
+		rego.UnsafeBuiltins(impureBuiltins()),
+	).PrepareForEval(ctx)
 }
 
 // impureBuiltins are OPA's non-deterministic built-ins: network (http.send,

@@ -36,20 +36,14 @@ func (m *Model) readCheckpoint(r *reader, cfg, storage map[string]any) {
 			r.fail("config.checkpoint.default_storage_tiers[%s] is not a string", scheme)
 		}
 	}
-	m.storage = map[string]storageRow{}
-	for name, v := range storage {
-		row, ok := v.(map[string]any)
-		if !ok {
-			r.fail("tables.storage[%s] is not an object", name)
-			return
-		}
-		m.storage[name] = storageRow{
+	m.storage = readRows(r, "storage", storage, func(row map[string]any) storageRow {
+		return storageRow{
 			write:     r.num(row, "write_gbytes_per_s_per_node"),
 			read:      r.num(row, "read_gbytes_per_s_per_node"),
 			aggregate: r.num(row, "aggregate_gbytes_per_s"),
 			quota:     r.num(row, "quota_gib"),
 		}
-	}
+	})
 	m.tiers = sortedKeys(m.storage)
 }
 

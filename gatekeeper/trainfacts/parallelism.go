@@ -33,28 +33,16 @@ func (m *Model) readParallelism(r *reader, cfg, gpus, fabrics map[string]any) {
 		zero3Factor:   r.num(cfg, "zero3_comm_factor"),
 		overprovision: r.num(cfg, "overprovision_factor"),
 	}
-	m.gpus = map[string]gpuRow{}
-	for name, v := range gpus {
-		row, ok := v.(map[string]any)
-		if !ok {
-			r.fail("tables.gpus[%s] is not an object", name)
-			return
-		}
-		m.gpus[name] = gpuRow{
+	m.gpus = readRows(r, "gpus", gpus, func(row map[string]any) gpuRow {
+		return gpuRow{
 			memoryGB:   r.num(row, "memory_gb"),
 			peakTFLOPS: r.num(row, "peak_tflops_16bit"),
 			intraGBps:  r.num(row, "intra_node_gbytes_per_s"),
 		}
-	}
-	m.fabrics = map[string]fabricRow{}
-	for name, v := range fabrics {
-		row, ok := v.(map[string]any)
-		if !ok {
-			r.fail("tables.fabrics[%s] is not an object", name)
-			return
-		}
-		m.fabrics[name] = fabricRow{gbpsPerGPU: r.num(row, "gbytes_per_s_per_gpu")}
-	}
+	})
+	m.fabrics = readRows(r, "fabrics", fabrics, func(row map[string]any) fabricRow {
+		return fabricRow{gbpsPerGPU: r.num(row, "gbytes_per_s_per_gpu")}
+	})
 }
 
 // layout is the manifest's layout (parallelism._manifest_layout).

@@ -177,6 +177,21 @@ func (r *reader) num(m map[string]any, key string) regonum.Num {
 	return regonum.Const(n.String())
 }
 
+// readRows reads tables.<table> (rows, by name) as rows of objects, each
+// made by row; a row that is not an object fails r.
+func readRows[T any](r *reader, table string, rows map[string]any, row func(map[string]any) T) map[string]T {
+	out := make(map[string]T, len(rows))
+	for name, v := range rows {
+		o, ok := v.(map[string]any)
+		if !ok {
+			r.fail("tables.%s[%s] is not an object", table, name)
+			return out
+		}
+		out[name] = row(o)
+	}
+	return out
+}
+
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {

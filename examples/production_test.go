@@ -23,7 +23,8 @@ import (
 // binary: keygen for every purpose, `make bundle` signed with the bundle key,
 // `itogate serve --config examples/production/itogate.yaml` on PostgreSQL,
 // tokens minted with those keys (token --key/--kid), the manifest signed,
-// the confirmation deposited, and `itogate train` admitted. No development
+// the confirmation deposited, `itogate train` admitted and the run cancelled
+// — twice, as a reader running the walkthrough again would. No development
 // key is anywhere: the configuration names only the keys made here, and
 // --config refuses the published ones.
 //
@@ -131,17 +132,40 @@ func TestProductionExample(t *testing.T) {
 		"ITOGATE_DEPOSITOR_TOKEN="+mint("depositor", "--key", "keys/depositor.key.pem", "--kid", "depositor-1",
 			"--issuer", "https://desk.example.com", "--audience", "itogate-deposit", "--subject", "desk"))
 	run(t, work, env, bin, "sign", "--key", "keys/manifest.key.pem", "manifest.json")
+	// The walkthrough twice: the first run's admission, cancelled at its
+	// end, leaves the booking free, and the second run's key is its own.
+	for _, key := range []string{"run-20260101T000000", "run-20260101T000100"} {
+		admitAndCancel(t, work, bin, env, mint, key, revision)
+	}
+	if l := logs.String(); strings.Contains(l, "DEVELOPMENT") || !strings.Contains(l, `"development":false`) {
+		t.Fatalf("itogate serve --config mentions development keys or mode:\n%s", l)
+	}
+	if _, err := os.Stat(filepath.Join(work, "data", "decisions.jsonl")); err != nil {
+		t.Fatalf("decision log not where the relative data_dir says: %v", err)
+	}
+}
+
+// admitAndCancel runs the walkthrough's admission under key — the
+// entitlement and the confirmation minted, the confirmation deposited,
+// train, status — and its clean-up: the run cancelled under a confirmation
+// minted without --manifest or --cost.
+func admitAndCancel(t *testing.T, work, bin string, env []string, mint func(...string) string, key, revision string) {
+	t.Helper()
 	env = append(env, "ITOGATE_ENTITLEMENT="+mint("entitlement", "--key", "keys/entitlement.key.pem",
 		"--kid", "entitlement-1", "--issuer", "https://backend.example.com", "--audience", "itogate",
 		"--account", "acct_42", "--booking", "bk_42", "--manifest", "manifest.json"))
-	ref := mint("confirmation", "--key", "keys/confirmation.key.pem", "--kid", "confirmation-1",
-		"--issuer", "https://desk.example.com", "--audience", "itogate",
-		"--account", "acct_42", "--booking", "bk_42", "--manifest", "manifest.json", "--deposit")
-	if !strings.HasPrefix(ref, "cfr_") {
-		t.Fatalf("deposit printed %q, want a cfr_ reference", ref)
+	confirm := func(args ...string) string {
+		ref := mint(append([]string{"confirmation", "--key", "keys/confirmation.key.pem", "--kid", "confirmation-1",
+			"--issuer", "https://desk.example.com", "--audience", "itogate",
+			"--account", "acct_42", "--booking", "bk_42", "--deposit"}, args...)...)
+		if !strings.HasPrefix(ref, "cfr_") {
+			t.Fatalf("deposit printed %q, want a cfr_ reference", ref)
+		}
+		return ref
 	}
-	out = run(t, work, env, bin, "train", "--booking", "bk_42", "--manifest", "manifest.json",
-		"--confirmation-ref", ref, "--idempotency-key", "run-001", "--json", "--timeout", patience.Deadline.String())
+	ref := confirm("--manifest", "manifest.json")
+	out := run(t, work, env, bin, "train", "--booking", "bk_42", "--manifest", "manifest.json",
+		"--confirmation-ref", ref, "--idempotency-key", key, "--json", "--timeout", patience.Deadline.String())
 	var envelope struct {
 		OK   bool `json:"ok"`
 		Data struct {
@@ -158,17 +182,18 @@ func TestProductionExample(t *testing.T) {
 	d := envelope.Data
 	if !envelope.OK || d.Decision != "allow" || d.State != "admitted" || d.BookingID != "bk_42" ||
 		!strings.HasPrefix(d.RunID, "run_") || d.BundleRevision != revision {
-		t.Fatalf("train: %s\nwant an allow of bk_42 under bundle revision %s", out, revision)
+		t.Fatalf("train %s: %s\nwant an allow of bk_42 under bundle revision %s", key, out, revision)
 	}
-	status := run(t, work, env, bin, "status", "--idempotency-key", "run-001", "--json")
-	if !strings.Contains(status, `"run_id":"`+d.RunID+`"`) {
+	status := run(t, work, env, bin, "status", "--idempotency-key", key)
+	m := regexp.MustCompile(`run_id=(\S+)`).FindStringSubmatch(status)
+	if m == nil || m[1] != d.RunID {
 		t.Fatalf("status: %s\nwant run %s", status, d.RunID)
 	}
-	if l := logs.String(); strings.Contains(l, "DEVELOPMENT") || !strings.Contains(l, `"development":false`) {
-		t.Fatalf("itogate serve --config mentions development keys or mode:\n%s", l)
-	}
-	if _, err := os.Stat(filepath.Join(work, "data", "decisions.jsonl")); err != nil {
-		t.Fatalf("decision log not where the relative data_dir says: %v", err)
+	cancelRef := confirm("--act", "train.cancel", "--run-id", m[1])
+	out = run(t, work, env, bin, "train", "--action", "train.cancel", "--booking", "bk_42", "--run-id", m[1],
+		"--confirmation-ref", cancelRef, "--idempotency-key", "cancel-"+key, "--timeout", patience.Deadline.String())
+	if !strings.Contains(out, "ALLOW  train.cancel  run_id="+m[1]+"  state=cancel_admitted") {
+		t.Fatalf("cancel: %s", out)
 	}
 }
 

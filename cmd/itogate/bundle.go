@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/itocompute/itogate/gatekeeper/bundle"
 	"github.com/itocompute/itogate/gatekeeper/inert"
+	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/gatekeeper/safefile"
 	"github.com/itocompute/itogate/gatekeeper/verify"
 )
@@ -31,17 +33,91 @@ func newBundleCmd(stdout, stderr io.Writer) *cobra.Command {
 	return cmd
 }
 
-type bundleInspectOptions struct {
+// bundleKeyFlags name the key a signed bundle archive is verified with,
+// as the server's policy.bundle.keys do: bundle inspect and replay.
+type bundleKeyFlags struct {
 	keyFile   string
 	keyID     string
 	algorithm string
 	scope     string
-	maxAge    time.Duration
-	now       time.Time
-	jsonOut   bool
+}
+
+func (k *bundleKeyFlags) register(f *pflag.FlagSet) {
+	f.StringVar(&k.keyFile, "verification-key", "", "PEM public key of the bundle signer (default: the development bundle key)")
+	f.StringVar(&k.keyID, "key-id", "", "key id the bundle was signed with (required with --verification-key)")
+	f.StringVar(&k.algorithm, "algorithm", "", "signature algorithm (RS256, PS256, ES256, EdDSA, ...; default: RS256 for an RSA key, ES256/ES384/ES512 for ECDSA, EdDSA for Ed25519)")
+	f.StringVar(&k.scope, "scope", "", "required signature scope")
+	readsFile(f, "verification-key")
+}
+
+// verifier is the bundle.Verifier of the flags: the one the server builds
+// from its bundle keys (bundle.NewVerifier), so an archive is verified here
+// exactly as before activation. Without --verification-key it trusts the
+// PUBLISHED development key, says so on stderr, and dev is true. Errors are
+// bad input.
+func (k *bundleKeyFlags) verifier(stderr io.Writer) (v *bundle.Verifier, dev bool, err error) {
+	var keys []bundle.Key
+	switch {
+	case k.keyFile == "":
+		if k.keyID != "" {
+			return nil, false, badInput(errors.New("--key-id needs --verification-key"))
+		}
+		keys, dev = []bundle.Key{bundle.DevKey()}, true
+		fmt.Fprintln(stderr, "itogate: verifying with the PUBLISHED development bundle key (fixtures/keys); production refuses it")
+	case k.keyID == "":
+		return nil, false, badInput(errors.New("--verification-key needs --key-id (the kid the signer used)"))
+	default:
+		pem, err := safefile.ReadFile(k.keyFile, 64<<10)
+		if err != nil {
+			return nil, false, badInput(fmt.Errorf("verification key: %w", err))
+		}
+		alg := k.algorithm
+		if alg == "" {
+			if alg, err = keyAlgorithm(pem); err != nil {
+				return nil, false, badInput(fmt.Errorf("verification key: %w (or give --algorithm)", err))
+			}
+		}
+		keys = []bundle.Key{{ID: k.keyID, Algorithm: alg, PEM: pem}}
+	}
+	if v, err = bundle.NewVerifier(bundle.VerifierOptions{Keys: keys, Scope: k.scope}); err != nil {
+		return nil, false, badInput(err) // the key given does not load
+	}
+	return v, dev, nil
+}
+
+// verifiedBundle reads the archive at path through the safe reader and
+// verifies it with v (bundle.Verifier.Verify: limits, entries, signature,
+// manifest). A refused archive is a *bundle.Error naming its reason.
+func verifiedBundle(v *bundle.Verifier, path string) (*bundle.Bundle, error) {
+	raw, err := safefile.ReadFile(path, v.MaxBytes())
+	if err != nil {
+		return nil, err
+	}
+	return v.Verify(raw, path)
+}
+
+// activatedEngine compiles b as the server activates it
+// (bundle.Manager.Activate: facts model, required rules, age when maxAge is
+// positive) and returns its engine, evaluating under deadline.
+func activatedEngine(ctx context.Context, b *bundle.Bundle, maxAge, deadline time.Duration, now time.Time) (*policy.Engine, error) {
+	m, err := bundle.NewManager(bundle.Options{MaxAge: maxAge, Deadline: deadline, Now: func() time.Time { return now }})
+	if err != nil {
+		return nil, err
+	}
+	if err := m.Activate(ctx, b); err != nil {
+		return nil, err
+	}
+	return m.Engine(), nil
+}
+
+type bundleInspectOptions struct {
+	bundleKeyFlags
+	maxAge  time.Duration
+	now     time.Time
+	jsonOut bool
 
 	path string
-	keys []bundle.Key
+	v    *bundle.Verifier
 	dev  bool
 }
 
@@ -61,62 +137,24 @@ With --max-age the bundle must also be younger than that. Exit status 0 when
 it verifies, 1 when anything fails, 4 on bad input (a flag, a refused file).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := o.complete(args, stderr); err != nil {
-				return badInput(err)
+			o.path, o.now = args[0], time.Now()
+			var err error
+			if o.v, o.dev, err = o.verifier(stderr); err != nil {
+				return err
 			}
 			return o.run(cmd.Context(), stdout)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.keyFile, "verification-key", "", "PEM public key of the signer (default: the development bundle key)")
-	f.StringVar(&o.keyID, "key-id", "", "key id the bundle was signed with (required with --verification-key)")
-	f.StringVar(&o.algorithm, "algorithm", "", "signature algorithm (RS256, PS256, ES256, EdDSA, ...; default: RS256 for an RSA key, ES256/ES384/ES512 for ECDSA, EdDSA for Ed25519)")
-	f.StringVar(&o.scope, "scope", "", "required signature scope")
+	o.register(f)
 	f.DurationVar(&o.maxAge, "max-age", 0, "fail when the bundle was built longer ago than this")
 	f.BoolVar(&o.jsonOut, "json", false, "print JSON")
-	readsFile(f, "verification-key")
 	fileArgs(cmd)
 	return cmd
 }
 
-func (o *bundleInspectOptions) complete(args []string, stderr io.Writer) error {
-	o.path = args[0]
-	o.now = time.Now()
-	switch {
-	case o.keyFile == "":
-		if o.keyID != "" {
-			return errors.New("--key-id needs --verification-key")
-		}
-		o.keys, o.dev = []bundle.Key{bundle.DevKey()}, true
-		fmt.Fprintln(stderr, "itogate: verifying with the PUBLISHED development bundle key (fixtures/keys); production refuses it")
-	case o.keyID == "":
-		return errors.New("--verification-key needs --key-id (the kid the signer used)")
-	default:
-		pem, err := safefile.ReadFile(o.keyFile, 64<<10)
-		if err != nil {
-			return fmt.Errorf("verification key: %w", err)
-		}
-		alg := o.algorithm
-		if alg == "" {
-			if alg, err = keyAlgorithm(pem); err != nil {
-				return fmt.Errorf("verification key: %w (or give --algorithm)", err)
-			}
-		}
-		o.keys = []bundle.Key{{ID: o.keyID, Algorithm: alg, PEM: pem}}
-	}
-	return nil
-}
-
 func (o *bundleInspectOptions) run(ctx context.Context, w io.Writer) error {
-	v, err := bundle.NewVerifier(bundle.VerifierOptions{Keys: o.keys, Scope: o.scope})
-	if err != nil {
-		return badInput(err) // the key given does not load
-	}
-	raw, err := safefile.ReadFile(o.path, v.MaxBytes())
-	if err != nil {
-		return err
-	}
-	b, err := v.Verify(raw, o.path)
+	b, err := verifiedBundle(o.v, o.path)
 	if err != nil {
 		return err
 	}
@@ -131,12 +169,7 @@ func (o *bundleInspectOptions) run(ctx context.Context, w io.Writer) error {
 	}
 	// Compile it as the server would; a bundle without every gate or with a
 	// compile error is not activated.
-	m, err := bundle.NewManager(bundle.Options{MaxAge: o.maxAge,
-		Now: func() time.Time { return o.now }})
-	if err != nil {
-		return err
-	}
-	if err := m.Activate(ctx, b); err != nil {
+	if _, err := activatedEngine(ctx, b, o.maxAge, 0, o.now); err != nil {
 		return err
 	}
 	age := o.now.Sub(b.BuiltAt).Truncate(time.Second)

@@ -59,9 +59,12 @@ const (
 	exitOther       = 1 // any other failure, every command but replay and ticket verify
 	exitReplayFlip  = 1 // replay --fail-on-flip: a decision flips
 	exitReplayOther = 3 // replay: any other failure (1 is a flip)
-	exitVerifyFail  = 1 // verify: the manifest is not accepted
-	exitDemoFail    = 1 // demo: a case differs
-	exitLedgerOther = 3 // ledger check: the ledger could not be read (1 is inconsistent)
+	// replay: the candidate could not evaluate a decision (a timeout after
+	// its retry, an evaluation error): the report is incomplete
+	exitReplayUnevaluated = 5
+	exitVerifyFail        = 1 // verify: the manifest is not accepted
+	exitDemoFail          = 1 // demo: a case differs
+	exitLedgerOther       = 3 // ledger check: the ledger could not be read (1 is inconsistent)
 
 	ticketExitOK          = 0
 	ticketExitRejected    = 1 // the ticket does not verify
@@ -121,10 +124,11 @@ var exitTable = []exitGroup{
 		{exitFailed, kindBadInput, "bad input: a flag or argument, a refused or invalid manifest or bundle directory", "fix the named flag or file"},
 	}},
 	{[]string{"replay"}, []exitRow{
-		{0, kindOK, "replayed (nothing flips, or no `--fail-on-flip`)", ""},
-		{exitReplayFlip, kindOwn, "`--fail-on-flip`: a decision flips", "review the flips before shipping the bundle"},
+		{0, kindOK, "replayed: the candidate evaluated every replayable decision (nothing flips, or no `--fail-on-flip`)", ""},
+		{exitReplayFlip, kindOwn, "`--fail-on-flip`: a decision flips (allow → deny, deny → allow, or its codes or warnings change)", "review the flips before shipping the bundle"},
 		{exitReplayOther, kindOther, "the replay failed otherwise", "report it"},
-		{exitFailed, kindBadInput, "bad input: a flag or argument, a refused decision log or bundle directory, a bundle that does not compile", "fix the named flag or file"},
+		{exitFailed, kindBadInput, "bad input: a flag or argument, a refused decision log, bundle directory or archive (unsigned, forged, altered), a bundle that does not compile", "fix the named flag or file"},
+		{exitReplayUnevaluated, kindOwn, "could not evaluate: the candidate produced no decision for some logged decision (`POLICY_TIMEOUT` after its retry, `POLICY_EVALUATION_FAILED`, …); listed apart from the flips, never counted as one; wins over 1", "read the listed errors; fix the bundle, or raise `--deadline` on a loaded machine"},
 	}},
 	{[]string{"verify"}, []exitRow{
 		{0, kindOK, "the signature verifies with a given key and the schema accepts the manifest", ""},

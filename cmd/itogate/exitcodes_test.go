@@ -240,6 +240,7 @@ func TestExitCodesPerCommand(t *testing.T) {
 		"replay 1": cli("replay", "--decisions", flipLog, "--fail-on-flip", deadline),
 		"replay 3": unit("replay", errors.New("any failure but bad input")),
 		"replay 4": cli("replay", "--decisions", filepath.Join(dir, "missing.jsonl")),
+		"replay 5": cli("replay", "--decisions", flipLog, "--fail-on-flip", "--deadline", "1ns"),
 
 		"verify 0": cli("verify", "--key", pub, signed),
 		"verify 1": cli("verify", "--key", otherPub, signed),

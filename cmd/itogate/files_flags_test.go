@@ -408,6 +408,9 @@ func (fx *fileFixture) commandLines() map[string]func(path string) []string {
 		"replay --bundle": func(p string) []string {
 			return []string{"replay", "--decisions", f["decisions.jsonl"], "--bundle", p}
 		},
+		"replay --verification-key": func(p string) []string {
+			return []string{"replay", "--decisions", f["decisions.jsonl"], "--bundle", f["bundle.tar.gz"], "--verification-key", p, "--key-id", "k"}
+		},
 		"bundle inspect --verification-key": func(p string) []string {
 			return []string{"bundle", "inspect", "--verification-key", p, "--key-id", "k", f["bundle.tar.gz"]}
 		},

@@ -29,7 +29,7 @@ const exitLedgerInconsistent = 1
 func newLedgerCmd(stdout io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ledger",
-		Short: "Operate on a ledger: check its invariants (fsck), restore a bbolt backup",
+		Short: "Operate on a ledger: check its invariants (fsck), restore a bbolt backup or hold a restored PostgreSQL one",
 		Args:  cobra.NoArgs,
 	}
 	cmd.AddCommand(newLedgerCheckCmd(stdout), newLedgerRestoreCmd(stdout))
@@ -113,16 +113,9 @@ func runLedgerCheck(ctx context.Context, o *ledgerCheckOptions, getenv func(stri
 		}
 		store, desc = s, "bbolt "+o.file
 	} else {
-		dsn := getenv(envLedgerDSN)
-		if dsn == "" {
-			return badInput(fmt.Errorf("--postgres: set $%s to the ledger's DSN", envLedgerDSN))
-		}
-		if !postgres.ValidSchema(o.schema) || !postgres.ValidPooler(o.pooler) {
-			return badInput(fmt.Errorf("--schema %q or --pooler %q is not valid", o.schema, o.pooler))
-		}
-		s, err := postgres.Open(ctx, postgres.Options{DSN: dsn, Schema: o.schema, Pooler: o.pooler, MaxConns: 2})
+		s, err := openLedgerPostgres(ctx, getenv, o.schema, o.pooler)
 		if err != nil {
-			return fmt.Errorf("ledger check: %w", err)
+			return err
 		}
 		store, desc = s, "postgres schema "+o.schema
 	}
@@ -162,18 +155,42 @@ func runLedgerCheck(ctx context.Context, o *ledgerCheckOptions, getenv func(stri
 	return nil
 }
 
+// openLedgerPostgres opens the PostgreSQL ledger of $ITOGATE_LEDGER_DSN in
+// schema behind pooler (ledger check --postgres, ledger restore
+// --postgres): a missing DSN or a bad schema or pooler is bad input.
+func openLedgerPostgres(ctx context.Context, getenv func(string) string, schema, pooler string) (*postgres.Store, error) {
+	dsn := getenv(envLedgerDSN)
+	if dsn == "" {
+		return nil, badInput(fmt.Errorf("--postgres: set $%s to the ledger's DSN", envLedgerDSN))
+	}
+	if !postgres.ValidSchema(schema) || !postgres.ValidPooler(pooler) {
+		return nil, badInput(fmt.Errorf("--schema %q or --pooler %q is not valid", schema, pooler))
+	}
+	s, err := postgres.Open(ctx, postgres.Options{DSN: dsn, Schema: schema, Pooler: pooler, MaxConns: 2})
+	if err != nil {
+		return nil, fmt.Errorf("ledger: %w", err)
+	}
+	return s, nil
+}
+
 type ledgerRestoreOptions struct {
 	backup, to  string
 	maxLifetime time.Duration
+
+	postgres             bool
+	schema, pooler, from string
 }
 
 func newLedgerRestoreCmd(stdout io.Writer) *cobra.Command {
 	o := &ledgerRestoreOptions{}
 	cmd := &cobra.Command{
-		Use:   "restore --backup FILE --to LEDGER.db --max-confirmation-lifetime DURATION",
-		Short: "Restore a bbolt ledger backup for a stopped server, held until no lost consumption can be replayed",
+		Use:   "restore (--backup FILE --to LEDGER.db | --postgres) --max-confirmation-lifetime DURATION",
+		Short: "Restore a bbolt ledger backup, or hold a restored PostgreSQL ledger, until no lost consumption can be replayed",
 		Long: `Restore a bbolt ledger backup (taken with SIGUSR1 or copied from a stopped server)
-as the ledger file of a stopped server.
+as the ledger file of a stopped server; or, with --postgres, hold the
+PostgreSQL ledger of $` + envLedgerDSN + ` that you have just restored from a
+dump with pg_restore (itogate does not read the dump: it checks the restored
+ledger and writes the hold row, migration 0012's restore_hold).
 
 The backup is copied beside --to, migrated to this binary's schema if older and
 checked (an inconsistent backup is refused); a file already at --to is kept,
@@ -185,28 +202,43 @@ confirmation has expired — the later of now plus --max-confirmation-lifetime
 (the longest exp − iat your confirmation issuer mints) and the latest expiry
 of the confirmations the backup shows available, plus the longest leeway
 (5m) — the server refuses deposits and admissions (503, not ready) and
-answers reads. Re-send the revocations issued after the backup.`,
+answers reads. Re-send the revocations issued after the backup.
+
+On PostgreSQL every replica reads the hold when it starts and at each
+readiness probe (/readyz), so write it before starting the replicas again.
+--schema and --pooler are the server's ledger.schema and ledger.pooler;
+--restored-from names the dump for the record.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runLedgerRestore(cmd.Context(), o, stdout)
+			return runLedgerRestore(cmd.Context(), o, os.Getenv, stdout)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.backup, "backup", "", "the backup file to restore")
 	f.StringVar(&o.to, "to", "", "the ledger file of the stopped server (ledger.path; default <data_dir>/ledger.db)")
 	f.DurationVar(&o.maxLifetime, "max-confirmation-lifetime", 0, "the longest lifetime (exp - iat) of a confirmation your issuer mints")
+	f.BoolVar(&o.postgres, "postgres", false, "hold the PostgreSQL ledger of $"+envLedgerDSN+", just restored with pg_restore")
+	f.StringVar(&o.schema, "schema", postgres.DefaultSchema, "with --postgres: the ledger's schema")
+	f.StringVar(&o.pooler, "pooler", postgres.PoolerNone, "with --postgres: none or transaction (ledger.pooler)")
+	f.StringVar(&o.from, "restored-from", "pg_restore", "with --postgres: the dump's name, recorded with the hold")
 	readsFile(f, "backup")
 	annotate(f, "to", valueWrites)
 	plainValue(f, "max-confirmation-lifetime", "a duration, no confirmation")
-	for _, n := range []string{"backup", "to", "max-confirmation-lifetime"} {
-		_ = cmd.MarkFlagRequired(n)
-	}
+	plainValue(f, "restored-from", "a name for the record; pg_restore reads the dump, itogate does not")
+	_ = cmd.MarkFlagRequired("max-confirmation-lifetime")
+	cmd.MarkFlagsRequiredTogether("backup", "to")
+	cmd.MarkFlagsOneRequired("to", "postgres")
+	cmd.MarkFlagsMutuallyExclusive("to", "postgres")
+	cmd.MarkFlagsMutuallyExclusive("backup", "postgres")
 	return cmd
 }
 
-func runLedgerRestore(ctx context.Context, o *ledgerRestoreOptions, stdout io.Writer) error {
+func runLedgerRestore(ctx context.Context, o *ledgerRestoreOptions, getenv func(string) string, stdout io.Writer) error {
 	if o.maxLifetime <= 0 {
 		return badInput(fmt.Errorf("--max-confirmation-lifetime %v: must be positive", o.maxLifetime))
+	}
+	if o.postgres {
+		return runLedgerHoldPostgres(ctx, o, getenv, stdout)
 	}
 	f, err := safefile.Open(o.backup)
 	if err != nil {
@@ -223,7 +255,29 @@ func runLedgerRestore(ctx context.Context, o *ledgerRestoreOptions, stdout io.Wr
 	if rep.Previous != "" {
 		fmt.Fprintf(stdout, "the file it replaced: %s\n", t(rep.Previous))
 	}
-	fmt.Fprintf(stdout, "held until %s: deposits and admissions are refused (503, not ready) until then; "+
-		"re-send the revocations issued after the backup\n", rep.HoldUntil.Format(time.RFC3339))
+	printHold(stdout, rep.HoldUntil)
+	return nil
+}
+
+func printHold(w io.Writer, until time.Time) {
+	fmt.Fprintf(w, "held until %s: deposits and admissions are refused (503, not ready) until then; "+
+		"re-send the revocations issued after the backup\n", until.Format(time.RFC3339))
+}
+
+// runLedgerHoldPostgres writes the hold into a PostgreSQL ledger restored
+// with pg_restore (postgres.Store.Hold).
+func runLedgerHoldPostgres(ctx context.Context, o *ledgerRestoreOptions, getenv func(string) string, stdout io.Writer) error {
+	s, err := openLedgerPostgres(ctx, getenv, o.schema, o.pooler)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	rep, err := s.Hold(ctx, o.from, o.maxLifetime, config.MaxLeeway, time.Now())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "held postgres schema %s (%s): %d confirmations (%d available), %d admissions, %d runs\n",
+		inert.Text(o.schema), inert.Text(o.from), rep.Check.Confirmations, rep.Available, rep.Check.Admissions, rep.Check.Runs)
+	printHold(stdout, rep.HoldUntil)
 	return nil
 }

@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -279,5 +281,57 @@ func TestKeygenJWKSFrom(t *testing.T) {
 	res = runCLI(t, "keygen", "--name", "callers-1", "--dir", dir, "--jwks-from", filepath.Join(dir, "old.pub.pem"))
 	if res.exit != exitOther || !strings.Contains(res.stderr, "exists") {
 		t.Fatalf("overwrite: %+v", res)
+	}
+}
+
+// TestLedgerRestorePostgres: after a PostgreSQL ledger is restored with
+// pg_restore, `ledger restore --postgres` checks it and writes its hold (an
+// hour of confirmation lifetime plus the longest leeway, at least); a
+// server started on it is not ready, /readyz naming the hold, and refuses
+// a deposit with 503 LEDGER_UNAVAILABLE — the bbolt hold's code path.
+// Without the DSN, or with --to, it is bad input.
+func TestLedgerRestorePostgres(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	schema := pgtest.Schema(t, dsn)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	s, err := postgres.Open(ctx, postgres.Options{DSN: dsn, Schema: schema, MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admitOne(t, s, "k1")
+	s.Close()
+
+	t.Setenv(envLedgerDSN, "")
+	if res := runCLI(t, "ledger", "restore", "--postgres", "--schema", schema, "--max-confirmation-lifetime", "1h"); res.exit != exitFailed ||
+		!strings.Contains(res.stderr, envLedgerDSN) {
+		t.Fatalf("without the DSN: exit %d, stderr %q", res.exit, res.stderr)
+	}
+	t.Setenv(envLedgerDSN, dsn)
+	if res := runCLI(t, "ledger", "restore", "--postgres", "--to", filepath.Join(t.TempDir(), "l.db"),
+		"--max-confirmation-lifetime", "1h"); res.exit != exitFailed {
+		t.Fatalf("--postgres with --to: exit %d, stderr %q", res.exit, res.stderr)
+	}
+	before := time.Now()
+	res := runCLI(t, "ledger", "restore", "--postgres", "--schema", schema, "--max-confirmation-lifetime", "1h",
+		"--restored-from", "ledger-20260101.dump")
+	m := regexp.MustCompile(`held until (\S+):`).FindStringSubmatch(res.stdout)
+	if res.exit != 0 || m == nil || !strings.Contains(res.stdout, "held postgres schema "+schema+" (ledger-20260101.dump): 1 confirmations (0 available), 1 admissions, 1 runs") {
+		t.Fatalf("restore --postgres: exit %d\nstdout %q\nstderr %q", res.exit, res.stdout, res.stderr)
+	}
+	hold, err := time.Parse(time.RFC3339, m[1])
+	if err != nil || hold.Before(before.Add(time.Hour+config.MaxLeeway)) {
+		t.Fatalf("held until %q (%v); want at least an hour and the leeway from now", m[1], err)
+	}
+
+	url, _ := startServe(t, &serveOptions{ledgerDSN: dsn, ledgerSchema: schema}, false)
+	code, body := get(t, url+"/readyz")
+	if want := "ledger restored from a backup: held until " + m[1]; code != http.StatusServiceUnavailable || !strings.Contains(body, want) {
+		t.Fatalf("/readyz = %d %s; want 503 naming %q", code, body, want)
+	}
+	dep := runCLI(t, "token", "confirmation", "--manifest", filepath.Join("..", "..", "fixtures", "manifests", "llama3-8b.json"),
+		"--deposit", "--server", url)
+	if dep.exit == 0 || !strings.Contains(dep.stderr, "LEDGER_UNAVAILABLE") {
+		t.Fatalf("deposit during the hold: exit %d, stdout %q, stderr %q", dep.exit, dep.stdout, dep.stderr)
 	}
 }

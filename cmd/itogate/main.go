@@ -70,7 +70,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newCodesCmd(stdout),
 		newEvalCmd(stdout),
 		newPlanCmd(stdout),
-		newReplayCmd(stdout),
+		newReplayCmd(stdout, stderr),
 		newBundleCmd(stdout, stderr),
 		newTicketCmd(stdout, stderr),
 		newWebhookCmd(stdout),

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/itocompute/itogate/fixtures/keys"
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/client"
 	"github.com/itocompute/itogate/gatekeeper/config"
 	"github.com/itocompute/itogate/gatekeeper/inert"
@@ -187,7 +188,10 @@ func newTokenConfirmationCmd(d tokenDeps) *cobra.Command {
 	cmd := newKindCmd(o, &o.tokenOptions, "Mint a confirmation: the desk's consent to one action (--deposit: deposit it, print its cfr_ reference)",
 		`Mint a confirmation. It binds the --manifest's digest, and its cost_usd
 defaults to the manifest's budget ceiling. A train.restart confirmation takes
---act train.restart --run-id R --checkpoint-step N.
+--act train.restart --run-id R --checkpoint-step N; a train.cancel one
+--act train.cancel --run-id R, without a manifest: its cost_usd then
+defaults to `+noNewCost+` (the policy checks the cost against the estimate for
+train.create only; every other action spends nothing new).
 
 --deposit deposits it with --server and prints the confirmation_ref instead
 of the token. Without --key the development depositor identity deposits it;
@@ -203,7 +207,7 @@ expires on stderr.`)
 	f.StringVar(&o.account, "account", "acct_dev", "sub claim: the booking's account")
 	f.StringVar(&o.booking, "booking", "bk_dev_01", "booking_id claim")
 	f.StringVar(&o.act, "act", "train.create", "act claim: the confirmed action")
-	f.StringVar(&o.cost, "cost", "", "cost_usd claim (decimal string; default the manifest's budget ceiling)")
+	f.StringVar(&o.cost, "cost", "", "cost_usd claim (decimal string; default the --manifest's budget ceiling, else "+noNewCost+" for any --act but train.create, which spends nothing new)")
 	f.StringVar(&o.runID, "run-id", "", "run_id claim (every action but train.create)")
 	f.Int64Var(&o.checkpointStep, "checkpoint-step", -1, "checkpoint_step claim (train.restart)")
 	f.BoolVar(&o.deposit, "deposit", false, "deposit with --server and print the confirmation_ref")
@@ -228,11 +232,23 @@ func (o *confirmationOptions) Complete() error {
 		}
 		o.depositorToken = tok
 	}
-	if o.cost == "" {
+	switch {
+	case o.cost != "":
+	case o.manifest.path != "":
 		o.cost, _ = o.manifest.section("budget")["ceiling_usd"].(string)
+	case o.act != string(api.TrainCreate):
+		// The policy compares cost_usd with an estimate for train.create
+		// only; any other action spends nothing new (a cancel ends a run).
+		o.cost = noNewCost
 	}
 	return nil
 }
+
+// noNewCost is the default cost_usd of a confirmation of any action but
+// train.create minted without a --manifest: the policy requires the claim
+// (a plain decimal) and compares it with the estimate for train.create
+// only.
+const noNewCost = "0.00"
 
 func (o *confirmationOptions) Validate() error {
 	if err := o.tokenOptions.Validate(); err != nil {
@@ -242,7 +258,7 @@ func (o *confirmationOptions) Validate() error {
 		return errors.New("--depositor-token-file goes with --deposit and --key (without --key the development depositor deposits)")
 	}
 	if o.cost == "" && o.manifest.path == "" {
-		return errors.New("--cost is required without a --manifest")
+		return errors.New("--cost is required for a train.create confirmation without a --manifest")
 	}
 	if o.cost == "" {
 		return fmt.Errorf("--cost is required: %s has no budget.ceiling_usd", o.manifest.path)

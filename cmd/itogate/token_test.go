@@ -180,6 +180,17 @@ func TestTokenConfirmation(t *testing.T) {
 	if _, _, err := mintToken(t, nil, "confirmation"); err == nil || !strings.Contains(err.Error(), "--cost is required") {
 		t.Errorf("confirmation without --manifest or --cost: %v", err)
 	}
+	// A cancel spends nothing new: without --manifest its cost defaults to 0.00.
+	tok, _, err = mintToken(t, nil, "confirmation", "--act", "train.cancel", "--run-id", "run_1")
+	if err != nil {
+		t.Fatalf("a cancel confirmation without --cost: %v", err)
+	}
+	checkToken(t, tok, devTrust(t).Confirmation,
+		map[string]any{"alg": "ES256", "kid": "dev-confirmation-1", "typ": config.TypeConfirmation}, map[string]any{
+			"iss": trust.DevConfirmationIssuer, "aud": trust.DevAudience, "sub": "acct_dev",
+			"iat": at(0), "exp": at(10 * time.Minute),
+			"act": "train.cancel", "booking_id": "bk_dev_01", "manifest_digest": "", "cost_usd": "0.00", "run_id": "run_1",
+		})
 }
 
 // TestTokenConfirmationDeposit: --deposit posts the confirmation to

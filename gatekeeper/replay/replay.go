@@ -2,16 +2,26 @@
 // and reports every decision that would flip: the impact of a policy change
 // before it ships. A logged event carries the exact (masked) input its
 // decision was made on, including `now`, so the replay is deterministic.
+//
+// A decision is compared only when both sides decided. An evaluation that
+// produced no decision — the candidate's (POLICY_TIMEOUT,
+// POLICY_EVALUATION_FAILED, …) or the logged one's (the server answered
+// with such a code and logged no input) — is counted apart from the flips:
+// a timeout on a loaded machine says nothing about what the candidate
+// decides. A candidate's POLICY_TIMEOUT is retried once before it counts.
 package replay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/decisionlog"
 	"github.com/itocompute/itogate/gatekeeper/inert"
 	"github.com/itocompute/itogate/gatekeeper/policy"
@@ -23,18 +33,30 @@ type Decider interface {
 }
 
 // Flip is one decision whose outcome, codes or warnings differ under the
-// candidate.
+// candidate. Both sides decided: an evaluation that failed is an
+// EvalError, never a Flip.
 type Flip struct {
 	DecisionID string   `json:"decision_id"`
 	Before     string   `json:"before"` // "allow" or "deny"
-	After      string   `json:"after"`  // "allow", "deny" or "error"
+	After      string   `json:"after"`  // "allow" or "deny"
 	Added      []string `json:"added,omitempty"`
 	Removed    []string `json:"removed,omitempty"`
 	// WarningsAdded and WarningsRemoved are warning codes (advisories):
 	// they change no outcome but are what the caller sees.
 	WarningsAdded   []string `json:"warnings_added,omitempty"`
 	WarningsRemoved []string `json:"warnings_removed,omitempty"`
-	Error           string   `json:"error,omitempty"`
+}
+
+// EvalError is one logged decision the candidate could not evaluate (after
+// one retry of a timeout): no decision, so no flip.
+type EvalError struct {
+	DecisionID string `json:"decision_id"`
+	Before     string `json:"before"` // the logged outcome, "allow" or "deny"
+	// Code is the evaluation's code: POLICY_TIMEOUT, POLICY_EVALUATION_FAILED,
+	// POLICY_DECISION_INVALID, POLICY_FACTS_VERSION_MISMATCH,
+	// POLICY_BUNDLE_STALE, or INTERNAL_ERROR for an error of no code.
+	Code  string `json:"code"`
+	Error string `json:"error"`
 }
 
 // Report summarises a replay.
@@ -57,7 +79,28 @@ type Report struct {
 	// AllowToDeny and DenyToAllow count outcome flips; the rest only change codes.
 	AllowToDeny int `json:"allow_to_deny"`
 	DenyToAllow int `json:"deny_to_allow"`
+	// Errors are the replayed decisions the candidate could not evaluate,
+	// counted apart from Unchanged and Flips (Replayed is the sum of the
+	// three); ErrorsByCode counts them by code.
+	Errors       []EvalError    `json:"errors"`
+	ErrorsByCode map[string]int `json:"errors_by_code"`
+	// BaselineErrors are logged decisions the server's own evaluation did
+	// not produce (it answered POLICY_TIMEOUT, POLICY_EVALUATION_FAILED,
+	// POLICY_DECISION_INVALID, POLICY_FACTS_VERSION_MISMATCH or
+	// INTERNAL_ERROR and logged no input): nothing to compare, not replayed,
+	// counted apart from Skipped. BaselineByCode counts them by code.
+	BaselineErrors int            `json:"baseline_errors"`
+	BaselineByCode map[string]int `json:"baseline_errors_by_code"`
 }
+
+// Retries is how many times Run evaluates a decision again after a
+// POLICY_TIMEOUT before counting it as an EvalError.
+const Retries = 1
+
+// baselineCodes are the answers of a server whose evaluation produced no
+// decision.
+var baselineCodes = []string{string(api.CodePolicyTimeout), string(api.CodePolicyEvaluationFailed),
+	string(api.CodePolicyDecisionInvalid), string(api.CodePolicyFactsMismatch), string(api.CodeInternal)}
 
 // Count is how often a code appears or disappears.
 type Count struct {
@@ -67,10 +110,16 @@ type Count struct {
 
 // Run replays events against d.
 func Run(ctx context.Context, d Decider, events []decisionlog.Event) Report {
-	r := Report{Events: len(events), ByCode: map[string]Count{}, Flips: []Flip{}}
+	r := Report{Events: len(events), ByCode: map[string]Count{}, Flips: []Flip{}, Errors: []EvalError{},
+		ErrorsByCode: map[string]int{}, BaselineByCode: map[string]int{}}
 	for _, ev := range events {
 		if ev.Input == nil && ev.PolicyResult != "" && slices.Contains(ev.Redacted, "/input") {
 			r.Masked++
+			continue
+		}
+		if ev.Input == nil && ev.PolicyResult == "" && len(ev.Codes) == 1 && slices.Contains(baselineCodes, ev.Codes[0]) {
+			r.BaselineErrors++
+			r.BaselineByCode[ev.Codes[0]]++
 			continue
 		}
 		if ev.Input == nil || ev.PolicyResult == "" {
@@ -83,12 +132,15 @@ func Run(ctx context.Context, d Decider, events []decisionlog.Event) Report {
 		}
 		r.Replayed++
 		before := set(ev.PolicyCodes)
-		dec, err := d.Decide(ctx, ev.Input)
+		dec, err := decide(ctx, d, ev.Input)
 		if err != nil {
-			r.Flips = append(r.Flips, Flip{DecisionID: ev.DecisionID, Before: ev.PolicyResult, After: "error", Error: err.Error()})
-			if ev.PolicyResult == "allow" {
-				r.AllowToDeny++
+			code := string(api.CodeInternal)
+			var pe *policy.Error
+			if errors.As(err, &pe) {
+				code = string(pe.Code)
 			}
+			r.Errors = append(r.Errors, EvalError{DecisionID: ev.DecisionID, Before: ev.PolicyResult, Code: code, Error: err.Error()})
+			r.ErrorsByCode[code]++
 			continue
 		}
 		after := map[string]bool{}
@@ -135,6 +187,18 @@ func Run(ctx context.Context, d Decider, events []decisionlog.Event) Report {
 	return r
 }
 
+// decide evaluates input, again after a POLICY_TIMEOUT (Retries times): a
+// timeout is as likely the machine's load as the bundle's cost.
+func decide(ctx context.Context, d Decider, input map[string]any) (policy.Decision, error) {
+	for try := 0; ; try++ {
+		dec, err := d.Decide(ctx, input)
+		var pe *policy.Error
+		if err == nil || try == Retries || !errors.As(err, &pe) || pe.Code != api.CodePolicyTimeout || ctx.Err() != nil {
+			return dec, err
+		}
+	}
+}
+
 // alwaysMasked is what the mask removes from every event: the confirmation
 // reference, an opaque handle no rule reads.
 const alwaysMasked = "/confirmation/ref"
@@ -167,6 +231,8 @@ func (r Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "events %d, replayed %d, skipped %d (decided before the policy), masked %d (input lost facts to the mask), unchanged %d, flipped %d\n",
 		r.Events, r.Replayed, r.Skipped, r.Masked, r.Unchanged, len(r.Flips))
 	fmt.Fprintf(w, "allow → deny %d, deny → allow %d\n", r.AllowToDeny, r.DenyToAllow)
+	fmt.Fprintf(w, "could not evaluate: candidate %d%s, logged decision %d%s (not flips)\n",
+		len(r.Errors), byCode(r.ErrorsByCode), r.BaselineErrors, byCode(r.BaselineByCode))
 	if len(r.ByCode) > 0 {
 		codes := make([]string, 0, len(r.ByCode))
 		for c := range r.ByCode {
@@ -195,12 +261,27 @@ func (r Report) Print(w io.Writer) {
 				parts = append(parts, "-"+c+" (warning)")
 			}
 			change := strings.Join(parts, " ")
-			if f.Error != "" {
-				change = "evaluation error: " + f.Error
-			}
 			fmt.Fprintf(w, "%-37s %-7s %-6s %s\n", t(f.DecisionID), t(f.Before), t(f.After), t(change))
 		}
 	}
+	if len(r.Errors) > 0 {
+		fmt.Fprintln(w, "\nNOT EVALUATED                         BEFORE  CODE                      ERROR")
+		for _, e := range r.Errors {
+			fmt.Fprintf(w, "%-37s %-7s %-25s %s\n", t(e.DecisionID), t(e.Before), t(e.Code), t(e.Error))
+		}
+	}
+}
+
+// byCode is " (CODE n, …)" sorted by code, "" for none.
+func byCode(m map[string]int) string {
+	if len(m) == 0 {
+		return ""
+	}
+	parts := make([]string, 0, len(m))
+	for _, c := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", inert.Text(c), m[c]))
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }
 
 func set(codes []string) map[string]bool {

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/decisionlog"
 	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/internal/patience"
@@ -153,4 +156,95 @@ func TestReplaySkipsMaskedInputs(t *testing.T) {
 	if r.Masked != 3 || r.Replayed != 2 || r.Unchanged != 2 || len(r.Flips) != 0 || r.Skipped != 1 {
 		t.Fatalf("report %+v", r)
 	}
+}
+
+// slowRules iterate nine million times when input.slow is set: far longer
+// than the millisecond the test gives an evaluation, on any machine.
+const slowRules = `package ito.admission
+
+violations contains {"code": "SLOW", "gate": "g", "message": "slow"} if {
+	input.slow
+	count([i | some i in numbers.range(1, 3000); some j in numbers.range(1, 3000); i == j + 4000]) > 0
+}
+
+decision := {"allow": count(violations) == 0, "violations": [v | some v in violations]}
+`
+
+// TestReplayCountsTimeoutsApartFromFlips: a candidate that cannot decide
+// in time (a policy made slow on purpose, a deadline it can never meet)
+// is counted as an evaluation error, never as an allow → deny flip; a
+// logged decision the server itself could not make (POLICY_TIMEOUT, no
+// input) is counted as a baseline error, apart from the skipped ones.
+func TestReplayCountsTimeoutsApartFromFlips(t *testing.T) {
+	t.Parallel()
+	e, err := policy.New(context.Background(), policy.Options{Deadline: time.Millisecond, SkipRequiredRules: true, Bundle: fstest.MapFS{
+		"ito/admission/admission.rego": {Data: []byte(slowRules)},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logged := []decisionlog.Event{
+		{DecisionID: "dec_slow", Input: map[string]any{"slow": true}, PolicyResult: "allow", PolicyWarnings: []string{}},
+		{DecisionID: "dec_timeout", Result: "deny", Status: 503, Codes: []string{"POLICY_TIMEOUT"}},
+		{DecisionID: "dec_sig", Result: "deny", Status: 403, Codes: []string{"MANIFEST_SIGNATURE_INVALID"}},
+	}
+	r := Run(context.Background(), e, logged)
+	if r.Events != 3 || r.Replayed != 1 || r.Skipped != 1 || r.BaselineErrors != 1 || r.BaselineByCode["POLICY_TIMEOUT"] != 1 ||
+		len(r.Flips) != 0 || r.AllowToDeny != 0 || r.Unchanged != 0 || len(r.Errors) != 1 || r.ErrorsByCode["POLICY_TIMEOUT"] != 1 {
+		t.Fatalf("report %+v", r)
+	}
+	if ee := r.Errors[0]; ee.DecisionID != "dec_slow" || ee.Before != "allow" || ee.Code != "POLICY_TIMEOUT" {
+		t.Fatalf("error %+v", ee)
+	}
+	var out bytes.Buffer
+	r.Print(&out)
+	for _, want := range []string{"allow → deny 0, deny → allow 0",
+		"could not evaluate: candidate 1 (POLICY_TIMEOUT 1), logged decision 1 (POLICY_TIMEOUT 1) (not flips)", "NOT EVALUATED"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("printed:\n%s\nwant %q", out.String(), want)
+		}
+	}
+}
+
+// flaky times out on the first `fails` calls, then allows.
+type flaky struct{ calls, fails int }
+
+func (f *flaky) Decide(context.Context, map[string]any) (policy.Decision, error) {
+	f.calls++
+	if f.calls <= f.fails {
+		return policy.Decision{}, &policy.Error{Code: api.CodePolicyTimeout, Err: errors.New("evaluation exceeded 1ms")}
+	}
+	return policy.Decision{Allow: true}, nil
+}
+
+// TestReplayRetriesATimeoutOnce: one timeout is retried and the decision
+// compared; two in a row are an evaluation error; another error is not
+// retried.
+func TestReplayRetriesATimeoutOnce(t *testing.T) {
+	t.Parallel()
+	ev := []decisionlog.Event{{DecisionID: "dec_a", Input: map[string]any{}, PolicyResult: "allow"}}
+	once := &flaky{fails: 1}
+	if r := Run(context.Background(), once, ev); r.Unchanged != 1 || len(r.Errors) != 0 || once.calls != 2 {
+		t.Fatalf("one timeout: %+v, %d calls", r, once.calls)
+	}
+	twice := &flaky{fails: 2}
+	if r := Run(context.Background(), twice, ev); len(r.Errors) != 1 || len(r.Flips) != 0 || twice.calls != 2 {
+		t.Fatalf("two timeouts: %+v, %d calls", r, twice.calls)
+	}
+	failing := deciderFunc(func() error { return &policy.Error{Code: api.CodePolicyEvaluationFailed, Err: errors.New("x")} })
+	if r := Run(context.Background(), failing, ev); len(r.Errors) != 1 || r.Errors[0].Code != "POLICY_EVALUATION_FAILED" || *failing.calls != 1 {
+		t.Fatalf("an evaluation error: %+v", r)
+	}
+}
+
+type errDecider struct {
+	err   func() error
+	calls *int
+}
+
+func deciderFunc(err func() error) errDecider { return errDecider{err, new(int)} }
+
+func (d errDecider) Decide(context.Context, map[string]any) (policy.Decision, error) {
+	*d.calls++
+	return policy.Decision{}, d.err()
 }

@@ -102,10 +102,8 @@ func (s *Store) HoldUntil() time.Time { return s.holdUntil }
 
 // held refuses a deposit or commit while a restore's hold lasts.
 func (s *Store) held(op string) error {
-	if !s.holdUntil.IsZero() && s.now().Before(s.holdUntil) {
-		return unavailable(op, fmt.Errorf("restored from a backup: deposits and admissions are held until %s, "+
-			"when every confirmation that may have been consumed after the backup has expired",
-			s.holdUntil.Format(time.RFC3339)))
+	if err := ledger.Held(s.holdUntil, s.now()); err != nil {
+		return unavailable(op, err)
 	}
 	return nil
 }
@@ -212,14 +210,8 @@ func Restore(ctx context.Context, r io.Reader, from, path string, maxLifetime, l
 		if err != nil {
 			return err
 		}
-		rep.HoldUntil = now.Add(maxLifetime)
-		if rep.LatestExpiry.After(rep.HoldUntil) {
-			rep.HoldUntil = rep.LatestExpiry
-		}
-		rep.HoldUntil = rep.HoldUntil.Add(leeway).Truncate(time.Second).Add(time.Second)
-		if prev, err := readHold(tx); err == nil && prev.After(rep.HoldUntil) {
-			rep.HoldUntil = prev // a backup of a held ledger keeps its hold
-		}
+		prev, _ := readHold(tx) // an unreadable hold is replaced
+		rep.HoldUntil = ledger.HoldEnd(now, maxLifetime, leeway, rep.LatestExpiry, prev)
 		meta := tx.Bucket(bucketMeta)
 		for k, v := range map[string]string{
 			string(keyHoldUntil): rep.HoldUntil.Format(time.RFC3339), string(keyRestoredAt): now.Format(time.RFC3339),

@@ -114,9 +114,12 @@ type Options struct {
 	// pool_mode=transaction; see PoolerTransaction for what changes).
 	Pooler string
 	// Log receives one line per migration Open applied ("ledger migration
-	// applied", after the migration transaction committed); nil logs
-	// nothing.
+	// applied", after the migration transaction committed) and one when
+	// Open finds a restore hold; nil logs nothing.
 	Log *slog.Logger
+	// Now is the clock the restore hold is compared with (HoldUntil);
+	// nil: time.Now.
+	Now func() time.Time
 }
 
 func (o *Options) setDefaults() error {
@@ -162,6 +165,16 @@ type Store struct {
 	// runForShare reads a run's row FOR SHARE (runTx).
 	runForShare string
 	closed      atomic.Bool
+	// holdUntil is the restore hold's end in Unix nanoseconds, 0 for
+	// none (hold.go): read at Open and by every Ping.
+	holdUntil atomic.Int64
+}
+
+func (s *Store) now() time.Time {
+	if s.opts.Now != nil {
+		return s.opts.Now()
+	}
+	return time.Now()
 }
 
 var (
@@ -257,6 +270,13 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("ledger: postgres: migrate: %w: %w%s", ledger.ErrUnavailable, err, poolerHint(opts, err))
 	}
+	if err := s.readHold(ctx, pool); err != nil {
+		pool.Close()
+		return nil, s.fault(ctx, "open: restore hold", err)
+	}
+	if h := s.HoldUntil(); !h.IsZero() && s.now().Before(h) && opts.Log != nil {
+		opts.Log.Warn("ledger restored from a backup: deposits and admissions are held", "hold_until", h.Format(time.RFC3339))
+	}
 	return s, nil
 }
 
@@ -264,6 +284,8 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 // rather than relying on search_path.
 type queries struct {
 	deposit, confirmation, admission, run, commit, sweep, version string
+	// The restore hold (hold.go).
+	hold, holdAvailable, writeHold string
 	// The run's life and revocations (life.go).
 	lockBooking, confirmationForUpdate, revocations, bookingRuns, released, runRecord,
 	endRun, releaseBooking, endBookingRuns, consume, insertAdmission, revoke, revoked, sweepRevocations string
@@ -469,12 +491,22 @@ func newQueries(schema string) queries {
 			SET token = NULL, state = CASE WHEN c.state = 'available' THEN 'expired' ELSE c.state END
 			FROM due WHERE c.ref = due.ref`),
 		version: r.Replace(`SELECT coalesce(max(version), 0) FROM {s}.schema_migrations`),
+		hold:    r.Replace(`SELECT hold_until FROM {s}.restore_hold`),
+		holdAvailable: r.Replace(`SELECT count(*), max(expires_at) FROM {s}.confirmations
+			WHERE state = 'available'`),
+		writeHold: r.Replace(`INSERT INTO {s}.restore_hold (id, hold_until, restored_at, restored_from)
+			VALUES (true, $1, $2, $3)
+			ON CONFLICT (id) DO UPDATE SET hold_until = EXCLUDED.hold_until, restored_at = EXCLUDED.restored_at,
+				restored_from = EXCLUDED.restored_from`),
 	}
 }
 
 // DepositConfirmation implements ledger.Store.
 func (s *Store) DepositConfirmation(ctx context.Context, c ledger.Confirmation) error {
 	if err := c.Validate(); err != nil {
+		return err
+	}
+	if err := s.held("deposit"); err != nil {
 		return err
 	}
 	conn, err := s.acquire(ctx, "deposit")
@@ -623,6 +655,9 @@ func (s *Store) Commit(ctx context.Context, a ledger.Admission) (ledger.Admissio
 	if err := a.Validate(); err != nil {
 		return ledger.Admission{}, false, err
 	}
+	if err := s.held("commit"); err != nil {
+		return ledger.Admission{}, false, err
+	}
 	plan, budget := a.Plan, a.RestartBudget // commit inputs, not stored with the admission
 	a = normalizeAdmission(a)
 	a.Plan, a.RestartBudget = plan, budget
@@ -742,7 +777,12 @@ func (s *Store) Ping(ctx context.Context) error {
 	if want := SchemaVersion(); v != want {
 		return s.fault(ctx, "ping", fmt.Errorf("schema version %d, this binary serves %d", v, want))
 	}
-	return nil
+	// A hold written after Open (another process restored the ledger)
+	// reaches this replica here.
+	if err := s.readHold(qctx, conn); err != nil {
+		return s.fault(ctx, "ping", err)
+	}
+	return s.held("ping")
 }
 
 // Close implements ledger.Store. It waits for operations in flight, each

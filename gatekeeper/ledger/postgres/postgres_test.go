@@ -720,6 +720,7 @@ func TestMigrateSchema5(t *testing.T) {
 		DROP TABLE {s}.run_jobs;
 		ALTER TABLE {s}.workload_bindings DROP COLUMN active_uid;
 		ALTER TABLE {s}.workload_uids DROP COLUMN root_uid;
+		DROP TABLE {s}.restore_hold;
 		DELETE FROM {s}.schema_migrations WHERE version >= 6;`, "{s}", schema))
 	if err != nil {
 		t.Fatalf("back to version 5: %v", err)

@@ -94,6 +94,9 @@ _more_text := sprintf(" and %d more of this account's", [_live_run_count - count
 # custom:
 #   code: STAGE_WORLD_SIZE_EXCEEDS_RUN
 #   gate: booking
+#   fix: >-
+#     Computed per deny - set the stage's hardware.nodes (stage_settings) to at
+#     most the run's, or create a new run with the larger world size.
 deny contains v if {
 	input.request.action == "train.stage.advance"
 	stage := lib.train_manifest

@@ -259,6 +259,9 @@ else := "the run is in its last declared stage: there is no stage to advance to"
 # custom:
 #   code: STAGE_SEQUENCE_NOT_RAISED
 #   gate: lifecycle
+#   fix: >-
+#     Computed per deny - set stage_settings.long_context.objective.sequence_length
+#     above the stage before it, with a layout that fits it.
 deny contains v if {
 	_action == "train.stage.advance"
 	_target == "long_context"

@@ -51,7 +51,10 @@ var numberTexts = []any{
 // (data.ito.facts.reference, evaluated with strict built-in errors as the
 // server evaluates) on every fixture, the manifests at the schema's limits
 // and seeded mutations of them; an input the reference fails on must fail
-// in Go too. The first difference fails with the input's mutations.
+// in Go too. Every input is there also as a train.stage.advance into a
+// long_context stage with its own settings (withStageAdvances), whose
+// facts are the stage's effective manifest's. The first difference fails
+// with the input's mutations.
 func TestFactsMatchReference(t *testing.T) {
 	ctx := context.Background()
 	b, _, err := policy.ReadFS(policies.Bundle())
@@ -92,7 +95,7 @@ func TestFactsMatchReference(t *testing.T) {
 			t.Fatalf("%s: facts differ\n  Go: %s\n ref: %s", name, gotJSON, want)
 		}
 	}
-	bases := baseInputs(t)
+	bases := withStageAdvances(t, baseInputs(t))
 	names := sortedKeys(bases)
 	for _, name := range names {
 		check(t, name, deepCopy(t, bases[name]))
@@ -121,4 +124,30 @@ func TestFactsMatchReference(t *testing.T) {
 			t.Logf("%d mutations: Go's facts are the reference's (%s)", n, time.Since(start).Round(time.Millisecond))
 		})
 	}
+}
+
+// withStageAdvances is bases and, for each, "<name> advance": the input
+// as a train.stage.advance into long_context whose stage_settings change
+// the objective, the world size and the layout (nested pipeline_split
+// included), and leave sft's alone.
+func withStageAdvances(t *testing.T, bases map[string]map[string]any) map[string]map[string]any {
+	t.Helper()
+	out := make(map[string]map[string]any, 2*len(bases))
+	for name, in := range bases {
+		out[name] = in
+		adv := deepCopy(t, in)
+		req, _ := adv["request"].(map[string]any)
+		req["action"], req["stage"] = trainfacts.StageAction, "long_context"
+		m, _ := adv["manifest"].(map[string]any)
+		m["stage_settings"] = map[string]any{
+			"long_context": map[string]any{
+				"objective":   map[string]any{"sequence_length": json.Number("32768"), "global_batch_size": json.Number("128")},
+				"hardware":    map[string]any{"nodes": json.Number("2")},
+				"parallelism": map[string]any{"context": json.Number("4"), "pipeline_split": map[string]any{"loss_stage": true}},
+			},
+			"sft": map[string]any{"objective": map[string]any{"sequence_length": json.Number("4096")}},
+		}
+		out[name+" advance"] = adv
+	}
+	return out
 }

@@ -38,10 +38,24 @@ func (r *Runner) ConfirmRestart(ctx context.Context, runID string, step int64) (
 	return r.depositor.DepositRef(ctx, tok)
 }
 
+// LongContextSettings are the curriculum's long_context settings: four
+// times the fixture's 8192-token sequences on context parallel 4, which
+// leaves data parallel 16 of the run's 64 GPUs.
+var LongContextSettings = map[string]any{
+	"objective":   map[string]any{"sequence_length": 32768},
+	"parallelism": map[string]any{"context": 4, "data": 16},
+}
+
 // Curriculum is the llama3-8b fixture with a staged curriculum (pretrain →
-// long_context → sft) and an eval gate per stage, signed with the
-// development manifest key.
+// long_context → sft), LongContextSettings for its long_context stage and
+// an eval gate per stage, signed with the development manifest key.
 func (r *Runner) Curriculum() (Manifest, error) {
+	return r.CurriculumWith(map[string]any{"long_context": LongContextSettings})
+}
+
+// CurriculumWith is Curriculum with stageSettings as its stage_settings
+// (none when nil).
+func (r *Runner) CurriculumWith(stageSettings map[string]any) (Manifest, error) {
 	m, err := r.LoadManifest("llama3-8b")
 	if err != nil {
 		return Manifest{}, err
@@ -49,6 +63,9 @@ func (r *Runner) Curriculum() (Manifest, error) {
 	doc := m.Doc
 	doc["name"] = "llama3-8b-curriculum"
 	doc["stages"] = []string{"pretrain", "long_context", "sft"}
+	if stageSettings != nil {
+		doc["stage_settings"] = stageSettings
+	}
 	doc["eval_gates"] = []map[string]any{
 		{"stage": "pretrain", "suite": "ito-evals", "metric": "mmlu_5shot", "min": 0.25},
 		{"stage": "long_context", "suite": "ito-evals", "metric": "ruler_32k", "min": 0.5},

@@ -1,5 +1,7 @@
 // Package trainfacts computes, once per decision, the training facts the
-// admission policy judges a train.create by: the manifest's parallel layout
+// admission policy judges a train.create by (and a train.stage.advance, by
+// the effective manifest of the stage it enters: StageManifest): the
+// manifest's parallel layout
 // and its figures (data-parallel degree, microbatches, tokens per GPU,
 // model-state, activation and total memory per GPU, pipeline bubble,
 // data-parallel communication against compute), the checkpoint model
@@ -104,8 +106,11 @@ func (m *Model) Version() int { return Version }
 
 // Compute returns input.facts for a policy input document (its manifest,
 // entitlement and now; docs/policy-input.md): the version and the
-// credential scan, and for a train.create the parallelism, checkpoint and
-// budget facts. A strict built-in error the
+// credential scan (of the manifest as written), and for a train.create the
+// parallelism, checkpoint and budget facts of the manifest, for a
+// train.stage.advance those of the effective manifest of the stage it
+// enters (StageManifest; the fixer gets that manifest too). A strict
+// built-in error the
 // Rego reference would raise (a division by zero) is returned as an error:
 // the decision fails closed.
 func (m *Model) Compute(doc map[string]any) (map[string]any, error) {
@@ -117,9 +122,10 @@ func (m *Model) Compute(doc map[string]any) (map[string]any, error) {
 		"version":     Version,
 		"credentials": map[string]any{"by_path": m.credentials(manifest, hasManifest)},
 	}
-	if action, _ := at(doc, "request", "action"); action != "train.create" {
+	if action, _ := at(doc, "request", "action"); action != "train.create" && action != StageAction {
 		return out, nil
 	}
+	doc = stageDoc(doc)
 	in := newInput(doc)
 	c := &regonum.Calc{}
 	par := m.parallelism(c, in)

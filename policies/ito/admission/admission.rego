@@ -5,8 +5,10 @@
 #   (data.ito.admission.decision). train.create runs every gate;
 #   train.cancel, train.cleanup and booking.release run entitlement (its
 #   manifest-independent checks), confirmation and idempotency;
-#   train.stage.advance and train.restart run those and the lifecycle gate
-#   (the advance also the manifest gate, for the manifest it carries again);
+#   train.stage.advance and train.restart run those and the lifecycle gate;
+#   the advance also the manifest gate, for the manifest it carries again,
+#   and the parallelism (with memory), budget, checkpoint and booking gates
+#   on the effective manifest of the stage it enters (lib.train_manifest);
 #   an unknown action is denied. Violations and warnings are sorted by code, then
 #   message; allow is true iff there are no violations.
 package ito.admission
@@ -112,12 +114,12 @@ _violations contains v if {
 # when any one of them is missing, which would silently drop every gate in it.
 # Go also refuses to activate a bundle that lacks a gate (policy.New).
 _violations contains v if {
-	lib.is_train_create
+	lib.runs_training_gates
 	some v in budget.deny
 }
 
 _violations contains v if {
-	lib.is_train_create
+	lib.runs_training_gates
 	some v in booking.deny
 }
 
@@ -127,7 +129,7 @@ _violations contains v if {
 }
 
 _violations contains v if {
-	lib.is_train_create
+	lib.runs_training_gates
 	some v in parallelism.deny
 }
 
@@ -137,7 +139,7 @@ _violations contains v if {
 }
 
 _violations contains v if {
-	lib.is_train_create
+	lib.runs_training_gates
 	some v in checkpoint.deny
 }
 
@@ -164,7 +166,7 @@ _has_manifest if input.request.action == "train.stage.advance"
 _violations contains v if some v in deny
 
 _warnings contains v if {
-	lib.is_train_create
+	lib.runs_training_gates
 	some v in budget.warn
 }
 
@@ -174,12 +176,12 @@ _warnings contains v if {
 }
 
 _warnings contains v if {
-	lib.is_train_create
+	lib.runs_training_gates
 	some v in parallelism.warn
 }
 
 _warnings contains v if {
-	lib.is_train_create
+	lib.runs_training_gates
 	some v in checkpoint.warn
 }
 

@@ -81,6 +81,42 @@ _more_text := sprintf(" and %d more of this account's", [_live_run_count - count
 } else := ""
 
 # METADATA
+# title: Stage needs more GPUs than the run holds
+# description: >-
+#   A train.stage.advance enters a stage whose world size (its effective
+#   manifest's hardware.nodes × hardware.gpus_per_node, lib.train_manifest)
+#   is larger than the run's: the world size of the manifest the run was
+#   admitted with (its digest is the run's, RUN_MANIFEST_MISMATCH
+#   otherwise), which is what the run holds on the booking. A stage keeps
+#   within the GPUs its run holds: a stage advance never takes more of
+#   the booking, so it cannot race a train.create for them. A stage may
+#   use fewer; the run still holds its own until it ends.
+# custom:
+#   code: STAGE_WORLD_SIZE_EXCEEDS_RUN
+#   gate: booking
+#   fix: >-
+#     Computed per deny - set the stage's hardware.nodes (stage_settings) to at
+#     most the run's, or create a new run with the larger world size.
+deny contains v if {
+	input.request.action == "train.stage.advance"
+	stage := lib.train_manifest
+	lib.is_count(stage.hardware.nodes)
+	lib.is_count(stage.hardware.gpus_per_node)
+	stage_size := stage.hardware.nodes * stage.hardware.gpus_per_node
+	stage_size > _world_size
+	v := lib.violation_fix(
+		rego.metadata.rule(), sprintf(
+			"stage %s needs %d GPUs (%d nodes × %d); the run holds %d",
+			[lib.show(input.request.stage), stage_size, stage.hardware.nodes, stage.hardware.gpus_per_node, _world_size],
+		),
+		sprintf(
+			"set the stage's hardware.nodes (stage_settings) to at most %d, the run's, %s",
+			[input.manifest.hardware.nodes, "or create a new run with the larger world size"],
+		),
+	)
+}
+
+# METADATA
 # title: Booking released
 # description: No run is admitted on a booking a booking.release admission released.
 # custom:

@@ -35,7 +35,7 @@ package ito.budget
 
 import data.ito.lib
 
-_m := input.manifest
+_m := lib.train_manifest
 
 _cfg := data.ito.config.budget
 

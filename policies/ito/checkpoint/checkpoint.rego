@@ -25,7 +25,7 @@ package ito.checkpoint
 
 import data.ito.lib
 
-_m := input.manifest
+_m := lib.train_manifest
 
 _ckpt := _m.checkpoint
 

@@ -18,9 +18,11 @@ import data.ito.parallelism
 # title: Facts reference
 # description: >-
 #   {version, credentials, parallelism, checkpoint, budget} for
-#   train.create, {version, credentials} for any other action (the credential
-#   scan feeds the log mask whatever the action; the other gates that read
-#   facts run for train.create only). version is the facts model this bundle was written for
+#   train.create and train.stage.advance (the advance's of the effective
+#   manifest of the stage it enters, lib.train_manifest), {version,
+#   credentials} for any other action (the credential scan, of the manifest
+#   as written, feeds the log mask whatever the action; the other gates that
+#   read facts run for those two only). version is the facts model this bundle was written for
 #   (data.ito.config.facts.model_version).
 reference := {
 	"version": data.ito.config.facts.model_version,
@@ -29,12 +31,12 @@ reference := {
 	"checkpoint": checkpoint.facts_reference,
 	"budget": budget.facts_reference,
 } if {
-	lib.is_train_create
+	lib.runs_training_gates
 }
 
 reference := {
 	"version": data.ito.config.facts.model_version,
 	"credentials": datasets.facts_reference,
 } if {
-	not lib.is_train_create
+	not lib.runs_training_gates
 }

@@ -32,6 +32,44 @@ steps_run(action) if data.ito.config.actions[action].effect == "step_run"
 is_train_create if input.request.action == "train.create"
 
 # METADATA
+# title: Runs the training gates
+# description: >-
+#   True for the actions the parallelism, checkpoint and budget gates judge:
+#   train.create (the manifest) and train.stage.advance (the effective
+#   manifest of the stage it enters, train_manifest).
+runs_training_gates if input.request.action in {"train.create", "train.stage.advance"}
+
+# METADATA
+# title: The manifest the training gates judge
+# description: >-
+#   For train.stage.advance the effective manifest of the stage it enters,
+#   stage_manifest(input.manifest, input.request.stage); for any other
+#   input input.manifest. Go computes input.facts from the same manifest
+#   (trainfacts.StageManifest).
+train_manifest := stage_manifest(input.manifest, input.request.stage) if {
+	input.request.action == "train.stage.advance"
+	is_object(input.manifest)
+} else := input.manifest
+
+# METADATA
+# title: Effective manifest of a stage
+# description: >-
+#   m without stage_settings, with m.stage_settings[stage] (its objective,
+#   hardware and parallelism) merged over it by object.union (key by key,
+#   nested objects merged again) and objective.stage set to stage. A stage
+#   without settings keeps the manifest's own. Go's
+#   trainfacts.StageManifest is the same function.
+stage_manifest(m, stage) := object.union(
+	object.union(object.remove(m, {"stage_settings"}), _stage_settings(m, stage)),
+	{"objective": {"stage": stage}},
+)
+
+_stage_settings(m, stage) := s if {
+	s := m.stage_settings[stage]
+	is_object(s)
+} else := {}
+
+# METADATA
 # title: Is a teardown request
 # description: >-
 #   True for an action that ends a run (train.cancel, train.cleanup): it stops

@@ -190,3 +190,33 @@ test_scaled_malformed[name] if {
 	}
 	not lib.scaled(tc.s, tc.places)
 }
+
+# The effective manifest of a stage: its settings merged over the manifest
+# (nested objects again), stage_settings dropped, objective.stage the stage.
+test_stage_manifest if {
+	m := {
+		"objective": {"stage": "pretrain", "sequence_length": 8192, "global_batch_size": 64},
+		"parallelism": {"tensor": 1, "context": 1, "pipeline_split": {"embedding_stage": true}},
+		"stage_settings": {"long_context": {
+			"objective": {"sequence_length": 32768},
+			"parallelism": {"context": 4, "pipeline_split": {"loss_stage": true}},
+		}},
+	}
+	lib.stage_manifest(m, "long_context") == {
+		"objective": {"stage": "long_context", "sequence_length": 32768, "global_batch_size": 64},
+		"parallelism": {"tensor": 1, "context": 4, "pipeline_split": {"embedding_stage": true, "loss_stage": true}},
+	}
+	lib.stage_manifest(m, "sft") == {
+		"objective": {"stage": "sft", "sequence_length": 8192, "global_batch_size": 64},
+		"parallelism": {"tensor": 1, "context": 1, "pipeline_split": {"embedding_stage": true}},
+	}
+}
+
+test_train_manifest_is_the_stage_s_for_an_advance_only if {
+	m := {"objective": {"stage": "pretrain"}, "stage_settings": {"sft": {"objective": {"max_steps": 5}}}}
+	lib.train_manifest == m with input as {"request": {"action": "train.create", "stage": "sft"}, "manifest": m}
+	lib.train_manifest == {"objective": {"stage": "sft", "max_steps": 5}} with input as {
+		"request": {"action": "train.stage.advance", "stage": "sft"},
+		"manifest": m,
+	}
+}

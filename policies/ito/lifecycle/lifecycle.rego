@@ -9,7 +9,10 @@
 #   from the eval authority bound to the run, the stage it ends, the
 #   manifest digest and that stage's battery, in which every eval of the
 #   battery (bundle data) and every eval gate the manifest declares for the
-#   stage is present and passes. There is no override. train.restart needs a
+#   stage is present and passes. There is no override. An advance into
+#   long_context must raise the sequence length above the stage before it
+#   (stage_settings, STAGE_SEQUENCE_NOT_RAISED); the training gates judge
+#   the stage it enters (policies/ito/admission). train.restart needs a
 #   live run. The ledger (input.ledger.run) says which stage a run is in and
 #   its state (the ledger's RunRecord.State, which its commit and the
 #   webhook read too); it records the new stage in the same transaction
@@ -243,6 +246,42 @@ _is_next_stage if _target == next_stage(_current)
 _next_fix := sprintf("advance to %s", [next_stage(_current)]) if next_stage(_current)
 
 else := "the run is in its last declared stage: there is no stage to advance to"
+
+# METADATA
+# title: Long-context stage does not raise the sequence length
+# description: >-
+#   An advance into long_context enters a stage whose sequence length (the
+#   objective.sequence_length of its effective manifest: stage_settings
+#   merged over the manifest, lib.train_manifest) is not above that of the
+#   stage before it in the manifest's declared stages (that stage's
+#   effective manifest): a long-context stage trains on longer sequences
+#   than the one it follows.
+# custom:
+#   code: STAGE_SEQUENCE_NOT_RAISED
+#   gate: lifecycle
+#   fix: >-
+#     Computed per deny - set stage_settings.long_context.objective.sequence_length
+#     above the stage before it, with a layout that fits it.
+deny contains v if {
+	_action == "train.stage.advance"
+	_target == "long_context"
+	some i, s in declared_stages
+	s == _target
+	i > 0
+	previous := declared_stages[i - 1]
+	seq := lib.train_manifest.objective.sequence_length
+	before := lib.stage_manifest(_m, previous).objective.sequence_length
+	is_number(seq)
+	is_number(before)
+	seq <= before
+	v := lib.violation_fix(
+		rego.metadata.rule(),
+		sprintf("stage long_context has sequence length %v; the stage before it, %s, has %v", [seq, previous, before]),
+		sprintf("set stage_settings.long_context.objective.sequence_length above %v, %s", [
+			before, "with a layout that fits it (stage_settings.long_context.parallelism, e.g. context)",
+		]),
+	)
+}
 
 # ---------------------------------------------------------------------------
 # The eval report that ends the current stage

@@ -141,3 +141,57 @@ test_revoked_run_is_not_live if {
 		"train.restart needs a live run; the run is \"revoked\"",
 	]
 }
+
+# A long_context stage raises the sequence length above the stage before it
+# (each stage's effective one: its stage_settings over the manifest).
+
+_into_long_context(settings) := json.patch(_base, array.concat(_advance, [
+	_set("/request/stage", "long_context"),
+	_set("/manifest/stages", ["pretrain", "midtrain", "long_context"]),
+	_set("/ledger/run/stage", "midtrain"),
+	_set("/manifest/stage_settings", settings),
+]))
+
+_sequence_denies(inp) := [v | some v in lifecycle.deny with input as inp; v.code == "STAGE_SEQUENCE_NOT_RAISED"]
+
+test_long_context_must_raise_the_sequence_length[name] if {
+	some name, tc in {
+		"no settings": {"settings": {}, "before": 8192, "seq": 8192},
+		"lower than the stage before": {
+			"settings": {"long_context": {"objective": {"sequence_length": 4096}}},
+			"before": 8192, "seq": 4096,
+		},
+		"the stage before raised it as far": {
+			"settings": {
+				"midtrain": {"objective": {"sequence_length": 32768}},
+				"long_context": {"objective": {"sequence_length": 32768}},
+			},
+			"before": 32768, "seq": 32768,
+		},
+	}
+	[v] := _sequence_denies(_into_long_context(tc.settings))
+	v.message == sprintf("stage long_context has sequence length %d; the stage before it, midtrain, has %d", [
+		tc.seq,
+		tc.before,
+	])
+	startswith(v.fix, sprintf("set stage_settings.long_context.objective.sequence_length above %d", [tc.before]))
+}
+
+test_long_context_raising_the_sequence_length[name] if {
+	some name, settings in {
+		"above the manifest's": {"long_context": {"objective": {"sequence_length": 16384}}},
+		"above the stage before's own": {
+			"midtrain": {"objective": {"sequence_length": 16384}},
+			"long_context": {"objective": {"sequence_length": 32768}},
+		},
+	}
+	_sequence_denies(_into_long_context(settings)) == []
+}
+
+# Only an advance into long_context is held to it.
+test_sequence_rule_is_the_long_context_advance_s if {
+	inp := json.patch(_into_long_context({}), [_set("/request/stage", "midtrain"), _set("/ledger/run/stage", "pretrain")])
+	_sequence_denies(inp) == []
+	create := json.patch(_into_long_context({}), [_set("/request/action", "train.create")])
+	_sequence_denies(create) == []
+}

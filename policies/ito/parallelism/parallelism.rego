@@ -28,7 +28,9 @@
 #   memory). Each formula's source is in policies/README.md ("Formulas").
 package ito.parallelism
 
-_m := input.manifest
+import data.ito.lib
+
+_m := lib.train_manifest
 
 _hw := _m.hardware if is_object(_m.hardware)
 

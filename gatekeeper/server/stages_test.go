@@ -1,0 +1,136 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/itocompute/itogate/gatekeeper/api"
+	"github.com/itocompute/itogate/gatekeeper/ledger"
+	"github.com/itocompute/itogate/gatekeeper/manifest"
+	"github.com/itocompute/itogate/gatekeeper/scenario"
+	"github.com/itocompute/itogate/gatekeeper/trainfacts"
+)
+
+// stageRun creates a curriculum run (pretrain → long_context → sft) whose
+// stage_settings are settings and returns its manifest, run id and an
+// advance into long_context with a passing pretrain eval report.
+func stageRun(t *testing.T, h *harness, settings map[string]any) (scenario.Manifest, string, api.AdmissionRequest) {
+	t.Helper()
+	ctx := context.Background()
+	m, err := h.runner.CurriculumWith(settings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _, err := h.runner.Create(ctx, m, h.runner.Key("stages"))
+	if err != nil || a.Status != 200 {
+		t.Fatalf("create: %d %v, %v", a.Status, a.Codes(), err)
+	}
+	report, err := h.runner.EvalReport(a.Data.RunID, "pretrain", manifest.Digest(m.Raw),
+		"ito-battery-pretrain-2026.10", map[string]float64{"mmlu_5shot": 0.31, "hellaswag_acc": 0.42})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := h.runner.AdvanceRequest(ctx, m, a.Data.RunID, "long_context", report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, a.Data.RunID, req
+}
+
+// wantNothingConsumed: a denied advance left its confirmation available,
+// stored no admission under its key and left the run in pretrain.
+func wantNothingConsumed(t *testing.T, h *harness, run string, req api.AdmissionRequest) {
+	t.Helper()
+	ctx := context.Background()
+	if c, err := h.store.Confirmation(ctx, req.ConfirmationRef); err != nil || c.State != ledger.ConfirmationAvailable {
+		t.Fatalf("confirmation %q, %v; want available", c.State, err)
+	}
+	if _, err := h.store.Admission(ctx, scenario.Account, req.IdempotencyKey); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("the deny stored an admission: %v", err)
+	}
+	if rec, err := h.store.RunRecord(ctx, run); err != nil || rec.Stage != "pretrain" {
+		t.Fatalf("run %+v, %v; want it in pretrain", rec, err)
+	}
+}
+
+// An advance into long_context is judged on the stage's own settings: at
+// the sequence length of the stage before it, it is denied
+// STAGE_SEQUENCE_NOT_RAISED and consumes nothing; with the sequence length
+// raised (and context parallel), it is admitted and recorded.
+func TestStageAdvanceIntoLongContext(t *testing.T) {
+	ctx := context.Background()
+	t.Run("at the previous stage's sequence length", func(t *testing.T) {
+		h := newHarness(t, nil)
+		_, run, req := stageRun(t, h, nil)
+		a, err := h.runner.Admit(ctx, req)
+		wantAnswer(t, "advance", a, err, 403, "STAGE_SEQUENCE_NOT_RAISED")
+		wantNothingConsumed(t, h, run, req)
+	})
+	t.Run("with a raised sequence length", func(t *testing.T) {
+		h := newHarness(t, nil)
+		_, run, req := stageRun(t, h, map[string]any{"long_context": scenario.LongContextSettings})
+		a, err := h.runner.Admit(ctx, req)
+		wantAnswer(t, "advance", a, err, 200)
+		if rec, err := h.store.RunRecord(ctx, run); err != nil || rec.Stage != "long_context" {
+			t.Fatalf("run %+v, %v; want long_context", rec, err)
+		}
+	})
+}
+
+// An advance into a stage whose layout does not fit memory is denied with
+// the parallelism gate's code, message and fix, exactly as a train.create
+// of the stage's effective manifest is, and consumes nothing.
+func TestStageAdvanceLayoutDoesNotFit(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, nil)
+	m, run, req := stageRun(t, h, map[string]any{"long_context": map[string]any{
+		"objective":   map[string]any{"sequence_length": 131072},
+		"parallelism": map[string]any{"activation_checkpointing": "none"},
+	}})
+	adv, err := h.runner.Admit(ctx, req)
+	wantAnswer(t, "advance", adv, err, 403, "MEMORY_ESTIMATE_EXCEEDS_GPU")
+	wantNothingConsumed(t, h, run, req)
+
+	// the stage's effective manifest as the first stage of a new run
+	var doc map[string]any
+	if err := json.Unmarshal(m.Raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	eff := trainfacts.StageManifest(doc, "long_context")
+	delete(eff, "stages")
+	eff["objective"].(map[string]any)["stage"] = "pretrain"
+	eff["eval_gates"] = []any{doc["eval_gates"].([]any)[0]}
+	eff["name"] = "llama3-8b-long-context"
+	raw, err := json.Marshal(eff)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, err := h.runner.SignManifest(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cre, _, err := h.runner.Create(ctx, created, h.runner.Key("stage-as-run"))
+	wantAnswer(t, "create", cre, err, 403, "MEMORY_ESTIMATE_EXCEEDS_GPU")
+	if got, want := adv.Error.Violations, cre.Error.Violations; !reflect.DeepEqual(got, want) || want[0].Fix == "" {
+		t.Fatalf("the advance's violations\n %+v\ndiffer from the create's\n %+v", got, want)
+	}
+}
+
+// A stage may not take more GPUs than its run holds: an advance into a
+// stage with more nodes is denied STAGE_WORLD_SIZE_EXCEEDS_RUN and consumes
+// nothing.
+func TestStageAdvanceWorldSizeExceedsRun(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, nil)
+	_, run, req := stageRun(t, h, map[string]any{"long_context": map[string]any{
+		"objective":   map[string]any{"sequence_length": 32768},
+		"hardware":    map[string]any{"nodes": 16},
+		"parallelism": map[string]any{"context": 4, "data": 32},
+	}})
+	a, err := h.runner.Admit(ctx, req)
+	wantAnswer(t, "advance", a, err, 403, "STAGE_WORLD_SIZE_EXCEEDS_RUN")
+	wantNothingConsumed(t, h, run, req)
+}

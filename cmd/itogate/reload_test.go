@@ -78,7 +78,9 @@ trust:
 	f.logs = &syncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- runServe(ctx, &serveOptions{configFile: path}, slog.New(slog.NewJSONHandler(f.logs, nil))) }()
+	go func() {
+		done <- runServe(ctx, &serveOptions{configFile: path}, slog.New(slog.NewJSONHandler(f.logs, nil)))
+	}()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

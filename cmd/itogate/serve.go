@@ -24,6 +24,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/ledger/postgres"
 	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/gatekeeper/runtime"
+	"github.com/itocompute/itogate/gatekeeper/safefile"
 	"github.com/itocompute/itogate/gatekeeper/server"
 )
 
@@ -81,8 +82,15 @@ flags are development-mode aliases of --set keys, named in their help.`,
 }
 
 // runServe is `itogate serve`: flags → configuration (validated) → the
-// runtime, served until ctx ends.
+// runtime, served until ctx ends. SIGHUP reloads the trust keys and the
+// webhook's namespace bindings from the same flags and --config file
+// (runtime.Runtime.Reload); SIGUSR1 backs the bbolt ledger up.
 func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
+	// Caught before anything opens: SIGHUP's default action ends the
+	// process, and a reload asked for during start-up is done once
+	// serving.
+	hup := notifyReload()
+	defer hup.stop()
 	cfg, err := o.config()
 	if err != nil {
 		return err
@@ -95,12 +103,19 @@ func runServe(ctx context.Context, o *serveOptions, log *slog.Logger) error {
 	tuneGC(os.Getenv)
 	stop := backupOnSignal(ctx, rt)
 	defer stop()
+	stopReload := hup.serve(ctx, func() { _ = rt.Reload(o.configWith) }) // logged and counted
+	defer stopReload()
 	return rt.Run(ctx)
 }
 
 // config builds the configuration: the --config file, or config.Dev() with
 // the development flags given; then --set, in order; validated.
 func (o *serveOptions) config() (config.Config, error) {
+	return o.configWith(safefile.ReadMounted)
+}
+
+// configWith is config reading the --config file with read.
+func (o *serveOptions) configWith(read config.ReadFunc) (config.Config, error) {
 	devSets, err := o.devAssignments()
 	if err != nil {
 		return config.Config{}, err
@@ -112,7 +127,7 @@ func (o *serveOptions) config() (config.Config, error) {
 		if len(devSets) > 0 {
 			return config.Config{}, devFlagsRefused(devSets)
 		}
-		return config.Load(o.configFile, o.sets...)
+		return config.LoadWith(read, o.configFile, o.sets...)
 	}
 	cfg := config.Dev()
 	for _, a := range devSets {

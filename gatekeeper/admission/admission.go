@@ -130,6 +130,32 @@ func New(opts Options) (*Service, error) {
 	return &Service{opts: opts, shadowSem: make(chan struct{}, shadowSlots), limit: newLimiter(opts.Evaluations)}, nil
 }
 
+// Keys are a Service's verifiers and ticket signing, as in Options (fields
+// of the same names): what a reload of the trust keys replaces.
+type Keys struct {
+	Entitlement, Confirmation, Evals TokenVerifier
+	Manifests                        ManifestVerifier
+	Tickets                          TicketSigner
+	TicketVerifier                   TicketVerifier
+	TicketLifetime                   time.Duration
+}
+
+// WithKeys returns a Service answering with k in place of s's keys and
+// sharing everything else with s — the evaluation slots and their queue,
+// the shadow slots, the ledger, the policy, the decision log — so that
+// admissions through either count against the same bounds. s itself is
+// unchanged: an admission it is answering finishes with its own keys.
+// Entitlement, Confirmation and Manifests are required, as in New.
+func (s *Service) WithKeys(k Keys) (*Service, error) {
+	if k.Entitlement == nil || k.Confirmation == nil || k.Manifests == nil {
+		return nil, errors.New("admission: incomplete keys")
+	}
+	opts := s.opts
+	opts.Entitlement, opts.Confirmation, opts.Evals, opts.Manifests = k.Entitlement, k.Confirmation, k.Evals, k.Manifests
+	opts.Tickets, opts.TicketVerifier, opts.TicketLifetime = k.Tickets, k.TicketVerifier, k.TicketLifetime
+	return &Service{opts: opts, shadowSem: s.shadowSem, limit: s.limit}, nil
+}
+
 var (
 	reKey     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
 	reID      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)

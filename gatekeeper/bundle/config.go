@@ -2,13 +2,12 @@ package bundle
 
 import (
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"time"
 
 	"github.com/itocompute/itogate/fixtures/keys"
 	"github.com/itocompute/itogate/gatekeeper/config"
+	"github.com/itocompute/itogate/gatekeeper/safefile"
 	"github.com/itocompute/itogate/gatekeeper/verify"
 )
 
@@ -82,18 +81,9 @@ func loadKeys(specs []config.BundleKey, dev bool) ([]Key, error) {
 	return out, nil
 }
 
+// readKeyFile reads a verification key with safefile.ReadMounted (at most
+// verify.MaxKeyFileBytes; symbolic links only within its own directory, as
+// in a Kubernetes Secret volume).
 func readKeyFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, verify.MaxKeyFileBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > verify.MaxKeyFileBytes {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, verify.MaxKeyFileBytes)
-	}
-	return data, nil
+	return safefile.ReadMounted(path, verify.MaxKeyFileBytes)
 }

@@ -18,7 +18,6 @@ import (
 	"maps"
 	"net"
 	"net/url"
-	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -28,6 +27,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/itocompute/itogate/gatekeeper/safefile"
 	"github.com/itocompute/itogate/gatekeeper/ticket"
 )
 
@@ -533,11 +533,25 @@ func defaults() Config {
 	}
 }
 
+// MaxFileBytes bounds the configuration file.
+const MaxFileBytes = 1 << 20
+
+// ReadFunc reads at most limit bytes of the file at path, or fails
+// (safefile.ReadMounted, or a safefile.Snapshot's ReadFile).
+type ReadFunc = func(path string, limit int64) ([]byte, error)
+
 // Load reads a YAML file strictly, applies the --set assignments (each a
 // "key=value" of Set, as if written in the file: relative paths resolve
-// against the file's directory too) and validates the result.
+// against the file's directory too) and validates the result. The file is
+// read with safefile.ReadMounted: a regular file of at most MaxFileBytes,
+// no symbolic link but within its own directory (a Kubernetes ConfigMap).
 func Load(path string, sets ...string) (Config, error) {
-	raw, err := os.ReadFile(path)
+	return LoadWith(safefile.ReadMounted, path, sets...)
+}
+
+// LoadWith is Load reading the file with read.
+func LoadWith(read ReadFunc, path string, sets ...string) (Config, error) {
+	raw, err := read(path, MaxFileBytes)
 	if err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}

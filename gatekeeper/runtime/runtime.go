@@ -21,6 +21,7 @@ import (
 	"os"
 	goruntime "runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/itocompute/itogate/gatekeeper/admission"
@@ -28,8 +29,10 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/config"
 	"github.com/itocompute/itogate/gatekeeper/decisionlog"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
+	"github.com/itocompute/itogate/gatekeeper/safefile"
 	"github.com/itocompute/itogate/gatekeeper/server"
 	"github.com/itocompute/itogate/gatekeeper/trust"
+	"github.com/itocompute/itogate/gatekeeper/verify"
 	"github.com/itocompute/itogate/gatekeeper/version"
 	"github.com/itocompute/itogate/gatekeeper/webhook"
 )
@@ -61,10 +64,9 @@ type Options struct {
 // Runtime is one wired service. Open builds it, Run serves it, Close
 // releases it.
 type Runtime struct {
-	cfg        config.Config
+	cfg        config.Config // as opened; the current keys and bindings are gen's
 	opts       Options
 	log        *slog.Logger
-	trust      *trust.Set
 	metrics    *server.Metrics
 	bundles    *bundle.Manager
 	shadow     func() admission.Decider
@@ -73,6 +75,12 @@ type Runtime struct {
 	dlog       *decisionlog.Logger
 	closeLog   func()
 	evals      admission.Evaluations
+	// gen is the current keys and bindings and the handlers over them;
+	// Reload swaps it whole. handler and webhook dispatch each request to
+	// the generation current when it arrives.
+	gen        atomic.Pointer[generation]
+	reloadMu   sync.Mutex         // one Reload at a time
+	svc        *admission.Service // the first generation's; later ones share its bounds (WithKeys)
 	handler    http.Handler
 	webhook    http.Handler // nil without a webhook section
 	webhookTLS *tls.Config
@@ -110,7 +118,11 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Runtime, err
 			rt.Close()
 		}
 	}()
-	if rt.trust, err = openTrust(cfg); err != nil {
+	g := &generation{cfg: cfg}
+	if err := safefile.Consistent(readAttempts, func(read config.ReadFunc) (err error) {
+		g.trust, err = trust.Load(cfg, read)
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	// data_dir holds the default ledger file and decision log; create it for
@@ -134,14 +146,26 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Runtime, err
 	if err := rt.startShadow(ctx, bg); err != nil {
 		return nil, err
 	}
-	if err := rt.buildHandler(); err != nil {
+	if err := rt.buildHandler(g); err != nil {
 		return nil, err
 	}
+	rt.metrics.Evaluations(rt.svc.InFlight)
+	rt.metrics.VerificationCachesFunc(func() []*verify.TokenVerifier {
+		ts := rt.gen.Load().trust
+		return []*verify.TokenVerifier{ts.Callers, ts.Depositors, ts.Entitlement, ts.Confirmation}
+	})
+	rt.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { rt.gen.Load().api.ServeHTTP(w, r) })
 	if cfg.Webhook != nil {
-		if err := rt.buildWebhook(); err != nil {
+		if err := rt.buildWebhook(g); err != nil {
 			return nil, err
 		}
+		if err := rt.openWebhookTLS(); err != nil {
+			return nil, err
+		}
+		rt.webhook = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { rt.gen.Load().webhook.ServeHTTP(w, r) })
 	}
+	rt.gen.Store(g)
+	rt.metrics.ReloadLoaded(time.Now())
 	if cfg.TLS != nil {
 		// The same reloading pair as the webhook's: cert-manager renews
 		// both in place.
@@ -156,27 +180,15 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Runtime, err
 	return rt, nil
 }
 
-// openTrust builds the verifiers: the published development keys in
-// development mode, the configured keys (and ticket key) otherwise.
-func openTrust(cfg config.Config) (*trust.Set, error) {
-	if cfg.Dev {
-		return trust.Dev()
+// buildHandler builds g's admission pipeline and the API router over it.
+// The first generation's pipeline is built from scratch (rt.svc); a
+// reloaded one is rt.svc with g's keys (admission.Service.WithKeys), so
+// that every generation shares the evaluation bounds.
+func (rt *Runtime) buildHandler(g *generation) error {
+	ts, log, m := g.trust, rt.log, rt.metrics
+	if rt.svc != nil {
+		return rt.buildReloadedHandler(g)
 	}
-	ts, err := trust.FromConfig(cfg.Trust)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.Tickets != nil {
-		if err := ts.LoadTickets(*cfg.Tickets); err != nil {
-			return nil, err
-		}
-	}
-	return ts, nil
-}
-
-// buildHandler builds the admission pipeline and the API router over it.
-func (rt *Runtime) buildHandler() error {
-	ts, log, m := rt.trust, rt.log, rt.metrics
 	slots, queue, wait := rt.cfg.Limits.Evaluations(goruntime.GOMAXPROCS(0))
 	rt.evals = admission.Evaluations{Slots: slots, Queue: queue, Wait: wait}.Effective()
 	aopts := admission.Options{
@@ -197,13 +209,13 @@ func (rt *Runtime) buildHandler() error {
 		},
 	}
 	if ts.Tickets != nil {
-		tv, err := rt.ticketVerifier()
+		tv, err := ticketVerifier(g)
 		if err != nil {
 			return err
 		}
 		aopts.TicketVerifier = tv
-		if rt.cfg.Tickets != nil {
-			aopts.TicketLifetime = time.Duration(rt.cfg.Tickets.Lifetime)
+		if g.cfg.Tickets != nil {
+			aopts.TicketLifetime = time.Duration(g.cfg.Tickets.Lifetime)
 		}
 	}
 	if jobs, ok := rt.store.(ledger.Jobs); ok {
@@ -216,8 +228,37 @@ func (rt *Runtime) buildHandler() error {
 	if err != nil {
 		return err
 	}
-	m.Evaluations(svc.InFlight)
-	m.VerificationCaches(ts.Callers, ts.Depositors, ts.Entitlement, ts.Confirmation)
+	rt.svc = svc
+	return rt.buildRouter(g, svc)
+}
+
+// buildReloadedHandler is buildHandler for a reloaded generation.
+func (rt *Runtime) buildReloadedHandler(g *generation) error {
+	ts := g.trust
+	k := admission.Keys{
+		Entitlement: ts.Entitlement, Confirmation: ts.Confirmation, Evals: evalAuthority(ts), Manifests: ts.Manifests,
+		Tickets: ticketSigner(ts),
+	}
+	if ts.Tickets != nil {
+		tv, err := ticketVerifier(g)
+		if err != nil {
+			return err
+		}
+		k.TicketVerifier = tv
+		if g.cfg.Tickets != nil {
+			k.TicketLifetime = time.Duration(g.cfg.Tickets.Lifetime)
+		}
+	}
+	svc, err := rt.svc.WithKeys(k)
+	if err != nil {
+		return err
+	}
+	return rt.buildRouter(g, svc)
+}
+
+// buildRouter builds g's API router over svc.
+func (rt *Runtime) buildRouter(g *generation, svc *admission.Service) error {
+	ts, log, m := g.trust, rt.log, rt.metrics
 	sopts := server.Options{
 		Admission: svc, Callers: ts.Callers, Depositors: ts.Depositors, Revokers: revokers(ts),
 		Schedulers:   schedulers(ts),
@@ -229,8 +270,12 @@ func (rt *Runtime) buildHandler() error {
 	if rt.opts.Server != nil {
 		rt.opts.Server(&sopts)
 	}
-	rt.handler, err = server.New(sopts)
-	return err
+	h, err := server.New(sopts)
+	if err != nil {
+		return err
+	}
+	g.api = h
+	return nil
 }
 
 // ready is /readyz: a verified bundle is active and not stale, the ledger
@@ -318,8 +363,9 @@ func (rt *Runtime) Bundles() *bundle.Manager { return rt.bundles }
 // DecisionLog is the decision log, nil when decision_log is "off".
 func (rt *Runtime) DecisionLog() *decisionlog.Logger { return rt.dlog }
 
-// Config is the configuration the runtime was opened with.
-func (rt *Runtime) Config() config.Config { return rt.cfg }
+// Config is the configuration in force: the one the runtime was opened
+// with, its trust, tickets and webhook namespaces as last (re)loaded.
+func (rt *Runtime) Config() config.Config { return rt.gen.Load().cfg }
 
 // Close stops the background work and waits for it, then closes the
 // decision log (writing what it holds) and the ledger. It does not stop

@@ -14,12 +14,11 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/webhook"
 )
 
-// buildWebhook builds the admission webhook's router and TLS configuration
-// (its serving certificate is read now and re-read when it changes); the
-// server's metrics, served on the API listener's /metrics, are told of every
-// review.
-func (rt *Runtime) buildWebhook() error {
-	w, ts, store := rt.cfg.Webhook, rt.trust, rt.store
+// buildWebhook builds g's admission webhook router, over g's ticket keys
+// and namespace bindings; the server's metrics, served on the API
+// listener's /metrics, are told of every review.
+func (rt *Runtime) buildWebhook(g *generation) error {
+	w, ts, store := g.cfg.Webhook, g.trust, rt.store
 	if ts.Tickets == nil {
 		return errors.New("webhook: needs tickets (the tickets section)")
 	}
@@ -27,7 +26,7 @@ func (rt *Runtime) buildWebhook() error {
 	if !ok {
 		return fmt.Errorf("webhook: the %T ledger keeps no workload bindings", store)
 	}
-	tv, err := rt.ticketVerifier()
+	tv, err := ticketVerifier(g)
 	if err != nil {
 		return fmt.Errorf("webhook: %w", err)
 	}
@@ -45,19 +44,24 @@ func (rt *Runtime) buildWebhook() error {
 	if err != nil {
 		return err
 	}
-	certs, err := webhook.NewCertReloader(w.CertFile, w.KeyFile, rt.log)
-	if err != nil {
-		return err
-	}
-	if rt.webhookTLS, err = webhook.TLSConfig(certs, w.ClientCAFile); err != nil {
-		return err
-	}
 	mux := http.NewServeMux()
 	mux.Handle("/validate", h)
 	mux.Handle("/validate-warn", h.Warn())
 	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) { _, _ = rw.Write([]byte("ok\n")) })
-	rt.webhook = mux
+	g.webhook = mux
 	return nil
+}
+
+// openWebhookTLS reads the webhook's serving certificate (re-read when it
+// changes, not on reload) and its client CA.
+func (rt *Runtime) openWebhookTLS() error {
+	w := rt.cfg.Webhook
+	certs, err := webhook.NewCertReloader(w.CertFile, w.KeyFile, rt.log)
+	if err != nil {
+		return err
+	}
+	rt.webhookTLS, err = webhook.TLSConfig(certs, w.ClientCAFile)
+	return err
 }
 
 // serveWebhook runs the webhook's own TLS listener until the returned
@@ -78,7 +82,7 @@ func (rt *Runtime) serveWebhook(ctx context.Context) (stop func(), err error) {
 		}
 	}()
 	rt.log.Info("webhook listening (TLS)", "addr", ln.Addr().String(), "client_ca", w.ClientCAFile != "",
-		"namespaces", len(w.Namespaces))
+		"namespaces", len(rt.gen.Load().cfg.Webhook.Namespaces))
 	return func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
@@ -86,14 +90,14 @@ func (rt *Runtime) serveWebhook(ctx context.Context) (stop func(), err error) {
 	}, nil
 }
 
-// ticketVerifier verifies the tickets this itogate signs (its published
-// key set), with tickets.leeway (verify.DefaultLeeway unless set): the
-// webhook, the renewal and the online check use the same.
-func (rt *Runtime) ticketVerifier() (*ticket.Verifier, error) {
-	ts := rt.trust
+// ticketVerifier verifies the tickets g signs (its published key set),
+// with tickets.leeway (verify.DefaultLeeway unless set): the webhook, the
+// renewal and the online check use the same.
+func ticketVerifier(g *generation) (*ticket.Verifier, error) {
+	ts := g.trust
 	var leeway time.Duration
-	if rt.cfg.Tickets != nil {
-		leeway = time.Duration(rt.cfg.Tickets.Leeway)
+	if g.cfg.Tickets != nil {
+		leeway = time.Duration(g.cfg.Tickets.Leeway)
 	}
 	return ticket.NewVerifier(ticket.VerifierOptions{
 		Issuer: ts.Tickets.Issuer(), Audience: ts.Tickets.Audience(), Keys: ts.Tickets.KeySet(),

@@ -3,6 +3,8 @@
 package safefile
 
 import (
+	"fmt"
+	"io"
 	"io/fs"
 	"os"
 
@@ -35,4 +37,42 @@ type DirLimits struct {
 // ReadDir is not supported off Unix (see ReadManifest).
 func ReadDir(path string, lim DirLimits) (fs.FS, error) {
 	return nil, &Error{Code: api.CodeManifestUnreadable, Path: path, Detail: "not supported on this platform"}
+}
+
+// readMounted off Unix is a bounded read of a regular file: the descriptor
+// checks of the Unix build are not available, but a FIFO, a device or an
+// oversize file is still refused.
+func readMounted(path string, limit int64) ([]byte, fileID, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fileID{}, &Error{Code: api.CodeManifestNotFound, Path: path, Detail: "stat", Err: err}
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fileID{}, &Error{Code: api.CodeManifestNotRegular, Path: path, Detail: "is not a regular file"}
+	}
+	if st.Size() > limit {
+		return nil, fileID{}, &Error{Code: api.CodeManifestTooLarge, Path: path, Detail: fmt.Sprintf("%d bytes, limit %d", st.Size(), limit)}
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fileID{}, &Error{Code: api.CodeManifestUnreadable, Path: path, Detail: "open", Err: err}
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fileID{}, &Error{Code: api.CodeManifestUnreadable, Path: path, Detail: "read", Err: err}
+	}
+	if int64(len(data)) > limit {
+		return nil, fileID{}, &Error{Code: api.CodeManifestTooLarge, Path: path, Detail: fmt.Sprintf("more than %d bytes", limit)}
+	}
+	return data, fileID{path: path, size: st.Size(), mtime: st.ModTime().UnixNano()}, nil
+}
+
+// identify off Unix names a file by its size and modification time.
+func identify(path string) (fileID, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return fileID{}, err
+	}
+	return fileID{path: path, size: st.Size(), mtime: st.ModTime().UnixNano()}, nil
 }

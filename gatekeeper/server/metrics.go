@@ -42,6 +42,9 @@ type Metrics struct {
 	webhookReviews  *prometheus.CounterVec
 	webhookDuration *prometheus.HistogramVec
 	webhookPanics   prometheus.Counter
+	// reloads of the trust keys and namespace bindings (SIGHUP)
+	reloads      *prometheus.CounterVec
+	reloadLastOK prometheus.Gauge
 }
 
 // NewMetrics registers the collectors. Histogram buckets run to 2.5 s:
@@ -134,6 +137,18 @@ func NewMetrics() *Metrics {
 		Help: "Kubernetes admission reviews whose evaluation panicked: each was recovered and answered denied INTERNAL_ERROR.",
 	})
 	m.reg.MustRegister(m.webhookReviews, m.webhookDuration, m.webhookPanics)
+	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "itogate_reloads_total",
+		Help: "Reloads of the trust keys, ticket keys and webhook namespace bindings (SIGHUP) by result (success, failure); " +
+			"a failed reload keeps the previous set.",
+	}, []string{"result"})
+	m.reloads.WithLabelValues("success")
+	m.reloads.WithLabelValues("failure")
+	m.reloadLastOK = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "itogate_reload_last_success_timestamp_seconds",
+		Help: "Unix time of the last successful load of the trust keys and namespace bindings (start-up or SIGHUP).",
+	})
+	m.reg.MustRegister(m.reloads, m.reloadLastOK)
 	m.reg.MustRegister(m.requests, m.duration, m.decisions, m.verifyFail, m.bundleInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -167,6 +182,13 @@ func (m *Metrics) Evaluations(inFlight func() (running, waiting int)) {
 // itogate_verification_cache_entries{purpose}. Verifiers without a cache
 // (confirmation) export nothing.
 func (m *Metrics) VerificationCaches(verifiers ...*verify.TokenVerifier) {
+	m.VerificationCachesFunc(func() []*verify.TokenVerifier { return verifiers })
+}
+
+// VerificationCachesFunc is VerificationCaches over the verifiers current
+// returns at each scrape: a reload of the trust keys replaces them (with
+// fresh caches, so the lookup counters start again from 0).
+func (m *Metrics) VerificationCachesFunc(current func() []*verify.TokenVerifier) {
 	lookups := prometheus.NewDesc("itogate_verification_cache_lookups_total",
 		"Token verifications answered from the verification cache (hit: signature skipped, times re-checked) or fully verified (miss), by purpose.",
 		[]string{"purpose", "result"}, nil)
@@ -174,7 +196,7 @@ func (m *Metrics) VerificationCaches(verifiers ...*verify.TokenVerifier) {
 		"Successful verifications held in the verification cache, by purpose (bounded by verify.DefaultCacheEntries).",
 		[]string{"purpose"}, nil)
 	m.reg.MustRegister(gaugeFunc{desc: lookups, collect: func(ch chan<- prometheus.Metric) {
-		for _, v := range verifiers {
+		for _, v := range current() {
 			if st, p := v.CacheStats(), string(v.Purpose()); v.Caching() {
 				ch <- prometheus.MustNewConstMetric(lookups, prometheus.CounterValue, float64(st.Hits), p, "hit")
 				ch <- prometheus.MustNewConstMetric(lookups, prometheus.CounterValue, float64(st.Misses), p, "miss")
@@ -228,6 +250,22 @@ func (m *Metrics) WebhookReview(result, code string, d time.Duration) {
 // WebhookPanic counts one recovered panic of a webhook review
 // (webhook.Observer).
 func (m *Metrics) WebhookPanic() { m.webhookPanics.Inc() }
+
+// Reload counts one reload of the trust keys and namespace bindings,
+// result "success" or "failure", at t; a success sets the last-success
+// timestamp to t.
+func (m *Metrics) Reload(result string, t time.Time) {
+	m.reloads.WithLabelValues(result).Inc()
+	if result == "success" {
+		m.ReloadLoaded(t)
+	}
+}
+
+// ReloadLoaded sets the last-success timestamp to t without counting a
+// reload (the load at start-up).
+func (m *Metrics) ReloadLoaded(t time.Time) {
+	m.reloadLastOK.Set(float64(t.UnixNano()) / 1e9)
+}
 
 // LedgerError counts one ledger failure.
 func (m *Metrics) LedgerError(op string) { m.ledgerErrs.WithLabelValues(op).Inc() }

@@ -9,14 +9,14 @@ package trust
 import (
 	"errors"
 	"fmt"
-	"io"
-	"os"
+	"slices"
 	"time"
 
 	"github.com/lestrrat-go/jwx/v3/jwk"
 
 	"github.com/itocompute/itogate/fixtures/keys"
 	"github.com/itocompute/itogate/gatekeeper/config"
+	"github.com/itocompute/itogate/gatekeeper/safefile"
 	"github.com/itocompute/itogate/gatekeeper/ticket"
 	"github.com/itocompute/itogate/gatekeeper/verify"
 )
@@ -59,6 +59,34 @@ type Set struct {
 	// fingerprints of every configured public key → its purpose, so the
 	// ticket key can be refused when another purpose uses it too.
 	fingerprints map[string]string
+	// keyIDs are the key ids trusted per purpose, for KeyIDs.
+	keyIDs map[string][]string
+}
+
+// KeyIDs are the key ids each configured purpose trusts, by its name under
+// trust: ("callers", "manifest_signers" …; "tickets": the signing key's id
+// then the previous key set's), each list sorted but the tickets'. The key
+// ids are public (JWKS "kid"); nothing secret is in them. A purpose not
+// configured is absent.
+func (s *Set) KeyIDs() map[string][]string {
+	out := make(map[string][]string, len(s.keyIDs))
+	for k, v := range s.keyIDs {
+		out[k] = slices.Clone(v)
+	}
+	return out
+}
+
+// addKeyIDs records the ids of set's keys under purpose name.
+func (s *Set) addKeyIDs(name string, set jwk.Set) {
+	if s.keyIDs == nil {
+		s.keyIDs = map[string][]string{}
+	}
+	for i := 0; i < set.Len(); i++ {
+		k, _ := set.Key(i)
+		kid, _ := k.KeyID()
+		s.keyIDs[name] = append(s.keyIDs[name], kid)
+	}
+	slices.Sort(s.keyIDs[name])
 }
 
 // DevConfig returns the trust configuration of development mode.
@@ -86,14 +114,15 @@ var yamlName = map[verify.Purpose]string{
 func Dev() (*Set, error) {
 	d := keys.Dev()
 	cfg := DevConfig()
+	var s Set
 	build := func(p verify.Purpose, t config.TokenTrust, k keys.Key) (*verify.TokenVerifier, error) {
 		set, err := k.KeySet()
 		if err != nil {
 			return nil, err
 		}
+		s.addKeyIDs(yamlName[p], set)
 		return verify.NewTokenVerifier(options(p, t, set))
 	}
-	var s Set
 	var err error
 	if s.Callers, err = build(verify.PurposeCaller, cfg.Callers, d.Caller); err != nil {
 		return nil, err
@@ -128,12 +157,43 @@ func Dev() (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.keyIDs["manifest_signers"] = []string{d.ManifestECDSA.KeyID, d.ManifestEd25519.KeyID}
+	slices.Sort(s.keyIDs["manifest_signers"])
+	s.keyIDs["tickets"] = []string{d.Ticket.KeyID}
 	return &s, nil
 }
 
+// Load builds the whole key set of a configuration: the development keys
+// in development mode; otherwise FromConfig and, with a tickets section,
+// LoadTickets, every file read with read. The runtime calls it at start-up
+// and on each reload (SIGHUP), with a safefile.Snapshot's ReadFile so that
+// the files come from one version of a Kubernetes volume.
+func Load(cfg config.Config, read config.ReadFunc) (*Set, error) {
+	if cfg.Dev {
+		return Dev()
+	}
+	ts, err := fromConfig(cfg.Trust, read)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Tickets != nil {
+		if err := ts.loadTickets(*cfg.Tickets, read); err != nil {
+			return nil, err
+		}
+	}
+	return ts, nil
+}
+
 // FromConfig builds verifiers from a production configuration. It refuses
-// every development key and any key shared between purposes.
+// every development key and any key shared between purposes. Key files are
+// read with safefile.ReadMounted: regular files of at most
+// verify.MaxKeyFileBytes, no symbolic link but within their own directory
+// (a Kubernetes Secret volume).
 func FromConfig(t config.Trust) (*Set, error) {
+	return fromConfig(t, safefile.ReadMounted)
+}
+
+func fromConfig(t config.Trust, read config.ReadFunc) (*Set, error) {
 	dev := keys.DevFingerprints()
 	seen := map[string]string{} // fingerprint → purpose
 	check := func(purpose, fp string) error {
@@ -146,12 +206,14 @@ func FromConfig(t config.Trust) (*Set, error) {
 		seen[fp] = purpose
 		return nil
 	}
+	var s Set
 	build := func(p verify.Purpose, tt config.TokenTrust) (*verify.TokenVerifier, error) {
 		name := yamlName[p]
-		set, err := loadSet(tt)
+		set, err := loadSet(tt, read)
 		if err != nil {
 			return nil, fmt.Errorf("trust.%s: %w", name, err)
 		}
+		s.addKeyIDs(name, set)
 		for i := 0; i < set.Len(); i++ {
 			k, _ := set.Key(i)
 			fp, err := verify.FingerprintJWK(k)
@@ -164,7 +226,6 @@ func FromConfig(t config.Trust) (*Set, error) {
 		}
 		return verify.NewTokenVerifier(options(p, tt, set))
 	}
-	var s Set
 	var err error
 	if s.Callers, err = build(verify.PurposeCaller, t.Callers); err != nil {
 		return nil, err
@@ -195,15 +256,24 @@ func FromConfig(t config.Trust) (*Set, error) {
 	}
 	var signers []verify.Signer
 	for _, mk := range t.ManifestSigners {
-		pub, err := verify.LoadPublicKeyPEMFile(mk.PEMFile)
+		raw, err := read(mk.PEMFile, verify.MaxKeyFileBytes)
 		if err != nil {
 			return nil, fmt.Errorf("trust.manifest_signers[%s]: %w", mk.KeyID, err)
+		}
+		pub, err := verify.LoadPublicKeyPEM(raw)
+		if err != nil {
+			return nil, fmt.Errorf("trust.manifest_signers[%s]: %s: %w", mk.KeyID, mk.PEMFile, err)
 		}
 		if err := check("manifest_signers", verify.Fingerprint(pub)); err != nil {
 			return nil, err
 		}
 		signers = append(signers, verify.Signer{KeyID: mk.KeyID, PublicKey: pub})
+		if s.keyIDs == nil {
+			s.keyIDs = map[string][]string{}
+		}
+		s.keyIDs["manifest_signers"] = append(s.keyIDs["manifest_signers"], mk.KeyID)
 	}
+	slices.Sort(s.keyIDs["manifest_signers"])
 	if s.Manifests, err = verify.NewManifestVerifier(signers); err != nil {
 		return nil, err
 	}
@@ -214,9 +284,13 @@ func FromConfig(t config.Trust) (*Set, error) {
 // LoadTickets builds the ticket signer of a production configuration into
 // s.Tickets. It refuses the development ticket key and a key that any other
 // purpose also uses (a ticket key verifies nothing else, and nothing else's
-// key signs tickets).
+// key signs tickets). Files are read as FromConfig reads them.
 func (s *Set) LoadTickets(t config.Tickets) error {
-	raw, err := readKeyFile(t.SigningKey.PEMFile)
+	return s.loadTickets(t, safefile.ReadMounted)
+}
+
+func (s *Set) loadTickets(t config.Tickets, read config.ReadFunc) error {
+	raw, err := read(t.SigningKey.PEMFile, verify.MaxKeyFileBytes)
 	if err != nil {
 		return fmt.Errorf("tickets.signing_key: %w", err)
 	}
@@ -233,7 +307,7 @@ func (s *Set) LoadTickets(t config.Tickets) error {
 	}
 	var previous jwk.Set
 	if t.PreviousJWKSFile != "" {
-		raw, err := readKeyFile(t.PreviousJWKSFile)
+		raw, err := read(t.PreviousJWKSFile, verify.MaxKeyFileBytes)
 		if err != nil {
 			return fmt.Errorf("tickets.previous_jwks_file: %w", err)
 		}
@@ -248,23 +322,18 @@ func (s *Set) LoadTickets(t config.Tickets) error {
 	if err != nil {
 		return fmt.Errorf("tickets: %w", err)
 	}
+	if s.keyIDs == nil {
+		s.keyIDs = map[string][]string{}
+	}
+	s.keyIDs["tickets"] = []string{t.SigningKey.KeyID}
+	if previous != nil {
+		for i := 0; i < previous.Len(); i++ {
+			k, _ := previous.Key(i)
+			kid, _ := k.KeyID()
+			s.keyIDs["tickets"] = append(s.keyIDs["tickets"], kid)
+		}
+	}
 	return nil
-}
-
-func readKeyFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	raw, err := io.ReadAll(io.LimitReader(f, verify.MaxKeyFileBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(raw) > verify.MaxKeyFileBytes {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, verify.MaxKeyFileBytes)
-	}
-	return raw, nil
 }
 
 func options(p verify.Purpose, t config.TokenTrust, set jwk.Set) verify.TokenOptions {
@@ -282,9 +351,9 @@ func options(p verify.Purpose, t config.TokenTrust, set jwk.Set) verify.TokenOpt
 	}
 }
 
-func loadSet(t config.TokenTrust) (jwk.Set, error) {
+func loadSet(t config.TokenTrust, read config.ReadFunc) (jwk.Set, error) {
 	if t.JWKSFile != "" {
-		raw, err := os.ReadFile(t.JWKSFile)
+		raw, err := read(t.JWKSFile, verify.MaxKeyFileBytes)
 		if err != nil {
 			return nil, err
 		}
@@ -293,7 +362,7 @@ func loadSet(t config.TokenTrust) (jwk.Set, error) {
 	if t.PEMFile == "" {
 		return nil, errors.New("no key file")
 	}
-	raw, err := os.ReadFile(t.PEMFile)
+	raw, err := read(t.PEMFile, verify.MaxKeyFileBytes)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/itocompute/itogate/gatekeeper/safefile"
 )
 
 // CertReloader serves a certificate and key from files and picks up new
@@ -42,12 +44,35 @@ func NewCertReloader(certFile, keyFile string, log *slog.Logger) (*CertReloader,
 	if err != nil {
 		return nil, fmt.Errorf("webhook tls: %w", err)
 	}
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	cert, err := r.load()
 	if err != nil {
 		return nil, fmt.Errorf("webhook tls: %w", err)
 	}
 	r.cert, r.stamp, r.checkedAt = &cert, stamp, r.now()
 	return r, nil
+}
+
+// MaxPEMFileBytes bounds each certificate, key and CA file.
+const MaxPEMFileBytes = 1 << 20
+
+// load reads the pair with safefile.ReadMounted (regular files of at most
+// MaxPEMFileBytes, symbolic links only within their own directory: a
+// Secret volume) from one version of the volume.
+func (r *CertReloader) load() (tls.Certificate, error) {
+	var cert tls.Certificate
+	err := safefile.Consistent(3, func(read func(string, int64) ([]byte, error)) error {
+		certPEM, err := read(r.certFile, MaxPEMFileBytes)
+		if err != nil {
+			return err
+		}
+		keyPEM, err := read(r.keyFile, MaxPEMFileBytes)
+		if err != nil {
+			return err
+		}
+		cert, err = tls.X509KeyPair(certPEM, keyPEM)
+		return err
+	})
+	return cert, err
 }
 
 func (r *CertReloader) stampFiles() (string, error) {
@@ -69,7 +94,7 @@ func (r *CertReloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, e
 	if now := r.now(); now.Sub(r.checkedAt) >= CheckInterval {
 		r.checkedAt = now
 		if stamp, err := r.stampFiles(); err == nil && stamp != r.stamp {
-			cert, err := tls.LoadX509KeyPair(r.certFile, r.keyFile)
+			cert, err := r.load()
 			if err != nil {
 				r.log.Error("webhook tls: new certificate files do not load; keeping the previous pair", "err", err)
 			} else {
@@ -87,7 +112,7 @@ func (r *CertReloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, e
 func TLSConfig(r *CertReloader, clientCAFile string) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: r.GetCertificate}
 	if clientCAFile != "" {
-		pem, err := os.ReadFile(clientCAFile)
+		pem, err := safefile.ReadMounted(clientCAFile, MaxPEMFileBytes)
 		if err != nil {
 			return nil, fmt.Errorf("webhook tls: client CA: %w", err)
 		}

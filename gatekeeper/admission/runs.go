@@ -15,20 +15,36 @@ import (
 // caller's account. The state is the ledger's (RunRecord.State at now), the
 // one every enforcement point reads.
 
+// accountRun reads the run runID of the caller's account for op. An
+// invalid id is REQUEST_INVALID; another account's run answers like an
+// unknown one, RUN_STATUS_NOT_FOUND; a ledger failure is its fault. The
+// outcome is nil when the run is returned.
+func (s *Service) accountRun(ctx context.Context, caller Caller, runID, op string) (ledger.RunRecord, *Outcome) {
+	if !reID.MatchString(runID) {
+		o := fail(api.CodeRequestInvalid, "run_id: 1-128 characters of [A-Za-z0-9._:-]")
+		return ledger.RunRecord{}, &o
+	}
+	r, err := s.opts.Ledger.RunRecord(ctx, runID)
+	var o Outcome
+	switch {
+	case errors.Is(err, ledger.ErrNotFound) || (err == nil && r.Account != caller.Account):
+		o = fail(api.CodeRunStatusNotFound, "no run with this id was admitted for this account")
+	case err != nil:
+		o = s.ledgerFault(op, err)
+	default:
+		return r, nil
+	}
+	return ledger.RunRecord{}, &o
+}
+
 // RunStatus answers the run runID of the caller's account with its state,
 // stage, GPUs, times, restarts, checkpoint plan, halt or revocation and
 // every event (the decision id of every admission on it). Another
 // account's run answers like an unknown one: 404 RUN_STATUS_NOT_FOUND.
 func (s *Service) RunStatus(ctx context.Context, caller Caller, runID string) Outcome {
-	if !reID.MatchString(runID) {
-		return fail(api.CodeRequestInvalid, "run_id: 1-128 characters of [A-Za-z0-9._:-]")
-	}
-	r, err := s.opts.Ledger.RunRecord(ctx, runID)
-	switch {
-	case errors.Is(err, ledger.ErrNotFound) || (err == nil && r.Account != caller.Account):
-		return fail(api.CodeRunStatusNotFound, "no run with this id was admitted for this account")
-	case err != nil:
-		return s.ledgerFault("run status", err)
+	r, refused := s.accountRun(ctx, caller, runID, "run status")
+	if refused != nil {
+		return *refused
 	}
 	events, err := s.opts.Ledger.RunEvents(ctx, runID)
 	if err != nil {

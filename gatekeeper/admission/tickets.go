@@ -44,15 +44,9 @@ func (s *Service) RenewTicket(ctx context.Context, caller Caller, runID string) 
 	if s.opts.Tickets == nil || s.opts.TicketVerifier == nil {
 		return fail(api.CodeTicketsDisabled, "tickets are not configured on this itogate")
 	}
-	if !reID.MatchString(runID) {
-		return fail(api.CodeRequestInvalid, "run_id: 1-128 characters of [A-Za-z0-9._:-]")
-	}
-	r, err := s.opts.Ledger.RunRecord(ctx, runID)
-	switch {
-	case errors.Is(err, ledger.ErrNotFound) || (err == nil && r.Account != caller.Account):
-		return fail(api.CodeRunStatusNotFound, "no run with this id was admitted for this account")
-	case err != nil:
-		return s.ledgerFault("ticket renewal", err)
+	r, refused := s.accountRun(ctx, caller, runID, "ticket renewal")
+	if refused != nil {
+		return *refused
 	}
 	now := s.opts.Now()
 	if err := r.MayWork(now); err != nil {

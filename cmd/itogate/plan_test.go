@@ -5,7 +5,12 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/itocompute/itogate/internal/patience"
 )
+
+// The evaluations here get patience.Deadline, not the server's 250 ms:
+// what they test is the plans, on a machine of any speed and load.
 
 // TestPlanThenEval: `itogate plan --json` on a published recipe (the
 // Llama 3 70B torchtitan fixture, replanned on 4 nodes) prints ranked
@@ -13,7 +18,8 @@ import (
 // `itogate eval` (exit 0) with the same estimates of memory.
 func TestPlanThenEval(t *testing.T) {
 	const now = "1764403200"
-	res := runCLI(t, "plan", "--manifest", "../../fixtures/manifests/llama3-70b.json", "--nodes", "4", "--now", now, "--json")
+	res := runCLI(t, "plan", "--manifest", "../../fixtures/manifests/llama3-70b.json", "--nodes", "4", "--now", now, "--json",
+		"--deadline", patience.Deadline.String())
 	if res.exit != 0 {
 		t.Fatalf("plan: exit %d\n%s%s", res.exit, res.stdout, res.stderr)
 	}
@@ -46,7 +52,7 @@ func TestPlanThenEval(t *testing.T) {
 		if err := os.WriteFile(path, raw, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		ev := runCLI(t, "eval", "--manifest", path, "--now", now, "--json")
+		ev := runCLI(t, "eval", "--manifest", path, "--now", now, "--json", "--deadline", patience.Deadline.String())
 		if ev.exit != 0 {
 			t.Errorf("plan %d: eval exit %d\n%s", p.Rank, ev.exit, ev.stdout)
 			continue
@@ -73,7 +79,8 @@ func TestPlanBadInput(t *testing.T) {
 	}
 	// 405B on one node: no layout holds its states there, nor on the few
 	// node counts probed above the least that could
-	res := runCLI(t, "plan", "--manifest", "../../fixtures/manifests/llama3-405b.json", "--nodes", "1", "--json")
+	res := runCLI(t, "plan", "--manifest", "../../fixtures/manifests/llama3-405b.json", "--nodes", "1", "--json",
+		"--deadline", patience.Deadline.String())
 	if res.exit != exitDenied {
 		t.Errorf("405B on one node: exit %d, want %d\n%s", res.exit, exitDenied, res.stdout)
 	}

@@ -371,6 +371,10 @@ func (s *Service) ledgerFault(op string, err error) Outcome {
 	if s.opts.OnLedgerError != nil {
 		s.opts.OnLedgerError(op)
 	}
+	if he, ok := errors.AsType[*ledger.HoldError](err); ok {
+		return fail(api.CodeLedgerUnavailable, "the ledger was restored from a backup: deposits and admissions are held until "+
+			he.Until.Format(time.RFC3339)+"; denied, nothing was written")
+	}
 	return fail(api.CodeLedgerUnavailable, "the ledger is unavailable; denied, nothing was written")
 }
 

@@ -503,6 +503,10 @@ func (s *Service) committed(ctx context.Context, p *pending, stored ledger.Admis
 			Message: "this idempotency key was used for a different request", Data: data,
 			Violations: []api.Finding{{Code: api.CodeIdempotencyConflict, Gate: "idempotency",
 				Message: "the idempotency key is bound to another request"}}}
+	case errors.As(err, new(*ledger.HoldError)):
+		// A restore's hold refused the commit before writing: the outcome
+		// is known, and the message says until when.
+		return s.ledgerFault("commit", err)
 	case err != nil:
 		// A fault during the commit leaves its outcome unknown to us (the
 		// transaction may have committed): say so, and point at status.

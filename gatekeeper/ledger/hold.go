@@ -36,12 +36,23 @@ func HoldEnd(now time.Time, maxLifetime, leeway time.Duration, latestExpiry, pre
 }
 
 // Held is the refusal of a deposit or commit at now while a hold until
-// until lasts; nil when there is none (until zero) or it has passed. The
-// caller wraps it with ErrUnavailable and the operation.
+// until lasts, a *HoldError; nil when there is none (until zero) or it has
+// passed. The caller wraps it with ErrUnavailable and the operation.
 func Held(until, now time.Time) error {
 	if until.IsZero() || !now.Before(until) {
 		return nil
 	}
-	return fmt.Errorf("restored from a backup: deposits and admissions are held until %s, "+
-		"when every confirmation that may have been consumed after the backup has expired", until.UTC().Format(time.RFC3339))
+	return &HoldError{Until: until.UTC()}
+}
+
+// HoldError is Held's refusal: nothing was written, and the same deposit or
+// commit is refused until Until (UTC). Unlike another ErrUnavailable from
+// Commit, the outcome is known: find it with errors.As.
+type HoldError struct {
+	Until time.Time
+}
+
+func (e *HoldError) Error() string {
+	return fmt.Sprintf("restored from a backup: deposits and admissions are held until %s, "+
+		"when every confirmation that may have been consumed after the backup has expired", e.Until.Format(time.RFC3339))
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -378,6 +380,34 @@ func TestStoreFaultsDeny(t *testing.T) {
 			t.Fatalf("ledger error not counted:\n%s", body)
 		}
 	})
+	t.Run("restore hold", func(t *testing.T) {
+		// A restored ledger's hold refuses the commit and the deposit before
+		// writing: 503 naming the hold's end, never "the outcome is
+		// unknown", and nothing stored under the key.
+		until := time.Date(2099, 1, 2, 3, 4, 5, 0, time.UTC)
+		var held heldStore
+		h := newHarness(t, func(o *admission.Options) { held.Store = o.Ledger; held.until = until; o.Ledger = &held })
+		m, _ := h.runner.LoadManifest("llama3-8b")
+		ref, err := h.runner.Confirm(ctx, "train.create", manifest.Digest(m.Raw), "2000.00", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ent, _ := h.runner.EntitlementFor(m, nil)
+		held.on.Store(true)
+		want := "the ledger was restored from a backup: deposits and admissions are held until 2099-01-02T03:04:05Z; denied, nothing was written"
+		a, err := h.runner.Admit(ctx, api.AdmissionRequest{Action: "train.create", BookingID: scenario.Booking,
+			IdempotencyKey: "k-held", Manifest: m.Raw, ManifestSignature: m.Signature, EntitlementToken: ent, ConfirmationRef: ref})
+		if err != nil || a.Status != 503 || a.Error.Code != "LEDGER_UNAVAILABLE" || a.Error.Message != want {
+			t.Fatalf("commit during the hold: %+v %v; want 503 LEDGER_UNAVAILABLE %q", a, err, want)
+		}
+		if _, err := h.store.Admission(ctx, scenario.Account, "k-held"); !errors.Is(err, ledger.ErrNotFound) {
+			t.Fatalf("admission stored during the hold: %v", err)
+		}
+		_, err = h.runner.Confirm(ctx, "train.create", manifest.Digest(m.Raw), "2000.00", "")
+		if err == nil || !strings.Contains(err.Error(), "LEDGER_UNAVAILABLE") || !strings.Contains(err.Error(), "held until 2099-01-02T03:04:05Z") {
+			t.Fatalf("deposit during the hold: %v", err)
+		}
+	})
 	t.Run("no bundle", func(t *testing.T) {
 		h := newHarness(t, func(o *admission.Options) { o.Policy = func() admission.Decider { return nil } })
 		m, _ := h.runner.LoadManifest("llama3-8b")
@@ -386,6 +416,35 @@ func TestStoreFaultsDeny(t *testing.T) {
 			t.Fatalf("got %+v %v", a, err)
 		}
 	})
+}
+
+// heldStore refuses deposits and commits as a restored ledger does during
+// its hold (ledger.Held) once on is set; everything else goes to Store.
+type heldStore struct {
+	ledger.Store
+	until time.Time
+	on    atomic.Bool
+}
+
+func (s *heldStore) hold(op string) error {
+	if !s.on.Load() {
+		return nil
+	}
+	return fmt.Errorf("ledger: test: %s: %w: %w", op, ledger.ErrUnavailable, ledger.Held(s.until, time.Now()))
+}
+
+func (s *heldStore) DepositConfirmation(ctx context.Context, c ledger.Confirmation) error {
+	if err := s.hold("deposit"); err != nil {
+		return err
+	}
+	return s.Store.DepositConfirmation(ctx, c)
+}
+
+func (s *heldStore) Commit(ctx context.Context, a ledger.Admission) (ledger.Admission, bool, error) {
+	if err := s.hold("commit"); err != nil {
+		return ledger.Admission{}, false, err
+	}
+	return s.Store.Commit(ctx, a)
 }
 
 func callerToken(t *testing.T, _ *harness) string {

@@ -209,13 +209,18 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	if opts.ReadOnly {
 		err := db.View(func(tx *bbolt.Tx) error {
+			// The schema first: an older file lacks the newer buckets, and
+			// its version says why.
+			if meta := tx.Bucket(bucketMeta); meta != nil {
+				if v := meta.Get(keySchema); v != nil && string(v) != schemaVersion {
+					return fmt.Errorf("schema version %q, this binary reads %q (read-only: not migrated; "+
+						"itogate serve migrates an older file when it opens it)", v, schemaVersion)
+				}
+			}
 			for _, name := range allBuckets {
 				if tx.Bucket(name) == nil {
 					return fmt.Errorf("no %s bucket: not an itogate ledger of schema %s", name, schemaVersion)
 				}
-			}
-			if v := tx.Bucket(bucketMeta).Get(keySchema); string(v) != schemaVersion {
-				return fmt.Errorf("schema version %q, this binary reads %q (read-only: not migrated)", v, schemaVersion)
 			}
 			return nil
 		})

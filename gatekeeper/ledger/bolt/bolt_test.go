@@ -579,6 +579,12 @@ func TestMigrateSchema1(t *testing.T) {
 		t.Fatal(err)
 	}
 	downgrade(t, path)
+	// Read-only (itogate ledger check) it is refused by its schema, not by a
+	// bucket only later schemas have, and left as it is.
+	if _, err := Open(path, Options{ReadOnly: true}); !errors.Is(err, ledger.ErrUnavailable) ||
+		!strings.Contains(err.Error(), `schema version "1", this binary reads "`+schemaVersion+`" (read-only: not migrated`) {
+		t.Fatalf("Open(schema 1, read-only) = %v; want the schema named", err)
+	}
 	logs.Reset()
 	s, err = Open(path, Options{Log: log})
 	if err != nil {

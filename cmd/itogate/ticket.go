@@ -62,8 +62,9 @@ func newTicketVerifyCmd(stdout, stderr io.Writer) *cobra.Command {
 		Use:   "verify (--jwks FILE | --pem FILE --key-id KID --algorithm ALG) --issuer ISS [expectations] [TICKET_FILE|-]",
 		Short: "Verify an admission ticket offline against the ticket JWKS or a PEM public key",
 		Long: `Verify an admission ticket offline: signature (the algorithm comes from the key,
-never from the ticket), typ ito-ticket+jwt, issuer, audience, exp and iat with
-leeway, and every ticket claim; then each expectation given as a flag. Nothing is
+never from the ticket), typ ito-ticket+jwt, issuer, audience, exp (no leeway: a
+ticket verifies offline for at most its lifetime), iat with leeway, and every
+ticket claim; then each expectation given as a flag. Nothing is
 fetched: the keys come from a file (GET /v1/tickets/jwks saved, or a PEM).
 
 The ticket is read from TICKET_FILE, or from standard input when it is "-" or
@@ -101,7 +102,7 @@ on failure one line naming the reason to standard error, never the ticket.`,
 	f.StringVar(&o.algorithm, "algorithm", "", "algorithm of the --pem key: EdDSA or ES256")
 	f.StringVar(&o.issuer, "issuer", "", "required iss: the issuing itogate's tickets.issuer")
 	f.StringVar(&o.audience, "audience", ticket.DefaultAudience, "required aud")
-	f.DurationVar(&o.leeway, "leeway", verify.DefaultLeeway, "clock skew tolerated on exp and iat")
+	f.DurationVar(&o.leeway, "leeway", verify.DefaultLeeway, "clock skew tolerated on iat (never on exp)")
 	f.StringVar(&o.expect.RunID, "run-id", "", "expected run_id")
 	f.StringVar(&o.expect.BookingID, "booking", "", "expected booking_id")
 	f.StringVar(&o.expect.Account, "account", "", "expected sub (account)")

@@ -301,8 +301,9 @@ type Tickets struct {
 	// GET /v1/tickets/jwks after a rotation, until the tickets they signed
 	// have expired.
 	PreviousJWKSFile string `yaml:"previous_jwks_file"`
-	// Leeway is the clock skew the webhook tolerates on a ticket's exp and
-	// iat (default verify.DefaultLeeway, 30s; at most 5m).
+	// Leeway is the clock skew the webhook, the renewal and the online
+	// check tolerate on a ticket's iat (default verify.DefaultLeeway, 30s;
+	// at most 5m); never on exp, so the offline window stays the lifetime.
 	Leeway Duration `yaml:"leeway"`
 	// Lifetime is how long a ticket lives, exp − iat at most (default
 	// ticket.DefaultLifetime, 5m; 1m to 1h): the holder renews it while the

@@ -27,9 +27,11 @@ func TestCapped(t *testing.T) {
 }
 
 // TestOfflineWindow: the window in which an offline verifier (`itogate
-// ticket verify`, the default leeway) still accepts a ticket whose run was
-// withdrawn the instant it was issued is exactly the lifetime plus the
-// leeway: 330 s with the defaults (docs/tickets.md).
+// ticket verify`) still accepts a ticket whose run was withdrawn the instant
+// it was issued is exactly the ticket lifetime, 300 s with the defaults
+// (docs/tickets.md): the verifier allows no leeway on exp, with the default
+// leeway, with a verifier given an hour of it, and through its cache (the
+// webhook's verifier caches).
 func TestOfflineWindow(t *testing.T) {
 	s := devSigner(t)
 	c := claims()
@@ -38,17 +40,38 @@ func TestOfflineWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := verifierFor(t, s)
-	window := ticket.DefaultLifetime + verify.DefaultLeeway
-	if window != 330*time.Second {
-		t.Fatalf("the documented offline window is 330 s, the defaults give %v", window)
+	if ticket.DefaultLifetime != 300*time.Second {
+		t.Fatalf("the documented default lifetime is 300 s, got %v", ticket.DefaultLifetime)
 	}
-	if _, err := v.Verify([]byte(raw), t0.Add(window-time.Second)); err != nil {
-		t.Fatalf("1 s inside the window: %v", err)
+	for _, leeway := range []time.Duration{0, verify.DefaultLeeway, time.Hour} {
+		for _, cache := range []int{0, 8} {
+			v := verifierWith(t, s, leeway, cache)
+			if _, err := v.Verify([]byte(raw), t0.Add(ticket.DefaultLifetime-time.Second)); err != nil {
+				t.Fatalf("leeway %v, cache %d: 1 s inside the lifetime: %v", leeway, cache, err)
+			}
+			_, err = v.Verify([]byte(raw), t0.Add(ticket.DefaultLifetime))
+			if k, _ := verify.KindOf(err); k != verify.KindExpired {
+				t.Fatalf("leeway %v, cache %d: at the lifetime's end: %v, want expired", leeway, cache, err)
+			}
+		}
 	}
-	_, err = v.Verify([]byte(raw), t0.Add(window))
-	if k, _ := verify.KindOf(err); k != verify.KindExpired {
-		t.Fatalf("at the window's end: %v, want expired", err)
+}
+
+// TestLeewayOnIssuedAt: the ticket verifier's leeway still covers a
+// verifier clock behind the issuer's on iat.
+func TestLeewayOnIssuedAt(t *testing.T) {
+	s := devSigner(t)
+	raw, err := s.Issue(claims())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := verifierWith(t, s, 0, 0)
+	if _, err := v.Verify([]byte(raw), t0.Add(-verify.DefaultLeeway)); err != nil {
+		t.Fatalf("a clock %v behind: %v", verify.DefaultLeeway, err)
+	}
+	_, err = v.Verify([]byte(raw), t0.Add(-verify.DefaultLeeway-time.Second))
+	if k, _ := verify.KindOf(err); k != verify.KindIssuedInFuture {
+		t.Fatalf("a clock past the leeway behind: %v, want issued in the future", err)
 	}
 }
 

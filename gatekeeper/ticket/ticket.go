@@ -50,9 +50,9 @@ const Type = "ito-ticket+jwt"
 const DefaultAudience = "itogate-workload"
 
 // Ticket lifetimes (exp − iat): a ticket lives minutes and its holder
-// renews it while the run may run (POST /v1/runs/{run_id}/ticket), so a
-// withdrawn run's last ticket verifies offline for at most the lifetime
-// plus the verifier's leeway (docs/tickets.md).
+// renews it while the run may run (POST /v1/runs/{run_id}/ticket), and the
+// Verifier allows no leeway on exp, so a withdrawn run's last ticket
+// verifies offline for at most the lifetime (docs/tickets.md).
 const (
 	// DefaultLifetime is the lifetime when tickets.lifetime is not set.
 	DefaultLifetime = 5 * time.Minute

@@ -42,11 +42,18 @@ func devSigner(t *testing.T) *ticket.Signer {
 
 func verifierFor(t *testing.T, s *ticket.Signer) *ticket.Verifier {
 	t.Helper()
+	return verifierWith(t, s, 0, 0)
+}
+
+// verifierWith is verifierFor with a leeway and cache entries (0: the
+// defaults of ticket.VerifierOptions).
+func verifierWith(t *testing.T, s *ticket.Signer, leeway time.Duration, cacheEntries int) *ticket.Verifier {
+	t.Helper()
 	set, err := verify.LoadJWKS(s.JWKS())
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := ticket.NewVerifier(ticket.VerifierOptions{Issuer: "https://itogate.test", Keys: set})
+	v, err := ticket.NewVerifier(ticket.VerifierOptions{Issuer: "https://itogate.test", Keys: set, Leeway: leeway, CacheEntries: cacheEntries})
 	if err != nil {
 		t.Fatal(err)
 	}

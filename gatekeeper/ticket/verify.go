@@ -29,8 +29,10 @@ type VerifierOptions struct {
 	// Keys are the ticket public keys (GET /v1/tickets/jwks, or a PEM made
 	// into a set with verify.KeySetFromPEM).
 	Keys jwk.Set
-	// Leeway is the clock skew tolerated on exp and iat; 0 means
-	// verify.DefaultLeeway.
+	// Leeway is the clock skew tolerated on iat; 0 means
+	// verify.DefaultLeeway. exp gets none: a ticket is expired from its exp
+	// on the verifier's clock, so it verifies offline for at most its
+	// lifetime (exp − iat) whatever the leeway.
 	Leeway time.Duration
 	// CacheEntries: see verify.TokenOptions (verify.CacheEntriesFor
 	// (verify.PurposeTicket) for a long-running verifier, 0 for one-shot).
@@ -50,7 +52,7 @@ func NewVerifier(opts VerifierOptions) (*Verifier, error) {
 	}
 	tv, err := verify.NewTokenVerifier(verify.TokenOptions{
 		Purpose: verify.PurposeTicket, Issuer: opts.Issuer, Audience: aud, Type: Type,
-		Keys: opts.Keys, Leeway: opts.Leeway, RequireJTI: true, CacheEntries: opts.CacheEntries,
+		Keys: opts.Keys, Leeway: opts.Leeway, StrictExpiry: true, RequireJTI: true, CacheEntries: opts.CacheEntries,
 	})
 	if err != nil {
 		return nil, err
@@ -58,8 +60,8 @@ func NewVerifier(opts VerifierOptions) (*Verifier, error) {
 	return &Verifier{tv: tv}, nil
 }
 
-// Verify checks raw at now: signature, typ, iss, aud, exp and iat (with
-// leeway), then that every ticket claim is present with its type. Every
+// Verify checks raw at now: signature, typ, iss, aud, exp (expired from
+// exp on, no leeway) and iat (with leeway), then that every ticket claim is present with its type. Every
 // failure is a *verify.Error with PurposeTicket; missing or mistyped ticket
 // claims are KindClaims.
 func (v *Verifier) Verify(raw []byte, now time.Time) (Claims, error) {

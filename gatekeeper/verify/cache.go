@@ -53,7 +53,7 @@ type CacheStats struct {
 	// room for a new one.
 	Evictions uint64
 	// Expirations counts entries dropped because their token had expired
-	// (exp + leeway) at the now of a later Verify call.
+	// (exp + leeway; exp with StrictExpiry) at the now of a later Verify call.
 	Expirations uint64
 	// Entries is the number of entries now; at most the configured
 	// TokenOptions.CacheEntries.
@@ -105,7 +105,8 @@ type cacheEntry struct {
 	// claims are never changed after put and never handed out: each hit
 	// returns a clone.
 	claims *Claims
-	// deadline is exp + leeway: at or after it the token is expired.
+	// deadline is exp + leeway (exp alone with StrictExpiry): at or after
+	// it the token is expired.
 	deadline   time.Time
 	cost       int
 	prev, next *cacheEntry

@@ -75,7 +75,8 @@ const (
 	// KindSignature: the signature does not verify with the resolved key (or,
 	// for manifests, with any pinned signer).
 	KindSignature
-	// KindExpired: now is at or after exp + leeway.
+	// KindExpired: now is at or after exp + leeway (exp alone with
+	// TokenOptions.StrictExpiry).
 	KindExpired
 	// KindNotYetValid: now is before nbf - leeway.
 	KindNotYetValid

@@ -58,6 +58,11 @@ type TokenOptions struct {
 	// Leeway is the clock skew tolerated on exp, nbf and iat; 0 means
 	// DefaultLeeway, negative is an error.
 	Leeway time.Duration
+	// StrictExpiry makes exp a hard end: the token is expired from exp on
+	// the verifier's clock, with no leeway; Leeway still applies to nbf and
+	// iat. Tickets use it, so that a ticket verifies offline for at most its
+	// lifetime (exp − iat) whatever leeway a verifier is given.
+	StrictExpiry bool
 	// MaxBytes bounds the raw token; 0 means DefaultMaxTokenBytes, negative
 	// is an error. Larger tokens fail with KindTooLarge before parsing.
 	MaxBytes int
@@ -78,10 +83,11 @@ type TokenOptions struct {
 //
 // With TokenOptions.CacheEntries = N > 0 the verifier remembers up to N
 // successful verifications: a map from the SHA-256 of the exact token bytes
-// (never the token) to the verified Claims and exp + leeway. A later Verify
-// of the same bytes skips parsing and the signature and runs only the checks
-// that depend on now (exp, nbf, iat, with leeway), so it returns what a full
-// verification at that now would, the same *Error included. This is safe
+// (never the token) to the verified Claims and exp + leeway (exp alone with
+// StrictExpiry). A later Verify of the same bytes skips parsing and the
+// signature and runs only the checks that depend on now (exp, nbf, iat,
+// with leeway), so it returns what a full verification at that now would,
+// the same *Error included. This is safe
 // because the cache holds only successes, each after a full verification
 // with this verifier's purpose, issuer, audience, typ and keys, which are
 // fixed for the verifier's life (a purpose never sees another's cache); any
@@ -105,6 +111,7 @@ type TokenVerifier struct {
 	typ        string
 	keys       map[string]resolvedKey
 	leeway     time.Duration
+	expLeeway  time.Duration // leeway on exp: leeway, or 0 with StrictExpiry
 	maxBytes   int
 	requireJTI bool
 	cache      *tokenCache // nil: every Verify is a full verification
@@ -173,6 +180,9 @@ func NewTokenVerifier(opts TokenOptions) (*TokenVerifier, error) {
 	if v.leeway == 0 {
 		v.leeway = DefaultLeeway
 	}
+	if !opts.StrictExpiry {
+		v.expLeeway = v.leeway
+	}
 	if v.maxBytes == 0 {
 		v.maxBytes = DefaultMaxTokenBytes
 	}
@@ -185,7 +195,8 @@ func NewTokenVerifier(opts TokenOptions) (*TokenVerifier, error) {
 // Purpose returns the verifier's purpose.
 func (v *TokenVerifier) Purpose() Purpose { return v.purpose }
 
-// Leeway is the clock skew this verifier tolerates on exp, nbf and iat. The
+// Leeway is the clock skew this verifier tolerates on nbf, iat and, unless
+// StrictExpiry, exp. The
 // admission puts it into the policy input (leeway_seconds) so the policy
 // applies the very same tolerance: one leeway, configured in one place.
 func (v *TokenVerifier) Leeway() time.Duration { return v.leeway }
@@ -223,7 +234,7 @@ func (v *TokenVerifier) Verify(raw []byte, now time.Time) (*Claims, error) {
 	if err != nil {
 		return nil, err
 	}
-	v.cache.put(&key, c.clone(), c.Expiry.Add(v.leeway), now)
+	v.cache.put(&key, c.clone(), c.Expiry.Add(v.expLeeway), now)
 	return c, nil
 }
 
@@ -395,10 +406,10 @@ func (v *TokenVerifier) checkClaims(kid string, payload []byte, now time.Time) (
 }
 
 // checkTimes is every check of Verify that depends on now, in Verify's
-// order: exp, nbf, iat, each with leeway. A cached verification runs exactly
-// this against each later now (cache.go).
+// order: exp, nbf, iat, each with leeway (none on exp with StrictExpiry). A
+// cached verification runs exactly this against each later now (cache.go).
 func (v *TokenVerifier) checkTimes(c *Claims, now time.Time) *Error {
-	if !now.Before(c.Expiry.Add(v.leeway)) {
+	if !now.Before(c.Expiry.Add(v.expLeeway)) {
 		return v.fail(KindExpired, "token expired")
 	}
 	if !c.NotBefore.IsZero() && now.Before(c.NotBefore.Add(-v.leeway)) {

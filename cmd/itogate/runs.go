@@ -150,8 +150,8 @@ func showRun(w io.Writer, r api.RunStatus) {
 		fmt.Fprintf(w, "  ended %s by %s\n", unixTime(r.EndedAt), t(string(r.EndedBy)))
 	}
 	fmt.Fprintf(w, "  restarts %d", r.Restarts)
-	if r.Restarts > 0 {
-		fmt.Fprintf(w, " (last from step %d)", r.LastCheckpointStep)
+	if r.LastCheckpointStep != nil {
+		fmt.Fprintf(w, " (last from step %d)", *r.LastCheckpointStep)
 	}
 	fmt.Fprintln(w)
 	if c := r.Checkpoint; c != nil {
@@ -189,8 +189,8 @@ func showRun(w io.Writer, r api.RunStatus) {
 				fmt.Fprintf(w, "  %s=%s", f.label, t(f.v))
 			}
 		}
-		if e.CheckpointStep != 0 {
-			fmt.Fprintf(w, "  checkpoint_step=%d", e.CheckpointStep)
+		if e.CheckpointStep != nil {
+			fmt.Fprintf(w, "  checkpoint_step=%d", *e.CheckpointStep)
 		}
 		fmt.Fprintln(w)
 	}

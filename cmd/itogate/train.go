@@ -307,7 +307,11 @@ func (o *trainOptions) run(ctx context.Context, changed func(string) bool, stdou
 	req := api.AdmissionRequest{
 		Action: api.Action(o.action), BookingID: o.booking, IdempotencyKey: o.idempotencyKey,
 		ConfirmationRef: o.confirmationRef, RunID: o.runID, ReleasesBooking: o.releaseBooking,
-		Stage: o.stage, CheckpointStep: o.checkpointStep,
+		Stage: o.stage,
+	}
+	if spec, _ := req.Action.Spec(); spec.CheckpointStep {
+		// checkActionFlags made sure the flag was given: 0 is sent as 0.
+		req.CheckpointStep = &o.checkpointStep
 	}
 	if req.Action.CarriesManifest() {
 		data, digest, err := safefile.ReadManifest(o.manifestPath, manifest.MaxBytes)

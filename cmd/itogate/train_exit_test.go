@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -290,7 +291,7 @@ func TestTrainActionFlags(t *testing.T) {
 			want.Stage = "sft"
 		}
 		if spec.CheckpointStep {
-			want.CheckpointStep = 500
+			want.CheckpointStep = new(int64(500))
 		}
 		if spec.EvalReports {
 			want.EvalReports = []string{"a.b.c"}
@@ -308,6 +309,25 @@ func TestTrainActionFlags(t *testing.T) {
 		if res := runCLI(t, args...); res.exit != exitFailed || s.posts.Load() != 0 {
 			t.Errorf("%s: exit %d after %d POSTs", what, res.exit, s.posts.Load())
 		}
+	}
+}
+
+// TestTrainRestartFromStepZero: --checkpoint-step 0 sends
+// "checkpoint_step":0, an explicit step the server tells apart from none.
+func TestTrainRestartFromStepZero(t *testing.T) {
+	tok, ent := exitClientFiles(t)
+	var bodies []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		bodies = append(bodies, string(b))
+		_, _ = w.Write([]byte(`{"ok":true,"data":{"decision":"allow"}}`))
+	}))
+	defer srv.Close()
+	res := runCLI(t, "train", "--server", srv.URL, "--token-file", tok, "--entitlement-file", ent,
+		"--action", "train.restart", "--run-id", "run_x", "--checkpoint-step", "0",
+		"--booking", "bk_1", "--confirmation-ref", "cfr_"+strings.Repeat("0", 32), "--idempotency-key", "k1", "--json")
+	if res.exit != 0 || len(bodies) != 1 || !strings.Contains(bodies[0], `"checkpoint_step":0`) {
+		t.Fatalf("exit %d (stderr %q), sent %q; want one request with \"checkpoint_step\":0", res.exit, res.stderr, bodies)
 	}
 }
 

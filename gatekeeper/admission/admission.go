@@ -214,7 +214,7 @@ func RequestDigest(caller Caller, req Request, manifestDigest string) string {
 		fields = append(fields, req.Stage)
 	}
 	if spec.CheckpointStep {
-		fields = append(fields, req.CheckpointStep)
+		fields = append(fields, req.Step())
 	}
 	canon, _ := json.Marshal(fields)
 	sum := sha256.Sum256(canon)

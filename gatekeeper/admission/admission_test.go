@@ -206,7 +206,7 @@ func admitCases() []admitCase {
 				}
 			}},
 		{name: "allow/train.restart", setup: with(onRun(restart), func(_ *env, r *admission.Request) {
-			r.CheckpointStep = 500
+			r.CheckpointStep = new(int64(500))
 		}), status: 200, decision: "allow", state: "restart_admitted", effect: committed,
 			check: func(t *testing.T, e *env, req admission.Request, _ admission.Outcome) {
 				a, _ := e.store.Admission(context.Background(), caller.Account, req.IdempotencyKey)
@@ -234,7 +234,9 @@ func admitCases() []admitCase {
 		shape("run_id on train.create", func(_ *env, r *admission.Request) { r.RunID = "run_01" }),
 		shape("releases_booking on train.create", func(_ *env, r *admission.Request) { r.ReleasesBooking = true }),
 		shape("stage on train.create", func(_ *env, r *admission.Request) { r.Stage = "midtrain" }),
-		shape("checkpoint_step on train.create", func(_ *env, r *admission.Request) { r.CheckpointStep = 1 }),
+		shape("checkpoint_step on train.create", func(_ *env, r *admission.Request) { r.CheckpointStep = new(int64(1)) }),
+		// An explicit 0 is a step, told apart from none.
+		shape("checkpoint_step 0 on train.create", func(_ *env, r *admission.Request) { r.CheckpointStep = new(int64(0)) }),
 		shape("too many eval reports", func(_ *env, r *admission.Request) {
 			r.EvalReports = make([]string, api.MaxEvalReports+1)
 			for i := range r.EvalReports {
@@ -255,7 +257,8 @@ func admitCases() []admitCase {
 		shapeOn("no manifest on train.stage.advance", advance, func(_ *env, r *admission.Request) {
 			r.Manifest, r.ManifestSignature = nil, ""
 		}),
-		shapeOn("negative checkpoint_step on train.restart", restart, func(_ *env, r *admission.Request) { r.CheckpointStep = -1 }),
+		shapeOn("negative checkpoint_step on train.restart", restart, func(_ *env, r *admission.Request) { r.CheckpointStep = new(int64(-1)) }),
+		shapeOn("no checkpoint_step on train.restart", restart, func(_ *env, r *admission.Request) { r.CheckpointStep = nil }),
 		{name: "request/no manifest on train.create", setup: with(validCreate, func(_ *env, r *admission.Request) {
 			r.Manifest = nil
 		}), status: 400, code: api.CodeManifestRequired, check: decidedNot},
@@ -778,7 +781,7 @@ func admitCases() []admitCase {
 
 		// Restarts within the run's checkpoint plan and its budget.
 		{name: "restart/permissive policy: the ledger refuses a step off the checkpoint plan", setup: with(onRun(restart), func(_ *env, r *admission.Request) {
-			r.CheckpointStep = 499
+			r.CheckpointStep = new(int64(499))
 		}), status: 403, code: api.CodeRestartStepOffPlan, violations: []api.Code{api.CodeRestartStepOffPlan},
 			decision: "deny", state: "denied",
 			check: func(t *testing.T, _ *env, _ admission.Request, out admission.Outcome) {
@@ -791,12 +794,12 @@ func admitCases() []admitCase {
 			for i, step := range []int64{500, 1000} {
 				ref := e.confirm(t, fmt.Sprintf("cnf-r%d", i), restart, runID, "0")
 				r := e.runReq(restart, fmt.Sprintf("key-r%d", i), ref, e.entitlement(fmt.Sprintf("ent-r%d", i), nil), runID)
-				r.CheckpointStep = step
+				r.CheckpointStep = new(step)
 				e.mustAdmit(t, caller, r)
 			}
 			ref := e.confirm(t, "cnf-1", restart, runID, "0")
 			req := e.runReq(restart, "key-1", ref, e.entitlement("ent-1", nil), runID)
-			req.CheckpointStep = 500
+			req.CheckpointStep = new(int64(500))
 			e.decider = &fakeDecider{decision: policy.Decision{Allow: true, Estimates: map[string]any{"restart_budget": int64(2)}}}
 			return req
 		}, status: 403, code: api.CodeRestartBudgetExceeded, violations: []api.Code{api.CodeRestartBudgetExceeded},
@@ -1158,7 +1161,7 @@ func assertCommitted(t *testing.T, e *env, req admission.Request, out admission.
 		}
 	case api.TrainRestart:
 		want := before.run
-		want.Restarts, want.LastCheckpointStep = before.run.Restarts+1, req.CheckpointStep
+		want.Restarts, want.LastCheckpointStep = before.run.Restarts+1, req.Step()
 		if !after.run.Equal(want) || after.run.State(now) != api.RunLive {
 			t.Errorf("run after a restart: %+v -> %+v, want %+v", before.run, after.run, want)
 		}

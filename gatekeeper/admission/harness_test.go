@@ -394,6 +394,9 @@ func (e *env) runReq(action api.Action, key, ref, ent, runID string) admission.R
 	if action == api.TrainStageAdvance {
 		req.Manifest, req.ManifestSignature, req.Stage = e.raw, sigOK, "midtrain"
 	}
+	if action == api.TrainRestart {
+		req.CheckpointStep = new(int64(0)) // the step the confirmation names
+	}
 	return req
 }
 

@@ -187,7 +187,7 @@ func (in Input) Document() map[string]any {
 			"run_id":           req.RunID,
 			"releases_booking": req.ReleasesBooking,
 			"stage":            req.Stage,
-			"checkpoint_step":  req.CheckpointStep,
+			"checkpoint_step":  req.Step(),
 		},
 		"caller":          map[string]any{"sub": in.Caller.Subject, "account": in.Caller.Account, "key_id": in.Caller.KeyID},
 		"manifest_digest": in.ManifestDigest,

@@ -131,17 +131,17 @@ func serverInputs() []serverInput {
 			})}
 		})},
 		{"restart", onRunNamed(api.TrainRestart, func(t *testing.T, e *env, r *admission.Request) {
-			r.CheckpointStep = 500
+			r.CheckpointStep = new(int64(500))
 			r.ConfirmationRef = e.deposit(t, e.confirmation("cnf-restart-500", api.TrainRestart, r.RunID, "0",
 				func(m map[string]any) { m["checkpoint_step"] = int64(500) }))
 		})},
 		{"restart-cancelled-run", onRunNamed(api.TrainRestart, func(t *testing.T, e *env, r *admission.Request) {
 			e.mustAdmit(t, caller, onRunFor(t, e, api.TrainCancel, r.RunID))
-			r.CheckpointStep = 10
+			r.CheckpointStep = new(int64(10))
 		})},
 		{"restart-halted-run", onRunNamed(api.TrainRestart, func(t *testing.T, e *env, r *admission.Request) {
 			e.haltRun(t, r.RunID)
-			r.CheckpointStep = 500
+			r.CheckpointStep = new(int64(500))
 			r.ConfirmationRef = e.deposit(t, e.confirmation("cnf-restart-500", api.TrainRestart, r.RunID, "0",
 				func(m map[string]any) { m["checkpoint_step"] = int64(500) }))
 		})},

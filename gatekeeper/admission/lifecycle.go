@@ -36,13 +36,16 @@ func validateLifecycle(req Request, spec api.ActionSpec) error {
 	if spec.Stage && len(req.Manifest) == 0 {
 		return errors.New(string(req.Action) + " needs the run's manifest bytes and signature")
 	}
-	if spec.CheckpointStep && req.CheckpointStep < 0 {
+	if spec.CheckpointStep && req.CheckpointStep == nil {
+		return errors.New("checkpoint_step: the step " + string(req.Action) + " restarts from (required, 0 included)")
+	}
+	if spec.CheckpointStep && *req.CheckpointStep < 0 {
 		return errors.New("checkpoint_step must be >= 0")
 	}
 	if req.Stage != "" && !spec.Stage {
 		return errors.New("stage is only for " + only(func(s api.ActionSpec) bool { return s.Stage }))
 	}
-	if req.CheckpointStep != 0 && !spec.CheckpointStep {
+	if req.CheckpointStep != nil && !spec.CheckpointStep {
 		return errors.New("checkpoint_step is only for " + only(func(s api.ActionSpec) bool { return s.CheckpointStep }))
 	}
 	if len(req.EvalReports) > 0 && !spec.EvalReports {

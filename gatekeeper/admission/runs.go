@@ -52,8 +52,12 @@ func (s *Service) RunStatus(ctx context.Context, caller Caller, runID string) Ou
 	}
 	st := runStatus(r, s.opts.Now())
 	for _, e := range events {
-		st.Events = append(st.Events, api.RunEvent{At: e.At.Unix(), To: e.To, Action: e.Action,
-			DecisionID: e.DecisionID, Reason: e.Reason, Stage: e.Stage, CheckpointStep: e.CheckpointStep})
+		ev := api.RunEvent{At: e.At.Unix(), To: e.To, Action: e.Action,
+			DecisionID: e.DecisionID, Reason: e.Reason, Stage: e.Stage}
+		if spec, _ := e.Action.Spec(); spec.CheckpointStep {
+			ev.CheckpointStep = new(e.CheckpointStep)
+		}
+		st.Events = append(st.Events, ev)
 	}
 	return Outcome{Status: http.StatusOK, Extra: st}
 }
@@ -109,7 +113,10 @@ func (s *Service) ListRuns(ctx context.Context, caller Caller, q RunQuery) Outco
 func runStatus(r ledger.RunRecord, now time.Time) api.RunStatus {
 	st := api.RunStatus{RunID: r.RunID, BookingID: r.BookingID, State: r.State(now), Stage: r.Stage,
 		ManifestDigest: r.ManifestDigest, GPUs: r.GPUs, AdmittedAt: r.AdmittedAt.Unix(), LiveUntil: r.LiveUntil.Unix(),
-		Restarts: r.Restarts, LastCheckpointStep: r.LastCheckpointStep}
+		Restarts: r.Restarts}
+	if r.Restarts > 0 {
+		st.LastCheckpointStep = new(r.LastCheckpointStep)
+	}
 	if !r.EndedAt.IsZero() {
 		st.EndedAt, st.EndedBy = r.EndedAt.Unix(), r.EndedBy
 	}

@@ -19,7 +19,7 @@ import (
 func TestCallerKeyRevocationHaltsNoRun(t *testing.T) {
 	e := newEnv(t)
 	req := onRun(restart)(t, e)
-	req.CheckpointStep = 500
+	req.CheckpointStep = new(int64(500))
 	e.revoke(t, ledger.RevokeCallerKey, caller.KeyID)
 
 	out := e.svc.Admit(context.Background(), caller, req)
@@ -51,7 +51,7 @@ func TestRunStatus(t *testing.T) {
 	runID := e.admitRun(t)
 	ref := e.confirm(t, "cnf-r", restart, runID, "0")
 	r := e.runReq(restart, "key-r", ref, e.entitlement("ent-r", nil), runID)
-	r.CheckpointStep = 500
+	r.CheckpointStep = new(int64(500))
 	restarted := e.mustAdmit(t, caller, r)
 	e.haltRun(t, runID)
 
@@ -61,12 +61,13 @@ func TestRunStatus(t *testing.T) {
 		t.Fatalf("RunStatus = %d %s %s", out.HTTPStatus(), out.Code, out.Message)
 	}
 	if st.RunID != runID || st.State != api.RunHalted || st.Stage != "pretrain" || st.GPUs != 64 ||
-		st.Restarts != 1 || st.LastCheckpointStep != 500 || st.Halt == nil || st.Halt.FailedEvals[0] != "mmlu_5shot" ||
+		st.Restarts != 1 || st.LastCheckpointStep == nil || *st.LastCheckpointStep != 500 || st.Halt == nil || st.Halt.FailedEvals[0] != "mmlu_5shot" ||
 		st.Checkpoint == nil || st.Checkpoint.IntervalSteps != 500 || st.LiveUntil != now.Add(7*time.Hour).Unix() {
 		t.Fatalf("RunStatus = %+v", st)
 	}
 	if len(st.Events) != 3 || st.Events[0].Action != api.TrainCreate || st.Events[1].DecisionID != restarted.Data.DecisionID ||
-		st.Events[1].CheckpointStep != 500 || st.Events[2].To != api.RunHalted || st.Events[2].DecisionID != "dec_halting" {
+		st.Events[0].CheckpointStep != nil || st.Events[1].CheckpointStep == nil || *st.Events[1].CheckpointStep != 500 ||
+		st.Events[2].CheckpointStep != nil || st.Events[2].To != api.RunHalted || st.Events[2].DecisionID != "dec_halting" {
 		t.Fatalf("events %+v", st.Events)
 	}
 

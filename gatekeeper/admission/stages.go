@@ -402,7 +402,7 @@ func (s *Service) commit(ctx context.Context, p *pending) Outcome {
 		rec.Stage, rec.FromStage = req.Stage, p.runStage
 	}
 	if spec.CheckpointStep {
-		rec.CheckpointStep = req.CheckpointStep
+		rec.CheckpointStep = req.Step()
 		rec.RestartBudget = restartBudget(p.decision.Estimates)
 	}
 	if spec.Effect == api.EffectCreateRun && s.opts.Tickets != nil {

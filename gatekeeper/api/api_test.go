@@ -158,10 +158,25 @@ func TestAdmissionRequestWire(t *testing.T) {
 	if string(b) != want {
 		t.Errorf("got  %s\nwant %s", b, want)
 	}
-	b, _ = json.Marshal(api.AdmissionRequest{Action: api.TrainRestart, RunID: "run_1", CheckpointStep: 500})
+	b, _ = json.Marshal(api.AdmissionRequest{Action: api.TrainRestart, RunID: "run_1", CheckpointStep: new(int64(500))})
 	want = `{"action":"train.restart","booking_id":"","idempotency_key":"","entitlement_token":"","confirmation_ref":"",` +
 		`"run_id":"run_1","checkpoint_step":500}`
 	if string(b) != want {
 		t.Errorf("got  %s\nwant %s", b, want)
+	}
+	// A restart from step 0 sends 0: an explicit 0 is not an absent step.
+	b, _ = json.Marshal(api.AdmissionRequest{Action: api.TrainRestart, RunID: "run_1", CheckpointStep: new(int64(0))})
+	want = `{"action":"train.restart","booking_id":"","idempotency_key":"","entitlement_token":"","confirmation_ref":"",` +
+		`"run_id":"run_1","checkpoint_step":0}`
+	if string(b) != want {
+		t.Errorf("got  %s\nwant %s", b, want)
+	}
+	var back api.AdmissionRequest
+	if err := json.Unmarshal(b, &back); err != nil || back.CheckpointStep == nil || *back.CheckpointStep != 0 || back.Step() != 0 {
+		t.Errorf("step 0 round trip: %v, %v", back.CheckpointStep, err)
+	}
+	var absent api.AdmissionRequest
+	if err := json.Unmarshal([]byte(`{"action":"train.restart"}`), &absent); err != nil || absent.CheckpointStep != nil || absent.Step() != 0 {
+		t.Errorf("absent step: %v, %v", absent.CheckpointStep, err)
 	}
 }

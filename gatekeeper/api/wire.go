@@ -27,13 +27,24 @@ type AdmissionRequest struct {
 	ReleasesBooking bool `json:"releases_booking,omitempty"`
 	// Stage is the stage a train.stage.advance moves the run to.
 	Stage string `json:"stage,omitempty"`
-	// CheckpointStep is the step a train.restart restarts from (>= 0).
-	CheckpointStep int64 `json:"checkpoint_step,omitempty"`
+	// CheckpointStep is the step a train.restart restarts from (>= 0):
+	// required for train.restart, 0 included, and absent (nil) for every
+	// other action. A pointer, so that an explicit 0 is sent and told
+	// apart from no step at all.
+	CheckpointStep *int64 `json:"checkpoint_step,omitempty"`
 	// EvalReports are eval-authority tokens (compact JWS), at most
 	// MaxEvalReports: the eval report that ends a stage
 	// (train.stage.advance), 150M-ladder decisions for custom datasets
 	// (train.create).
 	EvalReports []string `json:"eval_reports,omitempty"`
+}
+
+// Step is the request's checkpoint_step, 0 when absent.
+func (r AdmissionRequest) Step() int64 {
+	if r.CheckpointStep == nil {
+		return 0
+	}
+	return *r.CheckpointStep
 }
 
 // MaxEvalReports bounds the eval-authority tokens of one request.
@@ -207,9 +218,10 @@ type RunStatus struct {
 	EndedAt int64  `json:"ended_at,omitempty"`
 	EndedBy Action `json:"ended_by,omitempty"`
 	// Restarts and LastCheckpointStep: its train.restart admissions so far
-	// and the step of the latest (each step is in Events).
-	Restarts           int   `json:"restarts"`
-	LastCheckpointStep int64 `json:"last_checkpoint_step,omitempty"`
+	// and the step of the latest (each step is in Events), present (0
+	// included) once there is one.
+	Restarts           int    `json:"restarts"`
+	LastCheckpointStep *int64 `json:"last_checkpoint_step,omitempty"`
 	// Checkpoint is the checkpoint plan its train.create recorded.
 	Checkpoint *RunCheckpoint `json:"checkpoint,omitempty"`
 	// Halt and Revocation: what stopped a halted or revoked run.
@@ -249,12 +261,14 @@ type RunRevocation struct {
 type RunEvent struct {
 	At int64 `json:"at"`
 	// To is the state it moved the run to; "" when it changed nothing.
-	To             RunState `json:"to,omitempty"`
-	Action         Action   `json:"action,omitempty"`
-	DecisionID     string   `json:"decision_id,omitempty"`
-	Reason         string   `json:"reason,omitempty"`
-	Stage          string   `json:"stage,omitempty"`
-	CheckpointStep int64    `json:"checkpoint_step,omitempty"`
+	To         RunState `json:"to,omitempty"`
+	Action     Action   `json:"action,omitempty"`
+	DecisionID string   `json:"decision_id,omitempty"`
+	Reason     string   `json:"reason,omitempty"`
+	Stage      string   `json:"stage,omitempty"`
+	// CheckpointStep is the step a train.restart restarted from, present
+	// (0 included) on its events only.
+	CheckpointStep *int64 `json:"checkpoint_step,omitempty"`
 }
 
 // RunList is the data of GET /v1/runs: a page of the caller account's runs

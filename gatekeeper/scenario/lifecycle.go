@@ -112,7 +112,7 @@ func (r *Runner) RestartRequest(ctx context.Context, m Manifest, runID string, s
 	}
 	return api.AdmissionRequest{
 		Action: "train.restart", BookingID: Booking, IdempotencyKey: r.Key("restart"),
-		EntitlementToken: ent, ConfirmationRef: ref, RunID: runID, CheckpointStep: step,
+		EntitlementToken: ent, ConfirmationRef: ref, RunID: runID, CheckpointStep: &step,
 	}, nil
 }
 
@@ -173,8 +173,8 @@ func (r *Runner) RunLife(ctx context.Context) []Result {
 	add(r.runStatus(ctx, "run life: GET /v1/runs/{run_id} says halted, naming ruler_32k", runID,
 		func(st api.RunStatus) string {
 			if st.State != api.RunHalted || st.Halt == nil || !slices.Contains(st.Halt.FailedEvals, "ruler_32k") ||
-				st.Restarts != 1 || st.LastCheckpointStep != 500 {
-				return fmt.Sprintf("state %s, halt %+v, %d restarts (last from %d)", st.State, st.Halt, st.Restarts,
+				st.Restarts != 1 || st.LastCheckpointStep == nil || *st.LastCheckpointStep != 500 {
+				return fmt.Sprintf("state %s, halt %+v, %d restarts (last from %v)", st.State, st.Halt, st.Restarts,
 					st.LastCheckpointStep)
 			}
 			return ""

@@ -2,6 +2,9 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -193,9 +196,38 @@ func TestRestartConfirmation(t *testing.T) {
 	wantAnswer(t, "the restart confirmation again", a, err, 403, "CONFIRMATION_REPLAYED")
 
 	other := must(h.runner.RestartRequest(ctx, m, run, 500))
-	other.CheckpointStep = 1000
+	other.CheckpointStep = new(int64(1000))
 	a, err = h.runner.Admit(ctx, other)
 	wantAnswer(t, "another step than confirmed", a, err, 403, "CONFIRMATION_CHECKPOINT_MISMATCH")
+}
+
+// A restart from step 0 is a restart from step 0: the request carries
+// "checkpoint_step":0 and the server judges step 0 against the run's
+// checkpoint plan (which never writes step 0: RESTART_STEP_OFF_PLAN). A
+// restart without a step is refused as malformed, never read as step 0.
+// Neither is recorded.
+func TestRestartFromStepZero(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	m, run, _ := lifeRun(t, h)
+	req := must(h.runner.RestartRequest(ctx, m, run, 0))
+	body, _ := json.Marshal(req)
+	if !strings.Contains(string(body), `"checkpoint_step":0`) {
+		t.Fatalf("the request does not carry step 0: %s", body)
+	}
+	none := req
+	none.CheckpointStep, none.IdempotencyKey = nil, h.runner.Key("restart-no-step")
+	a, err := h.runner.Admit(ctx, none)
+	wantAnswer(t, "restart without a step", a, err, 400, api.CodeRequestInvalid)
+	a, err = h.runner.Admit(ctx, req)
+	wantAnswer(t, "restart from step 0", a, err, 403, api.CodeRestartStepOffPlan)
+	if msg := a.Error.Violations[0].Message; !strings.Contains(msg, "step 0") {
+		t.Errorf("the denial does not name step 0: %q", msg)
+	}
+	status, env, err := h.runner.RunStatus(ctx, run)
+	if err != nil || status != http.StatusOK || env.Data.Restarts != 0 || env.Data.LastCheckpointStep != nil {
+		t.Fatalf("run status after the refusals: %d %+v %v", status, env.Data, err)
+	}
 }
 
 // Fields only the run's life uses are refused elsewhere, before anything is
@@ -207,12 +239,18 @@ func TestLifecycleFieldsValidated(t *testing.T) {
 	for name, tweak := range map[string]func(*api.AdmissionRequest){
 		"stage on a restart":          func(r *api.AdmissionRequest) { r.Stage = "sft" },
 		"eval reports on a restart":   func(r *api.AdmissionRequest) { r.EvalReports = []string{report} },
-		"negative checkpoint step":    func(r *api.AdmissionRequest) { r.CheckpointStep = -1 },
+		"negative checkpoint step":    func(r *api.AdmissionRequest) { r.CheckpointStep = new(int64(-1)) },
+		"restart without a step":      func(r *api.AdmissionRequest) { r.CheckpointStep = nil },
 		"restart without a run":       func(r *api.AdmissionRequest) { r.RunID = "" },
 		"restart carrying a manifest": func(r *api.AdmissionRequest) { r.Manifest, r.ManifestSignature = m.Raw, m.Signature },
-		"advance without a stage":     func(r *api.AdmissionRequest) { r.Action, r.CheckpointStep = "train.stage.advance", 0 },
+		"advance without a stage":     func(r *api.AdmissionRequest) { r.Action, r.CheckpointStep = "train.stage.advance", nil },
 		"advance without its manifest": func(r *api.AdmissionRequest) {
-			r.Action, r.Stage, r.CheckpointStep = "train.stage.advance", "sft", 0
+			r.Action, r.Stage, r.CheckpointStep = "train.stage.advance", "sft", nil
+		},
+		// An explicit 0 is a step, never taken for none.
+		"advance with checkpoint step 0": func(r *api.AdmissionRequest) {
+			r.Action, r.Stage, r.Manifest, r.ManifestSignature = "train.stage.advance", "sft", m.Raw, m.Signature
+			r.CheckpointStep = new(int64(0))
 		},
 	} {
 		req := must(h.runner.RestartRequest(ctx, m, run, 500))

@@ -26,8 +26,11 @@ func (e *Base64Error) Error() string {
 // spelling of the wire contract. It refuses an unknown member (named only
 // when it looks like a field name: a key may be a credential) and a member
 // of the wrong type. Field kinds: string (and named string types), bool,
-// int64 (an integer JSON number), []string (at most maxList entries) and
-// []byte (standard base64, *Base64Error). Members are checked in name
+// int64 (an integer JSON number), []string (at most maxList entries),
+// []byte (standard base64, *Base64Error) and a pointer to string, bool or
+// int64: set when the member is present, so an explicit 0 or "" is told
+// apart from an absent member, which leaves it nil (null is refused like
+// any other wrong type). Members are checked in name
 // order, so the error a request gets does not depend on map order; a
 // base64 member is decoded after every other member passed.
 func Into(obj map[string]any, dst any, maxList int) error {
@@ -75,6 +78,17 @@ func Into(obj map[string]any, dst any, maxList int) error {
 
 func set(f reflect.Value, k string, val any, maxList int) error {
 	switch f.Kind() {
+	case reflect.Pointer:
+		switch f.Type().Elem().Kind() {
+		case reflect.String, reflect.Bool, reflect.Int64:
+		default:
+			return fmt.Errorf("strictjson: field %q has a kind Into does not decode", k)
+		}
+		p := reflect.New(f.Type().Elem())
+		if err := set(p.Elem(), k, val, maxList); err != nil {
+			return err
+		}
+		f.Set(p)
 	case reflect.String:
 		s, ok := val.(string)
 		if !ok {

@@ -16,6 +16,7 @@ type wire struct {
 	N       int64    `json:"n"`
 	List    []string `json:"list"`
 	Blob    []byte   `json:"blob"`
+	Step    *int64   `json:"step,omitempty"`
 	Skipped string   `json:"-"`
 }
 
@@ -29,6 +30,11 @@ func TestInto(t *testing.T) {
 		{name: "every kind", body: `{"name":"a","flag":true,"n":-7,"list":["x","y"],"blob":"+/8="}`,
 			want: wire{Name: "a", Flag: true, N: -7, List: []string{"x", "y"}, Blob: []byte{0xfb, 0xff}}},
 		{name: "absent members stay zero", body: `{}`, want: wire{}},
+		// A pointer is set when its member is present: 0 is not absent.
+		{name: "pointer to 0", body: `{"step":0}`, want: wire{Step: new(int64(0))}},
+		{name: "pointer to 9", body: `{"step":9}`, want: wire{Step: new(int64(9))}},
+		{name: "null is no pointer", body: `{"step":null}`, err: `field "step" must be an integer`},
+		{name: "pointer's type", body: `{"step":"0"}`, err: `field "step" must be an integer`},
 		{name: "names match exactly", body: `{"Name":"a"}`, err: `unknown field (a name not shown)`},
 		{name: "unknown member named", body: `{"other":1}`, err: `unknown field "other"`},
 		{name: "a key that may be a secret is not echoed", body: `{"eyJhbGciOiJFUzI1NiJ9":1}`, err: `unknown field (a name not shown)`},
@@ -65,7 +71,8 @@ func TestInto(t *testing.T) {
 				case errors.As(err, &b64) != tc.base64:
 					t.Fatalf("error %v: base64 error %v, want %v", err, !tc.base64, tc.base64)
 				case tc.err == "" && (got.Name != tc.want.Name || got.Flag != tc.want.Flag || got.N != tc.want.N ||
-					!slices.Equal(got.List, tc.want.List) || !slices.Equal(got.Blob, tc.want.Blob)):
+					!slices.Equal(got.List, tc.want.List) || !slices.Equal(got.Blob, tc.want.Blob) ||
+					(got.Step == nil) != (tc.want.Step == nil) || (got.Step != nil && *got.Step != *tc.want.Step)):
 					t.Fatalf("got %+v, want %+v", got, tc.want)
 				}
 			}

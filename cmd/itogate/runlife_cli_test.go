@@ -95,13 +95,20 @@ func (l *cliLife) train(what string, exit int, ent, ref string, args ...string) 
 // create admits the curriculum through the CLI and returns its run id.
 func (l *cliLife) create() string {
 	l.t.Helper()
+	run, _ := l.createKeyed()
+	return run
+}
+
+// createKeyed is create that also returns the create's idempotency key.
+func (l *cliLife) createKeyed() (run, key string) {
+	l.t.Helper()
 	cost, _ := l.m.Doc["budget"].(map[string]any)["ceiling_usd"].(string)
 	env := l.train("create", 0, l.ent(l.m, nil), l.confirm("train.create", l.digest, cost, ""),
 		"--manifest", l.mPath, "--signature", l.sig)
 	if env.Data.State != api.StateAdmitted || env.Data.RunID == "" {
 		l.t.Fatalf("create: %+v", env)
 	}
-	return env.Data.RunID
+	return env.Data.RunID, env.Data.IdempotencyKey
 }
 
 // restart admits (or wants refused with code) a restart of run from step.
@@ -383,10 +390,12 @@ func (l *cliLife) revokeEntitlement(revoker string) {
 	l.wantAnswer("cancel of a revoked run", env, api.StateCancelAdmitted, "")
 }
 
-// revokeBooking: a revoked booking's live run may not advance (exit 7).
+// revokeBooking: a revoked booking's live run may not advance nor restart
+// (exit 7, ENTITLEMENT_REVOKED); runs get and the create's status by key
+// say revoked.
 func (l *cliLife) revokeBooking(revoker string) {
 	l.t.Helper()
-	run := l.create()
+	run, key := l.createKeyed()
 	l.revoke(0, "booking", "--revoker-token-file", revoker, "--booking", scenario.Booking, "--expires-at", inAnHour(), "--reason", "withdrawn")
 	report, err := l.r.EvalReport(run, "pretrain", l.digest, "ito-battery-pretrain-2026.10",
 		map[string]float64{"mmlu_5shot": 0.31, "hellaswag_acc": 0.42})
@@ -397,8 +406,16 @@ func (l *cliLife) revokeBooking(revoker string) {
 		"--action", "train.stage.advance", "--run-id", run, "--stage", "long_context",
 		"--manifest", l.mPath, "--signature", l.sig, "--eval-report", l.file("pretrain-2.jws", report))
 	l.wantAnswer("advance on a revoked booking", env, "", api.CodeEntitlementRevoked)
-	if st := l.run(run); st.State != api.RunRevoked || st.Stage != "pretrain" || st.Revocation == nil || st.Revocation.Kind != "booking" {
+	l.restart(run, 500, exitRevoked, api.CodeEntitlementRevoked)
+	if st := l.run(run); st.State != api.RunRevoked || st.Stage != "pretrain" || st.Restarts != 0 ||
+		st.Revocation == nil || st.Revocation.Kind != "booking" {
 		l.t.Fatalf("after the booking's revocation: %+v", st)
+	}
+	res := runCLI(l.t, "status", "--server", l.url, "--token-file", l.caller, "--idempotency-key", key, "--json")
+	var env2 api.Envelope[api.AdmissionData]
+	if err := json.Unmarshal([]byte(res.stdout), &env2); err != nil || res.exit != 0 ||
+		env2.Data.RunID != run || env2.Data.RunState != api.RunRevoked {
+		l.t.Fatalf("status of the create after the booking's revocation: exit %d, %q", res.exit, res.stdout)
 	}
 }
 

@@ -106,7 +106,7 @@ func TestInstall(t *testing.T) {
 	})
 
 	values := docBlock(t, "**2a. With Helm.**", "yaml")
-	values = strings.Replace(values, "sha256:<from your registry>", "sha256:"+strings.Repeat("0123456789abcdef", 4), 1)
+	values = fillIn(t, values, "sha256:<from your registry>", digest)
 	valuesFile := filepath.Join(work, "my-values.yaml")
 	if err := os.WriteFile(valuesFile, []byte(values), 0o600); err != nil {
 		t.Fatal(err)
@@ -214,9 +214,14 @@ func TestInstall(t *testing.T) {
 			t.Fatal(err)
 		}
 		k := docBlock(t, "**2b. With kustomize.**", "yaml")
-		k = strings.Replace(k, "/path/to/itogate/deploy/kubernetes/overlays/cert-manager", filepath.Join(root, "deploy", "kubernetes", "overlays", "ca-bundle"), 1)
-		k = strings.Replace(k, "sha256:<from your registry>", "sha256:"+strings.Repeat("0123456789abcdef", 4), 1)
-		k += strings.ReplaceAll(docBlock(t, "add to your overlay a patch replacing", "yaml"), "<base64 -w0 ca.crt>", caB64)
+		// The clone, as a path relative to the overlay (kustomize refuses absolute ones).
+		rel, err := filepath.Rel(site, filepath.Join(root, "deploy", "kubernetes", "overlays", "ca-bundle"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		k = fillIn(t, k, "../itogate/deploy/kubernetes/overlays/cert-manager", rel)
+		k = fillIn(t, k, "sha256:<from your registry>", digest)
+		k += fillIn(t, docBlock(t, "add to your overlay a patch replacing", "yaml"), "<base64 -w0 ca.crt>", caB64)
 		if err := os.WriteFile(filepath.Join(site, "kustomization.yaml"), []byte(k), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -529,6 +534,19 @@ func docBlock(t *testing.T, marker, lang string) string {
 		t.Fatalf("%s: the block after %q is not closed", docsPath, marker)
 	}
 	return body[:end+1]
+}
+
+// digest stands for the image digest the registry reports.
+var digest = "sha256:" + strings.Repeat("0123456789abcdef", 4)
+
+// fillIn replaces every placeholder in a block of the guide with value,
+// failing the test if the guide no longer has it.
+func fillIn(t *testing.T, block, placeholder, value string) string {
+	t.Helper()
+	if !strings.Contains(block, placeholder) {
+		t.Fatalf("%s: no %q in\n%s", docsPath, placeholder, block)
+	}
+	return strings.ReplaceAll(block, placeholder, value)
 }
 
 // docCommands are the commands of program in the first ```bash block after

@@ -262,7 +262,7 @@ func TestInstall(t *testing.T) {
 		if bytes.Contains(rendered, []byte("cert-manager.io")) {
 			t.Errorf("cert-manager objects or annotations without cert-manager:\n%s", rendered)
 		}
-		out, err := kubectlIn(t, env, "", bytes.NewReader(rendered), "apply", "--server-side", "--force-conflicts", "--dry-run=server", "-o", "yaml", "-f", "-")
+		out, err := kubectlIn(t, env, "", bytes.NewReader(rendered), "apply", "--server-side", "--dry-run=server", "-o", "yaml", "-f", "-")
 		if err != nil {
 			t.Fatalf("kubectl apply --dry-run=server: %v\n%s", err, out)
 		}

@@ -497,10 +497,14 @@ func kubeconfigOf(t *testing.T, env *envtest.Environment) string {
 
 // tool runs a tool pinned in hack/tools (`go -C hack/tools tool NAME
 // ARGS`: helm, kustomize), built from the Go module proxy as `make chart`
-// does; its output is stdout and then stderr.
+// does, with helm's configuration, cache and data in the test's temporary
+// directory (not the user's); its output is stdout and then stderr.
 func tool(t *testing.T, root string, args ...string) ([]byte, error) {
 	t.Helper()
 	cmd := exec.Command("go", append([]string{"-C", filepath.Join(root, "hack", "tools"), "tool"}, args...)...)
+	home := t.TempDir()
+	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+filepath.Join(home, "config"),
+		"HELM_CACHE_HOME="+filepath.Join(home, "cache"), "HELM_DATA_HOME="+filepath.Join(home, "data"))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

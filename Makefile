@@ -159,7 +159,8 @@ soak:
 
 ## test-k8s: the workload boundary against a REAL kube-apiserver and etcd (controller-runtime envtest):
 ##   the shipped ValidatingWebhookConfiguration, an itogate child process, Jobs and Pods through client-go
-##   and kubectl (test/k8s). Not part of `make test`. The binaries come from hack/k8s-binaries.sh: built
+##   and kubectl, and the Helm chart and kustomize example installed as docs/kubernetes.md says, with the pinned
+##   helm and kustomize of hack/tools (test/k8s). Not part of `make test`. The binaries come from hack/k8s-binaries.sh: built
 ##   from source once (10-25 min on 2 cores, ~3 GB of Go build cache) and cached outside the clone in
 ##   $${ITOGATE_K8S_CACHE:-~/.cache/itogate}, keyed by version; later runs take seconds to start.
 test-k8s: k8s-binaries

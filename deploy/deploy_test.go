@@ -420,12 +420,22 @@ func TestBaseBuildsAlone(t *testing.T) {
 }
 
 // TestExampleCreatesTheTenantNamespace: the example installation puts its
-// tenant namespace under control and binds it to an account.
+// tenant namespace under control, binds it to an account, and gives its
+// tenants (the group team-a) the stock edit role there and nowhere else.
 func TestExampleCreatesTheTenantNamespace(t *testing.T) {
 	in := install{name: "examples/team-a", objs: kustomize(t, "kubernetes/examples/team-a"), namespace: "itogate-system"}
 	ns := one(t, in, "Namespace", "team-a")
 	if get(ns, "metadata", "labels", "itogate.io/enforce") != "true" {
 		t.Errorf("team-a labels %v: not under control", get(ns, "metadata", "labels"))
+	}
+	rb := one(t, in, "RoleBinding", "team-a-edit")
+	if get(rb, "metadata", "namespace") != "team-a" || get(rb, "roleRef", "kind") != "ClusterRole" ||
+		get(rb, "roleRef", "name") != "edit" || get(rb, "subjects", 0, "kind") != "Group" ||
+		get(rb, "subjects", 0, "name") != "team-a" || len(list(get(rb, "subjects"))) != 1 {
+		t.Errorf("the tenant RoleBinding %v: want the group team-a bound to edit in team-a", rb)
+	}
+	if n := len(find(in.objs, "ClusterRoleBinding", "")) + len(find(in.objs, "ClusterRole", "")); n != 0 {
+		t.Errorf("%d cluster-wide RBAC objects in the example, want none", n)
 	}
 	if acct := shippedConfig(t, in).Webhook.Namespaces["team-a"]; acct == "" {
 		t.Error("team-a is bound to no account")

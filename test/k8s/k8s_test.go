@@ -77,37 +77,12 @@ const (
 // TestWorkloadBoundary is one end-to-end session: each case is a subtest,
 // in order, on one apiserver and one itogate.
 func TestWorkloadBoundary(t *testing.T) {
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		t.Fatal("KUBEBUILDER_ASSETS is not set: run `make test-k8s` (it builds the binaries with hack/k8s-binaries.sh)")
-	}
 	ctx := t.Context()
 	dir := t.TempDir()
-
-	// The control plane. kube-apiserver on loopback cannot reconcile the
-	// kubernetes Service's endpoints to 127.0.0.1: no reconciler.
-	env := &envtest.Environment{BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths: []string{filepath.Join("testdata", "pytorchjob-crd.yaml")}, ErrorIfCRDPathMissing: true}
-	env.ControlPlane.GetAPIServer().Configure().Set("endpoint-reconciler-type", "none")
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start etcd and kube-apiserver: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stop the control plane: %v", err)
-		}
-	})
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, cfg, cs := startControlPlane(t, "pytorchjob-crd.yaml")
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if v, err := cs.Discovery().ServerVersion(); err != nil || !strings.HasPrefix(v.GitVersion, "v1.") {
-		t.Fatalf("server version %v %v: the binaries must report a real version", v, err)
 	}
 
 	// itogate, development mode, with its webhook on its own TLS port.
@@ -721,6 +696,42 @@ func TestWorkloadBoundary(t *testing.T) {
 	})
 }
 
+// startControlPlane starts etcd and kube-apiserver (envtest, from
+// KUBEBUILDER_ASSETS) with the CRDs of the named files of testdata/, stopped
+// at the test's end, and returns the admin's (system:masters) config and
+// client.
+func startControlPlane(t *testing.T, crds ...string) (*envtest.Environment, *rest.Config, *kubernetes.Clientset) {
+	t.Helper()
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		t.Fatal("KUBEBUILDER_ASSETS is not set: run `make test-k8s` (it builds the binaries with hack/k8s-binaries.sh)")
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: assets, ErrorIfCRDPathMissing: true}
+	for _, f := range crds {
+		env.CRDDirectoryPaths = append(env.CRDDirectoryPaths, filepath.Join("testdata", f))
+	}
+	// kube-apiserver on loopback cannot reconcile the kubernetes Service's
+	// endpoints to 127.0.0.1: no reconciler.
+	env.ControlPlane.GetAPIServer().Configure().Set("endpoint-reconciler-type", "none")
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start etcd and kube-apiserver: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stop the control plane: %v", err)
+		}
+	})
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := cs.Discovery().ServerVersion(); err != nil || !strings.HasPrefix(v.GitVersion, "v1.") {
+		t.Fatalf("server version %v %v: the binaries must report a real version", v, err)
+	}
+	return env, cfg, cs
+}
+
 // wantForbidden: the apiserver refused with 403 and the webhook's message,
 // which starts with code.
 func wantForbidden(t *testing.T, err error, code string) {
@@ -776,11 +787,12 @@ const (
 	tenantUser = "alice"
 )
 
-// impersonate is a client acting as user (the test's admin may impersonate).
-func impersonate(t *testing.T, cfg *rest.Config, user string) *kubernetes.Clientset {
+// impersonate is a client acting as user in groups (the test's admin may
+// impersonate).
+func impersonate(t *testing.T, cfg *rest.Config, user string, groups ...string) *kubernetes.Clientset {
 	t.Helper()
 	c := rest.CopyConfig(cfg)
-	c.Impersonate = rest.ImpersonationConfig{UserName: user}
+	c.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
 	cs, err := kubernetes.NewForConfig(c)
 	if err != nil {
 		t.Fatal(err)
@@ -1107,17 +1119,24 @@ func writeJob(t *testing.T, dir string, j *batchv1.Job) string {
 	return p
 }
 
+// kubectl runs kubectl as the admin, in the test's working directory; its
+// output is stdout and then stderr.
 func kubectl(t *testing.T, env *envtest.Environment, args ...string) (string, error) {
 	t.Helper()
-	stdout, stderr, err := env.ControlPlane.KubeCtl().Run(args...)
-	var b bytes.Buffer
-	if stdout != nil {
-		_, _ = io.Copy(&b, stdout)
-	}
-	if stderr != nil {
-		_, _ = io.Copy(&b, stderr)
-	}
-	return b.String(), err
+	return kubectlIn(t, env, "", nil, args...)
+}
+
+// kubectlIn runs kubectl as the admin in directory dir ("": the test's),
+// with stdin (nil: none); its output is stdout and then stderr.
+func kubectlIn(t *testing.T, env *envtest.Environment, dir string, stdin io.Reader, args ...string) (string, error) {
+	t.Helper()
+	k := env.ControlPlane.KubeCtl()
+	cmd := exec.Command(k.Path, append(slices.Clone(k.Opts), args...)...)
+	cmd.Dir, cmd.Stdin = dir, stdin
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	return stdout.String() + stderr.String(), err
 }
 
 // shippedWebhook reads deploy/kubernetes/base's configuration and points its

@@ -2,8 +2,6 @@ package bolt
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"log/slog"
 	"os"
@@ -14,31 +12,9 @@ import (
 
 	bbolt "go.etcd.io/bbolt"
 
-	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
+	"github.com/itocompute/itogate/gatekeeper/ledger/ledgertest"
 )
-
-func deposit(t *testing.T, s *Store, jti string, now time.Time, ttl time.Duration) ledger.Confirmation {
-	t.Helper()
-	c := ledger.Confirmation{
-		Ref: ledger.NewConfirmationRef(), JTI: jti, Account: "acct_b", Action: "train.create", Token: []byte("h.p.s"),
-		ExpiresAt: now.Add(ttl), DepositedAt: now, BookingID: "bk_b",
-	}
-	if err := s.DepositConfirmation(t.Context(), c); err != nil {
-		t.Fatalf("deposit %s: %v", jti, err)
-	}
-	return c
-}
-
-func admissionOf(c ledger.Confirmation, key string, at time.Time) ledger.Admission {
-	sum := sha256.Sum256([]byte(key))
-	return ledger.Admission{
-		Account: c.Account, IdempotencyKey: key, RequestDigest: "sha256:" + hex.EncodeToString(sum[:]),
-		DecisionID: "dec_" + key, RunID: ledger.NewRunID(), Action: c.Action, BookingID: c.BookingID,
-		ConfirmationRef: c.Ref, ConfirmationJTI: c.JTI, State: api.StateAdmitted, CreatedAt: at,
-		GPUs: 1, BookedGPUs: 64, LiveUntil: at.Add(time.Hour),
-	}
-}
 
 // TestBackupRestore: a backup taken while the store serves is the ledger as
 // of its transaction; restored over the live file (kept beside it), the
@@ -55,11 +31,11 @@ func TestBackupRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c1 := deposit(t, s, "jti-1", t0, 10*time.Minute)
-	if _, _, err := s.Commit(t.Context(), admissionOf(c1, "k1", t0)); err != nil {
+	c1 := ledgertest.Deposit(t, s, "jti-1", t0, 10*time.Minute)
+	if _, _, err := s.Commit(t.Context(), ledgertest.AdmissionOf(c1, "k1", t0)); err != nil {
 		t.Fatal(err)
 	}
-	c2 := deposit(t, s, "jti-2", t0, 30*time.Minute) // available in the backup
+	c2 := ledgertest.Deposit(t, s, "jti-2", t0, 30*time.Minute) // available in the backup
 	backup, n, err := s.BackupFile(t.Context(), filepath.Join(dir, "backups"), t0)
 	if err != nil || n == 0 || !strings.HasPrefix(filepath.Base(backup), "ledger-") {
 		t.Fatalf("BackupFile = %q, %d, %v", backup, n, err)
@@ -68,11 +44,11 @@ func TestBackupRestore(t *testing.T) {
 		t.Fatalf("backup file: %v, %v", fi, err)
 	}
 	// After the backup: c2 consumed, c3 deposited and consumed.
-	if _, _, err := s.Commit(t.Context(), admissionOf(c2, "k2", t0)); err != nil {
+	if _, _, err := s.Commit(t.Context(), ledgertest.AdmissionOf(c2, "k2", t0)); err != nil {
 		t.Fatal(err)
 	}
-	c3 := deposit(t, s, "jti-3", t0, 20*time.Minute)
-	if _, _, err := s.Commit(t.Context(), admissionOf(c3, "k3", t0)); err != nil {
+	c3 := ledgertest.Deposit(t, s, "jti-3", t0, 20*time.Minute)
+	if _, _, err := s.Commit(t.Context(), ledgertest.AdmissionOf(c3, "k3", t0)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -129,14 +105,14 @@ func TestBackupRestore(t *testing.T) {
 	if err := r.Ping(t.Context()); !errors.Is(err, ledger.ErrUnavailable) || !strings.Contains(err.Error(), "held until") {
 		t.Fatalf("Ping during the hold = %v", err)
 	}
-	if _, _, err := r.Commit(t.Context(), admissionOf(c2, "k2-again", clock)); !errors.Is(err, ledger.ErrUnavailable) {
+	if _, _, err := r.Commit(t.Context(), ledgertest.AdmissionOf(c2, "k2-again", clock)); !errors.Is(err, ledger.ErrUnavailable) {
 		t.Fatalf("Commit of the confirmation consumed after the backup, during the hold = %v, want ErrUnavailable", err)
 	}
 	c3.DepositedAt = clock
 	if err := r.DepositConfirmation(t.Context(), c3); !errors.Is(err, ledger.ErrUnavailable) {
 		t.Fatalf("deposit again of a confirmation lost with the backup, during the hold = %v, want ErrUnavailable", err)
 	}
-	if a, err := r.Admission(t.Context(), "acct_b", "k1"); err != nil || a.ConfirmationRef != c1.Ref {
+	if a, err := r.Admission(t.Context(), ledgertest.RestoreAccount, "k1"); err != nil || a.ConfirmationRef != c1.Ref {
 		t.Fatalf("read during the hold = %+v, %v", a, err)
 	}
 
@@ -152,11 +128,11 @@ func TestBackupRestore(t *testing.T) {
 	if n, err := r.Sweep(t.Context(), clock, 30*time.Second); err != nil || n != 2 {
 		t.Fatalf("Sweep after the hold = %d, %v; want the tokens of c1 (consumed) and c2 dropped", n, err)
 	}
-	if _, _, err := r.Commit(t.Context(), admissionOf(c2, "k2-again", clock)); !errors.Is(err, ledger.ErrConfirmationExpired) {
+	if _, _, err := r.Commit(t.Context(), ledgertest.AdmissionOf(c2, "k2-again", clock)); !errors.Is(err, ledger.ErrConfirmationExpired) {
 		t.Fatalf("Commit after the hold = %v, want ErrConfirmationExpired", err)
 	}
-	c4 := deposit(t, r, "jti-4", clock, 10*time.Minute)
-	if _, _, err := r.Commit(t.Context(), admissionOf(c4, "k4", clock)); err != nil {
+	c4 := ledgertest.Deposit(t, r, "jti-4", clock, 10*time.Minute)
+	if _, _, err := r.Commit(t.Context(), ledgertest.AdmissionOf(c4, "k4", clock)); err != nil {
 		t.Fatalf("a fresh admission after the hold: %v", err)
 	}
 	if cr, err := r.Check(t.Context()); err != nil || cr.Admissions != 2 {
@@ -174,13 +150,13 @@ func TestRestoreRefusesInconsistentBackup(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now().UTC()
-	c := deposit(t, s, "jti-x", now, time.Hour)
-	if _, _, err := s.Commit(t.Context(), admissionOf(c, "kx", now)); err != nil {
+	c := ledgertest.Deposit(t, s, "jti-x", now, time.Hour)
+	if _, _, err := s.Commit(t.Context(), ledgertest.AdmissionOf(c, "kx", now)); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
 	rawUpdate(t, src, func(tx *bbolt.Tx) error {
-		return tx.Bucket(bucketAdmissions).Delete(admissionKey("acct_b", "kx"))
+		return tx.Bucket(bucketAdmissions).Delete(admissionKey(ledgertest.RestoreAccount, "kx"))
 	})
 	path := filepath.Join(dir, "ledger.db")
 	if err := os.WriteFile(path, []byte("current"), 0o600); err != nil {

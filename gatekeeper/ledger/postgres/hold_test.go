@@ -2,39 +2,15 @@ package postgres
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
+	"github.com/itocompute/itogate/gatekeeper/ledger/ledgertest"
 )
-
-func holdDeposit(t *testing.T, s *Store, jti string, now time.Time, ttl time.Duration) ledger.Confirmation {
-	t.Helper()
-	c := ledger.Confirmation{
-		Ref: ledger.NewConfirmationRef(), JTI: jti, Account: "acct_h", Action: "train.create", Token: []byte("h.p.s"),
-		ExpiresAt: now.Add(ttl), DepositedAt: now, BookingID: "bk_h",
-	}
-	if err := s.DepositConfirmation(t.Context(), c); err != nil {
-		t.Fatalf("deposit %s: %v", jti, err)
-	}
-	return c
-}
-
-func holdAdmission(c ledger.Confirmation, key string, at time.Time) ledger.Admission {
-	sum := sha256.Sum256([]byte(key))
-	return ledger.Admission{
-		Account: c.Account, IdempotencyKey: key, RequestDigest: "sha256:" + hex.EncodeToString(sum[:]),
-		DecisionID: "dec_" + key, RunID: ledger.NewRunID(), Action: c.Action, BookingID: c.BookingID,
-		ConfirmationRef: c.Ref, ConfirmationJTI: c.JTI, State: api.StateAdmitted, CreatedAt: at,
-		GPUs: 1, BookedGPUs: 64, LiveUntil: at.Add(time.Hour),
-	}
-}
 
 // TestRestoreHold: the ledger as a restored dump leaves it — one
 // confirmation consumed, one available that may have been consumed after
@@ -49,11 +25,11 @@ func TestRestoreHold(t *testing.T) {
 	t0 := time.Now().UTC().Truncate(time.Second)
 	s := open(t, opts)
 	defer s.Close()
-	c1 := holdDeposit(t, s, "jti-1", t0, 10*time.Minute)
-	if _, _, err := s.Commit(t.Context(), holdAdmission(c1, "k1", t0)); err != nil {
+	c1 := ledgertest.Deposit(t, s, "jti-1", t0, 10*time.Minute)
+	if _, _, err := s.Commit(t.Context(), ledgertest.AdmissionOf(c1, "k1", t0)); err != nil {
 		t.Fatal(err)
 	}
-	c2 := holdDeposit(t, s, "jti-2", t0, 2*time.Hour) // available in the dump, expiring after now + lifetime
+	c2 := ledgertest.Deposit(t, s, "jti-2", t0, 2*time.Hour) // available in the dump, expiring after now + lifetime
 	clock := t0.Add(time.Minute)
 	before := open(t, Options{DSN: opts.DSN, Schema: opts.Schema, MaxConns: 2, StatementTimeout: opts.StatementTimeout,
 		AcquireTimeout: opts.AcquireTimeout, ConnectTimeout: opts.ConnectTimeout, Now: func() time.Time { return clock }})
@@ -92,15 +68,15 @@ func TestRestoreHold(t *testing.T) {
 		if !st.HoldUntil().Equal(wantHold) {
 			t.Fatalf("%s: HoldUntil = %v", name, st.HoldUntil())
 		}
-		if _, _, err := st.Commit(t.Context(), holdAdmission(c2, "k2-"+name, clock)); !errors.Is(err, ledger.ErrUnavailable) {
+		if _, _, err := st.Commit(t.Context(), ledgertest.AdmissionOf(c2, "k2-"+name, clock)); !errors.Is(err, ledger.ErrUnavailable) {
 			t.Fatalf("%s: Commit during the hold = %v, want ErrUnavailable", name, err)
 		}
-		lost := ledger.Confirmation{Ref: ledger.NewConfirmationRef(), JTI: "jti-lost", Account: "acct_h", Action: "train.create",
-			Token: []byte("h.p.s"), ExpiresAt: clock.Add(time.Hour), DepositedAt: clock, BookingID: "bk_h"}
+		lost := ledger.Confirmation{Ref: ledger.NewConfirmationRef(), JTI: "jti-lost", Account: ledgertest.RestoreAccount, Action: "train.create",
+			Token: []byte("h.p.s"), ExpiresAt: clock.Add(time.Hour), DepositedAt: clock, BookingID: ledgertest.RestoreBooking}
 		if err := st.DepositConfirmation(t.Context(), lost); !errors.Is(err, ledger.ErrUnavailable) {
 			t.Fatalf("%s: deposit during the hold = %v, want ErrUnavailable", name, err)
 		}
-		if a, err := st.Admission(t.Context(), "acct_h", "k1"); err != nil || a.ConfirmationRef != c1.Ref {
+		if a, err := st.Admission(t.Context(), ledgertest.RestoreAccount, "k1"); err != nil || a.ConfirmationRef != c1.Ref {
 			t.Fatalf("%s: read during the hold = %+v, %v", name, a, err)
 		}
 	}
@@ -113,8 +89,8 @@ func TestRestoreHold(t *testing.T) {
 	if err := r.Ping(t.Context()); err != nil {
 		t.Fatalf("Ping after the hold = %v", err)
 	}
-	c3 := holdDeposit(t, r, "jti-3", clock, 10*time.Minute)
-	if _, _, err := r.Commit(t.Context(), holdAdmission(c3, "k3", clock)); err != nil {
+	c3 := ledgertest.Deposit(t, r, "jti-3", clock, 10*time.Minute)
+	if _, _, err := r.Commit(t.Context(), ledgertest.AdmissionOf(c3, "k3", clock)); err != nil {
 		t.Fatalf("Commit after the hold = %v", err)
 	}
 }

@@ -63,8 +63,11 @@ fmt-check:
 	if [ -n "$$out" ]; then echo "gofmt: not formatted:" >&2; echo "$$out" >&2; exit 1; fi; \
 	echo "gofmt: ok"
 
+## test-vet: go vet, and again for windows so the non-unix files (*_other.go) and
+##   every test file a unix build tag does not exclude keep compiling there.
 test-vet:
 	$(GO) vet ./...
+	GOOS=windows $(GO) vet ./...
 
 ## test-go-only: -timeout is go test's hang detector per package, not a speed
 ##   limit: at load 45 with -race the e2e package alone ran past the 10m default.

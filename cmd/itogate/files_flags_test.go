@@ -3,7 +3,6 @@
 package main
 
 import (
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,7 +19,6 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/trust"
 	"github.com/itocompute/itogate/internal/patience"
-	"github.com/itocompute/itogate/policies"
 )
 
 // fileInput is one file a command reads: a flag (its name) or its
@@ -219,28 +217,6 @@ func newFileFixture(t *testing.T) *fileFixture {
 		t.Fatal(err)
 	}
 	return fx
-}
-
-// copyPolicies writes the embedded policies to dir, 0700 directories and
-// 0600 files whatever the umask, and returns dir.
-func copyPolicies(t *testing.T, dir string) string {
-	t.Helper()
-	if err := os.CopyFS(dir, policies.Bundle()); err != nil {
-		t.Fatal(err)
-	}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			return os.Chmod(p, 0o700)
-		}
-		return os.Chmod(p, 0o600)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir
 }
 
 // good is a good file for the input.

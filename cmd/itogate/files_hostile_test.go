@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 import (
@@ -101,13 +103,4 @@ func TestCLIFilesAreReadSafely(t *testing.T) {
 	if n := sink.hits.Load(); n != 0 {
 		t.Fatalf("%d requests sent", n)
 	}
-}
-
-func mustRead(t *testing.T, path string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }

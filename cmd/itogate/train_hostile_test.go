@@ -10,7 +10,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"crypto/ecdsa"
 	"crypto/sha256"
 	"encoding/base64"
@@ -34,30 +33,6 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/internal/patience"
 )
-
-// cliResult is one CLI run: the process exit status main would give and
-// what it printed.
-type cliResult struct {
-	exit           int
-	stdout, stderr string
-}
-
-// runCLI runs the root command in-process as main does, including main's
-// mapping of errors to exit statuses and messages.
-func runCLI(t *testing.T, args ...string) cliResult {
-	t.Helper()
-	return runCLIStdin(t, "", args...)
-}
-
-// runCLIStdin is runCLI with stdin as the standard input.
-func runCLIStdin(t *testing.T, stdin string, args ...string) cliResult {
-	t.Helper()
-	var out, errb bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), patience.Deadline)
-	defer cancel()
-	code := runContext(ctx, args, strings.NewReader(stdin), &out, &errb)
-	return cliResult{exit: code, stdout: out.String(), stderr: errb.String()}
-}
 
 // admissionSink is a stand-in itogate that records each admission's
 // manifest bytes by idempotency key and answers allow.
@@ -116,16 +91,6 @@ func (s *admissionSink) train(t *testing.T, dir, path, key string) cliResult {
 	return runCLI(t, "train", "--server", s.srv.URL, "--token-file", tok, "--entitlement-file", ent,
 		"--booking", "bk_demo_01", "--manifest", path, "--signature", sig, "--confirmation-ref",
 		"cfr_"+strings.Repeat("0", 32), "--idempotency-key", key, "--timeout", "10s")
-}
-
-func writeMode(t *testing.T, path string, data []byte, mode os.FileMode) {
-	t.Helper()
-	if err := os.WriteFile(path, data, mode); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(path, mode); err != nil { // past the umask
-		t.Fatal(err)
-	}
 }
 
 func sha(b []byte) string {

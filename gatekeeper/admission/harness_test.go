@@ -107,6 +107,22 @@ func (d *fakeDecider) Revision() string { return bundleRev }
 // builds input.facts as it does for a real engine.
 func (d *fakeDecider) Facts() *trainfacts.Model { return embeddedFacts() }
 
+// noFacts is a decider without a training-facts model: its inputs carry no
+// input.facts.
+type noFacts struct{ *fakeDecider }
+
+func (noFacts) Facts() *trainfacts.Model { return nil }
+
+// withTelemetry is an entitlement tweak: a telemetry claim measured 200 s
+// before now over a week, with rate interruptions per GPU-hour.
+func withTelemetry(rate float64) func(map[string]any) {
+	return func(m map[string]any) {
+		m["telemetry"] = map[string]any{
+			"measured_at": now.Unix() - 200, "window_seconds": int64(604800), "interruptions_per_gpu_hour": rate,
+		}
+	}
+}
+
 var embeddedFacts = sync.OnceValue(func() *trainfacts.Model {
 	e, err := policy.New(context.Background(), policy.Options{Bundle: policies.Bundle()})
 	if err != nil {

@@ -32,7 +32,7 @@ import (
 // of input.facts. A bundle whose data.ito.config.facts.model_version is
 // another is refused (New), and a decision whose input carries facts of
 // another version fails closed (policy.Engine.Decide).
-const Version = 2
+const Version = 3
 
 // ErrVersion: the bundle was written for another facts model.
 var ErrVersion = errors.New("trainfacts: the bundle expects another facts model")

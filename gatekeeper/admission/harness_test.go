@@ -36,7 +36,8 @@ var now = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 const (
 	sigOK     = "sig-ok" // the only manifest signature fakeManifests accepts
 	bundleRev = "rev-test"
-	// costOK covers the llama3-8b run (64 GPUs × 6 h × 2.49 USD = 956.16).
+	// costOK covers the llama3-8b run (64 GPUs × 6 h × 2.49 USD = 956.16, and
+	// 2.12 for the GPU-hours it is expected to lose to failures).
 	costOK = "2000.00"
 )
 

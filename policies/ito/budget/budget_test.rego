@@ -298,7 +298,10 @@ test_egress_codes[name] if {
 }
 
 test_ceiling_message_names_egress if {
-	inp := json.patch(_base, [_set("/manifest/data/0/region", "eu-west-1"), _set("/manifest/budget/ceiling_usd", "963.97")])
+	inp := json.patch(_base, [
+		_set("/manifest/data/0/region", "eu-west-1"),
+		_set("/manifest/budget/ceiling_usd", "963.97"),
+	])
 	[v.message | some v in budget.deny with input as inp] == [concat("", [
 		"the run is estimated at 963.98 USD (compute 958.28, of which 2.12 for 0.85 GPU-hours expected lost to failures,",
 		" + storage 5.52 + egress 0.18), above the ceiling of 963.97 USD",

@@ -199,12 +199,18 @@ _telemetry_cases := {
 		"patch": _telemetry(_with({"checkpoint_write_gbytes_per_s_per_node": {"s3-express": 2}})),
 		"want": _malformed,
 	},
-	"bandwidth map empty": {"patch": _telemetry(_with({"checkpoint_write_gbytes_per_s_per_node": {}})), "want": _malformed},
+	"bandwidth map empty": {
+		"patch": _telemetry(_with({"checkpoint_write_gbytes_per_s_per_node": {}})),
+		"want": _malformed,
+	},
 	"bandwidth above the bound": {
 		"patch": _telemetry(_with({"checkpoint_write_gbytes_per_s_per_node": {"s3-standard": 101}})),
 		"want": _malformed,
 	},
-	"bandwidth not a map": {"patch": _telemetry(_with({"checkpoint_write_gbytes_per_s_per_node": 2.5})), "want": _malformed},
+	"bandwidth not a map": {
+		"patch": _telemetry(_with({"checkpoint_write_gbytes_per_s_per_node": 2.5})),
+		"want": _malformed,
+	},
 	"one second past the max age": {
 		"patch": _telemetry(_with({"measured_at": 1764316799})),
 		"want": {"ENTITLEMENT_TELEMETRY_STALE"},

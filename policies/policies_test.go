@@ -644,9 +644,11 @@ func withMemberNames(input any) {
 }
 
 // TestExactMoney: 16 GPUs × 3 h and 8 GPUs × 6 h at "2.49" are 119.52 USD
-// exactly, where float arithmetic gives 119.52000000000001. The Megatron
-// fixture's ceiling is its exact total (119.52 compute + 2.42 storage), so a
-// float error of one micro-dollar would deny it.
+// exactly, where float arithmetic gives 119.52000000000001; the compute
+// adds the GPU-hours expected lost to failures at the same price (Megatron:
+// 0.03 GPU-hours → 0.08; Llama 2 70B: 0.02 → 0.05). The Megatron fixture's
+// ceiling is its exact total (119.60 compute + 2.42 storage), so a float
+// error of one micro-dollar would deny it.
 func TestExactMoney(t *testing.T) {
 	var golden struct {
 		Fixtures []goldenCase `json:"fixtures"`
@@ -658,10 +660,14 @@ func TestExactMoney(t *testing.T) {
 	}
 	want := map[string]map[string]string{
 		"megatron-llama3-8b-h100-fp8.json": {
-			"gpu_hours": "48.00", "compute_cost_micro_usd": "119520000", "compute_cost_usd": "119.52",
-			"storage_cost_usd": "2.42", "total_cost_micro_usd": "121940000", "total_cost_usd": "121.94",
+			"gpu_hours": "48.00", "lost_gpu_hours": "0.03", "lost_work_cost_usd": "0.08",
+			"compute_cost_micro_usd": "119600000", "compute_cost_usd": "119.60",
+			"storage_cost_usd": "2.42", "total_cost_micro_usd": "122020000", "total_cost_usd": "122.02",
 		},
-		"llama2-70b-v100-fsdp.json": {"gpu_hours": "48.00", "compute_cost_micro_usd": "119520000", "compute_cost_usd": "119.52"},
+		"llama2-70b-v100-fsdp.json": {
+			"gpu_hours": "48.00", "lost_gpu_hours": "0.02", "lost_work_cost_usd": "0.05",
+			"compute_cost_micro_usd": "119570000", "compute_cost_usd": "119.57",
+		},
 	}
 	seen := 0
 	for _, g := range golden.Fixtures {

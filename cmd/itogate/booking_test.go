@@ -146,7 +146,7 @@ func (f *spendFixture) mismatchesSpendNothing() {
 	bad.EntitlementToken = f.entitlement(f.m, func(c map[string]any) { c["booking_id"] = "bk_other" })
 	f.expect("another booking", bad, 403, "CONFIRMATION_INVALID")
 
-	// A cost below the estimate (64 GPUs × 6 h × 2.49 = 956.16 USD).
+	// A cost below the estimate (64 GPUs × 6 h × 2.49 = 956.16 USD, and its expected lost work).
 	cheap := f.confirm("train.create", f.digest, "1.00", "")
 	f.expect("a lower cost", f.createReq(cheap, "cheap"), 403, "CONFIRMATION_COST_BELOW_ESTIMATE")
 

@@ -59,7 +59,10 @@ type admitCase struct {
 	decision   string             // data.decision; "" when the outcome has no data
 	state      api.AdmissionState // data.state
 	effect     effect
-	check      func(t *testing.T, e *env, req admission.Request, out admission.Outcome)
+	// cost is the stored cost (µUSD) of a committed train.create: the
+	// base run's 958.28 USD when 0
+	cost  int64
+	check func(t *testing.T, e *env, req admission.Request, out admission.Outcome)
 }
 
 func validCreate(t *testing.T, e *env) admission.Request {
@@ -553,15 +556,43 @@ func admitCases() []admitCase {
 					t.Errorf("the refused admission was written: %v", err)
 				}
 			}},
+		// The run's compute: 64 GPUs × 6 h × 2.49 = 956.16, plus the 0.85
+		// GPU-hours the training facts expect it to lose to failures (64 ×
+		// 6 h × lost_fraction 0.0022124, rounded up to the hundredth) × 2.49
+		// = 2.1165 → 2.12: 958.28, whatever the (permissive) bundle said.
 		{name: "commit/cost below estimate", setup: func(t *testing.T, e *env) admission.Request {
-			ref := e.confirm(t, "cnf-1", create, "", "956.15") // the run costs 956.16
+			ref := e.confirm(t, "cnf-1", create, "", "958.27")
+			return e.createReq("key-1", ref, e.entitlement("ent-1", nil))
+		}, status: 403, code: api.CodeConfirmationCostBelowEstimate,
+			violations: []api.Code{api.CodeConfirmationCostBelowEstimate}, decision: "deny", state: "denied"},
+		{name: "commit/cost covering the booked compute but not the expected lost work", setup: func(t *testing.T, e *env) admission.Request {
+			ref := e.confirm(t, "cnf-1", create, "", "956.16")
 			return e.createReq("key-1", ref, e.entitlement("ent-1", nil))
 		}, status: 403, code: api.CodeConfirmationCostBelowEstimate,
 			violations: []api.Code{api.CodeConfirmationCostBelowEstimate}, decision: "deny", state: "denied"},
 		{name: "commit/cost exactly the estimate", setup: func(t *testing.T, e *env) admission.Request {
-			ref := e.confirm(t, "cnf-1", create, "", "956.16")
+			ref := e.confirm(t, "cnf-1", create, "", "958.28")
 			return e.createReq("key-1", ref, e.entitlement("ent-1", nil))
 		}, status: 200, decision: "allow", state: "admitted", effect: committed},
+		// Signed telemetry moves the lost work the commit prices: 0.001
+		// interruptions per GPU-hour lose 43.06 GPU-hours, 107.22 USD.
+		{name: "commit/cost below the estimate with the booking's telemetry", setup: func(t *testing.T, e *env) admission.Request {
+			ref := e.confirm(t, "cnf-1", create, "", "1063.37")
+			return e.createReq("key-1", ref, e.entitlement("ent-1", withTelemetry(0.001)))
+		}, status: 403, code: api.CodeConfirmationCostBelowEstimate,
+			violations: []api.Code{api.CodeConfirmationCostBelowEstimate}, decision: "deny", state: "denied"},
+		{name: "commit/cost exactly the estimate with the booking's telemetry", setup: func(t *testing.T, e *env) admission.Request {
+			ref := e.confirm(t, "cnf-1", create, "", "1063.38")
+			return e.createReq("key-1", ref, e.entitlement("ent-1", withTelemetry(0.001)))
+		}, status: 200, decision: "allow", state: "admitted", effect: committed, cost: 1_063_380_000},
+		{name: "commit/no training facts, so no lost work", setup: func(t *testing.T, e *env) admission.Request {
+			// a permissive decider without a facts model: the commit cannot
+			// price the expected lost work and refuses
+			e.decider = noFacts{allow()}
+			ref := e.confirm(t, "cnf-1", create, "", costOK)
+			return e.createReq("key-1", ref, e.entitlement("ent-1", nil))
+		}, status: 403, code: api.CodeBookingFactsInvalid, violations: []api.Code{api.CodeBookingFactsInvalid},
+			decision: "deny", state: "denied"},
 		{name: "commit/bundle estimate above the confirmed cost", setup: func(t *testing.T, e *env) admission.Request {
 			req := validCreate(t, e) // confirms 2000.00
 			e.decider = &fakeDecider{decision: policy.Decision{Allow: true,
@@ -1079,7 +1110,11 @@ func TestAdmit(t *testing.T) {
 					t.Errorf("the ledger changed:\nbefore %+v\nafter  %+v", before, after)
 				}
 			case committed:
-				assertCommitted(t, e, req, out, before, after)
+				cost := tc.cost
+				if cost == 0 {
+					cost = 958_280_000
+				}
+				assertCommitted(t, e, req, out, before, after, cost)
 			case halted:
 				if after.conf.State != ledger.ConfirmationAvailable || after.admFound || !reflect.DeepEqual(before.usage, after.usage) {
 					t.Errorf("a halting deny consumed or stored: %+v", after)
@@ -1097,7 +1132,7 @@ func TestAdmit(t *testing.T) {
 
 // assertCommitted checks a fresh allow: the confirmation consumed by the
 // key at now, the admission stored, and the action's effect on the ledger.
-func assertCommitted(t *testing.T, e *env, req admission.Request, out admission.Outcome, before, after snapshot) {
+func assertCommitted(t *testing.T, e *env, req admission.Request, out admission.Outcome, before, after snapshot, cost int64) {
 	t.Helper()
 	if out.Notice != "" {
 		t.Errorf("notice %q on a fresh allow", out.Notice)
@@ -1142,8 +1177,9 @@ func assertCommitted(t *testing.T, e *env, req admission.Request, out admission.
 		if !rec.Equal(want) || rec.BookedGPUs < 64 {
 			t.Errorf("run record %+v, want %+v", rec, want)
 		}
-		if a.CostMicroUSD != 956_160_000 || a.GPUs != 64 {
-			t.Errorf("stored cost %d µUSD, %d GPUs; want 956160000, 64", a.CostMicroUSD, a.GPUs)
+		// the booked compute (956.16) and the expected lost work
+		if a.CostMicroUSD != cost || a.GPUs != 64 {
+			t.Errorf("stored cost %d µUSD, %d GPUs; want %d, 64", a.CostMicroUSD, a.GPUs, cost)
 		}
 	case api.TrainCancel, api.TrainCleanup:
 		want := before.run

@@ -36,7 +36,8 @@ var now = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 const (
 	sigOK     = "sig-ok" // the only manifest signature fakeManifests accepts
 	bundleRev = "rev-test"
-	// costOK covers the llama3-8b run (64 GPUs × 6 h × 2.49 USD = 956.16).
+	// costOK covers the llama3-8b run (64 GPUs × 6 h × 2.49 USD = 956.16, and
+	// 2.12 for the GPU-hours it is expected to lose to failures).
 	costOK = "2000.00"
 )
 
@@ -106,6 +107,22 @@ func (d *fakeDecider) Revision() string { return bundleRev }
 // Facts is the embedded bundle's training-facts model, so the server path
 // builds input.facts as it does for a real engine.
 func (d *fakeDecider) Facts() *trainfacts.Model { return embeddedFacts() }
+
+// noFacts is a decider without a training-facts model: its inputs carry no
+// input.facts.
+type noFacts struct{ *fakeDecider }
+
+func (noFacts) Facts() *trainfacts.Model { return nil }
+
+// withTelemetry is an entitlement tweak: a telemetry claim measured 200 s
+// before now over a week, with rate interruptions per GPU-hour.
+func withTelemetry(rate float64) func(map[string]any) {
+	return func(m map[string]any) {
+		m["telemetry"] = map[string]any{
+			"measured_at": now.Unix() - 200, "window_seconds": int64(604800), "interruptions_per_gpu_hour": rate,
+		}
+	}
+}
 
 var embeddedFacts = sync.OnceValue(func() *trainfacts.Model {
 	e, err := policy.New(context.Background(), policy.Options{Bundle: policies.Bundle()})

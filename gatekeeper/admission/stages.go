@@ -14,6 +14,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/policy"
+	"github.com/itocompute/itogate/gatekeeper/trainfacts"
 	"github.com/itocompute/itogate/gatekeeper/verify"
 )
 
@@ -390,9 +391,18 @@ func (s *Service) commit(ctx context.Context, p *pending) Outcome {
 			return p.refusedAtCommit(api.CodeRunPastTerm,
 				"the run's declared wall-clock end is after the booking term", "budget")
 		}
+		// The cost pays for the GPU-hours the training facts expect the
+		// run to lose to failures; facts without them (none computed, or
+		// a run whose lost work is unknown) are refused.
+		lost, ok := trainfacts.LostCentiGPUHours(p.input)
+		priced, err := p.run.WithLostWork(lost)
+		if !ok || err != nil {
+			return p.refusedAtCommit(api.CodeBookingFactsInvalid,
+				"the run's expected lost work could not be computed from the training facts", "booking")
+		}
 		rec.GPUs, rec.BookedGPUs = p.run.GPUs, p.run.BookedGPUs
 		rec.LiveUntil = p.run.End.Add(booking.Grace(p.decision.Estimates))
-		rec.CostMicroUSD = booking.EstimateMicroUSD(p.run.ComputeMicroUSD, p.decision.Estimates)
+		rec.CostMicroUSD = booking.EstimateMicroUSD(priced.ComputeMicroUSD, p.decision.Estimates)
 		rec.Plan = runPlan(p.manifest, p.run, p.now, p.decision.Estimates)
 	}
 	switch {

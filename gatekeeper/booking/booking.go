@@ -4,7 +4,8 @@
 //
 // The ledger enforces these at commit whatever the policy bundle decided
 // (capacity, the confirmation's bound cost), so a faulty bundle cannot
-// admit a run the booking cannot carry. The same quantities are computed in
+// admit a run the booking cannot carry. The cost includes the GPU-hours the
+// checkpoint model expects the run to lose to failures (WithLostWork). The same quantities are computed in
 // Rego (policies/ito/budget) to explain a decision; this package is the
 // defence in depth, not the explanation.
 package booking
@@ -41,9 +42,42 @@ type Run struct {
 	End time.Time
 	// TermEnd is the entitlement's term.end.
 	TermEnd time.Time
+	// PriceMicroUSD is the entitlement's price_per_gpu_hour_usd in micro-USD.
+	PriceMicroUSD int64
 	// ComputeMicroUSD is GPUs × hours × price_per_gpu_hour_usd in micro-USD,
-	// rounded up to the cent — the budget gate's compute formula, exact.
+	// rounded up to the cent, plus (after WithLostWork) the expected lost
+	// work at the same price, rounded up to the cent — the budget gate's
+	// compute formula, exact.
 	ComputeMicroUSD int64
+	// LostWorkMicroUSD is the part of ComputeMicroUSD that pays for the
+	// GPU-hours expected lost to failures (0 until WithLostWork).
+	LostWorkMicroUSD int64
+}
+
+// WithLostWork is r with the expected lost work added to its compute cost:
+// lostCentiGPUHours (input.facts.budget.lost_centi_gpu_hours: hundredths of
+// the GPU-hours the checkpoint model expects the run to lose to failures,
+// W × centi-hours × lost_fraction rounded up) at r's price, rounded up to
+// the cent — the budget gate's lost_work_micro_usd, exact. It fails with
+// ErrFacts for a negative count and when the cost leaves int64.
+func (r Run) WithLostWork(lostCentiGPUHours int64) (Run, error) {
+	if lostCentiGPUHours < 0 {
+		return Run{}, fmt.Errorf("booking: lost GPU-hours are negative: %w", ErrFacts)
+	}
+	lost := new(big.Int).Mul(big.NewInt(lostCentiGPUHours), big.NewInt(r.PriceMicroUSD))
+	lost = ceilCent(ceilDiv(lost, big.NewInt(100)))
+	total := new(big.Int).Add(lost, big.NewInt(r.ComputeMicroUSD))
+	if !lost.IsInt64() || !total.IsInt64() {
+		return Run{}, fmt.Errorf("booking: compute cost with lost work out of range: %w", ErrFacts)
+	}
+	r.LostWorkMicroUSD, r.ComputeMicroUSD = lost.Int64(), total.Int64()
+	return r, nil
+}
+
+// ceilCent rounds micro-USD up to the cent (10,000 µUSD).
+func ceilCent(micro *big.Int) *big.Int {
+	c := ceilDiv(micro, big.NewInt(10_000))
+	return c.Mul(c, big.NewInt(10_000))
 }
 
 // ErrFacts: the manifest or entitlement lacks a field the computation needs
@@ -90,9 +124,7 @@ func ForCreate(manifest, entitlement map[string]any, now time.Time) (Run, error)
 	// W × centi-hours × µUSD / 100, rounded up to the cent (10,000 µUSD).
 	cost := new(big.Int).Mul(big.NewInt(nodes*per), big.NewInt(centiHours))
 	cost.Mul(cost, big.NewInt(priceMicro))
-	cost = ceilDiv(cost, big.NewInt(100))
-	cost = ceilDiv(cost, big.NewInt(10_000))
-	cost.Mul(cost, big.NewInt(10_000))
+	cost = ceilCent(ceilDiv(cost, big.NewInt(100)))
 	if !cost.IsInt64() {
 		return bad("compute cost out of range")
 	}
@@ -101,6 +133,7 @@ func ForCreate(manifest, entitlement map[string]any, now time.Time) (Run, error)
 		BookedGPUs:      int(bNodes * bPer),
 		End:             now.Add(time.Duration(centiHours) * 36 * time.Second),
 		TermEnd:         time.Unix(termEnd, 0).UTC(),
+		PriceMicroUSD:   priceMicro,
 		ComputeMicroUSD: cost.Int64(),
 	}, nil
 }

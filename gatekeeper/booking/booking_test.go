@@ -107,7 +107,7 @@ func TestForCreate(t *testing.T) {
 		{
 			// 16 × 12.25 h × $2.49 = $488.04 exactly
 			"base", func(m, e map[string]any) {},
-			booking.Run{GPUs: 16, BookedGPUs: 32, End: hours(1225), TermEnd: termEnd, ComputeMicroUSD: 488_040_000},
+			booking.Run{GPUs: 16, BookedGPUs: 32, End: hours(1225), TermEnd: termEnd, PriceMicroUSD: 2_490_000, ComputeMicroUSD: 488_040_000},
 		},
 		{
 			// 3 × 16 h × $2.49 = $119.52 (lib_test.rego's test_money_is_exact)
@@ -116,7 +116,7 @@ func TestForCreate(t *testing.T) {
 				set(m, "hardware", "gpus_per_node", json.Number("1"))
 				set(m, "budget", "max_wall_clock_hours", json.Number("16"))
 			},
-			booking.Run{GPUs: 3, BookedGPUs: 32, End: hours(1600), TermEnd: termEnd, ComputeMicroUSD: 119_520_000},
+			booking.Run{GPUs: 3, BookedGPUs: 32, End: hours(1600), TermEnd: termEnd, PriceMicroUSD: 2_490_000, ComputeMicroUSD: 119_520_000},
 		},
 		{
 			// 1 GPU × 0.01 h × $0.000001 = 0.01 µUSD: up to 1 µUSD, then to the cent
@@ -126,7 +126,7 @@ func TestForCreate(t *testing.T) {
 				set(m, "budget", "max_wall_clock_hours", json.Number("0.01"))
 				e["price_per_gpu_hour_usd"] = "0.000001"
 			},
-			booking.Run{GPUs: 1, BookedGPUs: 32, End: hours(1), TermEnd: termEnd, ComputeMicroUSD: 10_000},
+			booking.Run{GPUs: 1, BookedGPUs: 32, End: hours(1), TermEnd: termEnd, PriceMicroUSD: 1, ComputeMicroUSD: 10_000},
 		},
 		{
 			"a whole cent stays", func(m, e map[string]any) {
@@ -135,7 +135,7 @@ func TestForCreate(t *testing.T) {
 				set(m, "budget", "max_wall_clock_hours", json.Number("1"))
 				e["price_per_gpu_hour_usd"] = "0.01"
 			},
-			booking.Run{GPUs: 1, BookedGPUs: 32, End: hours(100), TermEnd: termEnd, ComputeMicroUSD: 10_000},
+			booking.Run{GPUs: 1, BookedGPUs: 32, End: hours(100), TermEnd: termEnd, PriceMicroUSD: 10_000, ComputeMicroUSD: 10_000},
 		},
 		{
 			"one micro-USD over a cent", func(m, e map[string]any) {
@@ -144,11 +144,11 @@ func TestForCreate(t *testing.T) {
 				set(m, "budget", "max_wall_clock_hours", json.Number("1"))
 				e["price_per_gpu_hour_usd"] = "0.010001"
 			},
-			booking.Run{GPUs: 1, BookedGPUs: 32, End: hours(100), TermEnd: termEnd, ComputeMicroUSD: 20_000},
+			booking.Run{GPUs: 1, BookedGPUs: 32, End: hours(100), TermEnd: termEnd, PriceMicroUSD: 10_001, ComputeMicroUSD: 20_000},
 		},
 		{
 			"free", func(m, e map[string]any) { e["price_per_gpu_hour_usd"] = "0" },
-			booking.Run{GPUs: 16, BookedGPUs: 32, End: hours(1225), TermEnd: termEnd, ComputeMicroUSD: 0},
+			booking.Run{GPUs: 16, BookedGPUs: 32, End: hours(1225), TermEnd: termEnd, PriceMicroUSD: 0, ComputeMicroUSD: 0},
 		},
 		{
 			// 9 × 1 h × $999,999,999,999.999999 rounds up to 9×10^18, below 2^63
@@ -158,19 +158,19 @@ func TestForCreate(t *testing.T) {
 				set(m, "budget", "max_wall_clock_hours", json.Number("1"))
 				e["price_per_gpu_hour_usd"] = "999999999999.999999"
 			},
-			booking.Run{GPUs: 9, BookedGPUs: 32, End: hours(100), TermEnd: termEnd, ComputeMicroUSD: 9_000_000_000_000_000_000},
+			booking.Run{GPUs: 9, BookedGPUs: 32, End: hours(100), TermEnd: termEnd, PriceMicroUSD: 999_999_999_999_999_999, ComputeMicroUSD: 9_000_000_000_000_000_000},
 		},
 		{
 			"one decimal of hours", func(m, e map[string]any) { set(m, "budget", "max_wall_clock_hours", json.Number("6.5")) },
-			booking.Run{GPUs: 16, BookedGPUs: 32, End: hours(650), TermEnd: termEnd, ComputeMicroUSD: 258_960_000},
+			booking.Run{GPUs: 16, BookedGPUs: 32, End: hours(650), TermEnd: termEnd, PriceMicroUSD: 2_490_000, ComputeMicroUSD: 258_960_000},
 		},
 		{
 			"two decimals of hours with a trailing zero", func(m, e map[string]any) { set(m, "budget", "max_wall_clock_hours", json.Number("6.50")) },
-			booking.Run{GPUs: 16, BookedGPUs: 32, End: hours(650), TermEnd: termEnd, ComputeMicroUSD: 258_960_000},
+			booking.Run{GPUs: 16, BookedGPUs: 32, End: hours(650), TermEnd: termEnd, PriceMicroUSD: 2_490_000, ComputeMicroUSD: 258_960_000},
 		},
 		{
 			"hours as int64", func(m, e map[string]any) { set(m, "budget", "max_wall_clock_hours", int64(6)) },
-			booking.Run{GPUs: 16, BookedGPUs: 32, End: hours(600), TermEnd: termEnd, ComputeMicroUSD: 239_040_000},
+			booking.Run{GPUs: 16, BookedGPUs: 32, End: hours(600), TermEnd: termEnd, PriceMicroUSD: 2_490_000, ComputeMicroUSD: 239_040_000},
 		},
 		{
 			// the longest run whose end fits a time.Duration
@@ -178,7 +178,7 @@ func TestForCreate(t *testing.T) {
 				set(m, "budget", "max_wall_clock_hours", json.Number("2562047.78"))
 				e["price_per_gpu_hour_usd"] = "0"
 			},
-			booking.Run{GPUs: 16, BookedGPUs: 32, End: hours(256_204_778), TermEnd: termEnd, ComputeMicroUSD: 0},
+			booking.Run{GPUs: 16, BookedGPUs: 32, End: hours(256_204_778), TermEnd: termEnd, PriceMicroUSD: 0, ComputeMicroUSD: 0},
 		},
 		{
 			"counts as int, int64 and integral float64", func(m, e map[string]any) {
@@ -187,7 +187,7 @@ func TestForCreate(t *testing.T) {
 				set(e, "gpu", "nodes", float64(4))
 				set(e, "gpu", "gpus_per_node", json.Number("8"))
 			},
-			booking.Run{GPUs: 16, BookedGPUs: 32, End: hours(1225), TermEnd: termEnd, ComputeMicroUSD: 488_040_000},
+			booking.Run{GPUs: 16, BookedGPUs: 32, End: hours(1225), TermEnd: termEnd, PriceMicroUSD: 2_490_000, ComputeMicroUSD: 488_040_000},
 		},
 		{
 			"largest counts", func(m, e map[string]any) {
@@ -199,20 +199,20 @@ func TestForCreate(t *testing.T) {
 				e["price_per_gpu_hour_usd"] = "0.000001"
 			},
 			// 2^40 GPUs × 0.01 µUSD = 10,995,116,277.76 µUSD, up to the cent
-			booking.Run{GPUs: 1 << 40, BookedGPUs: 1 << 40, End: hours(1), TermEnd: termEnd, ComputeMicroUSD: 10_995_120_000},
+			booking.Run{GPUs: 1 << 40, BookedGPUs: 1 << 40, End: hours(1), TermEnd: termEnd, PriceMicroUSD: 1, ComputeMicroUSD: 10_995_120_000},
 		},
 		{
 			// the admission decides CodeRunPastTerm from End and TermEnd; ForCreate only reports them
 			"term ended before now", func(m, e map[string]any) { set(e, "term", "end", now.Unix()-1) },
-			booking.Run{GPUs: 16, BookedGPUs: 32, End: hours(1225), TermEnd: now.Add(-time.Second), ComputeMicroUSD: 488_040_000},
+			booking.Run{GPUs: 16, BookedGPUs: 32, End: hours(1225), TermEnd: now.Add(-time.Second), PriceMicroUSD: 2_490_000, ComputeMicroUSD: 488_040_000},
 		},
 		{
 			"term end as float64", func(m, e map[string]any) { set(e, "term", "end", float64(2e9)) },
-			booking.Run{GPUs: 16, BookedGPUs: 32, End: hours(1225), TermEnd: time.Unix(2e9, 0).UTC(), ComputeMicroUSD: 488_040_000},
+			booking.Run{GPUs: 16, BookedGPUs: 32, End: hours(1225), TermEnd: time.Unix(2e9, 0).UTC(), PriceMicroUSD: 2_490_000, ComputeMicroUSD: 488_040_000},
 		},
 		{
 			"booking smaller than the run", func(m, e map[string]any) { set(e, "gpu", "nodes", int64(1)) },
-			booking.Run{GPUs: 16, BookedGPUs: 8, End: hours(1225), TermEnd: termEnd, ComputeMicroUSD: 488_040_000},
+			booking.Run{GPUs: 16, BookedGPUs: 8, End: hours(1225), TermEnd: termEnd, PriceMicroUSD: 2_490_000, ComputeMicroUSD: 488_040_000},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -443,5 +443,52 @@ func TestEstimateMicroUSD(t *testing.T) {
 	}
 	if got := booking.EstimateMicroUSD(7, nil); got != 7 {
 		t.Fatalf("EstimateMicroUSD(7, nil) = %d", got)
+	}
+}
+
+// TestWithLostWork: the GPU-hours the checkpoint model expects a run to
+// lose to failures are priced like the booked ones, exactly (the budget
+// gate's lost_work_micro_usd): hundredths of a GPU-hour × µUSD / 100, up to
+// the µUSD, then up to the cent, added to the compute cost.
+func TestWithLostWork(t *testing.T) {
+	m, e := facts()
+	run, err := booking.ForCreate(m, e, now) // 16 × 12.25 h × $2.49 = $488.04
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name        string
+		price       int64 // µUSD per GPU-hour; the base's 2.49 USD when 0
+		lost        int64 // hundredths of a GPU-hour
+		lostMicro   int64
+		computeFrom int64 // the compute before the lost work
+	}{
+		// 0.85 GPU-hours × $2.49 = $2.1165 → $2.12
+		{"rounded up to the cent", 0, 85, 2_120_000, 488_040_000},
+		{"nothing lost", 0, 0, 0, 488_040_000},
+		// 0.01 GPU-hours × $0.000001 = 0.01 µUSD → 1 µUSD → one cent
+		{"a sliver is a cent", 1, 1, 10_000, 10_000},
+		// 43.06 GPU-hours × $2.49 = $107.2194 → $107.22 (a measured failure rate)
+		{"telemetry's lost work", 0, 4306, 107_220_000, 488_040_000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := run
+			if tc.price != 0 {
+				r.PriceMicroUSD, r.ComputeMicroUSD = tc.price, tc.computeFrom
+			}
+			got, err := r.WithLostWork(tc.lost)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.LostWorkMicroUSD != tc.lostMicro || got.ComputeMicroUSD != tc.computeFrom+tc.lostMicro {
+				t.Fatalf("WithLostWork(%d) = lost %d, compute %d µUSD; want %d, %d",
+					tc.lost, got.LostWorkMicroUSD, got.ComputeMicroUSD, tc.lostMicro, tc.computeFrom+tc.lostMicro)
+			}
+		})
+	}
+	for name, lost := range map[string]int64{"negative": -1, "past int64": math.MaxInt64} {
+		if got, err := run.WithLostWork(lost); !errors.Is(err, booking.ErrFacts) || got != (booking.Run{}) {
+			t.Errorf("%s: WithLostWork(%d) = %+v, %v; want the zero Run and ErrFacts", name, lost, got, err)
+		}
 	}
 }

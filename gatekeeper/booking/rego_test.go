@@ -38,8 +38,10 @@ usd := lib.usd(micro_usd)
 
 centi := lib.centi(input.manifest.budget.max_wall_clock_hours)
 
-# the budget gate's own rule, not a copy of its formula
-compute := budget.compute_micro_usd
+# the budget gate's own rule, not a copy of its formula: the booked
+# compute (ForCreate's; the expected lost work comes from the training
+# facts, Run.WithLostWork)
+compute := budget.facts_reference.booked_compute_micro_usd
 
 compute_usd := lib.usd(compute)
 `
@@ -287,7 +289,7 @@ func checkMoney(t *testing.T, q rego.PreparedEvalQuery, price, hours string, nod
 		t.Fatalf("hours %q: Go reads %s centi-hours (%v); Rego lib.centi %s", hours, show(goCenti), err, show(r.centi))
 	}
 
-	// budget.compute_micro_usd ⇔ ForCreate's ComputeMicroUSD. Rego's value,
+	// budget's booked_compute_micro_usd ⇔ ForCreate's ComputeMicroUSD. Rego's value,
 	// when defined, is the exact formula over its own readings; Go's is the
 	// same number whenever Go computes one.
 	m, e = moneyFacts(price, hours, nodes, perNode)
@@ -418,7 +420,7 @@ var moneySeeds = []struct {
 // FuzzMoneyMatchesRego: for the same price, hours and GPU counts, Go's
 // booking (MicroUSD, ForCreate's hours, rounding and compute cost) and the
 // Rego helpers (lib.micro_usd, lib.centi, lib.ceil_cent, lib.usd and
-// budget.compute_micro_usd) are both defined with the same integer, or both
+// budget's booked_compute_micro_usd) are both defined with the same integer, or both
 // undefined, but for the known gaps checkMoney names.
 func FuzzMoneyMatchesRego(f *testing.F) {
 	for _, s := range moneySeeds {

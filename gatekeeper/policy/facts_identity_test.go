@@ -54,7 +54,9 @@ var numberTexts = []any{
 // in Go too. Every input is there also as a train.stage.advance into a
 // long_context stage with its own settings (withStageAdvances), whose
 // facts are the stage's effective manifest's. The first difference fails
-// with the input's mutations.
+// with the input's mutations. Every input is there also with a telemetry
+// claim in its entitlement (withTelemetry), so the mutations reach the
+// claim's every field.
 func TestFactsMatchReference(t *testing.T) {
 	ctx := context.Background()
 	b, _, err := policy.ReadFS(policies.Bundle())
@@ -95,7 +97,7 @@ func TestFactsMatchReference(t *testing.T) {
 			t.Fatalf("%s: facts differ\n  Go: %s\n ref: %s", name, gotJSON, want)
 		}
 	}
-	bases := withStageAdvances(t, baseInputs(t))
+	bases := withStageAdvances(t, withTelemetry(t, baseInputs(t)))
 	names := sortedKeys(bases)
 	for _, name := range names {
 		check(t, name, deepCopy(t, bases[name]))
@@ -148,6 +150,29 @@ func withStageAdvances(t *testing.T, bases map[string]map[string]any) map[string
 			"sft": map[string]any{"objective": map[string]any{"sequence_length": json.Number("4096")}},
 		}
 		out[name+" advance"] = adv
+	}
+	return out
+}
+
+// withTelemetry is bases and, for each, "<name> telemetry": the input
+// whose entitlement carries a telemetry claim the checkpoint model uses
+// (fresh, within the bundle's bounds, naming two tiers).
+func withTelemetry(t *testing.T, bases map[string]map[string]any) map[string]map[string]any {
+	t.Helper()
+	out := make(map[string]map[string]any, 2*len(bases))
+	for name, in := range bases {
+		out[name] = in
+		tel := deepCopy(t, in)
+		ent, _ := tel["entitlement"].(map[string]any)
+		now, _ := tel["now"].(json.Number).Int64()
+		ent["telemetry"] = map[string]any{
+			"measured_at": json.Number(fmt.Sprint(now - 600)), "window_seconds": json.Number("604800"),
+			"interruptions_per_gpu_hour": json.Number("0.0002"),
+			"checkpoint_write_gbytes_per_s_per_node": map[string]any{
+				"s3-standard": json.Number("0.75"), "lustre": json.Number("3.5"),
+			},
+		}
+		out[name+" telemetry"] = tel
 	}
 	return out
 }

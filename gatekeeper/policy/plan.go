@@ -56,17 +56,22 @@ type PlanEstimates struct {
 	StepSeconds              float64 `json:"step_seconds"`
 	TokensPerSecond          float64 `json:"tokens_per_second"`
 	// GPUHours is step_seconds × objective.max_steps × world size / 3600
-	// (absent without max_steps); USD prices them at the entitlement's
-	// price per GPU-hour (absent without one).
+	// (absent without max_steps); USD prices them, and the GPU-hours
+	// expected lost to failures (GPUHours × expected_lost_fraction), at the
+	// entitlement's price per GPU-hour (absent without one).
 	GPUHours *float64 `json:"gpu_hours,omitempty"`
 	USD      *float64 `json:"usd,omitempty"`
-	// Checkpoint figures (input.facts.checkpoint of the proposed manifest):
-	// the interval, the work lost per failure, the expected lost share of
-	// the run, and goodput = 1 − that share.
+	// Checkpoint figures (input.facts.checkpoint of the proposed manifest,
+	// the checkpoint gate's model: the entitlement's signed telemetry when
+	// it is used, else bundle data): the interval, the work lost per
+	// failure, the expected lost share of the run, goodput = max(0, 1 −
+	// that share) (4 decimals), and where the failure rate came from
+	// ("telemetry" or "bundle").
 	CheckpointIntervalSeconds *float64 `json:"checkpoint_interval_seconds,omitempty"`
 	LostSecondsPerFailure     *float64 `json:"expected_lost_seconds_per_failure,omitempty"`
 	LostFraction              *float64 `json:"expected_lost_fraction,omitempty"`
 	Goodput                   *float64 `json:"goodput,omitempty"`
+	FailureRateSource         string   `json:"failure_rate_source,omitempty"`
 }
 
 // PlanResult is a plan search's answer.
@@ -200,7 +205,12 @@ func planEstimates(c plan.Candidate, facts map[string]any, manifest map[string]a
 			est.GPUHours = &h
 			if price, ok := regonum.Of(budget["price_micro_usd"]); ok {
 				if p, isInt := price.Int64(); isInt {
-					usd := r2(h * float64(p) / 1e6)
+					// the GPU-hours expected lost to failures are paid for too
+					lost := 0.0
+					if lf, ok := regonum.Of(ckpt["lost_fraction"]); ok {
+						lost = numOf(lf.JSON())
+					}
+					usd := r2(h * (1 + lost) * float64(p) / 1e6)
 					est.USD = &usd
 				}
 			}
@@ -217,9 +227,15 @@ func planEstimates(c plan.Candidate, facts map[string]any, manifest map[string]a
 	est.CheckpointIntervalSeconds = opt(ckpt["interval_seconds"])
 	est.LostSecondsPerFailure = opt(ckpt["lost_seconds"])
 	if lf, ok := regonum.Of(ckpt["lost_fraction"]); ok {
-		x := numOf(lf.JSON())
-		lost, good := math.Round(x*1e4)/1e4, math.Round((1-x)*1e4)/1e4
-		est.LostFraction, est.Goodput = &lost, &good
+		lost := math.Round(numOf(lf.JSON())*1e4) / 1e4
+		est.LostFraction = &lost
+	}
+	if g, ok := regonum.Of(ckpt["goodput"]); ok {
+		good := math.Round(numOf(g.JSON())*1e4) / 1e4
+		est.Goodput = &good
+	}
+	if src, ok := ckpt["failure_rate_source"].(string); ok {
+		est.FailureRateSource = src
 	}
 	return est
 }

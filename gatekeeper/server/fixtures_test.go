@@ -59,26 +59,28 @@ func estimatesOf(t *testing.T, env map[string]any) map[string]any {
 }
 
 // TestExactMoneyOverHTTP: 8 GPUs × 6 h at "2.49" is 119.52 USD exactly (float
-// arithmetic gives 119.52000000000001). The fixture's ceiling is its exact
-// total, 119.52 compute + 2.42 storage: it is admitted with a confirmation
-// for exactly that, and refused with one cent less.
+// arithmetic gives 119.52000000000001), and the 0.03 GPU-hours expected
+// lost to failures 0.08. The fixture's ceiling is its exact total, 119.60
+// compute + 2.42 storage: it is admitted with a confirmation for exactly
+// that, and refused with one cent less.
 func TestExactMoneyOverHTTP(t *testing.T) {
 	h := newHarness(t, nil)
-	status, env := admitFixture(t, h, "megatron-llama3-8b-h100-fp8", "121.94")
+	status, env := admitFixture(t, h, "megatron-llama3-8b-h100-fp8", "122.02")
 	if status != 200 {
 		t.Fatalf("status %d, want 200: %v", status, env)
 	}
 	est := estimatesOf(t, env)
 	for k, want := range map[string]any{
-		"gpu_hours": "48.00", "compute_cost_usd": "119.52", "compute_cost_micro_usd": float64(119520000),
-		"storage_cost_usd": "2.42", "total_cost_usd": "121.94", "total_cost_micro_usd": float64(121940000),
+		"gpu_hours": "48.00", "lost_gpu_hours": "0.03", "lost_work_cost_usd": "0.08",
+		"compute_cost_usd": "119.60", "compute_cost_micro_usd": float64(119600000), "expected_goodput": 0.9995,
+		"storage_cost_usd": "2.42", "total_cost_usd": "122.02", "total_cost_micro_usd": float64(122020000),
 	} {
 		if got := est[k]; got != want {
 			t.Errorf("estimates.%s = %v, want %v", k, got, want)
 		}
 	}
 
-	status, env = admitFixture(t, h, "megatron-llama3-8b-h100-fp8", "121.93")
+	status, env = admitFixture(t, h, "megatron-llama3-8b-h100-fp8", "122.01")
 	if status != 403 || !hasViolation(env, "CONFIRMATION_COST_BELOW_ESTIMATE") {
 		t.Fatalf("status %d %v, want 403 with CONFIRMATION_COST_BELOW_ESTIMATE", status, env["error"])
 	}

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"io/fs"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -15,21 +16,36 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
 	"github.com/itocompute/itogate/internal/patience"
+	"github.com/itocompute/itogate/policies"
 )
 
 // handMade builds an engine from one Rego module of package ito.admission
-// (a test bundle: the required-rules check is lifted). A zero deadline is
-// one no machine can hit: only the timeout cases, whose rule is slow on
-// purpose, race a deadline.
+// and the embedded bundle's data (a test bundle: the required-rules check is
+// lifted; the data gives it the training facts every production bundle
+// has, which the commit prices the expected lost work with). A zero
+// deadline is one no machine can hit: only the timeout cases, whose rule is
+// slow on purpose, race a deadline.
 func handMade(t *testing.T, rego string, deadline time.Duration) (*policy.Engine, error) {
 	t.Helper()
 	if deadline == 0 {
 		deadline = patience.Deadline
 	}
+	files := fstest.MapFS{
+		"ito/admission/admission.rego": {Data: []byte("package ito.admission\n\n" + rego + "\n")},
+	}
+	err := fs.WalkDir(policies.Bundle(), "ito", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, "/data.json") || strings.HasPrefix(path, "ito/testdata/") {
+			return err
+		}
+		raw, err := fs.ReadFile(policies.Bundle(), path)
+		files[path] = &fstest.MapFile{Data: raw}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
 	return policy.New(context.Background(), policy.Options{
-		Bundle: fstest.MapFS{
-			"ito/admission/admission.rego": {Data: []byte("package ito.admission\n\n" + rego + "\n")},
-		},
+		Bundle:            files,
 		Deadline:          deadline,
 		SkipRequiredRules: true,
 	})

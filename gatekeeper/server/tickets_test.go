@@ -47,7 +47,7 @@ func ticketOf(t *testing.T, env map[string]any) string {
 func TestTicketOnAllowReplayAndStatus(t *testing.T) {
 	h := newHarness(t, nil)
 	start := time.Now()
-	body, key := fixtureRequest(t, h, "megatron-llama3-8b-h100-fp8", "121.94")
+	body, key := fixtureRequest(t, h, "megatron-llama3-8b-h100-fp8", "122.02")
 	status, env := post(t, h, "/v1/admissions", "application/json", callerToken(t, h), body)
 	if status != 200 {
 		t.Fatalf("status %d: %v", status, env)
@@ -119,7 +119,7 @@ func (failingSigner) Issue(ticket.Claims) (string, error) { return "", errors.Ne
 // a coded 503 and writes nothing.
 func TestTicketSigningFailureDenies(t *testing.T) {
 	h := newHarness(t, func(o *admission.Options) { o.Tickets = failingSigner{} })
-	body, key := fixtureRequest(t, h, "megatron-llama3-8b-h100-fp8", "121.94")
+	body, key := fixtureRequest(t, h, "megatron-llama3-8b-h100-fp8", "122.02")
 	status, env := post(t, h, "/v1/admissions", "application/json", callerToken(t, h), body)
 	if status != 503 || errCode(env) != string(api.CodeTicketUnavailable) {
 		t.Fatalf("status %d %v, want 503 %s", status, env["error"], api.CodeTicketUnavailable)
@@ -135,7 +135,7 @@ func TestTicketsDisabled(t *testing.T) {
 	if resp.StatusCode != 404 || !strings.Contains(string(body), string(api.CodeTicketsDisabled)) {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
-	status, env := admitFixture(t, h, "megatron-llama3-8b-h100-fp8", "121.94")
+	status, env := admitFixture(t, h, "megatron-llama3-8b-h100-fp8", "122.02")
 	if d, _ := env["data"].(map[string]any); status != 200 || d["ticket"] != nil {
 		t.Fatalf("status %d, ticket %v: want an allow without a ticket", status, d["ticket"])
 	}

@@ -38,8 +38,8 @@ func equalValues(a, b any) bool {
 
 // budgetFacts are input.facts.budget.
 type budgetFacts struct {
-	worldSize, centiHours, price, ceiling, maxIncremental, compute, storage, egressGiB, egress,
-	total, pastTerm, incremental regonum.Num
+	worldSize, centiHours, price, ceiling, maxIncremental, booked, lostCentiGPUHours, lostWork, compute,
+	storage, egressGiB, egress, total, pastTerm, incremental regonum.Num
 	strs map[string]string
 }
 
@@ -54,7 +54,11 @@ func (m *Model) budgetFacts(c *regonum.Calc, in input, ckpt checkpointFacts) bud
 	f.price = policyMicroUSD(at(in.doc, "entitlement", "price_per_gpu_hour_usd"))
 	f.ceiling = policyMicroUSD(at(mf, "budget", "ceiling_usd"))
 	f.maxIncremental = policyMicroUSD(at(mf, "budget", "max_incremental_usd"))
-	f.compute = booking.CeilCent(c, ceilDiv(c, c.Mul(c.Mul(f.worldSize, f.centiHours), f.price), regonum.Int(100)))
+	f.booked = booking.CeilCent(c, ceilDiv(c, c.Mul(c.Mul(f.worldSize, f.centiHours), f.price), regonum.Int(100)))
+	// the GPU-hours expected lost to failures are paid for (budget._lost_centi_gpu_hours)
+	f.lostCentiGPUHours = regonum.Ceil(c.Mul(c.Mul(f.worldSize, f.centiHours), ckpt.lostFraction))
+	f.lostWork = booking.CeilCent(c, ceilDiv(c, c.Mul(f.lostCentiGPUHours, f.price), regonum.Int(100)))
+	f.compute = c.Add(f.booked, f.lostWork)
 	months := regonum.Max(one, ceilDiv(c, f.centiHours, c.Mul(m.budget.hoursPerMonth, regonum.Int(100))))
 
 	ckptV, hasCkpt := at(mf, "checkpoint")
@@ -94,7 +98,13 @@ func (m *Model) budgetFacts(c *regonum.Calc, in input, ckpt checkpointFacts) bud
 			f.strs["gpu_hours"] = s
 		}
 	}
+	if f.lostCentiGPUHours.Defined() {
+		if s, ok := booking.CentiString(c, f.lostCentiGPUHours); ok {
+			f.strs["lost_gpu_hours"] = s
+		}
+	}
 	usd("compute_usd", f.compute)
+	usd("lost_work_usd", f.lostWork)
 	usd("storage_usd", f.storage)
 	usd("egress_usd", f.egress)
 	usd("total_usd", f.total)
@@ -179,6 +189,9 @@ func (f budgetFacts) facts() map[string]any {
 	put(out, "ceiling_micro_usd", f.ceiling)
 	put(out, "max_incremental_micro_usd", f.maxIncremental)
 	put(out, "compute_micro_usd", f.compute)
+	put(out, "booked_compute_micro_usd", f.booked)
+	put(out, "lost_centi_gpu_hours", f.lostCentiGPUHours)
+	put(out, "lost_work_micro_usd", f.lostWork)
 	put(out, "storage_micro_usd", f.storage)
 	put(out, "egress_gib", f.egressGiB)
 	put(out, "egress_micro_usd", f.egress)
@@ -189,4 +202,19 @@ func (f budgetFacts) facts() map[string]any {
 		out[k] = s
 	}
 	return out
+}
+
+// LostCentiGPUHours reads input.facts.budget.lost_centi_gpu_hours of a
+// policy input document: hundredths of the GPU-hours the facts model
+// expects the run to lose to failures (ceil(W × centi-hours ×
+// lost_fraction)), which its compute cost pays for. ok is false when the
+// document holds no facts, or no whole number there (a run whose lost work
+// is unknown).
+func LostCentiGPUHours(doc map[string]any) (int64, bool) {
+	budget, _ := objAt(doc, "facts", "budget")
+	n, ok := regonum.Of(budget["lost_centi_gpu_hours"])
+	if !ok {
+		return 0, false
+	}
+	return n.Int64()
 }

@@ -13,6 +13,13 @@ import (
 type checkpointConfig struct {
 	bytesPerParam, detectionDefault, restartOverhead, gpuHoursBetweenFailures regonum.Num
 	defaultTiers                                                              map[string]any
+	telemetry                                                                 telemetryConfig
+}
+
+// telemetryConfig is data.ito.config.checkpoint.telemetry: the bounds of the
+// entitlement's telemetry claim.
+type telemetryConfig struct {
+	maxAge, minWindow, rateMin, rateMax, writeMin, writeMax regonum.Num
 }
 
 type storageRow struct {
@@ -30,6 +37,13 @@ func (m *Model) readCheckpoint(r *reader, cfg, storage map[string]any) {
 		restartOverhead:         r.num(cfg, "restart_overhead_seconds"),
 		gpuHoursBetweenFailures: r.num(cfg, "gpu_hours_between_failures"),
 		defaultTiers:            r.obj(cfg, "default_storage_tiers"),
+	}
+	tel := r.obj(cfg, "telemetry")
+	rate, write := r.obj(tel, "interruptions_per_gpu_hour"), r.obj(tel, "write_gbytes_per_s_per_node")
+	m.ckpt.telemetry = telemetryConfig{
+		maxAge: r.num(tel, "max_age_seconds"), minWindow: r.num(tel, "min_window_seconds"),
+		rateMin: r.num(rate, "min"), rateMax: r.num(rate, "max"),
+		writeMin: r.num(write, "min"), writeMax: r.num(write, "max"),
 	}
 	for scheme, t := range m.ckpt.defaultTiers {
 		if _, ok := t.(string); !ok {
@@ -51,12 +65,14 @@ func (m *Model) readCheckpoint(r *reader, cfg, storage map[string]any) {
 type checkpointFacts struct {
 	computedGiB, declaredGiB, sizeGiB, sizeGB, writeSeconds, resumeSeconds, detectionSeconds,
 	steps, stepSeconds, intervalSeconds, stallSeconds, lostSeconds, worldSize, lostFraction,
-	remoteWriteGiB, quotaGiB, neededGiB regonum.Num
-	tierName         string
-	hasTierName      bool
-	storageRegion    any
-	hasStorageRegion bool
-	resumeByTier     map[string]regonum.Num
+	goodput, gpuHoursBetweenFailures, remoteWriteGiB, quotaGiB, neededGiB regonum.Num
+	telemetry                               string // "" when undefined
+	failureRateSource, writeBandwidthSource string
+	tierName                                string
+	hasTierName                             bool
+	storageRegion                           any
+	hasStorageRegion                        bool
+	resumeByTier                            map[string]regonum.Num
 }
 
 var errObjectGet = errors.New("object.get: operand 1 must be object")
@@ -104,6 +120,17 @@ func (m *Model) checkpoint(c *regonum.Calc, in input) checkpointFacts {
 	bandwidth := func(t storageRow, perNode regonum.Num) regonum.Num {
 		return regonum.Min(c.Mul(nodes, perNode), t.aggregate)
 	}
+	tel := m.telemetry(c, in)
+	f.telemetry = tel.status
+	f.failureRateSource, f.gpuHoursBetweenFailures = "bundle", m.ckpt.gpuHoursBetweenFailures
+	if tel.rate.Defined() {
+		f.failureRateSource, f.gpuHoursBetweenFailures = "telemetry", c.Div(one, tel.rate)
+	}
+	writePerNode := tier.write
+	f.writeBandwidthSource = "bundle"
+	if w := tel.write(f.tierName, f.hasTierName); w.Defined() {
+		f.writeBandwidthSource, writePerNode = "telemetry", w
+	}
 	// _restart_seconds: the declared restart_overhead_seconds, else (when
 	// none is declared, or false) the bundle's
 	var restart regonum.Num
@@ -119,7 +146,7 @@ func (m *Model) checkpoint(c *regonum.Calc, in input) checkpointFacts {
 		return c.Add(restart, c.Div(f.sizeGB, bandwidth(t, t.read)))
 	}
 	if hasTier {
-		f.writeSeconds = c.Div(f.sizeGB, bandwidth(tier, tier.write))
+		f.writeSeconds = c.Div(f.sizeGB, bandwidth(tier, writePerNode))
 		f.resumeSeconds = resume(tier)
 	}
 	f.resumeByTier = map[string]regonum.Num{}
@@ -173,7 +200,8 @@ func (m *Model) checkpoint(c *regonum.Calc, in input) checkpointFacts {
 	if gpn := count(at(mf, "hardware", "gpus_per_node")); gpn.Defined() {
 		f.worldSize = c.Mul(nodes, gpn)
 	}
-	f.lostFraction = c.Div(c.Div(c.Mul(f.worldSize, f.lostSeconds), regonum.Int(3600)), m.ckpt.gpuHoursBetweenFailures)
+	f.lostFraction = c.Div(c.Div(c.Mul(f.worldSize, f.lostSeconds), regonum.Int(3600)), f.gpuHoursBetweenFailures)
+	f.goodput = regonum.Max(zero, c.Sub(one, f.lostFraction))
 
 	region, hasRegion := at(in.doc, "entitlement", "region")
 	if s, ok := str(at(ckObj, "storage_region")); ok {
@@ -237,6 +265,13 @@ func (f checkpointFacts) facts() map[string]any {
 	put(out, "lost_seconds", f.lostSeconds)
 	put(out, "world_size", f.worldSize)
 	put(out, "lost_fraction", f.lostFraction)
+	put(out, "goodput", f.goodput)
+	if f.telemetry != "" {
+		out["telemetry"] = f.telemetry
+	}
+	out["failure_rate_source"] = f.failureRateSource
+	put(out, "gpu_hours_between_failures", f.gpuHoursBetweenFailures)
+	out["write_bandwidth_source"] = f.writeBandwidthSource
 	if f.hasStorageRegion {
 		out["storage_region"] = f.storageRegion
 	}
@@ -251,6 +286,92 @@ func (f checkpointFacts) facts() map[string]any {
 	put(rounded, "interval_seconds", round2(&c, f.intervalSeconds))
 	put(rounded, "lost_seconds", round2(&c, f.lostSeconds))
 	put(rounded, "lost_fraction", c.Div(round2(&c, c.Mul(f.lostFraction, hundred)), hundred))
+	put(rounded, "goodput", c.Div(round2(&c, c.Mul(f.goodput, hundred)), hundred))
 	out["rounded"] = rounded
 	return out
+}
+
+// telemetryFacts is the entitlement's telemetry claim as the checkpoint
+// model reads it (checkpoint/facts.rego, "Signed telemetry"): its status,
+// and when it is used, its interruption rate and write bandwidths.
+type telemetryFacts struct {
+	status  string      // none, malformed, stale, used; "" when undefined (now is no number)
+	rate    regonum.Num // interruptions_per_gpu_hour, when used and present
+	byTier  map[string]any
+	hasTier bool // checkpoint_write_gbytes_per_s_per_node, when used and present
+}
+
+// write is the measured write bandwidth per node of tier, when used.
+func (t telemetryFacts) write(tier string, ok bool) regonum.Num {
+	if !ok || !t.hasTier {
+		return regonum.Num{}
+	}
+	v, has := t.byTier[tier]
+	return num(v, has)
+}
+
+var telemetryMeasures = []string{"interruptions_per_gpu_hour", "checkpoint_write_gbytes_per_s_per_node"}
+
+func (m *Model) telemetry(c *regonum.Calc, in input) telemetryFacts {
+	v, has := at(in.doc, "entitlement", "telemetry")
+	if !has {
+		return telemetryFacts{status: "none"}
+	}
+	t, isObj := v.(map[string]any)
+	if !isObj || !m.validTelemetry(in, t) {
+		return telemetryFacts{status: "malformed"}
+	}
+	now := num(at(in.doc, "now"))
+	if !now.Defined() {
+		return telemetryFacts{}
+	}
+	age := c.Sub(now, num(t["measured_at"], true))
+	switch {
+	case regonum.Greater(age, m.ckpt.telemetry.maxAge):
+		return telemetryFacts{status: "stale"}
+	case !regonum.LessEq(age, m.ckpt.telemetry.maxAge):
+		return telemetryFacts{}
+	}
+	out := telemetryFacts{status: "used", rate: num(at(t, "interruptions_per_gpu_hour"))}
+	out.byTier, out.hasTier = t["checkpoint_write_gbytes_per_s_per_node"].(map[string]any)
+	return out
+}
+
+// validTelemetry is checkpoint._is_telemetry_valid for an object claim.
+func (m *Model) validTelemetry(in input, t map[string]any) bool {
+	cfg := m.ckpt.telemetry
+	measures := 0
+	for k := range t {
+		switch k {
+		case "measured_at", "window_seconds":
+		case telemetryMeasures[0], telemetryMeasures[1]:
+			measures++
+		default:
+			return false
+		}
+	}
+	measuredAt, iat := count(at(t, "measured_at")), num(at(in.doc, "entitlement", "iat"))
+	window := count(at(t, "window_seconds"))
+	if measures == 0 || !regonum.LessEq(measuredAt, iat) || !regonum.GreaterEq(window, cfg.minWindow) {
+		return false
+	}
+	inBounds := func(v any, lo, hi regonum.Num) bool {
+		x := num(v, true)
+		return regonum.GreaterEq(x, lo) && regonum.LessEq(x, hi)
+	}
+	if v, has := t["interruptions_per_gpu_hour"]; has && !inBounds(v, cfg.rateMin, cfg.rateMax) {
+		return false
+	}
+	if v, has := t["checkpoint_write_gbytes_per_s_per_node"]; has {
+		byTier, isObj := v.(map[string]any)
+		if !isObj || len(byTier) == 0 {
+			return false
+		}
+		for tier, gbytes := range byTier {
+			if _, known := m.storage[tier]; !known || !inBounds(gbytes, cfg.writeMin, cfg.writeMax) {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -5,8 +5,12 @@
 // and its figures (data-parallel degree, microbatches, tokens per GPU,
 // model-state, activation and total memory per GPU, pipeline bubble,
 // data-parallel communication against compute), the checkpoint model
-// (size, write, resume, interval, work lost per failure) and the money
-// (compute, storage, egress, total and incremental cost).
+// (size, write, resume, interval, work lost per failure, expected goodput;
+// the failure rate and the tiers' write bandwidth from the entitlement's
+// signed telemetry claim when it is well-formed, within the bundle's bounds
+// and fresh, else from bundle data) and the money (compute with the
+// GPU-hours expected lost to failures, storage, egress, total and
+// incremental cost).
 //
 // The policy input carries them as input.facts (docs/policy-input.md); the
 // gates read them and keep every rule, threshold, code, message and fix
@@ -32,7 +36,7 @@ import (
 // of input.facts. A bundle whose data.ito.config.facts.model_version is
 // another is refused (New), and a decision whose input carries facts of
 // another version fails closed (policy.Engine.Decide).
-const Version = 2
+const Version = 3
 
 // ErrVersion: the bundle was written for another facts model.
 var ErrVersion = errors.New("trainfacts: the bundle expects another facts model")

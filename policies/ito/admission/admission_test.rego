@@ -28,7 +28,7 @@ test_llama3_8b_is_allowed if {
 	d.violations == []
 	d.warnings == []
 	d.estimates.world_size == 64
-	d.estimates.total_cost_usd == "961.68"
+	d.estimates.total_cost_usd == "963.80"
 }
 
 test_decision_codes[name] if {

@@ -9,7 +9,9 @@
 #
 #   W            = hardware.nodes × hardware.gpus_per_node
 #   H            = budget.max_wall_clock_hours (at most 2 decimals)
-#   compute      = W × H × entitlement.price_per_gpu_hour_usd
+#   lost_gpu_h   = ceil(W × H × lost_fraction, to the hundredth)  (the checkpoint gate's expected share of
+#                  the run lost to failures, data.ito.checkpoint.lost_fraction: those GPU-hours are paid for)
+#   compute      = W × H × entitlement.price_per_gpu_hour_usd + lost_gpu_h × price   (each rounded up to the cent)
 #   months       = max(1, ceil(H / hours_per_month))            (hours_per_month = 730, bundle data)
 #   storage      = ceil(checkpoint.size_estimate_gib) × checkpoint.retention
 #                  × storage_price_per_gib_month_usd × months
@@ -41,8 +43,18 @@ _cfg := data.ito.config.budget
 
 # METADATA
 # title: Estimated compute cost (micro-USD)
-# description: W × hours × price per GPU-hour, exact, rounded up to the cent.
+# description: >-
+#   W × hours × price per GPU-hour, plus the GPU-hours expected lost to
+#   failures at the same price (lost_work_micro_usd), each exact and rounded
+#   up to the cent. A confirmation must cover it, lost work included.
 compute_micro_usd := _f.compute_micro_usd
+
+# METADATA
+# title: Expected lost work (micro-USD)
+# description: >-
+#   ceil(W × hours × the checkpoint gate's lost_fraction, in hundredths of a
+#   GPU-hour) × price per GPU-hour, rounded up to the cent; part of compute.
+lost_work_micro_usd := _f.lost_work_micro_usd
 
 # METADATA
 # title: Estimated checkpoint storage cost (micro-USD)
@@ -86,6 +98,12 @@ _estimates["gpu_hours"] := _f.gpu_hours
 _estimates["compute_cost_micro_usd"] := compute_micro_usd
 
 _estimates["compute_cost_usd"] := _f.compute_usd
+
+_estimates["lost_gpu_hours"] := _f.lost_gpu_hours
+
+_estimates["lost_work_cost_micro_usd"] := lost_work_micro_usd
+
+_estimates["lost_work_cost_usd"] := _f.lost_work_usd
 
 _estimates["storage_cost_micro_usd"] := storage_micro_usd
 
@@ -160,7 +178,9 @@ _missing_estimates contains "incremental" if not incremental_micro_usd
 
 # METADATA
 # title: Estimated cost above the ceiling
-# description: The estimated total cost (compute + storage + egress) must not exceed budget.ceiling_usd.
+# description: >-
+#   The estimated total cost (compute with the expected lost work, storage,
+#   egress) must not exceed budget.ceiling_usd.
 # custom:
 #   code: BUDGET_CEILING_EXCEEDED
 #   gate: budget
@@ -169,10 +189,16 @@ deny contains v if {
 	total_micro_usd > _f.ceiling_micro_usd
 	v := lib.violation_fix(
 		rego.metadata.rule(),
-		sprintf("the run is estimated at %s USD (compute %s + storage %s + egress %s), above the ceiling of %s USD", [
-			lib.usd(total_micro_usd), lib.usd(compute_micro_usd), lib.usd(storage_micro_usd),
-			lib.usd(egress_micro_usd), lib.usd(_f.ceiling_micro_usd),
-		]),
+		sprintf(
+			concat("", [
+				"the run is estimated at %s USD (compute %s, of which %s for %s GPU-hours expected lost to failures,",
+				" + storage %s + egress %s), above the ceiling of %s USD",
+			]),
+			[
+				lib.usd(total_micro_usd), lib.usd(compute_micro_usd), lib.usd(lost_work_micro_usd), _f.lost_gpu_hours,
+				lib.usd(storage_micro_usd), lib.usd(egress_micro_usd), lib.usd(_f.ceiling_micro_usd),
+			],
+		),
 		sprintf("raise budget.ceiling_usd to at least %s, or lower max_wall_clock_hours (%s GPU-hours at %s USD)", [
 			lib.usd(total_micro_usd), _f.gpu_hours, lib.usd(_f.price_micro_usd),
 		]),

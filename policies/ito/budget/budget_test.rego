@@ -1,6 +1,7 @@
 package ito.budget_test
 
 import data.ito.budget
+import data.ito.lib
 
 _base := data.ito.testdata.base.input
 
@@ -18,11 +19,18 @@ test_budget_codes[name] if {
 	warned == object.get(tc, "warn", set())
 }
 
-# base: 64 GPUs × 6 h × 2.49 = 956.16; storage ceil(120 GiB) × 2 × 0.023 × 1 month = 5.52; total 961.68
+# base: 64 GPUs × 6 h × 2.49 = 956.16, plus the GPU-hours expected lost to
+# failures: 384 GPU-hours × lost_fraction 0.0022124 (64 × 6306.44 s / 3600 /
+# 50676) = 0.8496 → 0.85 GPU-hours × 2.49 = 2.1165 → 2.12; compute 958.28;
+# storage ceil(120 GiB) × 2 × 0.023 × 1 month = 5.52; total 963.80
 _cases := {
 	"valid": {"patch": [], "want": set()},
-	"ceiling exactly the total": {"patch": [_set("/manifest/budget/ceiling_usd", "961.68")], "want": set()},
-	"ceiling one cent short": {"patch": [_set("/manifest/budget/ceiling_usd", "961.67")], "want": {"BUDGET_CEILING_EXCEEDED"}},
+	"ceiling exactly the total": {"patch": [_set("/manifest/budget/ceiling_usd", "963.80")], "want": set()},
+	"ceiling one cent short": {"patch": [_set("/manifest/budget/ceiling_usd", "963.79")], "want": {"BUDGET_CEILING_EXCEEDED"}},
+	"ceiling covering the booked compute but not the lost work": {
+		"patch": [_set("/manifest/budget/ceiling_usd", "961.68")],
+		"want": {"BUDGET_CEILING_EXCEEDED"},
+	},
 	"incremental limit exactly the storage": {"patch": [_set("/manifest/budget/max_incremental_usd", "5.52")], "want": set()},
 	"incremental limit below the storage": {
 		"patch": [_set("/manifest/budget/max_incremental_usd", "5.51")],
@@ -53,13 +61,21 @@ _cases := {
 		"patch": [_set("/manifest/budget/max_wall_clock_hours", "6")],
 		"want": {"BUDGET_HOURS_MALFORMED", "BUDGET_ESTIMATE_UNAVAILABLE"},
 	},
-	"zero hours": {"patch": [_set("/manifest/budget/max_wall_clock_hours", 0)], "want": {"BUDGET_HOURS_MALFORMED"}},
+	# no seconds per step: the lost work, so the compute, is unknown
+	"zero hours": {
+		"patch": [_set("/manifest/budget/max_wall_clock_hours", 0)],
+		"want": {"BUDGET_HOURS_MALFORMED", "BUDGET_ESTIMATE_UNAVAILABLE"},
+	},
 	"price malformed": {
 		"patch": [_set("/entitlement/price_per_gpu_hour_usd", "2.49 USD")],
 		"want": {"BUDGET_ESTIMATE_UNAVAILABLE"},
 	},
 	"nodes as a string": {"patch": [_set("/manifest/hardware/nodes", "8")], "want": {"BUDGET_ESTIMATE_UNAVAILABLE"}},
-	"no checkpoint policy costs no storage": {"patch": [_remove("/manifest/checkpoint")], "want": set()},
+	# no storage cost, but the work a failure loses is unknown (the manifest gate denies it too)
+	"no checkpoint policy: lost work unknown": {
+		"patch": [_remove("/manifest/checkpoint")],
+		"want": {"BUDGET_ESTIMATE_UNAVAILABLE"},
+	},
 	"checkpoint retention zero": {"patch": [_set("/manifest/checkpoint/retention", 0)], "want": {"BUDGET_ESTIMATE_UNAVAILABLE"}},
 	"term end missing": {"patch": [_remove("/entitlement/term/end")], "want": {"BUDGET_ESTIMATE_UNAVAILABLE"}},
 }
@@ -67,15 +83,18 @@ _cases := {
 test_base_estimates if {
 	budget.estimates == {
 		"gpu_hours": "384.00",
-		"compute_cost_micro_usd": 956160000,
-		"compute_cost_usd": "956.16",
+		"compute_cost_micro_usd": 958280000,
+		"compute_cost_usd": "958.28",
+		"lost_gpu_hours": "0.85",
+		"lost_work_cost_micro_usd": 2120000,
+		"lost_work_cost_usd": "2.12",
 		"storage_cost_micro_usd": 5520000,
 		"storage_cost_usd": "5.52",
 		"egress_gib": 0,
 		"egress_cost_micro_usd": 0,
 		"egress_cost_usd": "0.00",
-		"total_cost_micro_usd": 961680000,
-		"total_cost_usd": "961.68",
+		"total_cost_micro_usd": 963800000,
+		"total_cost_usd": "963.80",
 		"incremental_cost_micro_usd": 5520000,
 		"incremental_cost_usd": "5.52",
 		"past_term_seconds": 0,
@@ -120,8 +139,46 @@ test_exact_money[name] if {
 		},
 	}
 	inp := json.patch(_base, tc.patch)
+
+	# the booked part of the compute (the lost work is test_lost_work's)
+	booked := budget.facts_reference.booked_compute_micro_usd with input as inp
+	booked == tc.compute
+	lib.usd(booked) == tc.usd
+}
+
+# The GPU-hours expected lost to failures are paid for at the booking's
+# price: ceil(W × centi-hours × lost_fraction) × price / 100, rounded up to
+# the cent, inside the compute cost (and so the total a confirmation must
+# cover). Signed telemetry moves it: 0.001 interruptions per GPU-hour is a
+# failure every 1000 GPU-hours, 50.676 times the bundle's rate.
+test_lost_work[name] if {
+	some name, tc in {
+		# 384 GPU-hours × 0.0022124 = 0.8496 → 0.85 GPU-hours × 2.49 = 2.1165 → 2.12
+		"bundle failure rate": {"patch": [], "lost": "0.85", "micro": 2120000, "compute": 958280000},
+		# lost_fraction = 64 × 6306.44 / 3600 × 0.001 = 0.112115 → 384 × 0.112115 = 43.0520 → 43.06 GPU-hours
+		# × 2.49 = 107.2194 → 107.22
+		"telemetry failure rate": {
+			"patch": [_set("/entitlement/telemetry", {
+				"measured_at": 1764403000, "window_seconds": 604800,
+				"interruptions_per_gpu_hour": 0.001,
+			})],
+			"lost": "43.06", "micro": 107220000, "compute": 1063380000,
+		},
+		# 1 GPU × 6 h: lost_fraction 1 × 6351.54 / 3600 / 50676 = 0.0000348; 600 centi-GPU-hours × that = 0.021
+		# → 0.01 GPU-hours × 2.49 = 0.0249 → 0.03
+		"a sliver rounds up to a hundredth of a GPU-hour": {
+			"patch": [
+				_set("/manifest/hardware/nodes", 1), _set("/manifest/hardware/gpus_per_node", 1),
+				_set("/manifest/budget/max_wall_clock_hours", 6),
+			],
+			"lost": "0.01", "micro": 30000, "compute": 14970000,
+		},
+	}
+	inp := json.patch(_base, tc.patch)
+	budget.estimates.lost_gpu_hours == tc.lost with input as inp
+	budget.lost_work_micro_usd == tc.micro with input as inp
 	budget.compute_micro_usd == tc.compute with input as inp
-	budget.estimates.compute_cost_usd == tc.usd with input as inp
+	budget.compute_micro_usd == budget.facts_reference.booked_compute_micro_usd + tc.micro with input as inp
 }
 
 test_storage_months[name] if {
@@ -152,7 +209,7 @@ test_past_term_incremental if {
 test_ceiling_fix if {
 	inp := json.patch(_base, [_set("/manifest/budget/ceiling_usd", "900")])
 	[v.fix | some v in budget.deny with input as inp] == [
-		"raise budget.ceiling_usd to at least 961.68, or lower max_wall_clock_hours (384.00 GPU-hours at 2.49 USD)",
+		"raise budget.ceiling_usd to at least 963.80, or lower max_wall_clock_hours (384.00 GPU-hours at 2.49 USD)",
 	]
 }
 
@@ -196,7 +253,7 @@ test_egress[name] if {
 	inp := json.patch(_base, tc.patch)
 	budget.estimates.egress_gib == tc.gib with input as inp
 	budget.egress_micro_usd == tc.egress with input as inp
-	budget.total_micro_usd == 961680000 + tc.egress with input as inp
+	budget.total_micro_usd == (budget.compute_micro_usd + 5520000) + tc.egress with input as inp
 	budget.incremental_micro_usd == 5520000 + tc.egress with input as inp
 }
 
@@ -241,15 +298,22 @@ test_egress_codes[name] if {
 }
 
 test_ceiling_message_names_egress if {
-	inp := json.patch(_base, [_set("/manifest/data/0/region", "eu-west-1"), _set("/manifest/budget/ceiling_usd", "961.85")])
-	[v.message | some v in budget.deny with input as inp] == [
-		"the run is estimated at 961.86 USD (compute 956.16 + storage 5.52 + egress 0.18), above the ceiling of 961.85 USD",
-	]
+	inp := json.patch(_base, [
+		_set("/manifest/data/0/region", "eu-west-1"),
+		_set("/manifest/budget/ceiling_usd", "963.97"),
+	])
+	[v.message | some v in budget.deny with input as inp] == [concat("", [
+		"the run is estimated at 963.98 USD (compute 958.28, of which 2.12 for 0.85 GPU-hours expected lost to failures,",
+		" + storage 5.52 + egress 0.18), above the ceiling of 963.97 USD",
+	])]
 }
 
 # The largest run the manifest schema accepts (100 000 nodes × 1 024 GPUs,
 # 8 760 h) at the dearest price a money string can hold: every amount is
-# exact integer arithmetic (Python: -(-102400000 * 876000 * 999999999999999999 // 100)),
+# exact integer arithmetic (Python: -(-102400000 * 876000 * 999999999999999999 // 100)
+# for the booked compute; its lost work, 397004462163603536160 hundredths of a
+# GPU-hour at lost_fraction 4.4 million, adds
+# -(-397004462163603536160 * 999999999999999999 // 100) rounded up to the cent),
 # and the run is denied as over the ceiling, not failed.
 test_money_exact_at_the_schema_limits if {
 	inp := json.patch(_base, [
@@ -260,9 +324,11 @@ test_money_exact_at_the_schema_limits if {
 		_set("/manifest/budget/max_incremental_usd", "999999999999.999999"),
 		_set("/entitlement/price_per_gpu_hour_usd", "999999999999.999999"),
 	])
-	budget.compute_micro_usd == 897023999999999999102976000000 with input as inp
+	budget.facts_reference.booked_compute_micro_usd == 897023999999999999102976000000 with input as inp
+	budget.lost_work_micro_usd == 3970044621636035357629955378363970000 with input as inp
+	budget.compute_micro_usd == 3970045518660035357629954481339970000 with input as inp
 	est := budget.estimates with input as inp
 	est.gpu_hours == "897024000000.00"
-	est.compute_cost_usd == "897023999999999999102976.00"
+	est.compute_cost_usd == "3970045518660035357629954481339.97"
 	{v.code | some v in budget.deny with input as inp} == {"BUDGET_CEILING_EXCEEDED", "BUDGET_INCREMENTAL_EXCEEDED", "BUDGET_RUN_PAST_TERM"}
 }

@@ -36,6 +36,12 @@ _reference["max_incremental_micro_usd"] := _max_incremental
 
 _reference["compute_micro_usd"] := _compute_micro_usd
 
+_reference["booked_compute_micro_usd"] := _booked_compute_micro_usd
+
+_reference["lost_centi_gpu_hours"] := _lost_centi_gpu_hours
+
+_reference["lost_work_micro_usd"] := _lost_work_micro_usd
+
 _reference["storage_micro_usd"] := _storage_micro_usd
 
 _reference["egress_gib"] := _egress_gib
@@ -50,7 +56,11 @@ _reference["incremental_micro_usd"] := _incremental_micro_usd
 
 _reference["gpu_hours"] := lib.centi_string(_world_size * _centi_hours)
 
+_reference["lost_gpu_hours"] := lib.centi_string(_lost_centi_gpu_hours)
+
 _reference["compute_usd"] := lib.usd(_compute_micro_usd)
+
+_reference["lost_work_usd"] := lib.usd(_lost_work_micro_usd)
 
 _reference["storage_usd"] := lib.usd(_storage_micro_usd)
 
@@ -77,7 +87,15 @@ _ceiling := lib.micro_usd(_m.budget.ceiling_usd)
 
 _max_incremental := lib.micro_usd(_m.budget.max_incremental_usd)
 
-_compute_micro_usd := lib.ceil_cent(lib.ceil_div((_world_size * _centi_hours) * _price, 100))
+_booked_compute_micro_usd := lib.ceil_cent(lib.ceil_div((_world_size * _centi_hours) * _price, 100))
+
+# the GPU-hours (in hundredths, rounded up) the checkpoint model expects the
+# run to lose to failures: W × hours × lost_fraction; they are paid for
+_lost_centi_gpu_hours := ceil((_world_size * _centi_hours) * checkpoint.facts_reference.lost_fraction)
+
+_lost_work_micro_usd := lib.ceil_cent(lib.ceil_div(_lost_centi_gpu_hours * _price, 100))
+
+_compute_micro_usd := _booked_compute_micro_usd + _lost_work_micro_usd
 
 _months := max([1, lib.ceil_div(_centi_hours, _cfg.hours_per_month * 100)])
 

@@ -21,6 +21,15 @@
 #   lost_s        = interval_s / 2 + detection_s + resume_s      (expected work lost per failure)
 #   lost_fraction = W × lost_s / 3600 / gpu_hours_between_failures
 #                   (expected share of the run lost to failures; Llama 3 failure rate)
+#   goodput       = max(0, 1 − lost_fraction)                  (expected share of the run's GPU time kept)
+#
+#   Signed telemetry: when the entitlement carries a telemetry claim that is
+#   well-formed, within data.ito.config.checkpoint.telemetry's bounds and
+#   fresh, gpu_hours_between_failures = 1 / telemetry.interruptions_per_gpu_hour
+#   and a tier's write GB/s per node = telemetry.checkpoint_write_gbytes_per_s_per_node[tier]
+#   (each when the claim has it); else the bundle's data. The facts record
+#   which (failure_rate_source, write_bandwidth_source); the entitlement gate
+#   denies a malformed or stale claim.
 package ito.checkpoint
 
 import data.ito.lib
@@ -69,6 +78,19 @@ lost_seconds := _f.lost_seconds
 lost_fraction := _f.lost_fraction
 
 # METADATA
+# title: Expected goodput
+# description: max(0, 1 − lost_fraction), the expected share of the run's GPU time not lost to failures.
+goodput := _f.goodput
+
+# METADATA
+# title: Telemetry status
+# description: >-
+#   The entitlement's telemetry claim: none (absent), used, malformed
+#   (ill-formed or out of the bundle's bounds) or stale (older than
+#   telemetry.max_age_seconds).
+telemetry_status := _f.telemetry
+
+# METADATA
 # title: Checkpoint storage region
 # description: checkpoint.storage_region, or the booking's region when none is declared (a bucket beside the cluster).
 storage_region := _f.storage_region
@@ -115,6 +137,15 @@ _estimates["checkpoint_interval_seconds"] := _f.rounded.interval_seconds
 _estimates["checkpoint_lost_seconds_per_failure"] := _f.rounded.lost_seconds
 
 _estimates["checkpoint_lost_fraction"] := _f.rounded.lost_fraction
+
+# the expected share of the run's GPU time not lost to failures (4 decimals)
+_estimates["expected_goodput"] := _f.rounded.goodput
+
+# where the failure rate and the run's tier's write bandwidth came from:
+# "telemetry" (the entitlement's signed claim) or "bundle" (bundle data)
+_estimates["checkpoint_failure_rate_source"] := _f.failure_rate_source
+
+_estimates["checkpoint_write_bandwidth_source"] := _f.write_bandwidth_source
 
 _estimates["checkpoint_remote_write_gib"] := remote_write_gib
 
@@ -302,12 +333,18 @@ warn contains v if {
 }
 
 _lost_message := sprintf(
-	"a failure loses %v s of %d GPUs (interval %v s, detection %v s, resume %v s): %v %% of the run is expected lost",
+	concat("", [
+		"a failure loses %v s of %d GPUs (interval %v s, detection %v s, resume %v s): %v %% of the run is expected lost",
+		" at one failure per %v GPU-hours (%s)",
+	]),
 	[
 		lib.round2(lost_seconds), _world_size, lib.round2(interval_seconds), detection_seconds,
 		lib.round2(resume_seconds), lib.round2(lost_fraction * 100),
+		lib.round2(_f.gpu_hours_between_failures), _failure_rate_text[_f.failure_rate_source],
 	],
 )
+
+_failure_rate_text := {"telemetry": "the booking's signed telemetry", "bundle": "bundle data"}
 
 # The fix is solved for the threshold the finding crosses: a deny's names
 # the longest interval that clears the deny (and the one that also clears
@@ -348,7 +385,7 @@ _warn_steps_text := sprintf(" (at most %d also clears the warning)", [n]) if {
 } else := ""
 
 # the seconds a failure may lose with lost_fraction at `fraction`
-_lost_budget_seconds(fraction) := ((fraction * _cfg.gpu_hours_between_failures) * 3600) / _world_size
+_lost_budget_seconds(fraction) := ((fraction * _f.gpu_hours_between_failures) * 3600) / _world_size
 
 # the most whole steps per interval with lost_fraction at most `fraction`
 _clearing_steps(fraction) := n if {
@@ -361,14 +398,14 @@ _max_interval_steps(fraction) := floor(seconds / _step_seconds) if {
 }
 
 # lost_fraction with interval_steps = n, in the model's order of operations
-_lost_fraction_at(n) := ((_world_size * lost) / 3600) / _cfg.gpu_hours_between_failures if {
+_lost_fraction_at(n) := ((_world_size * lost) / 3600) / _f.gpu_hours_between_failures if {
 	lost := (((n * _step_seconds) / 2) + detection_seconds) + resume_seconds
 }
 
 _one_step_lost_seconds := ((_step_seconds / 2) + detection_seconds) + resume_seconds
 
 # the most GPUs for which a one-step interval stays within the limit
-_max_gpus := floor(((_limit * _cfg.gpu_hours_between_failures) * 3600) / _one_step_lost_seconds)
+_max_gpus := floor(((_limit * _f.gpu_hours_between_failures) * 3600) / _one_step_lost_seconds)
 
 # METADATA
 # title: Checkpoint storage quota exceeded

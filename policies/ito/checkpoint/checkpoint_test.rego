@@ -189,3 +189,71 @@ test_quota_is_summed_over_the_booking_live_runs if {
 	fits := json.patch(held, [_set("/ledger/booking/held_checkpoint_gib", 760)])
 	_codes(fits) == set()
 }
+
+# ---------------------------------------------------------------------------
+# Signed telemetry (the entitlement's telemetry claim)
+
+_telemetry(claim) := json.patch(_base, [_set("/entitlement/telemetry", claim)])
+
+# measured 200 s before now (and before the token's iat), over a week
+_fresh := {"measured_at": 1764403000, "window_seconds": 604800}
+
+test_base_goodput_from_bundle_data if {
+	e := checkpoint.estimates with input as _base
+	e.checkpoint_lost_fraction == 0.0022 # 64 × 6306.44 s / 3600 / 50676
+	e.expected_goodput == 0.9978
+	e.checkpoint_failure_rate_source == "bundle"
+	e.checkpoint_write_bandwidth_source == "bundle"
+	checkpoint.telemetry_status == "none" with input as _base
+}
+
+# The bundle's rate (one failure per 50676 GPU-hours) admits the base run;
+# the booking's measured 0.001 interruptions per GPU-hour (one per 1000)
+# loses 64 × 6306.44 / 3600 / 1000 = 11.21 % of it: above the 10 % deny.
+test_telemetry_failure_rate_flips_lost_work if {
+	_lost_work_levels(_base) == set()
+	inp := _telemetry(object.union(_fresh, {"interruptions_per_gpu_hour": 0.001}))
+	checkpoint.telemetry_status == "used" with input as inp
+	e := checkpoint.estimates with input as inp
+	e.checkpoint_lost_fraction == 0.1121
+	e.expected_goodput == 0.8879
+	e.checkpoint_failure_rate_source == "telemetry"
+	e.checkpoint_write_bandwidth_source == "bundle"
+	_lost_work_levels(inp) == {"deny"}
+
+	# solved with the measured rate: 2 × (0.1 × 1000 × 3600 / 64 − 600 − 306.44) s at 21.6 s per step = 436.9;
+	# for the warning 2 × (0.02 × …) = 20.2
+	[v.fix | some v in checkpoint.deny with input as inp] == [
+		"lower checkpoint.interval_steps to at most 436 (at most 20 also clears the warning)",
+	]
+	[v.message | some v in checkpoint.deny with input as inp] == [concat("", [
+		"a failure loses 6306.44 s of 64 GPUs (interval 10800 s, detection 600 s, resume 306.44 s): 11.21 % of the",
+		" run is expected lost at one failure per 1000 GPU-hours (the booking's signed telemetry)",
+	])]
+}
+
+# A measured write bandwidth replaces the storage table's for its tier only:
+# 128.85 GB at 8 nodes × 0.1 GB/s = 161.06 s instead of 6.44 s.
+test_telemetry_write_bandwidth_per_tier if {
+	slow := _telemetry(object.union(_fresh, {"checkpoint_write_gbytes_per_s_per_node": {"s3-standard": 0.1}}))
+	e := checkpoint.estimates with input as slow
+	e.checkpoint_write_seconds == 161.06
+	e.checkpoint_write_bandwidth_source == "telemetry"
+	e.checkpoint_failure_rate_source == "bundle"
+	other := _telemetry(object.union(_fresh, {"checkpoint_write_gbytes_per_s_per_node": {"lustre": 0.1}}))
+	checkpoint.estimates.checkpoint_write_seconds == 6.44 with input as other
+	checkpoint.estimates.checkpoint_write_bandwidth_source == "bundle" with input as other
+}
+
+# A claim that is not used leaves the model on bundle data (the entitlement
+# gate denies it).
+test_unused_telemetry_is_bundle_data[name] if {
+	some name, tc in {
+		"stale": {"claim": object.union(_fresh, {"measured_at": 1764316799, "interruptions_per_gpu_hour": 0.001})},
+		"malformed": {"claim": object.union(_fresh, {"interruptions_per_gpu_hour": 0})},
+	}
+	inp := _telemetry(tc.claim)
+	checkpoint.telemetry_status == name with input as inp
+	checkpoint.estimates.checkpoint_failure_rate_source == "bundle" with input as inp
+	checkpoint.estimates.checkpoint_lost_fraction == 0.0022 with input as inp
+}

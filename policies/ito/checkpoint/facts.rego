@@ -58,6 +58,16 @@ _reference["world_size"] := _model_world_size
 
 _reference["lost_fraction"] := _lost_fraction
 
+_reference["goodput"] := _goodput
+
+_reference["telemetry"] := _telemetry_status
+
+_reference["failure_rate_source"] := _failure_rate_source
+
+_reference["gpu_hours_between_failures"] := _gpu_hours_between_failures
+
+_reference["write_bandwidth_source"] := _write_bandwidth_source
+
 _reference["storage_region"] := _storage_region
 
 _reference["remote_write_gib"] := _remote_write_gib
@@ -81,6 +91,8 @@ _rounded["lost_seconds"] := lib.round2(_lost_seconds)
 
 # as a share with 2 decimals of percent
 _rounded["lost_fraction"] := lib.round2(_lost_fraction * 100) / 100
+
+_rounded["goodput"] := lib.round2(_goodput * 100) / 100
 
 _gib := 1073741824
 
@@ -118,9 +130,21 @@ _model_tier := data.ito.tables.storage[_model_tier_name]
 
 _nodes := _m.hardware.nodes if lib.is_count(_m.hardware.nodes)
 
-_bandwidth(tier, per_node_key) := min([_nodes * tier[per_node_key], tier.aggregate_gbytes_per_s])
+_bandwidth(tier, per_node_key) := _bandwidth_at(tier[per_node_key], tier)
 
-_write_seconds := _size_gb / _bandwidth(_model_tier, "write_gbytes_per_s_per_node")
+_bandwidth_at(per_node, tier) := min([_nodes * per_node, tier.aggregate_gbytes_per_s])
+
+_write_seconds := _size_gb / _bandwidth_at(_write_gbytes_per_s_per_node, _model_tier)
+
+# the run's tier's write bandwidth per node: the signed telemetry's
+# measurement for the tier when it is used, else the storage table's
+_write_bandwidth_source := "telemetry" if {
+	is_number(_telemetry_used.checkpoint_write_gbytes_per_s_per_node[_model_tier_name])
+} else := "bundle"
+
+_write_gbytes_per_s_per_node := _telemetry_used.checkpoint_write_gbytes_per_s_per_node[_model_tier_name] if {
+	_write_bandwidth_source == "telemetry"
+} else := _model_tier.write_gbytes_per_s_per_node
 
 _resume_seconds(tier) := _restart_seconds + (_size_gb / _bandwidth(tier, "read_gbytes_per_s_per_node"))
 
@@ -175,7 +199,10 @@ _lost_seconds := ((_interval_seconds / 2) + _detection_seconds) + _resume_second
 
 _model_world_size := _nodes * _m.hardware.gpus_per_node if lib.is_count(_m.hardware.gpus_per_node)
 
-_lost_fraction := ((_model_world_size * _lost_seconds) / 3600) / _cfg.gpu_hours_between_failures
+_lost_fraction := ((_model_world_size * _lost_seconds) / 3600) / _gpu_hours_between_failures
+
+# expected goodput: the share of the run's GPU time not lost to failures
+_goodput := max([0, 1 - _lost_fraction])
 
 _storage_region := _ckpt.storage_region if is_string(_ckpt.storage_region)
 
@@ -198,3 +225,90 @@ _model_quota_gib := _model_tier.quota_gib if {
 }
 
 _model_needed_gib := _size_gib * _ckpt.retention if lib.is_count(_ckpt.retention)
+
+# ---------------------------------------------------------------------------
+# Signed telemetry (the entitlement's telemetry claim)
+#
+# When the claim is present, well-formed, within the bounds of
+# data.ito.config.checkpoint.telemetry and fresh, its interruption rate
+# replaces gpu_hours_between_failures (as 1 / rate) and its write bandwidth
+# per node replaces the storage table's for the tiers it names. "none": no
+# claim (the bundle's data); "malformed" and "stale" are denied by the
+# entitlement gate (ENTITLEMENT_TELEMETRY_MALFORMED, _STALE), never used.
+
+_tcfg := _cfg.telemetry
+
+_telemetry_measures := {"interruptions_per_gpu_hour", "checkpoint_write_gbytes_per_s_per_node"}
+
+_telemetry_keys := _telemetry_measures | {"measured_at", "window_seconds"}
+
+_has_telemetry if {
+	is_object(input.entitlement)
+	"telemetry" in object.keys(input.entitlement)
+}
+
+_telemetry := input.entitlement.telemetry
+
+_is_telemetry_valid if {
+	is_object(_telemetry)
+	count(object.keys(_telemetry) - _telemetry_keys) == 0
+	count(object.keys(_telemetry) & _telemetry_measures) > 0
+	lib.is_count(_telemetry.measured_at)
+	is_number(input.entitlement.iat)
+	_telemetry.measured_at <= input.entitlement.iat
+	lib.is_count(_telemetry.window_seconds)
+	_telemetry.window_seconds >= _tcfg.min_window_seconds
+	_is_rate_valid
+	_is_write_valid
+}
+
+_is_rate_valid if not "interruptions_per_gpu_hour" in object.keys(_telemetry)
+
+_is_rate_valid if _is_in_bounds(_telemetry.interruptions_per_gpu_hour, _tcfg.interruptions_per_gpu_hour)
+
+_is_write_valid if not "checkpoint_write_gbytes_per_s_per_node" in object.keys(_telemetry)
+
+_is_write_valid if {
+	by_tier := _telemetry.checkpoint_write_gbytes_per_s_per_node
+	is_object(by_tier)
+	count(by_tier) > 0
+	every tier, gbytes in by_tier {
+		is_object(data.ito.tables.storage[tier])
+		_is_in_bounds(gbytes, _tcfg.write_gbytes_per_s_per_node)
+	}
+}
+
+_is_in_bounds(x, bounds) if {
+	is_number(x)
+	x >= bounds.min
+	x <= bounds.max
+}
+
+_telemetry_status := "none" if not _has_telemetry
+
+_telemetry_status := "malformed" if {
+	_has_telemetry
+	not _is_telemetry_valid
+}
+
+_telemetry_status := "stale" if {
+	_is_telemetry_valid
+	is_number(input.now)
+	input.now - _telemetry.measured_at > _tcfg.max_age_seconds
+}
+
+_telemetry_status := "used" if {
+	_is_telemetry_valid
+	is_number(input.now)
+	input.now - _telemetry.measured_at <= _tcfg.max_age_seconds
+}
+
+_telemetry_used := _telemetry if _telemetry_status == "used"
+
+_failure_rate_source := "telemetry" if {
+	is_number(_telemetry_used.interruptions_per_gpu_hour)
+} else := "bundle"
+
+_gpu_hours_between_failures := 1 / _telemetry_used.interruptions_per_gpu_hour if {
+	_failure_rate_source == "telemetry"
+} else := _cfg.gpu_hours_between_failures

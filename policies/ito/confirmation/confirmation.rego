@@ -233,19 +233,24 @@ _has_cost if lib.micro_usd(_conf.cost_usd)
 
 # METADATA
 # title: Confirmed cost below the estimate
-# description: For train.create, the confirmed cost_usd must be at least the budget gate's estimated total cost.
+# description: >-
+#   For train.create, the confirmed cost_usd must be at least the budget
+#   gate's estimated total cost, whose compute includes the GPU-hours
+#   expected lost to failures (the ledger re-checks the same at commit).
 # custom:
 #   code: CONFIRMATION_COST_BELOW_ESTIMATE
 #   gate: confirmation
-#   fix: Get a confirmation for at least the estimated cost, or shrink the run (hours, GPUs, checkpoints).
+#   fix: >-
+#     Get a confirmation for at least the estimated cost (expected lost work
+#     included), or shrink the run (hours, GPUs, checkpoints).
 deny contains v if {
 	lib.is_train_create
 	confirmed := lib.micro_usd(_conf.cost_usd)
 	confirmed < budget.total_micro_usd
-	v := lib.violation(rego.metadata.rule(), sprintf("the confirmation covers %s USD; the run is estimated at %s USD", [
-		_conf.cost_usd,
-		lib.usd(budget.total_micro_usd),
-	]))
+	v := lib.violation(rego.metadata.rule(), sprintf(
+		"the confirmation covers %s USD; the run is estimated at %s USD (%s USD of it expected lost work)",
+		[_conf.cost_usd, lib.usd(budget.total_micro_usd), lib.usd(budget.lost_work_micro_usd)],
+	))
 }
 
 # METADATA

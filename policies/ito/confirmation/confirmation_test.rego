@@ -28,10 +28,10 @@ test_confirmation_codes[name] if {
 	got == tc.want
 }
 
-# the base run is estimated at 961.68 USD (see ito.budget_test)
+# the base run is estimated at 963.80 USD, 2.12 of it expected lost work (see ito.budget_test)
 _cases := {
 	"valid": {"patch": [], "want": set()},
-	"cost exactly the estimate": {"patch": [_set("/confirmation/cost_usd", "961.68")], "want": set()},
+	"cost exactly the estimate": {"patch": [_set("/confirmation/cost_usd", "963.80")], "want": set()},
 	"valid cancel": {"patch": _action("train.cancel", "run_1"), "want": set()},
 	"valid cleanup": {"patch": _action("train.cleanup", "run_1"), "want": set()},
 	"valid release": {"patch": _action("booking.release", ""), "want": set()},
@@ -92,7 +92,12 @@ _cases := {
 	"cost with a currency sign": {"patch": [_set("/confirmation/cost_usd", "$1000")], "want": {"CONFIRMATION_COST_MALFORMED"}},
 	"cost missing": {"patch": [_remove("/confirmation/cost_usd")], "want": {"CONFIRMATION_COST_MALFORMED"}},
 	"cost one cent below the estimate": {
-		"patch": [_set("/confirmation/cost_usd", "961.67")],
+		"patch": [_set("/confirmation/cost_usd", "963.79")],
+		"want": {"CONFIRMATION_COST_BELOW_ESTIMATE"},
+	},
+	# a desk confirms the price with the expected lost work: the booked compute alone is short
+	"cost covering all but the expected lost work": {
+		"patch": [_set("/confirmation/cost_usd", "961.68")],
 		"want": {"CONFIRMATION_COST_BELOW_ESTIMATE"},
 	},
 	"cancel is not priced": {
@@ -112,7 +117,7 @@ _cases := {
 test_cost_below_estimate_message if {
 	inp := json.patch(_base, [_set("/confirmation/cost_usd", "500")])
 	[v.message | some v in confirmation.deny with input as inp] == [
-		"the confirmation covers 500 USD; the run is estimated at 961.68 USD",
+		"the confirmation covers 500 USD; the run is estimated at 963.80 USD (2.12 USD of it expected lost work)",
 	]
 }
 

@@ -5,9 +5,13 @@
 #   must be verified, completed, training-eligible, fresh, unexpired, inside its
 #   term, and for the caller's account and booking. For train.create the
 #   booked topology, region and fabric must match the manifest's hardware.
+#   An optional telemetry claim (measured interruption rate, checkpoint write
+#   bandwidth) must be well-formed, within bounds and fresh wherever the
+#   training gates run.
 #   Every check is written so that a missing or ill-typed claim denies.
 package ito.entitlement
 
+import data.ito.checkpoint
 import data.ito.lib
 
 _ent := input.entitlement
@@ -280,4 +284,61 @@ deny contains v if {
 _is_same_fabric if {
 	is_string(_ent.fabric.type)
 	_ent.fabric.type == _hw.fabric
+}
+
+# METADATA
+# title: Booking telemetry malformed
+# description: >-
+#   For train.create and train.stage.advance: the entitlement's telemetry
+#   claim must be an object of measured_at (unix seconds, at or before the
+#   token's iat), window_seconds (at least telemetry.min_window_seconds),
+#   and interruptions_per_gpu_hour and/or
+#   checkpoint_write_gbytes_per_s_per_node ({tier of the storage table:
+#   GB/s}), each number within the bounds of
+#   data.ito.config.checkpoint.telemetry. Malformed telemetry is never
+#   replaced by the bundle's data: the backend's measurement is wrong.
+# custom:
+#   code: ENTITLEMENT_TELEMETRY_MALFORMED
+#   gate: entitlement
+#   fix: >-
+#     The canonical backend must issue telemetry as docs/architecture.md
+#     (Claims) describes, with values within the bundle's bounds, or leave
+#     the claim out (bundle data is then used).
+deny contains v if {
+	lib.runs_training_gates
+	checkpoint.telemetry_status == "malformed"
+	v := lib.violation(rego.metadata.rule(), sprintf(
+		concat("", [
+			"the entitlement's telemetry claim is malformed or out of bounds (interruptions_per_gpu_hour %v..%v,",
+			" checkpoint_write_gbytes_per_s_per_node %v..%v for tiers of the storage table, window_seconds >= %v,",
+			" measured_at <= iat)",
+		]),
+		[
+			_telemetry_cfg.interruptions_per_gpu_hour.min, _telemetry_cfg.interruptions_per_gpu_hour.max,
+			_telemetry_cfg.write_gbytes_per_s_per_node.min, _telemetry_cfg.write_gbytes_per_s_per_node.max,
+			_telemetry_cfg.min_window_seconds,
+		],
+	))
+}
+
+_telemetry_cfg := data.ito.config.checkpoint.telemetry
+
+# METADATA
+# title: Booking telemetry stale
+# description: >-
+#   For train.create and train.stage.advance: the entitlement's telemetry
+#   was measured more than telemetry.max_age_seconds (bundle data, a day)
+#   before now. Stale telemetry is denied, not replaced by bundle data: a
+#   backend without a fresh measurement leaves the claim out.
+# custom:
+#   code: ENTITLEMENT_TELEMETRY_STALE
+#   gate: entitlement
+#   fix: The canonical backend must send telemetry measured within the bundle's max age, or leave the claim out.
+deny contains v if {
+	lib.runs_training_gates
+	checkpoint.telemetry_status == "stale"
+	v := lib.violation(rego.metadata.rule(), sprintf(
+		"the entitlement's telemetry was measured %d s before now, above the %d s limit",
+		[input.now - _ent.telemetry.measured_at, _telemetry_cfg.max_age_seconds],
+	))
 }

@@ -142,3 +142,97 @@ test_topology_names_each_field if {
 		`manifest hardware gpu_type is "A100-80GB" but the booking has "H100-SXM-80GB"`,
 	}
 }
+
+# ---------------------------------------------------------------------------
+# The telemetry claim: well-formed, within the bundle's bounds
+# (data.ito.config.checkpoint.telemetry) and fresh, wherever the training
+# gates run. Base: now 1764403200, iat 1764403100, max age 86400 s.
+
+_telemetry(claim) := [_set("/entitlement/telemetry", claim)]
+
+_tel := {"measured_at": 1764403000, "window_seconds": 604800, "interruptions_per_gpu_hour": 0.0002}
+
+_with(fields) := object.union(_tel, fields)
+
+_without(key) := object.remove(_tel, [key])
+
+test_telemetry_codes[name] if {
+	some name, tc in _telemetry_cases
+	got := _codes(json.patch(_base, tc.patch))
+	print(name, "got", got)
+	got == tc.want
+}
+
+_malformed := {"ENTITLEMENT_TELEMETRY_MALFORMED"}
+
+_telemetry_cases := {
+	"absent": {"patch": [], "want": set()},
+	"a failure rate": {"patch": _telemetry(_tel), "want": set()},
+	"a write bandwidth only": {
+		"patch": _telemetry(object.union(_without("interruptions_per_gpu_hour"), {
+			"checkpoint_write_gbytes_per_s_per_node": {"s3-standard": 1.5, "lustre": 4},
+		})),
+		"want": set(),
+	},
+	"rate at the lower bound": {"patch": _telemetry(_with({"interruptions_per_gpu_hour": 0.000001})), "want": set()},
+	"rate at the upper bound": {"patch": _telemetry(_with({"interruptions_per_gpu_hour": 0.01})), "want": set()},
+	"measured exactly at iat": {"patch": _telemetry(_with({"measured_at": 1764403100})), "want": set()},
+	"exactly the max age old": {"patch": _telemetry(_with({"measured_at": 1764316800})), "want": set()},
+	"window exactly the minimum": {"patch": _telemetry(_with({"window_seconds": 3600})), "want": set()},
+	"null": {"patch": _telemetry(null), "want": _malformed},
+	"a string": {"patch": _telemetry("0.0002"), "want": _malformed},
+	"no measurement": {"patch": _telemetry(_without("interruptions_per_gpu_hour")), "want": _malformed},
+	"an unknown field": {"patch": _telemetry(_with({"gpu_hours_between_failures": 5000})), "want": _malformed},
+	"rate zero": {"patch": _telemetry(_with({"interruptions_per_gpu_hour": 0})), "want": _malformed},
+	"rate below the bound": {"patch": _telemetry(_with({"interruptions_per_gpu_hour": 0.0000009})), "want": _malformed},
+	"rate above the bound (per GPU-day?)": {
+		"patch": _telemetry(_with({"interruptions_per_gpu_hour": 0.011})),
+		"want": _malformed,
+	},
+	"rate as a string": {"patch": _telemetry(_with({"interruptions_per_gpu_hour": "0.0002"})), "want": _malformed},
+	"measured after iat": {"patch": _telemetry(_with({"measured_at": 1764403101})), "want": _malformed},
+	"measured_at a fraction": {"patch": _telemetry(_with({"measured_at": 1764403000.5})), "want": _malformed},
+	"measured_at missing": {"patch": _telemetry(_without("measured_at")), "want": _malformed},
+	"window below the minimum": {"patch": _telemetry(_with({"window_seconds": 3599})), "want": _malformed},
+	"window missing": {"patch": _telemetry(_without("window_seconds")), "want": _malformed},
+	"bandwidth of an unknown tier": {
+		"patch": _telemetry(_with({"checkpoint_write_gbytes_per_s_per_node": {"s3-express": 2}})),
+		"want": _malformed,
+	},
+	"bandwidth map empty": {
+		"patch": _telemetry(_with({"checkpoint_write_gbytes_per_s_per_node": {}})),
+		"want": _malformed,
+	},
+	"bandwidth above the bound": {
+		"patch": _telemetry(_with({"checkpoint_write_gbytes_per_s_per_node": {"s3-standard": 101}})),
+		"want": _malformed,
+	},
+	"bandwidth not a map": {
+		"patch": _telemetry(_with({"checkpoint_write_gbytes_per_s_per_node": 2.5})),
+		"want": _malformed,
+	},
+	"one second past the max age": {
+		"patch": _telemetry(_with({"measured_at": 1764316799})),
+		"want": {"ENTITLEMENT_TELEMETRY_STALE"},
+	},
+	"malformed and stale: malformed": {
+		"patch": _telemetry(_with({"measured_at": 1764316799, "interruptions_per_gpu_hour": 1})),
+		"want": _malformed,
+	},
+	# a teardown never reads the telemetry
+	"malformed on a cancel": {"patch": array.concat(_cancel, _telemetry(null)), "want": set()},
+	"stale on a cancel": {"patch": array.concat(_cancel, _telemetry(_with({"measured_at": 1}))), "want": set()},
+}
+
+test_telemetry_messages if {
+	stale := json.patch(_base, _telemetry(_with({"measured_at": 1764316799})))
+	[v.message | some v in entitlement.deny with input as stale] == [
+		"the entitlement's telemetry was measured 86401 s before now, above the 86400 s limit",
+	]
+	malformed := json.patch(_base, _telemetry(null))
+	[v.message | some v in entitlement.deny with input as malformed] == [concat("", [
+		"the entitlement's telemetry claim is malformed or out of bounds (interruptions_per_gpu_hour 1e-06..0.01,",
+		" checkpoint_write_gbytes_per_s_per_node 0.01..100 for tiers of the storage table, window_seconds >= 3600,",
+		" measured_at <= iat)",
+	])]
+}

@@ -27,4 +27,6 @@ USER 65532:65532
 # 8443: the API (HTTPS with a tls section); 9443: the webhook (HTTPS).
 EXPOSE 8443 9443
 ENTRYPOINT ["/usr/local/bin/itogate"]
-CMD ["serve", "--config", "/etc/itogate/itogate.yaml"]
+# The shipped Kubernetes install's layout: the configuration ConfigMap
+# mounted as the directory /etc/itogate/config (docs/kubernetes.md).
+CMD ["serve", "--config", "/etc/itogate/config/itogate.yaml"]

@@ -98,26 +98,103 @@ func one(t *testing.T, in install, kind, name string) obj {
 	return f[0]
 }
 
-// shippedConfig loads the install's itogate.yaml with the strict loader
-// (keys and certificates are read at start-up, not here).
-func shippedConfig(t *testing.T, in install) config.Config {
-	t.Helper()
-	var cm obj
-	for _, o := range find(in.objs, "ConfigMap", "") {
-		if strings.HasPrefix(get(o, "metadata", "name").(string), "itogate-config") {
-			cm = o
+// The Pod's file layout, as TestVolumesAreDirectories asserts it: each
+// volume mounted whole, as a directory.
+const (
+	configMount = "/etc/itogate/config"
+	keysMount   = "/etc/itogate/keys"
+	tlsMount    = "/etc/itogate/tls"
+)
+
+// volumeOf is the Deployment's volume named name (nil when none is).
+func volumeOf(d obj, name string) any {
+	for _, v := range list(get(d, "spec", "template", "spec", "volumes")) {
+		if get(v, "name") == name {
+			return v
 		}
 	}
-	raw, _ := get(cm, "data", "itogate.yaml").(string)
-	path := filepath.Join(t.TempDir(), "itogate.yaml")
-	if err := os.WriteFile(path, []byte(raw), 0o600); err != nil {
-		t.Fatal(err)
+	return nil
+}
+
+// mountOf is where the itogate container mounts the volume named name
+// ("" when it does not).
+func mountOf(d obj, name string) string {
+	for _, m := range list(get(d, "spec", "template", "spec", "containers", 0, "volumeMounts")) {
+		if get(m, "name") == name {
+			p, _ := get(m, "mountPath").(string)
+			return p
+		}
 	}
-	c, err := config.Load(path)
+	return ""
+}
+
+// shippedConfig loads the install's itogate.yaml as its Pod does: the file
+// `serve --config` names, inside the directory the config volume is
+// mounted at, is the key of that name in the ConfigMap the volume projects
+// (whole: no items), read with the strict loader, relative paths resolved
+// against the directory --config names (keys and certificates are read at
+// start-up, not here).
+func shippedConfig(t *testing.T, in install) config.Config {
+	t.Helper()
+	d := one(t, in, "Deployment", "itogate")
+	args := list(get(d, "spec", "template", "spec", "containers", 0, "args"))
+	if len(args) != 3 || args[0] != "serve" || args[1] != "--config" {
+		t.Fatalf("%s: args %v, want [serve --config <file>]", in.name, args)
+	}
+	path, _ := args[2].(string)
+	vol := volumeOf(d, "config")
+	if dir := mountOf(d, "config"); filepath.Dir(path) != dir || dir == "" {
+		t.Fatalf("%s: --config %s is not a file of the config volume's directory %q", in.name, path, dir)
+	}
+	name, _ := get(vol, "configMap", "name").(string)
+	if get(vol, "configMap", "items") != nil {
+		t.Fatalf("%s: the config volume projects items %v, not the whole ConfigMap", in.name, get(vol, "configMap", "items"))
+	}
+	raw, ok := get(one(t, in, "ConfigMap", name), "data", filepath.Base(path)).(string)
+	if !ok {
+		t.Fatalf("%s: ConfigMap %s has no key %s", in.name, name, filepath.Base(path))
+	}
+	c, err := config.LoadWith(func(p string, limit int64) ([]byte, error) {
+		if p != path {
+			return nil, fmt.Errorf("read %s, not the --config file", p)
+		}
+		return []byte(raw), nil
+	}, path)
 	if err != nil {
 		t.Fatalf("%s: itogate.yaml: %v", in.name, err)
 	}
 	return c
+}
+
+// keyFiles are the key files c names (trust, manifest signers, bundle
+// verification keys, tickets).
+func keyFiles(c config.Config) []string {
+	var out []string
+	add := func(p string) {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	for _, tt := range []config.TokenTrust{c.Trust.Callers, c.Trust.Depositors, c.Trust.Revokers, c.Trust.Schedulers,
+		c.Trust.Entitlement, c.Trust.Confirmation, c.Trust.Evals} {
+		add(tt.JWKSFile)
+		add(tt.PEMFile)
+	}
+	for _, k := range c.Trust.ManifestSigners {
+		add(k.PEMFile)
+	}
+	for _, b := range []*config.Bundle{c.Policy.Bundle, c.Policy.Shadow} {
+		if b != nil {
+			for _, k := range b.VerificationKeys {
+				add(k.PEMFile)
+			}
+		}
+	}
+	if c.Tickets != nil {
+		add(c.Tickets.SigningKey.PEMFile)
+		add(c.Tickets.PreviousJWKSFile)
+	}
+	return out
 }
 
 // TestWebhookFailsClosed: every install's configuration refuses when
@@ -289,19 +366,58 @@ func TestDeploymentIsHardened(t *testing.T) {
 
 // secretOf is the Secret name of the Deployment's volume.
 func secretOf(d obj, volume string) string {
-	for _, v := range list(get(d, "spec", "template", "spec", "volumes")) {
-		if get(v, "name") == volume {
-			s, _ := get(v, "secret", "secretName").(string)
-			return s
-		}
-	}
-	return ""
+	s, _ := get(volumeOf(d, volume), "secret", "secretName").(string)
+	return s
 }
 
-// TestShippedConfigLoads: each install's itogate.yaml passes the strict
-// loader, runs the webhook with tickets on PostgreSQL, and serves both
-// listeners with the pair of the TLS Secret the Deployment mounts — the
-// one cert-manager issues for both Services' names, where it does.
+// TestVolumesAreDirectories: no container of any install mounts a volume
+// by subPath (or subPathExpr): the kubelet never updates such a mount, so
+// an edited ConfigMap or Secret would never reach the Pod and a SIGHUP
+// would read the old file. The configuration, the keys and the serving
+// pair are read-only directory mounts at configMount, keysMount and
+// tlsMount, of the volumes the install defines.
+func TestVolumesAreDirectories(t *testing.T) {
+	for _, in := range installs(t) {
+		t.Run(in.name, func(t *testing.T) {
+			d := one(t, in, "Deployment", "itogate")
+			pod := get(d, "spec", "template", "spec")
+			var containers []any
+			for _, k := range []string{"initContainers", "containers", "ephemeralContainers"} {
+				containers = append(containers, list(get(pod, k))...)
+			}
+			for _, c := range containers {
+				for _, m := range list(get(c, "volumeMounts")) {
+					for _, k := range []string{"subPath", "subPathExpr"} {
+						if v := get(m, k); v != nil {
+							t.Errorf("container %v mounts volume %v by %s %v: the kubelet never updates it", get(c, "name"), get(m, "name"), k, v)
+						}
+					}
+				}
+			}
+			for name, want := range map[string]string{"config": configMount, "keys": keysMount, "tls": tlsMount} {
+				var m any
+				for _, x := range list(get(pod, "containers", 0, "volumeMounts")) {
+					if get(x, "name") == name {
+						m = x
+					}
+				}
+				if get(m, "mountPath") != want || get(m, "readOnly") != true {
+					t.Errorf("volume %s mounted %v, want read-only at %s", name, m, want)
+				}
+			}
+			if get(volumeOf(d, "config"), "configMap", "name") == nil || secretOf(d, "keys") == "" || secretOf(d, "tls") == "" {
+				t.Errorf("volumes %v: want config from a ConfigMap, keys and tls from Secrets", get(pod, "volumes"))
+			}
+		})
+	}
+}
+
+// TestShippedConfigLoads: each install's itogate.yaml, read as its Pod
+// reads it (shippedConfig), passes the strict loader, runs the webhook
+// with tickets on PostgreSQL, names every key file inside the keys volume
+// and serves both listeners with the pair of the TLS Secret the Deployment
+// mounts — the one cert-manager issues for both Services' names, where it
+// does.
 func TestShippedConfigLoads(t *testing.T) {
 	for _, in := range installs(t) {
 		t.Run(in.name, func(t *testing.T) {
@@ -309,19 +425,20 @@ func TestShippedConfigLoads(t *testing.T) {
 			if c.Webhook == nil || c.Tickets == nil || c.Ledger.Driver != config.DriverPostgres {
 				t.Fatalf("webhook, tickets and a PostgreSQL ledger expected: %+v", c)
 			}
-			// Relative paths resolve against the file's directory: in the
-			// Pod, /etc/itogate, where the tls volume is mounted at tls/.
-			rel := func(p string) string { return filepath.Base(filepath.Dir(p)) + "/" + filepath.Base(p) }
-			if c.TLS == nil || rel(c.TLS.CertFile) != "tls/tls.crt" || rel(c.TLS.KeyFile) != "tls/tls.key" ||
-				c.Webhook.CertFile != c.TLS.CertFile || c.Webhook.KeyFile != c.TLS.KeyFile {
-				t.Errorf("tls %+v, webhook %s %s: both listeners serve the mounted pair", c.TLS, c.Webhook.CertFile, c.Webhook.KeyFile)
+			// The paths as the Pod resolves them: a relative one would
+			// point into the config volume, where no key or pair is.
+			cert, key := tlsMount+"/tls.crt", tlsMount+"/tls.key"
+			if c.TLS == nil || c.TLS.CertFile != cert || c.TLS.KeyFile != key || c.Webhook.CertFile != cert || c.Webhook.KeyFile != key {
+				t.Errorf("tls %+v, webhook %s %s: both listeners serve the mounted pair %s, %s", c.TLS, c.Webhook.CertFile, c.Webhook.KeyFile, cert, key)
 			}
-			mounts := map[string]string{}
-			for _, m := range list(get(one(t, in, "Deployment", "itogate"), "spec", "template", "spec", "containers", 0, "volumeMounts")) {
-				mounts[get(m, "name").(string)] = get(m, "mountPath").(string)
+			files := keyFiles(c)
+			if len(files) == 0 {
+				t.Error("no key files")
 			}
-			if mounts["tls"] != "/etc/itogate/tls" || mounts["config"] != "/etc/itogate/itogate.yaml" {
-				t.Errorf("mounts %v: want the config at /etc/itogate/itogate.yaml and the pair under /etc/itogate/tls", mounts)
+			for _, f := range files {
+				if filepath.Dir(f) != keysMount {
+					t.Errorf("key file %s: not a file of the keys volume %s", f, keysMount)
+				}
 			}
 			if _, port, _ := net.SplitHostPort(c.Listen); port != "8443" {
 				t.Errorf("listen %s, want the API port 8443", c.Listen)

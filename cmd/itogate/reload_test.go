@@ -3,14 +3,26 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"log/slog"
+	"maps"
+	"math/big"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,15 +37,23 @@ import (
 	"github.com/itocompute/itogate/internal/patience"
 )
 
-// reloadFixture is a production serve whose caller keys come from a JWKS in
-// a Kubernetes-style ConfigMap mount (keys/callers.jwks → ..data/… →
-// ..<version>/callers.jwks), which a test swaps as the kubelet does.
+// reloadFixture is a production serve laid out as the shipped Kubernetes
+// install mounts it: its configuration in a ConfigMap volume
+// (config/itogate.yaml → ..data/itogate.yaml → ..<version>/itogate.yaml)
+// naming its key files by absolute path, and its caller keys in a Secret
+// volume of the same layout (keys/callers.jwks), both of which a test swaps
+// as the kubelet does. The webhook serves over TLS with the namespace
+// bindings of the configuration.
 type reloadFixture struct {
-	t        *testing.T
-	dir      string // the mount directory
-	url      string
-	logs     *syncBuffer
-	versions int
+	t          *testing.T
+	keys       string // the key volume's directory
+	config     string // the configuration volume's directory
+	cfg        string // the configuration, but for webhook.namespaces
+	url        string
+	webhookURL string
+	client     *http.Client // trusts the webhook's certificate
+	logs       *syncBuffer
+	versions   int
 }
 
 func newReloadFixture(t *testing.T, callers map[string]crypto.Signer) *reloadFixture {
@@ -42,44 +62,54 @@ func newReloadFixture(t *testing.T, callers map[string]crypto.Signer) *reloadFix
 	if err != nil {
 		t.Fatal(err)
 	}
-	pem := func(name string) string {
+	pair := func(name string) (privPath, pubPath string) {
 		priv, err := token.GenerateECDSA()
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, p, err := token.WriteKeyPair(dir, name, priv)
+		privPath, pubPath, err = token.WriteKeyPair(dir, name, priv)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return p
+		return privPath, pubPath
 	}
-	depositors, ent, conf, signer := pem("depositors"), pem("entitlement"), pem("confirmation"), pem("signer")
-	f := &reloadFixture{t: t, dir: filepath.Join(dir, "keys")}
-	if err := os.Mkdir(f.dir, 0o755); err != nil {
-		t.Fatal(err)
+	pub := func(name string) string { _, p := pair(name); return p }
+	depositors, ent, conf, signer := pub("depositors"), pub("entitlement"), pub("confirmation"), pub("signer")
+	ticketKey, _ := pair("ticket")
+	f := &reloadFixture{t: t, keys: filepath.Join(dir, "keys"), config: filepath.Join(dir, "config")}
+	for _, d := range []string{f.keys, f.config} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	f.publish(callers)
-	listen := freeAddr(t)
-	cfg := `listen: ` + listen + `
+	certFile, keyFile, pool := servingCert(t, dir)
+	f.client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	listen, hook := freeAddr(t), freeAddr(t)
+	f.cfg = `listen: ` + listen + `
 data_dir: ` + filepath.Join(dir, "data") + `
 decision_log: "off"
 trust:
-  callers:      {issuer: https://idp.example, audience: itogate, jwks_file: keys/callers.jwks}
+  callers:      {issuer: https://idp.example, audience: itogate, jwks_file: ` + filepath.Join(f.keys, "callers.jwks") + `}
   depositors:   {issuer: https://desk.example/dep, audience: itogate-deposit, pem_file: ` + depositors + `, key_id: d1, algorithm: ES256}
   entitlement:  {issuer: https://backend.example, audience: itogate, type: ito-entitlement+jwt, pem_file: ` + ent + `, key_id: e1, algorithm: ES256}
   confirmation: {issuer: https://desk.example, audience: itogate, type: ito-confirmation+jwt, pem_file: ` + conf + `, key_id: f1, algorithm: ES256}
   manifest_signers:
     - {key_id: ci, pem_file: ` + signer + `}
+tickets:
+  issuer: https://itogate.example
+  signing_key: {pem_file: ` + ticketKey + `, key_id: t1, algorithm: ES256}
+webhook:
+  listen: ` + hook + `
+  cert_file: ` + certFile + `
+  key_file: ` + keyFile + `
 `
-	path := filepath.Join(dir, "itogate.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	f.bind(map[string]string{"team-a": "acct_team_a"})
 	f.logs = &syncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- runServe(ctx, &serveOptions{configFile: path}, slog.New(slog.NewJSONHandler(f.logs, nil)))
+		done <- runServe(ctx, &serveOptions{configFile: filepath.Join(f.config, "itogate.yaml")}, slog.New(slog.NewJSONHandler(f.logs, nil)))
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -87,8 +117,14 @@ trust:
 			t.Errorf("serve: %v", err)
 		}
 	})
-	f.url = "http://" + listen
+	f.url, f.webhookURL = "http://"+listen, "https://"+hook
 	patience.Until(t, "serve listening", func() bool {
+		select {
+		case err := <-done:
+			done <- err // for the clean-up
+			t.Fatalf("serve ended at start-up: %v", err)
+		default:
+		}
 		resp, err := http.Get(f.url + "/healthz")
 		if err != nil {
 			return false
@@ -99,34 +135,123 @@ trust:
 	return f
 }
 
-// publish writes a new version of the mount holding callers.jwks with the
-// public keys of keys (by kid), or raw bytes when keys is nil, and swaps
-// ..data to it.
+// publish writes a new version of the key volume holding callers.jwks with
+// the public keys of keys (by kid), and swaps ..data to it.
 func (f *reloadFixture) publish(keys map[string]crypto.Signer) { f.publishRaw(jwks(f.t, keys)) }
 
-func (f *reloadFixture) publishRaw(data []byte) {
+// publishRaw is publish with the raw bytes of callers.jwks.
+func (f *reloadFixture) publishRaw(data []byte) { f.swap(f.keys, "callers.jwks", data) }
+
+// bind writes a new version of the configuration volume whose
+// webhook.namespaces are bindings (namespace → account), and swaps ..data
+// to it.
+func (f *reloadFixture) bind(bindings map[string]string) {
+	f.t.Helper()
+	cfg := f.cfg + "  namespaces:\n"
+	for _, ns := range slices.Sorted(maps.Keys(bindings)) {
+		cfg += "    " + ns + ": " + bindings[ns] + "\n"
+	}
+	f.swap(f.config, "itogate.yaml", []byte(cfg))
+}
+
+// swap writes data as name in a new version of the volume at dir and
+// renames a new ..data link over the old, as the kubelet updates a
+// ConfigMap or Secret volume: name → ..data/name → ..<version>/name.
+func (f *reloadFixture) swap(dir, name string, data []byte) {
 	t := f.t
 	t.Helper()
 	f.versions++
 	version := fmt.Sprintf("..2026_01_01_00_00_%02d.%d", f.versions, f.versions)
-	if err := os.Mkdir(filepath.Join(f.dir, version), 0o755); err != nil {
+	if err := os.Mkdir(filepath.Join(dir, version), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(f.dir, version, "callers.jwks"), data, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, version, name), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Lstat(filepath.Join(f.dir, "callers.jwks")); os.IsNotExist(err) {
-		if err := os.Symlink("..data/callers.jwks", filepath.Join(f.dir, "callers.jwks")); err != nil {
+	if _, err := os.Lstat(filepath.Join(dir, name)); os.IsNotExist(err) {
+		if err := os.Symlink("..data/"+name, filepath.Join(dir, name)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	tmp := filepath.Join(f.dir, "..data_tmp")
+	tmp := filepath.Join(dir, "..data_tmp")
 	if err := os.Symlink(version, tmp); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Rename(tmp, filepath.Join(f.dir, "..data")); err != nil {
+	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// servingCert writes a self-signed serving certificate for 127.0.0.1 and
+// its key into dir, and returns their paths and a pool trusting it.
+func servingCert(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "itogate-webhook"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	for path, block := range map[string]*pem.Block{certFile: {Type: "CERTIFICATE", Bytes: der}, keyFile: {Type: "PRIVATE KEY", Bytes: kder}} {
+		if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
+}
+
+// review posts the webhook the AdmissionReview of a CREATE of a GPU Job
+// without a ticket in namespace ns, and returns the stable code leading
+// its denial ("" when allowed).
+func (f *reloadFixture) review(ns string) string {
+	t := f.t
+	t.Helper()
+	obj, _ := json.Marshal(map[string]any{"apiVersion": "batch/v1", "kind": "Job",
+		"metadata": map[string]any{"name": "train", "namespace": ns, "uid": "uid-job"},
+		"spec": map[string]any{"parallelism": 1, "template": map[string]any{"spec": map[string]any{
+			"containers": []any{map[string]any{"name": "t", "image": "t",
+				"resources": map[string]any{"limits": map[string]any{"nvidia.com/gpu": 8}}}}}}}})
+	body, _ := json.Marshal(map[string]any{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+		"request": map[string]any{"uid": "req-1", "operation": "CREATE",
+			"kind":      map[string]any{"group": "batch", "version": "v1", "kind": "Job"},
+			"resource":  map[string]any{"group": "batch", "version": "v1", "resource": "jobs"},
+			"namespace": ns, "name": "train", "userInfo": map[string]any{"username": "alice"},
+			"object": json.RawMessage(obj)}})
+	resp, err := f.client.Post(f.webhookURL+"/validate", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Response struct {
+			Allowed bool
+			Status  struct{ Message string }
+		}
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("webhook: %d, %v", resp.StatusCode, err)
+	}
+	if out.Response.Allowed {
+		return ""
+	}
+	code, _, _ := strings.Cut(out.Response.Status.Message, ":")
+	return code
 }
 
 // jwks is the public JWKS of keys, each ES256 with its kid.
@@ -301,6 +426,48 @@ func TestServeReloadRotatesKeysOnSIGHUP(t *testing.T) {
 	if m := f.metric("itogate_reload"); !strings.Contains(m, `itogate_reloads_total{result="success"} 2`) ||
 		!strings.Contains(m, `itogate_reloads_total{result="failure"} 0`) || !strings.Contains(m, "itogate_reload_last_success_timestamp_seconds ") {
 		t.Fatalf("reload metrics:\n%s", m)
+	}
+}
+
+// TestServeReloadBindsNamespacesOnSIGHUP: the configuration in a
+// ConfigMap volume, as the shipped install mounts it (a directory, not a
+// subPath), is read again through its ..data link on SIGHUP. A GPU Job in
+// team-b, refused WORKLOAD_NAMESPACE_UNBOUND at start-up, reaches the
+// ticket check (WORKLOAD_TICKET_MISSING) once the kubelet has swapped in a
+// version binding team-b and the reload is done; before the signal the
+// swapped file changes nothing.
+func TestServeReloadBindsNamespacesOnSIGHUP(t *testing.T) {
+	a, err := token.GenerateECDSA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newReloadFixture(t, map[string]crypto.Signer{"caller-a": a})
+	if got := f.review("team-a"); got != "WORKLOAD_TICKET_MISSING" {
+		t.Fatalf("team-a at start-up: %q", got)
+	}
+	if got := f.review("team-b"); got != "WORKLOAD_NAMESPACE_UNBOUND" {
+		t.Fatalf("team-b at start-up: %q", got)
+	}
+	f.bind(map[string]string{"team-a": "acct_team_a", "team-b": "acct_team_b"})
+	if got := f.review("team-b"); got != "WORKLOAD_NAMESPACE_UNBOUND" {
+		t.Fatalf("team-b after the swap, before SIGHUP: %q", got)
+	}
+	f.hup(1)
+	if got := f.review("team-b"); got != "WORKLOAD_TICKET_MISSING" {
+		t.Fatalf("team-b after SIGHUP: %q\n%s", got, f.logs.String())
+	}
+	lines := f.reloads()
+	if len(lines) != 1 || lines[0]["level"] != "INFO" || lines[0]["msg"] != "reloaded trust keys and namespace bindings" ||
+		lines[0]["namespaces"] != float64(2) {
+		t.Fatalf("reload lines: %v", lines)
+	}
+	f.bind(map[string]string{"team-b": "acct_team_b"})
+	f.hup(2)
+	if got := f.review("team-a"); got != "WORKLOAD_NAMESPACE_UNBOUND" {
+		t.Fatalf("team-a after its binding was removed: %q", got)
+	}
+	if got := f.review("team-b"); got != "WORKLOAD_TICKET_MISSING" {
+		t.Fatalf("team-b after the second reload: %q", got)
 	}
 }
 

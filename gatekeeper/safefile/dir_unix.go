@@ -49,7 +49,7 @@ func ReadDir(path string, lim DirLimits) (fs.FS, error) {
 		return nil, err
 	}
 	canon := filepath.Clean(abs)
-	parent, name, err := openParent(abs, canon)
+	parent, name, err := openParent(abs, canon, false)
 	if err != nil {
 		return nil, err
 	}

@@ -19,7 +19,11 @@ import (
 // Inside it, a link whose target is absolute, or that climbs above the mount
 // directory with "..", is api.CodeManifestPathSymlink; more than 40 links
 // are api.CodeManifestPathSymlink too. Every directory passed through must
-// not be world-writable without the sticky bit (api.CodeManifestPermissions).
+// not be world-writable without the sticky bit (api.CodeManifestPermissions),
+// but for the mount directory and the directories under it when they are
+// owned by root and lie on a read-only mount: the kubelet makes a
+// ConfigMap volume's directory 0777 and mounts it read-only (on Linux; off
+// Linux no mount is taken as read-only).
 // The file finally reached must be a regular file passing ReadFile's checks:
 // a FIFO, device or socket is api.CodeManifestNotRegular without being
 // opened (or, swapped in after the check, opened without blocking and

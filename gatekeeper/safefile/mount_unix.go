@@ -25,7 +25,7 @@ func readMounted(path string, limit int64) ([]byte, fileID, error) {
 		return nil, fileID{}, err
 	}
 	canon := filepath.Clean(abs)
-	parent, name, err := openParent(abs, canon)
+	parent, name, err := openParent(abs, canon, true)
 	if err != nil {
 		return nil, fileID{}, err
 	}
@@ -125,7 +125,7 @@ func resolveBeneath(root int, name, canon string) (int, string, error) {
 				return -1, "", componentError(cur, c, canon, canon, err)
 			}
 			stack = append(stack, next)
-			if err := checkDir(next, c, canon); err != nil {
+			if err := checkMountDir(next, c, canon); err != nil {
 				closeAll()
 				return -1, "", err
 			}
@@ -169,7 +169,7 @@ func identify(path string) (fileID, error) {
 		return fileID{}, err
 	}
 	canon := filepath.Clean(abs)
-	parent, name, err := openParent(abs, canon)
+	parent, name, err := openParent(abs, canon, true)
 	if err != nil {
 		return fileID{}, err
 	}

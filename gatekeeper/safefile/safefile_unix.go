@@ -55,7 +55,7 @@ func ReadManifest(path string, limit int64) (data []byte, digest string, err err
 	}
 	canon := filepath.Clean(abs)
 
-	dir, name, err := openParent(abs, canon)
+	dir, name, err := openParent(abs, canon, false)
 	if err != nil {
 		return nil, "", err
 	}
@@ -104,7 +104,7 @@ func Open(path string) (*os.File, error) {
 		return nil, err
 	}
 	canon := filepath.Clean(abs)
-	dir, name, err := openParent(abs, canon)
+	dir, name, err := openParent(abs, canon, false)
 	if err != nil {
 		return nil, err
 	}
@@ -159,23 +159,34 @@ func absolute(path string) (string, error) {
 // directory opened relative to the previous descriptor with O_NOFOLLOW, so a
 // symlink anywhere is refused rather than followed, and no component can be
 // swapped for one between check and use. It returns the descriptor of the
-// final component's directory and the final component's name.
-func openParent(abs, canon string) (int, string, error) {
+// final component's directory and the final component's name. Every
+// directory passes checkDir; with mount, the final component's directory
+// passes checkMountDir instead.
+func openParent(abs, canon string, mount bool) (int, string, error) {
 	parts := strings.Split(abs, "/")
 	name := parts[len(parts)-1]
+	var dirs []string // the directory components, in order
+	for _, part := range parts[:len(parts)-1] {
+		if part != "" && part != "." {
+			dirs = append(dirs, part)
+		}
+	}
+	check := func(i int) func(int, string, string) error {
+		if mount && i == len(dirs)-1 {
+			return checkMountDir
+		}
+		return checkDir
+	}
 	dir, err := unix.Open("/", dirOpenFlags|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, "", &Error{Code: api.CodeManifestUnreadable, Path: canon, Detail: "open /", Err: err}
 	}
-	if err := checkDir(dir, "/", canon); err != nil {
+	if err := check(-1)(dir, "/", canon); err != nil {
 		unix.Close(dir)
 		return -1, "", err
 	}
 	walked := "" // the path opened so far, for messages
-	for _, part := range parts[:len(parts)-1] {
-		if part == "" || part == "." {
-			continue
-		}
+	for i, part := range dirs {
 		walked += "/" + part
 		// ".." is opened too, not erased lexically: since no component is
 		// ever a followed symlink, the kernel's parent is the lexical one,
@@ -188,7 +199,7 @@ func openParent(abs, canon string) (int, string, error) {
 		}
 		unix.Close(dir)
 		dir = next
-		if err := checkDir(dir, walked, canon); err != nil {
+		if err := check(i)(dir, walked, canon); err != nil {
 			unix.Close(dir)
 			return -1, "", err
 		}
@@ -215,6 +226,28 @@ func checkDir(fd int, where, canon string) error {
 	}
 	if mode&0o002 != 0 && mode&unix.S_ISVTX == 0 {
 		return &Error{Code: api.CodeManifestPermissions, Path: canon, Detail: fmt.Sprintf("directory %q is world-writable without the sticky bit (fix: chmod o-w or chmod +t that directory, or move the file)", where)}
+	}
+	return nil
+}
+
+// checkMountDir is checkDir for the directory of a Kubernetes volume (the
+// directory holding a file ReadMounted reads, and the directories under
+// it): a world-writable directory without the sticky bit is accepted too
+// when it is owned by root and lies on a read-only mount, where no one can
+// create, rename or remove an entry through the path being read. The
+// kubelet makes a ConfigMap volume's directory 0777 on the node's disk and
+// always mounts it read-only into the container, so its mount directory is
+// exactly that. Off Linux no mount counts as read-only here, and checkDir
+// decides alone.
+func checkMountDir(fd int, where, canon string) error {
+	err := checkDir(fd, where, canon)
+	var e *Error
+	if err == nil || !errors.As(err, &e) || e.Code != api.CodeManifestPermissions {
+		return err
+	}
+	var st unix.Stat_t
+	if serr := unix.Fstat(fd, &st); serr != nil || st.Uid != 0 || !readOnlyMount(fd) {
+		return err
 	}
 	return nil
 }

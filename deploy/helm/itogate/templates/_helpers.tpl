@@ -31,12 +31,12 @@ merged over it, then what the Deployment's ports, mounts and Secrets rely on.
 {{- if hasKey $cfg "Error" -}}{{- fail (printf "files/configmap.yaml: %v" $cfg.Error) -}}{{- end -}}
 {{- $cfg = mustMergeOverwrite $cfg (deepCopy .Values.config) -}}
 {{- $_ := set $cfg "listen" "0.0.0.0:8443" -}}
-{{- $_ = set $cfg "tls" (dict "cert_file" "tls/tls.crt" "key_file" "tls/tls.key") -}}
+{{- $_ = set $cfg "tls" (dict "cert_file" "/etc/itogate/tls/tls.crt" "key_file" "/etc/itogate/tls/tls.key") -}}
 {{- $_ = set $cfg.ledger "driver" "postgres" -}}
 {{- $_ = set $cfg.ledger "dsn" .Values.postgres.dsn -}}
 {{- $_ = set $cfg.webhook "listen" "0.0.0.0:9443" -}}
-{{- $_ = set $cfg.webhook "cert_file" "tls/tls.crt" -}}
-{{- $_ = set $cfg.webhook "key_file" "tls/tls.key" -}}
+{{- $_ = set $cfg.webhook "cert_file" "/etc/itogate/tls/tls.crt" -}}
+{{- $_ = set $cfg.webhook "key_file" "/etc/itogate/tls/tls.key" -}}
 {{- with .Values.webhook.namespaces -}}
 {{- $_ = set $cfg.webhook "namespaces" . -}}
 {{- end -}}

@@ -216,12 +216,13 @@ func (s *Service) reportRecorded(ctx context.Context, run, stored ledger.RunReco
 		}
 		return runStateOutcome(run, now, err)
 	case changed:
-		o, _ := reportDone(stored, digest, now)
-		o.Status, o.Notice = http.StatusCreated, "recorded"
-		res := o.Extra.(api.EvalReportResult)
+		verdict := VerdictPassed
+		if stored.Halt.ReportDigest == digest {
+			verdict = VerdictFailed
+		}
+		res := reportResult(stored, verdict, now)
 		res.Created = true
-		o.Extra = res
-		return o
+		return Outcome{Status: http.StatusCreated, Notice: "recorded", Extra: res}
 	}
 	// Nothing written: this very report did it first, or another one did.
 	if o, ok := reportDone(stored, digest, now); ok {

@@ -103,6 +103,16 @@ var exitTable = []exitGroup{
 		{exitUnavailable, kindOwn, "unavailable or no definite answer: 503, 408, 429, transport failure, `--timeout` passed, an answer that is not an envelope", "send it again (a revocation is idempotent)"},
 		{exitUnauthenticated, kindOwn, "unauthenticated: 401 `REVOKER_UNAUTHENTICATED` or `DEPOSITOR_UNAUTHENTICATED` (or no revoker identity is configured)", "get a current revoker or depositor token"},
 	}},
+	{[]string{"eval-report"}, []exitRow{
+		{0, kindOK, "recorded: the report halted the run (HALTED) or its stage's passing report is recorded (PASSED); 201, or 200 for the same report again", ""},
+		{exitOther, kindOther, "unexpected internal error, or an answer this command does not expect (1xx, 3xx)", "report it"},
+		{exitDenied, kindOwn, "refused: 403 or 409, nothing written: the report does not bind to the run's stage, manifest or battery (`EVAL_REPORT_BINDING_MISMATCH`, `RUN_MANIFEST_MISMATCH`), or the run takes no report (`RUN_HALTED`, `EVAL_REPORT_OVERDUE`, `RUN_NOT_LIVE`, `RUN_STAGE_CONFLICT`)", "post a report of the run's current stage; a halted or ended run takes none"},
+		{exitNotFound, kindOwn, "no run with this id (404 `RUN_STATUS_NOT_FOUND`)", "check --run-id against the report's run_id"},
+		{exitFailed, kindBadInput, "bad input: a flag, a refused manifest or report file: nothing sent; or 400/413/415 from the server", "fix the named flag, file or field"},
+		{exitUnavailable, kindOwn, "unavailable or no definite answer: 503, 408, 429, transport failure, `--timeout` passed, an answer that is not an envelope", "post the same report again (it gets the same answer)"},
+		{exitUnauthenticated, kindOwn, "the report does not verify: 401 `EVAL_REPORT_UNAUTHENTICATED` (forged, expired, another purpose's key, or no eval authority configured)", "post the report exactly as the eval authority signed it, before it expires"},
+		{exitRevoked, kindOwn, "the run was revoked with its entitlement or booking (`ENTITLEMENT_REVOKED`): it takes no report", "nothing to post: the run only tears down"},
+	}},
 	{[]string{"ticket verify"}, []exitRow{
 		{ticketExitOK, kindOK, "verifies and meets every expectation; prints the claims (`--json`: as JSON)", "start the job"},
 		{ticketExitRejected, kindOwn, "does not verify: forged, altered (one changed byte is enough), expired, another `typ`/`iss`/`aud`, a claim missing", "refuse the job"},

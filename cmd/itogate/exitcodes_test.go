@@ -302,6 +302,16 @@ func TestExitCodesPerCommand(t *testing.T) {
 		cases[p+" 4"], cases[p+" 5"] = stubbed(400, "REQUEST_INVALID", args...), dead(args...)
 		cases[p+" 6"] = stubbed(401, "REVOKER_UNAUTHENTICATED", args...)
 	}
+	// The eval authority's post: each row from a stub's answer, 5 from a
+	// server nothing listens on (the caller token file stands in for the
+	// report: the stub verifies nothing).
+	report := []string{"eval-report", "--run-id", "run_00000000000000000000000000", "--manifest", manifestOK,
+		"--report-file", tok}
+	cases["eval-report 0"], cases["eval-report 1"] = stubbed(201, "", report...), stubbed(300, "MULTIPLE_CHOICES", report...)
+	cases["eval-report 2"], cases["eval-report 3"] = stubbed(403, "RUN_HALTED", report...), stubbed(404, "RUN_STATUS_NOT_FOUND", report...)
+	cases["eval-report 4"], cases["eval-report 5"] = stubbed(400, "REQUEST_INVALID", report...), dead(report...)
+	cases["eval-report 6"] = stubbed(401, "EVAL_REPORT_UNAUTHENTICATED", report...)
+	cases["eval-report 7"] = stubbed(403, "ENTITLEMENT_REVOKED", report...)
 	// keygen 1 needs a key pair already there.
 	if res := runCLI(t, "keygen", "--name", "dup", "--dir", keygenDir); res.exit != 0 {
 		t.Fatalf("keygen: %+v", res)

@@ -413,6 +413,12 @@ func (fx *fileFixture) commandLines() map[string]func(path string) []string {
 				"--server", fx.dead), "--depositor-token-file", p)
 		},
 	}
+	evalReport := func(manifest, report string) []string {
+		return []string{"eval-report", "--server", fx.dead, "--timeout", "5s", "--run-id",
+			"run_00000000000000000000000000", "--manifest", manifest, "--report-file", report}
+	}
+	cases["eval-report --manifest"] = func(p string) []string { return evalReport(p, f["token.jwt"]) }
+	cases["eval-report --report-file"] = func(p string) []string { return evalReport(f["manifest.json"], p) }
 	for _, args := range revokeArgs("FILE") {
 		cases[strings.Join(args[:2], " ")+" "+args[2]] = func(p string) []string {
 			line := append(slices.Clone(args), "--server", fx.dead, "--timeout", "5s")

@@ -1,5 +1,6 @@
 // Command itogate is the admission gatekeeper and its toolset: serve, the
-// client (train, status, runs), revocation (revoke), manifest signing (sign, verify, keygen),
+// client (train, status, runs), revocation (revoke), the eval authority's
+// report (eval-report), manifest signing (sign, verify, keygen),
 // development token minting (token), the end-to-end demo, the code list and
 // signed policy bundle checks (bundle inspect).
 package main
@@ -62,6 +63,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newStatusCmd(stdout, stderr),
 		newRunsCmd(stdout, stderr),
 		newRevokeCmd(stdout, stderr),
+		newEvalReportCmd(stdout, stderr),
 		newSignCmd(stdout),
 		newVerifyCmd(stdout),
 		newKeygenCmd(stdout),

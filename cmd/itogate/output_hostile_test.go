@@ -238,6 +238,19 @@ func TestHumanOutputIsInert(t *testing.T) {
 			return result{runCLI(t, append(args, "--server", url)...), exitDenied, false}
 		}
 	}
+	evalReport := []string{"eval-report", "--run-id", "run_00000000000000000000000000", "--manifest",
+		filepath.Join("..", "..", "fixtures", "manifests", "llama3-8b.json"), "--report-file", tok}
+	posted := map[string]any{"ok": true, "notice": hostile, "data": map[string]any{"run_id": hostile, "stage": hostile,
+		"verdict": "failed", "failed_evals": []string{hostile}, "report_digest": hostile, "state": hostile,
+		"decision_id": hostile, "recorded_at": 1, "created": false}}
+	cases["eval-report"] = func(t *testing.T) result {
+		url, _ := envelopeServer(t, 200, posted)
+		return result{runCLI(t, append(evalReport, "--server", url)...), 0, false}
+	}
+	cases["eval-report refused"] = func(t *testing.T) result {
+		url, _ := envelopeServer(t, 403, deny)
+		return result{runCLI(t, append(evalReport, "--server", url)...), exitDenied, false}
+	}
 	for name, run := range cases {
 		t.Run(name, func(t *testing.T) {
 			r := run(t)
@@ -256,7 +269,7 @@ func TestHumanOutputIsInert(t *testing.T) {
 	// nothing from outside, for the reason given.
 	fed := []string{"train", "status", "runs get", "runs list", "revoke confirmation", "revoke entitlement", "revoke booking",
 		"revoke caller", "token confirmation", "demo", "ticket verify", "ticket renew", "eval", "plan", "replay", "sign", "verify", "bundle inspect",
-		"ledger check", "ledger restore"}
+		"ledger check", "ledger restore", "eval-report"}
 	mintsOnly := "prints the token it minted and times it computed; its errors go through main, inert"
 	nothingFromOutside := map[string]string{
 		"serve":        "logs JSON lines (slog's JSON escapes every control character); its errors go through main, inert",

@@ -131,5 +131,12 @@ func runStatus(r ledger.RunRecord, now time.Time) api.RunStatus {
 	if v := r.Revocation; !v.At.IsZero() {
 		st.Revocation = &api.RunRevocation{At: v.At.Unix(), Kind: string(v.Kind), Subject: v.Subject, Reason: v.Reason}
 	}
+	if !r.ReportDue.IsZero() {
+		st.ReportDue = r.ReportDue.Unix()
+	}
+	if p := r.Report; !p.At.IsZero() && p.Stage == r.Stage {
+		st.Report = &api.RunReport{At: p.At.Unix(), Stage: p.Stage, ReportDigest: p.ReportDigest, DecisionID: p.DecisionID}
+	}
+	st.ReportOverdue = st.State == api.RunHalted && r.Halt.At.IsZero()
 	return st
 }

@@ -248,12 +248,18 @@ func (s *Service) verify(ctx context.Context, p *pending) (Outcome, bool) {
 		}
 		// The run's state decides what it may do (ledger.RunRecord.May):
 		// a run revoked with its booking or entitlement is refused here
-		// with the revocation's code, as a create is; a halted or ended
-		// one is the policy's fact (input.ledger.run.state). The commit
-		// asks May again.
+		// with the revocation's code, as a create is, and so is one whose
+		// stage's eval report is overdue (EVAL_REPORT_OVERDUE: a ledger
+		// fact the policy has no rule for); a halted or ended one is the
+		// policy's fact (input.ledger.run.state). The commit asks May
+		// again.
 		if err == nil {
-			if re, ok := errors.AsType[*ledger.RevocationError](rec.May(req.Action, p.now)); ok {
+			mayErr := rec.May(req.Action, p.now)
+			if re, ok := errors.AsType[*ledger.RevocationError](mayErr); ok {
 				return revokedOutcome(re.Revocation), true
+			}
+			if oe, ok := errors.AsType[*ledger.ReportOverdueError](mayErr); ok {
+				return denied(api.CodeEvalReportOverdue, overdueMessage(oe)), true
 			}
 		}
 		s.runFacts(p, run)
@@ -411,6 +417,10 @@ func (s *Service) commit(ctx context.Context, p *pending) Outcome {
 	case spec.Stage:
 		rec.Stage, rec.FromStage = req.Stage, p.runStage
 	}
+	if spec.Effect == api.EffectCreateRun || spec.Stage {
+		// the entered stage's report deadline, from the decision
+		rec.ReportDue = reportDue(p.now, p.decision.Estimates)
+	}
 	if spec.CheckpointStep {
 		rec.CheckpointStep = req.Step()
 		rec.RestartBudget = restartBudget(p.decision.Estimates)
@@ -489,6 +499,9 @@ func (s *Service) committed(ctx context.Context, p *pending, stored ledger.Admis
 			return p.refusedAtCommit(api.CodeRestartStepOffPlan, offPlanMessage(re), "lifecycle")
 		}
 		return p.refusedAtCommit(api.CodeRestartBudgetExceeded, budgetMessage(re), "lifecycle")
+	case errors.Is(err, ledger.ErrReportOverdue):
+		oe, _ := errors.AsType[*ledger.ReportOverdueError](err)
+		return p.refusedAtCommit(api.CodeEvalReportOverdue, overdueMessage(oe), "lifecycle")
 	case errors.Is(err, ledger.ErrRunHalted):
 		var he *ledger.RunHaltedError
 		errors.As(err, &he)

@@ -140,7 +140,7 @@ func (s *Service) CheckTicket(ctx context.Context, scheduler Caller, req api.Tic
 				"code", api.CodeTicketJobBound)
 			return fail(api.CodeTicketJobBound, fmt.Sprintf("the run's tickets already started job %s of scheduler %s; one ticket, one job",
 				b.JobID, b.Scheduler))
-		case errors.As(err, &re), errors.As(err, &he), errors.As(err, &ee):
+		case errors.As(err, &re), errors.As(err, &he), errors.As(err, &ee), errors.Is(err, ledger.ErrReportOverdue):
 			// The run changed state between the read and the bind.
 			return runStateOutcome(r, now, err)
 		case err != nil:
@@ -154,7 +154,8 @@ func (s *Service) CheckTicket(ctx context.Context, scheduler Caller, req api.Tic
 
 // runStateOutcome is the refusal of new work for a run that may not take
 // it (RunRecord.MayWork's error err): the revocation's code for a revoked
-// run, RUN_HALTED naming the failed evals for a halted one, RUN_NOT_LIVE
+// run, RUN_HALTED naming the failed evals for a halted one,
+// EVAL_REPORT_OVERDUE naming the stage for an overdue one, RUN_NOT_LIVE
 // naming the state for an ended one. The message starts with the state.
 func runStateOutcome(r ledger.RunRecord, now time.Time, err error) Outcome {
 	state := r.State(now)
@@ -165,6 +166,9 @@ func runStateOutcome(r ledger.RunRecord, now time.Time, err error) Outcome {
 	}
 	if he, ok := errors.AsType[*ledger.RunHaltedError](err); ok {
 		return fail(api.CodeRunHalted, haltedMessage(he.Halt))
+	}
+	if oe, ok := errors.AsType[*ledger.ReportOverdueError](err); ok {
+		return fail(api.CodeEvalReportOverdue, overdueMessage(oe))
 	}
 	how := "past its declared end"
 	if r.EndedBy != "" && !now.Before(r.EndedAt) {

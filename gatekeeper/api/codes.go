@@ -80,6 +80,7 @@ const (
 	CodeRevokerUnauthorized      Code = "REVOKER_UNAUTHORIZED"
 	CodeRevocationRefNotFound    Code = "REVOCATION_REF_NOT_FOUND"
 	CodeSchedulerUnauthenticated Code = "SCHEDULER_UNAUTHENTICATED"
+	CodeEvalReportUnauthorized   Code = "EVAL_REPORT_UNAUTHENTICATED"
 
 	// The manifest, on the server and (path, file) in the CLI's safe reader.
 	CodeManifestRequired      Code = "MANIFEST_REQUIRED"
@@ -109,6 +110,7 @@ const (
 	CodeConfirmationReplayed  Code = "CONFIRMATION_REPLAYED"
 	CodeConfirmationRevoked   Code = "CONFIRMATION_REVOKED"
 	CodeEvalReportInvalid     Code = "EVAL_REPORT_INVALID"
+	CodeEvalReportMismatch    Code = "EVAL_REPORT_BINDING_MISMATCH"
 
 	// The booking, the run and the ledger.
 	CodeBookingFactsInvalid           Code = "BOOKING_FACTS_INVALID"
@@ -121,6 +123,8 @@ const (
 	CodeRunNotFound                   Code = "RUN_NOT_FOUND"
 	CodeRunNotLive                    Code = "RUN_NOT_LIVE"
 	CodeRunHalted                     Code = "RUN_HALTED"
+	CodeEvalReportOverdue             Code = "EVAL_REPORT_OVERDUE"
+	CodeRunManifestMismatch           Code = "RUN_MANIFEST_MISMATCH"
 	CodeRestartStepOffPlan            Code = "RESTART_STEP_OFF_PLAN"
 	CodeRestartBudgetExceeded         Code = "RESTART_BUDGET_EXCEEDED"
 	CodeStageConflict                 Code = "RUN_STAGE_CONFLICT"
@@ -260,8 +264,8 @@ var registry = []Entry{
 		"Retry the admission with the same key."),
 
 	entry(CodeRunStatusNotFound, "status", http.StatusNotFound, server,
-		"GET /v1/runs/{run_id} or POST /v1/runs/{run_id}/ticket: no run with this id was admitted for this account (another account's run answers alike).",
-		"Use the run_id of your own train.create admission; GET /v1/runs lists your runs."),
+		"GET /v1/runs/{run_id} or POST /v1/runs/{run_id}/ticket: no run with this id was admitted for this account (another account's run answers alike); POST /v1/runs/{run_id}/eval-reports: no run with this id was admitted at all.",
+		"Use the run_id of your own train.create admission; GET /v1/runs lists your runs. The eval authority posts for the run_id its report names."),
 
 	entry(CodeCallerUnauthenticated, "caller", http.StatusUnauthorized, server,
 		"No bearer token, or it does not verify with the callers' key set, issuer and audience.",
@@ -281,6 +285,9 @@ var registry = []Entry{
 	entry(CodeSchedulerUnauthenticated, "ticket", http.StatusUnauthorized, server,
 		"POST /v1/tickets/verify without a bearer token that verifies with trust.schedulers (the schedulers' identity), or no scheduler identity is configured.",
 		"Call with the scheduler identity (a Slurm prolog's or Ray job submitter's token); caller, depositor and revoker tokens are refused."),
+	entry(CodeEvalReportUnauthorized, "evals", http.StatusUnauthorized, server,
+		"POST /v1/runs/{run_id}/eval-reports: the eval report, the post's only credential, does not verify with trust.evals (signature, key, algorithm, typ ito-eval+jwt, issuer, audience, expiry; a caller, depositor, revoker, scheduler or any other purpose's key never does), or no eval authority is configured. Nothing was judged or written.",
+		"Post the report exactly as the eval authority signed it, before it expires; configure trust.evals."),
 	entry(CodeRevocationRefNotFound, "revocation", http.StatusNotFound, server,
 		"POST /v1/confirmations/revocations names a ref under which no confirmation is deposited.",
 		"Revoke by the ref the deposit returned, or by the token's jti (also before it is deposited)."),
@@ -352,6 +359,9 @@ var registry = []Entry{
 	entry(CodeEvalReportInvalid, "evals", http.StatusForbidden, server,
 		"An eval-authority token (eval report, ladder decision) does not verify with trust.evals (signature, issuer, audience, typ ito-eval+jwt, expiry), or no eval authority is configured.",
 		"Send the token exactly as the eval authority signed it, before it expires; configure trust.evals."),
+	entry(CodeEvalReportMismatch, "lifecycle", http.StatusForbidden, server,
+		"POST /v1/runs/{run_id}/eval-reports (also a policy code, for a stage advance): the verified token is not an eval report (kind) or is not bound to the path's run, the run's current stage, its manifest digest or the stage's battery (the message names the field). Nothing was judged or written.",
+		"Post the eval report of the run's current stage, battery and manifest."),
 
 	entry(CodeBookingFactsInvalid, "booking", http.StatusForbidden, server,
 		"Go could not compute the run's GPUs, hours or price from the manifest and entitlement (whatever the bundle decided).",
@@ -382,6 +392,12 @@ var registry = []Entry{
 	entry(CodeRunHalted, "lifecycle", http.StatusForbidden, server,
 		"A signed eval report failed the gate of the run's stage and halted the run (also a policy code): it gets no stage advance, no restart and no new workload; the message names the failed evals. Only train.cancel and train.cleanup are admitted. Nothing was written; the confirmation stays usable.",
 		"Cancel or clean up the run; a failed eval gate has no override. Create a new run to train again."),
+	entry(CodeEvalReportOverdue, "lifecycle", http.StatusForbidden, server,
+		"The run's stage has a report deadline (bundle data: batteries.<stage>.report_deadline_seconds, recorded on the run when it entered the stage) that passed without a passing eval report from the eval authority (POST /v1/runs/{run_id}/eval-reports): the run counts as halted, so it gets no stage advance, no restart, no ticket renewal, no job and no new workload (the webhook's WORKLOAD_RUN_HALTED names this code); the message names the overdue stage. Only train.cancel and train.cleanup are admitted. Nothing was written.",
+		"Cancel or clean up the run; a report arriving after the deadline is refused. Create a new run, and have the eval authority post each stage's report before its deadline."),
+	entry(CodeRunManifestMismatch, "lifecycle", http.StatusForbidden, server,
+		"POST /v1/runs/{run_id}/eval-reports (also a policy code, for a stage advance): the manifest sent is not the one the run was admitted with (its digest differs). Nothing was judged or written.",
+		"Send the exact manifest bytes the run was created with."),
 	entry(CodeRestartStepOffPlan, "lifecycle", http.StatusForbidden, server,
 		"train.restart names a checkpoint step the run's checkpoint plan never writes (also a policy code): a restart starts from a positive multiple of checkpoint.interval_steps within the run's steps, as recorded on the run at train.create. Nothing was written; the confirmation stays usable.",
 		"Restart from a step the run checkpointed; the message names the interval and the run's steps."),

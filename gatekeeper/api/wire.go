@@ -227,6 +227,14 @@ type RunStatus struct {
 	// Halt and Revocation: what stopped a halted or revoked run.
 	Halt       *RunHalt       `json:"halt,omitempty"`
 	Revocation *RunRevocation `json:"revocation,omitempty"`
+	// ReportDue is when the eval report of the run's current stage is due
+	// (unix seconds; absent: the stage has no report deadline); Report the
+	// passing report the eval authority posted for the stage, if any.
+	// ReportOverdue: the deadline passed without one, so the run is halted
+	// (EVAL_REPORT_OVERDUE) though no failed gate halted it (no Halt).
+	ReportDue     int64      `json:"report_due,omitempty"`
+	Report        *RunReport `json:"report,omitempty"`
+	ReportOverdue bool       `json:"report_overdue,omitempty"`
 	// Events are the run's transitions, oldest first, with the decision id
 	// of every admission on it (GET /v1/runs/{run_id} only).
 	Events []RunEvent `json:"events,omitempty"`
@@ -247,6 +255,53 @@ type RunHalt struct {
 	FailedEvals  []string `json:"failed_evals"`
 	ReportDigest string   `json:"report_digest"`
 	DecisionID   string   `json:"decision_id"`
+}
+
+// RunReport is a passing eval report recorded for a run's current stage.
+type RunReport struct {
+	At           int64  `json:"at"`
+	Stage        string `json:"stage"`
+	ReportDigest string `json:"report_digest"`
+	DecisionID   string `json:"decision_id"`
+}
+
+// EvalReportRequest is the body of POST /v1/runs/{run_id}/eval-reports: the
+// eval authority's report for the run, posted directly. The report is the
+// post's credential: no bearer token is read.
+type EvalReportRequest struct {
+	// EvalReport is the eval authority's eval report (compact JWS, typ
+	// ito-eval+jwt, kind eval_report), verified with trust.evals as on a
+	// stage advance.
+	EvalReport string `json:"eval_report"`
+	// Manifest is the run's exact manifest bytes (base64 on the wire, as in
+	// AdmissionRequest; at most 1 MiB): its digest must be the run's, and
+	// the eval gates it declares for the stage are judged with the bundle's
+	// battery. Its signature was verified at train.create and is not
+	// asked again.
+	Manifest []byte `json:"manifest"`
+}
+
+// EvalReportResult is the data of a posted eval report (201 when it halted
+// the run or recorded the stage's passing report, 200 when the same report
+// had done so before: the same answer).
+type EvalReportResult struct {
+	RunID string `json:"run_id"`
+	// Stage is the stage the report judged; Verdict "failed" (the run is
+	// halted) or "passed" (the stage's report is recorded).
+	Stage   string `json:"stage"`
+	Verdict string `json:"verdict"`
+	// FailedEvals are the evals that failed or had no result (failed).
+	FailedEvals  []string `json:"failed_evals,omitempty"`
+	ReportDigest string   `json:"report_digest"`
+	// State is the run's state after the post.
+	State RunState `json:"state"`
+	// DecisionID and RecordedAt are the post's that recorded the halt or the
+	// report (the first post's on a repeat).
+	DecisionID string `json:"decision_id"`
+	RecordedAt int64  `json:"recorded_at"`
+	// Created is false for a repeat that changed nothing.
+	Created        bool   `json:"created"`
+	BundleRevision string `json:"bundle_revision"`
 }
 
 // RunRevocation is the revocation that revoked a run.

@@ -29,7 +29,8 @@ const MaxResponseBytes = 1 << 20
 type Options struct {
 	// BaseURL is the itogate root, e.g. "http://127.0.0.1:8443".
 	BaseURL string
-	// Bearer is the caller token sent as "Authorization: Bearer".
+	// Bearer is the token sent as "Authorization: Bearer" (none when
+	// empty: the eval authority's post carries its report instead).
 	Bearer string
 	// ConnectTimeout bounds dialing (default 3s); Timeout bounds each whole
 	// request (default 15s).
@@ -181,6 +182,18 @@ func (c *Client) CheckTicket(ctx context.Context, ticket, jobID string) (Respons
 	return c.do(ctx, http.MethodPost, "/v1/tickets/verify", payload)
 }
 
+// PostEvalReport posts the eval authority's report for runID with the
+// run's manifest bytes (POST /v1/runs/{run_id}/eval-reports). The report is
+// the post's credential: a client for it has no Bearer. Sent once, as
+// Revoke: the same report again gets the same answer.
+func (c *Client) PostEvalReport(ctx context.Context, runID, report string, manifest []byte) (Response, error) {
+	payload, err := json.Marshal(api.EvalReportRequest{EvalReport: report, Manifest: manifest})
+	if err != nil {
+		return Response{}, err
+	}
+	return c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(runID)+"/eval-reports", payload)
+}
+
 // Deposit posts a confirmation token (confirmation authority only).
 func (c *Client) Deposit(ctx context.Context, token string) (Response, error) {
 	payload, _ := json.Marshal(map[string]string{"confirmation_token": token})
@@ -215,7 +228,9 @@ func (c *Client) do(ctx context.Context, method, path string, payload []byte) (R
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
-	req.Header.Set("Authorization", "Bearer "+c.opts.Bearer)
+	if c.opts.Bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+c.opts.Bearer)
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return Response{}, fmt.Errorf("client: %s %s: %w", method, path, stripURL(err))

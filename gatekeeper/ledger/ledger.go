@@ -27,10 +27,15 @@
 //     admission, a revocation or a halt, each written with the event
 //     that records it (RunEvent) in the same transaction; every stage
 //     advance and restart was admissible (RunRecord.May) when it committed
-//     (CheckEvents in every Checker).
+//     (CheckEvents in every Checker);
+//   - a run whose stage has a report deadline (RunRecord.ReportDue) counts
+//     as halted from the deadline on unless a passing eval report for the
+//     stage was recorded before it (RecordReport; RunRecord.Overdue).
 //
 // A deny writes nothing to the ledger but a halt: a signed eval report that
-// fails its stage's gate halts the run (HaltRun), consuming nothing.
+// fails its stage's gate halts the run (HaltRun), consuming nothing —
+// whether the run's holder presents it with a stage advance or the eval
+// authority posts it directly.
 package ledger
 
 import (
@@ -199,6 +204,20 @@ type Store interface {
 	// afterwards.
 	HaltRun(ctx context.Context, h Halt) (run RunRecord, halted bool, err error)
 
+	// RecordReport records that a passing eval report for the run's
+	// current stage reached the ledger (the eval authority's direct post),
+	// in one transaction serialized with the commits on its booking: the
+	// run must exist (else ErrNotFound) and pass CheckRecordReport (else
+	// ErrConfirmationMismatch, ErrRunEnded, ErrRevoked, ErrRunHalted —
+	// also ErrReportOverdue past the stage's deadline — or
+	// ErrStageConflict, writing nothing); it gets p as its Report and a
+	// ReportEvent, which keep it live past the stage's report deadline. A
+	// run with a report already recorded for the stage keeps the first:
+	// recorded is false and nothing is written. p must pass
+	// Report.Validate, else ErrInvalid. It returns the run as stored
+	// afterwards.
+	RecordReport(ctx context.Context, p Report) (run RunRecord, recorded bool, err error)
+
 	// BookingUsage returns the booking's live runs at now, the account it
 	// is bound to and whether it was released (the policy's
 	// input.ledger.booking, metrics).
@@ -346,4 +365,10 @@ type Admission struct {
 	// replayed admission has them zero.
 	Plan          RunPlan
 	RestartBudget int
+	// ReportDue (train.create, train.stage.advance) is when the eval report
+	// of the stage the admission enters is due (the decision time + the
+	// stage's report deadline from the decision; zero: no deadline),
+	// recorded on the run (RunRecord.ReportDue). An input of the commit
+	// like Plan: a stored or replayed admission has it zero.
+	ReportDue time.Time
 }

@@ -67,6 +67,17 @@ type RunRecord struct {
 	Plan RunPlan
 	// Halt is the halt a failed eval gate recorded (zero At: never halted).
 	Halt RunHalt
+	// ReportDue is when the eval report of the run's current stage is
+	// due: its train.create or the stage advance that entered the stage
+	// recorded it (the decision time + the stage's report deadline from
+	// bundle data). From then on, without a passing report recorded for
+	// the stage before it (Report), the run counts as halted
+	// (RunRecord.Overdue). Zero: the stage has no deadline.
+	ReportDue time.Time
+	// Report is the passing eval report the eval authority posted for the
+	// run's current stage (RecordReport); zero At: none since the stage
+	// was entered (a stage advance clears it).
+	Report RunReport
 	// Revocation is the revocation that revoked the run while it was live
 	// (zero At: never revoked).
 	Revocation RunRevocation
@@ -420,11 +431,13 @@ func CheckRestart(r RunRecord, a Admission) error {
 }
 
 // Stepped is r after the step a (CheckRunStep passed): an advance moves
-// its stage, a restart counts and records its step.
+// its stage, records when the new stage's eval report is due
+// (a.ReportDue) and forgets the report of the stage it left; a restart
+// counts and records its step.
 func Stepped(r RunRecord, a Admission) RunRecord {
 	spec, _ := a.Action.Spec()
 	if spec.Stage {
-		r.Stage = a.Stage
+		r.Stage, r.ReportDue, r.Report = a.Stage, a.ReportDue, RunReport{}
 	}
 	if spec.CheckpointStep {
 		r.Restarts++

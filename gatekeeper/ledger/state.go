@@ -15,7 +15,9 @@ import (
 //
 //	live        train.create admitted it; train.stage.advance moves its
 //	            stage, train.restart keeps it live
-//	halted      a signed eval report failed its stage's gate (HaltRun)
+//	halted      a signed eval report failed its stage's gate (HaltRun), or
+//	            its stage's report deadline passed without a passing report
+//	            (Overdue: no event, time, like expired)
 //	revoked     its booking, or the entitlement it was admitted under, was
 //	            revoked while it was live (Revoke)
 //	cancelled   ended by train.cancel
@@ -36,6 +38,11 @@ var (
 	// workload) of a run a failed eval gate halted (see RunHaltedError).
 	// Nothing was written.
 	ErrRunHalted = errors.New("run halted by a failed eval gate")
+	// ErrReportOverdue: the run's stage had a report deadline
+	// (RunRecord.ReportDue) that passed without a passing eval report: the
+	// run counts as halted (see ReportOverdueError, which wraps both this
+	// and ErrRunHalted). Nothing was written.
+	ErrReportOverdue = errors.New("eval report overdue")
 	// ErrBookingAccount: the booking is bound to another account (the
 	// account of its first admission). Nothing was written.
 	ErrBookingAccount = errors.New("booking bound to another account")
@@ -56,6 +63,18 @@ type RunHalt struct {
 	FailedEvals []string
 	// By names the eval authority key that signed the report.
 	By string
+}
+
+// RunReport is a passing eval report the eval authority posted for the
+// run's current stage (RecordReport): it meets the stage's report deadline.
+type RunReport struct {
+	// At is the report's decision time; zero while none was recorded for
+	// the stage.
+	At time.Time
+	// DecisionID is the post's decision id; Stage the stage the report
+	// judged (the run's stage); ReportDigest "sha256:<hex>" of the report
+	// token; By the eval authority key that signed it.
+	DecisionID, Stage, ReportDigest, By string
 }
 
 // RunRevocation is the revocation transition a revoked booking or
@@ -80,9 +99,10 @@ func (r RunRevocation) Revocation() Revocation {
 }
 
 // State is the run's state at now. Ends come first (an end at or before
-// now, then the declared end passing), then a revocation, then a halt: a
-// stored revocation or halt holds whatever the decision times, as a stored
-// release does (CheckCapacity).
+// now, then the declared end passing), then a revocation, then a halt,
+// then an overdue eval report (Overdue, halted too): a stored revocation
+// or halt holds whatever the decision times, as a stored release does
+// (CheckCapacity).
 func (r RunRecord) State(now time.Time) api.RunState {
 	switch {
 	case !r.EndedAt.IsZero() && !now.Before(r.EndedAt):
@@ -94,10 +114,21 @@ func (r RunRecord) State(now time.Time) api.RunState {
 		return api.RunExpired
 	case !r.Revocation.At.IsZero():
 		return api.RunRevoked
-	case !r.Halt.At.IsZero():
+	case !r.Halt.At.IsZero(), r.Overdue(now):
 		return api.RunHalted
 	}
 	return api.RunLive
+}
+
+// Overdue reports whether the eval report of the run's current stage is
+// overdue at now: the stage has a deadline (ReportDue), now is at or past
+// it, and no passing report was recorded for the stage before it
+// (Report). It is computed from the record alone, with the caller's
+// clock, so every enforcement point asking State or MayWork agrees
+// without a sweeper; no event marks it, as none marks an expiry.
+func (r RunRecord) Overdue(now time.Time) bool {
+	return !r.ReportDue.IsZero() && !now.Before(r.ReportDue) &&
+		(r.Report.At.IsZero() || r.Report.Stage != r.Stage || !r.Report.At.Before(r.ReportDue))
 }
 
 // May is the one answer to "may this run do a now?":
@@ -123,7 +154,9 @@ func (r RunRecord) May(a api.Action, now time.Time) error {
 // advance, a restart, a new workload (the Kubernetes webhook): only a live
 // run may. Otherwise the error says why: a *RevocationError (ErrRevoked)
 // for a revoked run, a *RunHaltedError (ErrRunHalted) for a halted one, a
-// *RunEndedError (ErrRunEnded) for one that ended.
+// *ReportOverdueError (ErrReportOverdue and ErrRunHalted) for one whose
+// stage's eval report is overdue, a *RunEndedError (ErrRunEnded) for one
+// that ended.
 func (r RunRecord) MayWork(now time.Time) error {
 	switch s := r.State(now); s {
 	case api.RunLive:
@@ -131,6 +164,9 @@ func (r RunRecord) MayWork(now time.Time) error {
 	case api.RunRevoked:
 		return &RevocationError{Revocation: r.Revocation.Revocation()}
 	case api.RunHalted:
+		if r.Halt.At.IsZero() {
+			return &ReportOverdueError{Stage: r.Stage, Due: r.ReportDue}
+		}
 		return &RunHaltedError{Halt: r.Halt}
 	default:
 		return &RunEndedError{State: s}
@@ -147,6 +183,21 @@ func (e *RunHaltedError) Error() string {
 
 func (e *RunHaltedError) Unwrap() error { return ErrRunHalted }
 
+// ReportOverdueError is returned for a run whose stage's eval report is
+// overdue (RunRecord.Overdue). It wraps ErrReportOverdue and ErrRunHalted:
+// the run counts as halted.
+type ReportOverdueError struct {
+	Stage string
+	Due   time.Time
+}
+
+func (e *ReportOverdueError) Error() string {
+	return fmt.Sprintf("ledger: the eval report of stage %s was due at %s and none passing was recorded: %v",
+		e.Stage, e.Due.UTC().Format(time.RFC3339), ErrReportOverdue)
+}
+
+func (e *ReportOverdueError) Unwrap() []error { return []error{ErrReportOverdue, ErrRunHalted} }
+
 // RunEndedError is returned for a run that ended. It wraps ErrRunEnded.
 type RunEndedError struct{ State api.RunState }
 
@@ -160,10 +211,12 @@ func (e *RunEndedError) Unwrap() error { return ErrRunEnded }
 func (r RunRecord) Equal(o RunRecord) bool {
 	if !r.AdmittedAt.Equal(o.AdmittedAt) || !r.LiveUntil.Equal(o.LiveUntil) || !r.EndedAt.Equal(o.EndedAt) ||
 		!r.Halt.At.Equal(o.Halt.At) || !r.Revocation.At.Equal(o.Revocation.At) ||
+		!r.ReportDue.Equal(o.ReportDue) || !r.Report.At.Equal(o.Report.At) ||
 		!slices.Equal(r.Halt.FailedEvals, o.Halt.FailedEvals) {
 		return false
 	}
 	r.AdmittedAt, r.LiveUntil, r.EndedAt, r.Halt.At, r.Revocation.At = o.AdmittedAt, o.LiveUntil, o.EndedAt, o.Halt.At, o.Revocation.At
+	r.ReportDue, r.Report.At = o.ReportDue, o.Report.At
 	r.Halt.FailedEvals = o.Halt.FailedEvals
 	return r.comparable() == o.comparable()
 }
@@ -172,7 +225,7 @@ func (r RunRecord) Equal(o RunRecord) bool {
 func (r RunRecord) comparable() runKey {
 	return runKey{r.RunID, r.Account, r.BookingID, r.ManifestDigest, r.EntitlementJTI, r.GPUs, r.BookedGPUs,
 		r.AdmittedAt, r.LiveUntil, r.EndedAt, r.EndedBy, r.Stage, r.Restarts, r.LastCheckpointStep, r.Plan,
-		r.Halt.At, r.Halt.DecisionID, r.Halt.Stage, r.Halt.ReportDigest, r.Halt.By, r.Revocation}
+		r.Halt.At, r.Halt.DecisionID, r.Halt.Stage, r.Halt.ReportDigest, r.Halt.By, r.Revocation, r.ReportDue, r.Report}
 }
 
 type runKey struct {
@@ -187,6 +240,8 @@ type runKey struct {
 	haltAt                                                    time.Time
 	haltDecision, haltStage, haltDigest, haltBy               string
 	revocation                                                RunRevocation
+	reportDue                                                 time.Time
+	report                                                    RunReport
 }
 
 // Held is r as a booking's usage lists it: the facts of the GPUs and the
@@ -203,7 +258,9 @@ func (r RunRecord) Held() RunRecord {
 // RunEvent is one transition of a run, as the store wrote it in the same
 // transaction as its cause: an admission on the run (train.create, a stage
 // advance, a restart, a cancel, a cleanup, or a booking.release that ended
-// it), a revocation that revoked it, or a halt.
+// it), a revocation that revoked it, a halt, or a passing eval report
+// recorded for its stage (To live, no Action: ReportEvent), which keeps it
+// live past its stage's report deadline.
 type RunEvent struct {
 	RunID string
 	// At is the cause's time: the admission's decision time, the
@@ -226,6 +283,9 @@ type RunEvent struct {
 	// advance moves it to; CheckpointStep is a restart's step.
 	Stage          string
 	CheckpointStep int64
+	// ReportDue is, for a train.create or a stage advance, when the eval
+	// report of the stage it enters is due (zero: no deadline).
+	ReportDue time.Time
 }
 
 // MaxRunEvents bounds the events RunEvents returns (the oldest are kept):
@@ -238,7 +298,7 @@ const MaxRunEvents = 1024
 func AdmissionEvent(a Admission, runID string, changed bool) RunEvent {
 	spec, _ := a.Action.Spec()
 	e := RunEvent{RunID: runID, At: a.CreatedAt, Action: a.Action, DecisionID: a.DecisionID, By: a.Account,
-		Stage: a.Stage, CheckpointStep: a.CheckpointStep}
+		Stage: a.Stage, CheckpointStep: a.CheckpointStep, ReportDue: a.ReportDue}
 	if changed {
 		e.To = spec.RunState
 	}
@@ -335,12 +395,72 @@ func CheckHalt(r RunRecord, h Halt) (halt bool, err error) {
 	return true, nil
 }
 
+// Report asks RecordReport to record that a passing eval report for
+// Stage reached the run RunID of Account on BookingID.
+type Report struct {
+	RunID, Account, BookingID string
+	RunReport
+}
+
+// Validate reports whether p may be stored. The error wraps ErrInvalid.
+func (p Report) Validate() error {
+	bad := func(field, problem string) error {
+		return fmt.Errorf("ledger: report %s %s: %w", field, problem, ErrInvalid)
+	}
+	if !IsRunID(p.RunID) {
+		return bad("RunID", "is not a run id from NewRunID")
+	}
+	for _, f := range []struct{ name, v string }{{"Account", p.Account}, {"BookingID", p.BookingID},
+		{"DecisionID", p.DecisionID}, {"Stage", p.Stage}, {"By", p.By}} {
+		if pr := idProblem(f.v); pr != "" {
+			return bad(f.name, pr)
+		}
+	}
+	if !IsSHA256Digest(p.ReportDigest) {
+		return bad("ReportDigest", "is not sha256: followed by 64 lowercase hex digits")
+	}
+	if p.At.IsZero() {
+		return bad("At", "is zero")
+	}
+	return nil
+}
+
+// CheckRecordReport is the rule every store applies inside RecordReport's
+// transaction to the run r: the run is p's account's, on its booking
+// (else ErrConfirmationMismatch), may take work at p.At (else MayWork's
+// error: a halted, overdue, revoked or ended run records no report) and
+// is still in the stage the report judged (else ErrStageConflict). A run
+// with a report already recorded for the stage keeps it (record false, no
+// error).
+func CheckRecordReport(r RunRecord, p Report) (record bool, err error) {
+	if r.Account != p.Account || r.BookingID != p.BookingID {
+		return false, fmt.Errorf("ledger: report: run of another booking or account: %w", ErrConfirmationMismatch)
+	}
+	if !r.Report.At.IsZero() && r.Report.Stage == p.Stage && r.Stage == p.Stage {
+		return false, nil
+	}
+	if err := r.MayWork(p.At); err != nil {
+		return false, err
+	}
+	if r.Stage != p.Stage {
+		return false, fmt.Errorf("ledger: report: the run left stage %s: %w", p.Stage, ErrStageConflict)
+	}
+	return true, nil
+}
+
+// ReportEvent is the event p writes on its run: To live, no action.
+func ReportEvent(p Report) RunEvent {
+	return RunEvent{RunID: p.RunID, At: p.At, To: api.RunLive, DecisionID: p.DecisionID, By: p.By, Stage: p.Stage,
+		Reason: fmt.Sprintf("stage %s: eval report passed (report %s)", p.Stage, p.ReportDigest)}
+}
+
 // CheckEvents is the checkers' (fsck) state-machine invariant over one
 // run's record and its events in the order they were written: the first
 // is the train.create that admitted it; each stage advance or restart was
 // admissible (RunRecord.May) on the run as the events before it left it;
 // a halt or revocation is recorded on the run exactly when an event says
-// so; the record's stage and restarts are the events'. It returns one line
+// so; the record's stage and restarts are the events', and so are its
+// current stage's report deadline and passing report. It returns one line
 // per violation.
 func CheckEvents(r RunRecord, events []RunEvent) []string {
 	var out []string
@@ -354,7 +474,7 @@ func CheckEvents(r RunRecord, events []RunEvent) []string {
 	// Replay: the record as each event found it. Ends keep the record's
 	// own end (ends commit out of decision order: FirstEndStays).
 	sim := RunRecord{RunID: r.RunID, Account: r.Account, BookingID: r.BookingID, LiveUntil: r.LiveUntil,
-		Stage: events[0].Stage}
+		Stage: events[0].Stage, ReportDue: events[0].ReportDue}
 	halts, revocations, ends := 0, 0, 0
 	for i, e := range events[1:] {
 		switch {
@@ -364,12 +484,20 @@ func CheckEvents(r RunRecord, events []RunEvent) []string {
 		case e.To == api.RunRevoked:
 			revocations++
 			sim.Revocation.At = e.At
+		case e.To == api.RunLive && e.Action == "":
+			// a passing report: recorded only for the stage the run was
+			// in, while it could take work
+			if e.Stage != sim.Stage || sim.MayWork(e.At) != nil {
+				bad("event %d (report, decision %s) was recorded for stage %s of a run in stage %s, state %s",
+					i+1, e.DecisionID, e.Stage, sim.Stage, sim.State(e.At))
+			}
+			sim.Report = RunReport{At: e.At, Stage: e.Stage}
 		case e.Action.Effect() == api.EffectStepRun:
 			if err := sim.May(e.Action, e.At); err != nil {
 				bad("event %d (%s, decision %s) was not admissible: %v", i+1, e.Action, e.DecisionID, err)
 			}
 			if spec, _ := e.Action.Spec(); spec.Stage {
-				sim.Stage = e.Stage
+				sim.Stage, sim.ReportDue, sim.Report = e.Stage, e.ReportDue, RunReport{}
 			}
 			if spec, _ := e.Action.Spec(); spec.CheckpointStep {
 				if r.Plan.Known() && !r.Plan.Writes(e.CheckpointStep) {
@@ -407,6 +535,11 @@ func CheckEvents(r RunRecord, events []RunEvent) []string {
 	if sim.Stage != r.Stage || sim.Restarts != r.Restarts || sim.LastCheckpointStep != r.LastCheckpointStep {
 		bad("stage %q, %d restarts (last step %d) on the record; the events say %q, %d (%d)", r.Stage, r.Restarts,
 			r.LastCheckpointStep, sim.Stage, sim.Restarts, sim.LastCheckpointStep)
+	}
+	if !sim.ReportDue.Equal(r.ReportDue) || !sim.Report.At.Equal(r.Report.At) ||
+		(!r.Report.At.IsZero() && r.Report.Stage != sim.Report.Stage) {
+		bad("report due %s, passing report at %s on the record; the events say %s, %s", r.ReportDue, r.Report.At,
+			sim.ReportDue, sim.Report.At)
 	}
 	return out
 }

@@ -175,6 +175,9 @@ func (a Admission) Validate() error {
 	if a.RestartBudget < 0 || (a.RestartBudget != 0 && !spec.CheckpointStep) {
 		return bad("RestartBudget", "is negative or set on an admission that is not a restart")
 	}
+	if !a.ReportDue.IsZero() && (!a.ReportDue.After(a.CreatedAt) || (spec.Effect != api.EffectCreateRun && !spec.Stage)) {
+		return bad("ReportDue", "is not after CreatedAt, or set on an admission that enters no stage")
+	}
 	return nil
 }
 

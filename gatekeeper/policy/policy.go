@@ -155,7 +155,8 @@ type Engine struct {
 	confirm  rego.PreparedEvalQuery
 	query    rego.PreparedEvalQuery
 	workload rego.PreparedEvalQuery
-	keys     reviewKeys // what DecideWorkload puts in input.review.keys
+	report   rego.PreparedEvalQuery // ReportQuery
+	keys     reviewKeys             // what DecideWorkload puts in input.review.keys
 	revision string
 	digest   string
 	expires  time.Time
@@ -216,6 +217,10 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: prepare workload: %w", err)
 	}
+	rq, err := prepare(ctx, b, "verdict := "+ReportQuery)
+	if err != nil {
+		return nil, fmt.Errorf("policy: prepare report verdict: %w", err)
+	}
 	d := opts.Deadline
 	if d <= 0 {
 		d = DefaultDeadline
@@ -224,7 +229,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	if now == nil {
 		now = time.Now
 	}
-	e := &Engine{facts: facts, base: facts, query: pq, workload: wq, keys: readReviewKeys(b, WorkloadQuery), revision: revision, digest: digest,
+	e := &Engine{facts: facts, base: facts, query: pq, workload: wq, report: rq, keys: readReviewKeys(b, WorkloadQuery), revision: revision, digest: digest,
 		expires: opts.Expires, now: now, deadline: d}
 	// The layout search (a deny's fix, plans), from the same tables; its
 	// proposals are confirmed by the bundle's own rules (ConfirmQuery).

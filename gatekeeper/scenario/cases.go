@@ -111,6 +111,11 @@ func (r *Runner) Run(ctx context.Context, cases []FixtureCase) []Result {
 	for _, res := range r.RevokedLife(ctx) {
 		add(res)
 	}
+	// 10c. A run the eval authority halts by posting a failing report
+	// directly, its holder never asking to advance.
+	for _, res := range r.DirectHaltLife(ctx) {
+		add(res)
+	}
 
 	// 11. Every fixture manifest with its expected decision.
 	for _, fc := range cases {

@@ -24,6 +24,21 @@ func (r *Runner) EvalReport(runID, stage, manifestDigest, battery string, result
 	}, 10*time.Minute)
 }
 
+// PostEvalReport posts report for runID with the run's manifest bytes raw
+// as the eval authority does (POST /v1/runs/{run_id}/eval-reports, no
+// bearer) and returns the status and the parsed envelope.
+func (r *Runner) PostEvalReport(ctx context.Context, runID, report string, raw []byte) (int, api.Envelope[api.EvalReportResult], error) {
+	var env api.Envelope[api.EvalReportResult]
+	resp, err := r.evals.PostEvalReport(ctx, runID, report, raw)
+	if err != nil {
+		return 0, env, err
+	}
+	if err := json.Unmarshal(resp.Body, &env); err != nil {
+		return resp.Status, env, fmt.Errorf("HTTP %d: not an envelope", resp.Status)
+	}
+	return resp.Status, env, nil
+}
+
 // ConfirmRestart mints a train.restart confirmation for runID from
 // checkpoint step and deposits it.
 func (r *Runner) ConfirmRestart(ctx context.Context, runID string, step int64) (string, error) {
@@ -292,5 +307,76 @@ func (r *Runner) RevokedLife(ctx context.Context) []Result {
 		}
 	}
 	add(check("revoked run: cancel (teardown stays admissible)", Expect{Status: 200}, a, err))
+	return out
+}
+
+// DirectHaltLife drives a run whose holder never asks to advance: the eval
+// authority posts a failing pretrain report for it directly (POST
+// /v1/runs/{run_id}/eval-reports, the report its own credential), which
+// halts it; the same report again answers the same halt; a restart is then
+// denied RUN_HALTED naming the failed eval, GET /v1/runs/{run_id} says
+// halted, and a cancel is admitted.
+func (r *Runner) DirectHaltLife(ctx context.Context) []Result {
+	var out []Result
+	add := func(res Result) { out = append(out, res) }
+	m, err := r.Curriculum()
+	if err != nil {
+		return []Result{{Name: "direct halt: manifest", Got: err.Error()}}
+	}
+	created, _, err := r.Create(ctx, m, r.Key("direct-halt"))
+	add(check("direct halt: create", Expect{Status: 200}, created, err))
+	runID := created.Data.RunID
+	if runID == "" {
+		return out
+	}
+	report, err := r.EvalReport(runID, "pretrain", manifest.Digest(m.Raw), "ito-battery-pretrain-2026.10",
+		map[string]float64{"mmlu_5shot": 0.11, "hellaswag_acc": 0.42})
+	for i, want := range []int{201, 200} {
+		name := "direct halt: the eval authority posts a failing pretrain report (mmlu_5shot 0.11 < 0.25)"
+		if i == 1 {
+			name = "direct halt: the same report again answers the same halt"
+		}
+		res := Result{Name: name, Expected: fmt.Sprintf("%d failed, run halted", want)}
+		var status int
+		var env api.Envelope[api.EvalReportResult]
+		if err == nil {
+			status, env, err = r.PostEvalReport(ctx, runID, report, m.Raw)
+		}
+		switch d := env.Data; {
+		case err != nil:
+			res.Got = "error: " + err.Error()
+		case status != want || d.Verdict != "failed" || d.State != api.RunHalted ||
+			!slices.Equal(d.FailedEvals, []string{"mmlu_5shot"}):
+			res.Got = fmt.Sprintf("%d %s %s %v", status, d.Verdict, d.State, d.FailedEvals)
+			if env.Error != nil {
+				res.Got += " " + string(env.Error.Code)
+			}
+		default:
+			res.Got, res.Pass, res.Detail = res.Expected, true, "decision "+d.DecisionID
+		}
+		add(res)
+	}
+	var a Answer
+	req, err := r.RestartRequest(ctx, m, runID, 500)
+	if err == nil {
+		a, err = r.Admit(ctx, req)
+	}
+	add(check("direct halt: restart of the halted run", Expect{Status: 403, Codes: []string{"RUN_HALTED"}}, a, err))
+	add(r.runStatus(ctx, "direct halt: GET /v1/runs/{run_id} says halted, naming mmlu_5shot", runID,
+		func(st api.RunStatus) string {
+			if st.State != api.RunHalted || st.Halt == nil || !slices.Equal(st.Halt.FailedEvals, []string{"mmlu_5shot"}) {
+				return fmt.Sprintf("state %s, halt %+v", st.State, st.Halt)
+			}
+			return ""
+		}))
+	ref, err := r.Confirm(ctx, "train.cancel", "", "0.00", runID)
+	if err == nil {
+		var ent string
+		if ent, err = r.EntitlementFor(m, nil); err == nil {
+			a, err = r.Admit(ctx, api.AdmissionRequest{Action: "train.cancel", BookingID: Booking,
+				IdempotencyKey: r.Key("cancel-direct-halt"), EntitlementToken: ent, ConfirmationRef: ref, RunID: runID})
+		}
+	}
+	add(check("direct halt: cancel (teardown stays admissible)", Expect{Status: 200}, a, err))
 	return out
 }

@@ -54,6 +54,7 @@ type Runner struct {
 	keys      keys.DevKeys
 	caller    *client.Client
 	depositor *client.Client
+	evals     *client.Client // no bearer: a report is its own credential
 	seq       int
 }
 
@@ -112,6 +113,9 @@ func New(baseURL string, manifests fs.FS) (*Runner, error) {
 		return nil, err
 	}
 	if r.depositor, err = client.New(client.Options{BaseURL: baseURL, Bearer: depTok, Attempts: 1, Timeout: wait}); err != nil {
+		return nil, err
+	}
+	if r.evals, err = client.New(client.Options{BaseURL: baseURL, Attempts: 1, Timeout: wait}); err != nil {
 		return nil, err
 	}
 	return r, nil

@@ -111,6 +111,9 @@ func New(opts Options) (http.Handler, error) {
 		r.With(callers).Get("/runs/{run_id}", s.getRun)
 		r.With(callers).Get("/runs", s.listRuns)
 		r.With(callers).Post("/runs/{run_id}/ticket", s.renewTicket)
+		// The eval authority's report is its own credential (trust.evals):
+		// no bearer token is read, so no other purpose's identity can post.
+		r.With(s.limitBody, s.requireJSON).Post("/runs/{run_id}/eval-reports", s.postEvalReport)
 		r.With(s.limitBody, s.requireJSON, depositors).Post("/confirmations", s.postConfirmation)
 		r.With(s.limitBody, s.requireJSON, depositors).Post("/confirmations/revocations", s.postConfirmationRevocation)
 		revokers := s.refuse(api.CodeRevokerUnauthenticated, "no revoker identity is configured (trust.revokers)")
@@ -361,6 +364,35 @@ func (s *srv) renewTicket(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeOutcome(w, s.opts.Admission.RenewTicket(r.Context(), callerFrom(r.Context()), id))
+}
+
+// postEvalReport answers POST /v1/runs/{run_id}/eval-reports: the eval
+// authority's report for the run, posted directly (admission.Service.
+// PostEvalReport). The report authenticates the post; the run id is the
+// path's segment before /eval-reports, decoded once (as getRun).
+func (s *srv) postEvalReport(w http.ResponseWriter, r *http.Request) {
+	escaped := strings.TrimSuffix(r.URL.EscapedPath(), "/eval-reports")
+	id, err := url.PathUnescape(escaped[strings.LastIndexByte(escaped, '/')+1:])
+	if err != nil {
+		writeError(w, api.CodeRequestInvalid, "run_id: not a valid percent-encoded path segment")
+		return
+	}
+	var req api.EvalReportRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	out := s.opts.Admission.PostEvalReport(r.Context(), id, req)
+	if out.Cause != nil {
+		s.opts.Metrics.verifyFailure("evals", out.Cause)
+	}
+	// The path is unauthenticated: only a run id's shape is logged.
+	logged := "(not a run id)"
+	if ledger.IsRunID(id) {
+		logged = id
+	}
+	s.opts.Logger.Info("eval report", append(requestAttrs(r), "run_id", logged, "status", out.HTTPStatus(),
+		"code", string(out.Code))...)
+	writeOutcome(w, out)
 }
 
 // checkTicket answers POST /v1/tickets/verify for a scheduler: is the

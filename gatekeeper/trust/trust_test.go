@@ -174,3 +174,46 @@ func TestSchedulerPurposeIsSeparate(t *testing.T) {
 		t.Fatalf("FromConfig with the callers' key for schedulers = %v", err)
 	}
 }
+
+// TestEvalReportPurposeIsSeparate: the eval authority's report is the only
+// credential of POST /v1/runs/{run_id}/eval-reports, so no other purpose's
+// key may make one that verifies with trust.evals — not even with the eval
+// authority's typ, issuer and audience — and an eval report never verifies
+// as a caller's, depositor's, revoker's or scheduler's bearer token.
+func TestEvalReportPurposeIsSeparate(t *testing.T) {
+	t.Parallel()
+	s, err := Dev()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := keys.Dev()
+	now := time.Now()
+	report := func(k keys.Key) []byte {
+		tok, err := token.Mint(k.Private, k.KeyID, k.Algorithm, config.TypeEvals, map[string]any{
+			"iss": DevEvalsIssuer, "aud": DevEvalsAudience, "sub": "eval-authority", "jti": "j-" + k.KeyID,
+			"iat": now.Unix(), "exp": now.Add(time.Minute).Unix(), "kind": "eval_report", "account": "acct-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	own := report(d.Evals)
+	if c, err := s.Evals.Verify(own, now); err != nil || c.Raw["kind"] != "eval_report" {
+		t.Fatalf("the eval authority's own report: %v", err)
+	}
+	for _, k := range d.All() {
+		if k.KeyID == d.Evals.KeyID {
+			continue
+		}
+		if _, err := s.Evals.Verify(report(k), now); err == nil {
+			t.Errorf("an eval report signed with the %s key verified with trust.evals", k.KeyID)
+		}
+	}
+	for name, v := range map[string]interface {
+		Verify([]byte, time.Time) (*verify.Claims, error)
+	}{"caller": s.Callers, "depositor": s.Depositors, "revoker": s.Revokers, "scheduler": s.Schedulers} {
+		if _, err := v.Verify(own, now); err == nil {
+			t.Errorf("an eval report verified as a %s bearer token", name)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 )
 
@@ -13,7 +14,7 @@ import (
 // has no notion of a live run of its own. A new workload is work the run
 // takes on, so it asks the one predicate the admission pipeline and the
 // ledger's commit ask, RunRecord.MayWork: a run that is halted (a failed
-// eval gate), revoked (its booking or entitlement), cancelled, cleaned up,
+// eval gate, or its stage's eval report overdue), revoked (its booking or entitlement), cancelled, cleaned up,
 // released or past its declared end gets none.
 type LedgerRuns struct{ Store ledger.Store }
 
@@ -39,6 +40,10 @@ func notLive(r ledger.RunRecord, now time.Time, err error) string {
 	}
 	if he, ok := errors.AsType[*ledger.RunHaltedError](err); ok {
 		return state + ": the eval gate of stage " + he.Halt.Stage + " failed (" + strings.Join(he.Halt.FailedEvals, ", ") + ")"
+	}
+	if oe, ok := errors.AsType[*ledger.ReportOverdueError](err); ok {
+		return state + ": " + string(api.CodeEvalReportOverdue) + ": the eval report of stage " + oe.Stage + " was due at " +
+			oe.Due.UTC().Format(time.RFC3339)
 	}
 	if r.EndedBy != "" && !now.Before(r.EndedAt) {
 		return state + " by " + string(r.EndedBy)

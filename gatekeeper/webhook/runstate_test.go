@@ -132,3 +132,59 @@ func TestExpiredTicketFollowsTheRun(t *testing.T) {
 		t.Fatalf("message %q, want it to say the run was cancelled", r.Result.Message)
 	}
 }
+
+// reportedRun admits a run of acct_a on bk_a an hour before now, in stage
+// pretrain whose eval report was due a minute before now; with pass, the
+// eval authority's passing report was recorded before the deadline. It
+// returns the run's ticket.
+func reportedRun(t *testing.T, f *fixture, n string, pass bool) string {
+	t.Helper()
+	admitted := now.Add(-time.Hour)
+	ref := ledger.NewConfirmationRef()
+	digest := "sha256:" + strings.Repeat("0", 64)
+	if err := f.store.DepositConfirmation(t.Context(), ledger.Confirmation{Ref: ref, JTI: "jti-due-" + n, Account: "acct_a",
+		Action: "train.create", Token: []byte("x.y.z"), ExpiresAt: now.Add(time.Hour), DepositedAt: admitted,
+		BookingID: "bk_a", ManifestDigest: digest, CostMicroUSD: 1_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	runID, decision := ledger.NewRunID(), "dec_0000000000000000000000000000001"+n
+	raw, err := f.keys.Issue(ticket.Claims{Account: "acct_a", ID: decision, RunID: runID, BookingID: "bk_a",
+		Action: "train.create", ManifestDigest: digest, WorldSize: 16, Nodes: 2, GPUsPerNode: 8,
+		GPUType: "H100-SXM-80GB", Region: "us-east-1", BundleRevision: "r", IssuedAt: now.Add(-time.Minute),
+		Expiry: now.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.store.Commit(t.Context(), ledger.Admission{Account: "acct_a", IdempotencyKey: "k-due-" + n,
+		RequestDigest: "sha256:" + strings.Repeat("4", 64), DecisionID: decision, RunID: runID, Action: "train.create",
+		BookingID: "bk_a", ManifestDigest: digest, ConfirmationRef: ref, ConfirmationJTI: "jti-due-" + n,
+		BundleRevision: "r", State: api.StateAdmitted, CreatedAt: admitted, Ticket: raw, CostMicroUSD: 1_000_000,
+		GPUs: 16, BookedGPUs: 64, LiveUntil: now.Add(7 * time.Hour), Stage: "pretrain", EntitlementJTI: "ent-b",
+		ReportDue: now.Add(-time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	if pass {
+		if _, ok, err := f.store.RecordReport(t.Context(), ledger.Report{RunID: runID, Account: "acct_a", BookingID: "bk_a",
+			RunReport: ledger.RunReport{At: now.Add(-2 * time.Minute), DecisionID: "dec_report_" + n, Stage: "pretrain",
+				ReportDigest: "sha256:" + strings.Repeat("5", 64), By: "evals:k"}}); err != nil || !ok {
+			t.Fatalf("RecordReport = %v, %v", ok, err)
+		}
+	}
+	return raw
+}
+
+// TestOverdueReportReachesWorkloads: the webhook asks RunRecord.MayWork,
+// so a run whose stage's eval report is overdue takes no new workload
+// (WORKLOAD_RUN_HALTED, the message naming EVAL_REPORT_OVERDUE and the
+// stage), while a run whose passing report arrived in time does.
+func TestOverdueReportReachesWorkloads(t *testing.T) {
+	f := newFixture(t)
+	overdue := reportedRun(t, f, "1", false)
+	r := post(t, f.h, "batch", "v1", "Job", job("team-a", "train-due", "uid-due", overdue, 2, 8), false)
+	wantDenied(t, r, "WORKLOAD_RUN_HALTED")
+	if !strings.Contains(r.Result.Message, "EVAL_REPORT_OVERDUE: the eval report of stage pretrain was due at") {
+		t.Fatalf("message %q does not name the overdue stage", r.Result.Message)
+	}
+	reported := reportedRun(t, f, "2", true)
+	wantAllowed(t, post(t, f.h, "batch", "v1", "Job", job("team-a", "train-ok", "uid-ok", reported, 2, 8), false))
+}

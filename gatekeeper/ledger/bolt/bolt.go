@@ -1,7 +1,7 @@
 // Package bolt is the embedded ledger.Store: one bbolt file, every write
 // transaction fsynced before it returns (docs/architecture.md §3).
 //
-// Layout (schema 4), every record JSON-encoded unless said otherwise:
+// Layout (schema 6), every record JSON-encoded unless said otherwise:
 //
 //	meta           "schema"              → "2"
 //	confirmations  ref                   → confirmation record (token dropped when swept)
@@ -20,7 +20,8 @@
 //	entruns        entitlement jti NUL run_id → empty; the runs admitted under an
 //	                                       entitlement, for its revocation
 //	runevents      run_id NUL seq (8-byte BE) → run event (a transition: an
-//	                                       admission, revocation or halt)
+//	                                       admission, revocation, halt or passing
+//	                                       eval report)
 //	accountruns    account NUL run_id    → empty; an account's runs in run id
 //	                                       order, for Runs (schema 4)
 //
@@ -30,6 +31,12 @@
 // account of its first admission and writing each run's events from its
 // admissions. As from schema 1, the upgrade is one way. Schema 3 lacked
 // accountruns, which Open builds from the run records (migrating to 4).
+// Schema 5 added the jobs bucket. Schema 6 adds to run records the eval
+// report deadline of the run's stage and the passing report recorded for
+// it (report_due, report) and to events the deadline a stage entry set:
+// optional fields a schema 5 record lacks (it has no deadline), so the
+// migration only bumps the version, which keeps an older binary from
+// rewriting runs without them.
 //
 // Schema 1 lacked liveruns: Open migrates such a file to schema 2 in one
 // transaction, building the index from bookingruns and the run records (an
@@ -81,7 +88,7 @@ const DefaultMaxBatchDelay = time.Millisecond
 // schemaVersion is written on first open and checked on every open, so a
 // binary never reads a layout it does not know; schema 1 files are migrated
 // (see the package doc).
-const schemaVersion = "5"
+const schemaVersion = "6"
 
 // SchemaVersion is the file layout this binary writes and reads
 // (schemaVersion), for the start-up log line and /readyz.
@@ -269,6 +276,13 @@ func Open(path string, opts Options) (*Store, error) {
 			// Schema 5 adds the jobs bucket, created above; no run was
 			// bound to a job before it.
 			applied = append(applied, migrationStep{4, 5, "scheduler jobs bucket"})
+			fallthrough
+		case string(v) == "5":
+			// Schema 6 adds the eval report deadline and passing report
+			// to run records and the deadline to events, both optional:
+			// no record of schema 5 has a deadline. The version guards an
+			// older binary, which would drop them when it rewrote a run.
+			applied = append(applied, migrationStep{5, 6, "eval report deadlines on runs"})
 			return meta.Put(keySchema, []byte(schemaVersion))
 		case string(v) != schemaVersion:
 			return fmt.Errorf("schema version %q, this binary reads %q", v, schemaVersion)
@@ -417,9 +431,9 @@ func (s *Store) Commit(ctx context.Context, a ledger.Admission) (ledger.Admissio
 	if err := s.held("commit"); err != nil {
 		return ledger.Admission{}, false, err
 	}
-	plan, budget := a.Plan, a.RestartBudget // commit inputs, not stored with the admission
+	plan, budget, due := a.Plan, a.RestartBudget, a.ReportDue // commit inputs, not stored with the admission
 	a = normalizeAdmission(a)
-	a.Plan, a.RestartBudget = plan, budget
+	a.Plan, a.RestartBudget, a.ReportDue = plan, budget, due
 	akey := admissionKey(a.Account, a.IdempotencyKey)
 	aval, err := json.Marshal(admissionToRecord(a))
 	if err != nil {
@@ -509,7 +523,7 @@ func (s *Store) Commit(ctx context.Context, a ledger.Admission) (ledger.Admissio
 			return err
 		}
 		stored = a
-		stored.Plan, stored.RestartBudget = ledger.RunPlan{}, 0
+		stored.Plan, stored.RestartBudget, stored.ReportDue = ledger.RunPlan{}, 0, time.Time{}
 		return nil
 	})
 	if err != nil {

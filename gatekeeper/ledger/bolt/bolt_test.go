@@ -505,6 +505,16 @@ func downgradeTo(t *testing.T, path string, to int) {
 		return err
 	}
 	rawUpdate(t, path, func(tx *bbolt.Tx) error {
+		// schema 6 → 5: no report deadlines on runs or events
+		if err := strip(tx.Bucket(bucketRunRecs), nil, "report_due", "report"); err != nil {
+			return err
+		}
+		if err := strip(tx.Bucket(bucketRunEvents), nil, "report_due"); err != nil {
+			return err
+		}
+		if to == 5 {
+			return tx.Bucket(bucketMeta).Put(keySchema, []byte("5"))
+		}
 		if err := tx.DeleteBucket(bucketJobs); err != nil {
 			return err
 		}
@@ -593,7 +603,8 @@ func TestMigrateSchema1(t *testing.T) {
 	defer s.Close()
 	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
 	steps := []string{"from=1 to=2 name=\"live runs index\"", "from=2 to=3 name=\"run life (events, bookings bound, entitlement index)\"",
-		"from=3 to=4 name=\"runs by account index\"", "from=4 to=5 name=\"scheduler jobs bucket\""}
+		"from=3 to=4 name=\"runs by account index\"", "from=4 to=5 name=\"scheduler jobs bucket\"",
+		"from=5 to=6 name=\"eval report deadlines on runs\""}
 	if len(lines) != len(steps) {
 		t.Fatalf("migration log:\n%s\nwant %d lines", logs.String(), len(steps))
 	}
@@ -718,6 +729,49 @@ func TestMigrateSchema4(t *testing.T) {
 	}
 	if _, err := s.JobBinding(t.Context(), runs[0].RunID); !errors.Is(err, ledger.ErrNotFound) {
 		t.Fatalf("JobBinding after migration = %v, want ErrNotFound", err)
+	}
+}
+
+// TestMigrateSchema5: a schema 5 file (runs without report deadlines)
+// opens as schema 6 with every run and event as it was: Check passes and
+// the runs' history reads back, none with a deadline.
+func TestMigrateSchema5(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	verify := ledgertest.RunLifeHistory(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	downgradeTo(t, path, 5)
+	var logs bytes.Buffer
+	if s, err = Open(path, Options{Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey || a.Key == "duration" {
+				return slog.Attr{}
+			}
+			return a
+		}}))}); err != nil {
+		t.Fatalf("Open(schema 5): %v", err)
+	}
+	defer s.Close()
+	if want := fmt.Sprintf("level=INFO msg=\"ledger migration applied\" store=bbolt path=%s from=5 to=6 name=\"eval report deadlines on runs\"\n", path); logs.String() != want {
+		t.Fatalf("migration log %q, want %q", logs.String(), want)
+	}
+	if _, err := s.Check(t.Context()); err != nil {
+		t.Fatalf("Check after migration: %v", err)
+	}
+	verify(t, s)
+	runs, _, err := s.Runs(t.Context(), ledger.RunQuery{Account: "acct_42", Limit: ledger.MaxRunPage})
+	if err != nil || len(runs) == 0 {
+		t.Fatalf("Runs = %d, %v", len(runs), err)
+	}
+	for _, r := range runs {
+		if !r.ReportDue.IsZero() || !r.Report.At.IsZero() {
+			t.Fatalf("run %s after migration has a report deadline: %+v", r.RunID, r)
+		}
 	}
 }
 

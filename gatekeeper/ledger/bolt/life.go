@@ -176,7 +176,7 @@ func writeRunLife(tx *bbolt.Tx, a ledger.Admission) error {
 		}
 		r := runRecord{RunID: a.RunID, Account: a.Account, BookingID: a.BookingID, ManifestDigest: a.ManifestDigest,
 			GPUs: a.GPUs, BookedGPUs: a.BookedGPUs, AdmittedAt: a.CreatedAt.UTC(), LiveUntil: a.LiveUntil.UTC(),
-			Stage: a.Stage, EntitlementJTI: a.EntitlementJTI, Plan: planToRecord(a.Plan)}
+			Stage: a.Stage, EntitlementJTI: a.EntitlementJTI, Plan: planToRecord(a.Plan), ReportDue: utcOrZero(a.ReportDue)}
 		if err := putRunRec(tx, nil, r); err != nil {
 			return err
 		}
@@ -218,6 +218,7 @@ func writeRunLife(tx *bbolt.Tx, a ledger.Admission) error {
 		prev := r
 		next := ledger.Stepped(r.run(), a)
 		r.Stage, r.Restarts, r.LastCheckpointStep = next.Stage, next.Restarts, next.LastCheckpointStep
+		r.ReportDue, r.Report = utcOrZero(next.ReportDue), reportToRecord(next.Report)
 		if err := putRunRec(tx, &prev, r); err != nil {
 			return err
 		}
@@ -338,6 +339,46 @@ func (s *Store) HaltRun(ctx context.Context, h ledger.Halt) (ledger.RunRecord, b
 		return ledger.RunRecord{}, false, err
 	}
 	return out, halted, nil
+}
+
+// RecordReport implements ledger.Store.
+func (s *Store) RecordReport(ctx context.Context, p ledger.Report) (ledger.RunRecord, bool, error) {
+	if err := p.Validate(); err != nil {
+		return ledger.RunRecord{}, false, err
+	}
+	var (
+		out      ledger.RunRecord
+		recorded bool
+	)
+	err := s.write(ctx, "report", s.db.Update, func(tx *bbolt.Tx) error {
+		recs := tx.Bucket(bucketRunRecs)
+		if recs.Get([]byte(p.RunID)) == nil {
+			return abort(fmt.Errorf("ledger: report: run: %w", ledger.ErrNotFound))
+		}
+		r, err := getRun(recs, p.RunID)
+		if err != nil {
+			return err
+		}
+		out, recorded = r.run(), false
+		ok, err := ledger.CheckRecordReport(out, p)
+		if err != nil {
+			return abort(err)
+		}
+		if !ok {
+			return nil
+		}
+		prev := r
+		r.Report = reportToRecord(p.RunReport)
+		if err := putRunRec(tx, &prev, r); err != nil {
+			return err
+		}
+		out, recorded = r.run(), true
+		return appendEvent(tx, ledger.ReportEvent(p))
+	})
+	if err != nil {
+		return ledger.RunRecord{}, false, err
+	}
+	return out, recorded, nil
 }
 
 // RunEvents implements ledger.Store.

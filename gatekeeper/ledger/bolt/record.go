@@ -78,6 +78,18 @@ type runRecord struct {
 	// The run's checkpoint plan, added to schema 3 records without a version
 	// change: a record without it has no plan (ledger.RunPlan.Known).
 	Plan *planRecord `json:"plan,omitempty"`
+	// Schema 6: when the current stage's eval report is due and the
+	// passing report recorded for it (a record without them has neither).
+	ReportDue time.Time     `json:"report_due,omitzero"`
+	Report    *reportRecord `json:"report,omitempty"`
+}
+
+type reportRecord struct {
+	At           time.Time `json:"at"`
+	DecisionID   string    `json:"decision_id"`
+	Stage        string    `json:"stage"`
+	ReportDigest string    `json:"report_digest"`
+	By           string    `json:"by"`
 }
 
 type planRecord struct {
@@ -119,6 +131,7 @@ type eventRecord struct {
 	Reason         string    `json:"reason,omitempty"`
 	Stage          string    `json:"stage,omitempty"`
 	CheckpointStep int64     `json:"checkpoint_step,omitempty"`
+	ReportDue      time.Time `json:"report_due,omitzero"` // schema 6
 }
 
 type bookingRecord struct {
@@ -146,6 +159,11 @@ func (r runRecord) run() ledger.RunRecord {
 		GPUs: r.GPUs, BookedGPUs: r.BookedGPUs, AdmittedAt: r.AdmittedAt.UTC(), LiveUntil: r.LiveUntil.UTC(),
 		EndedAt: utcOrZero(r.EndedAt), EndedBy: api.Action(r.EndedBy), Stage: r.Stage,
 		EntitlementJTI: r.EntitlementJTI, Restarts: r.Restarts, LastCheckpointStep: r.LastCheckpointStep,
+		ReportDue: utcOrZero(r.ReportDue),
+	}
+	if p := r.Report; p != nil {
+		out.Report = ledger.RunReport{At: p.At.UTC(), DecisionID: p.DecisionID, Stage: p.Stage,
+			ReportDigest: p.ReportDigest, By: p.By}
 	}
 	if h := r.Halt; h != nil {
 		out.Halt = ledger.RunHalt{At: h.At.UTC(), DecisionID: h.DecisionID, Stage: h.Stage, ReportDigest: h.ReportDigest,
@@ -170,6 +188,13 @@ func planToRecord(p ledger.RunPlan) *planRecord {
 		LostSecondsPerRestart: p.LostSecondsPerRestart, CheckpointGiB: p.CheckpointGiB, StorageQuotaGiB: p.StorageQuotaGiB}
 }
 
+func reportToRecord(p ledger.RunReport) *reportRecord {
+	if p.At.IsZero() {
+		return nil
+	}
+	return &reportRecord{At: p.At.UTC(), DecisionID: p.DecisionID, Stage: p.Stage, ReportDigest: p.ReportDigest, By: p.By}
+}
+
 func haltToRecord(h ledger.RunHalt) *haltRecord {
 	return &haltRecord{At: h.At.UTC(), DecisionID: h.DecisionID, Stage: h.Stage, ReportDigest: h.ReportDigest,
 		FailedEvals: h.FailedEvals, By: h.By}
@@ -182,12 +207,13 @@ func runRevocationToRecord(r ledger.Revocation) *runRevocationRec {
 
 func eventToRecord(e ledger.RunEvent) eventRecord {
 	return eventRecord{At: e.At.UTC(), To: string(e.To), Action: string(e.Action), DecisionID: e.DecisionID,
-		By: e.By, Reason: e.Reason, Stage: e.Stage, CheckpointStep: e.CheckpointStep}
+		By: e.By, Reason: e.Reason, Stage: e.Stage, CheckpointStep: e.CheckpointStep, ReportDue: utcOrZero(e.ReportDue)}
 }
 
 func (e eventRecord) event(runID string) ledger.RunEvent {
 	return ledger.RunEvent{RunID: runID, At: e.At.UTC(), To: api.RunState(e.To), Action: api.Action(e.Action),
-		DecisionID: e.DecisionID, By: e.By, Reason: e.Reason, Stage: e.Stage, CheckpointStep: e.CheckpointStep}
+		DecisionID: e.DecisionID, By: e.By, Reason: e.Reason, Stage: e.Stage, CheckpointStep: e.CheckpointStep,
+		ReportDue: utcOrZero(e.ReportDue)}
 }
 
 func (r revocationRecord) revocation() ledger.Revocation {

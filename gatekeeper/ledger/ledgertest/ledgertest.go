@@ -130,6 +130,11 @@ var cases = []struct {
 	{"WorkloadActiveRoot", testWorkloadActiveRoot},
 	{"WorkloadGeneratedName", testWorkloadGeneratedName},
 	{"WorkloadRunStateInBind", testWorkloadRunStateInBind},
+	{"ReportDeadline", testReportDeadline},
+	{"RecordReport", testRecordReport},
+	{"DirectHalt", testDirectHalt},
+	{"RaceReportRestart", testRaceReportRestart},
+	{"RaceHaltReport", testRaceHaltReport},
 }
 
 // base is the suite's "now"; confirmations expire 15 minutes after it.
@@ -322,6 +327,7 @@ func normalize[T ledger.Confirmation | ledger.Admission](v T) T {
 		}
 	case *ledger.Admission:
 		x.CreatedAt = x.CreatedAt.UTC()
+		x.ReportDue = time.Time{} // an input of the commit, never stored
 		if !x.LiveUntil.IsZero() {
 			x.LiveUntil = x.LiveUntil.UTC()
 		}

@@ -77,7 +77,7 @@ func (s *Store) commitOnce(ctx context.Context, a ledger.Admission) (ledger.Admi
 		kinds, subjects, a.Ticket, a.Stage, a.FromStage, a.CheckpointStep, spec.Effect.String(), spec.Stage,
 		spec.CheckpointStep, string(spec.RunState),
 		a.Plan.IntervalSteps, a.Plan.Steps, a.Plan.WallClockSeconds, a.Plan.LostSecondsPerRestart, a.RestartBudget,
-		a.Plan.CheckpointGiB, a.Plan.StorageQuotaGiB)
+		a.Plan.CheckpointGiB, a.Plan.StorageQuotaGiB, timeOrNil(a.ReportDue))
 	br := conn.SendBatch(qctx, b)
 	var tag pgconn.CommandTag
 	_, err = br.Exec()
@@ -113,7 +113,7 @@ func (s *Store) commitOnce(ctx context.Context, a ledger.Admission) (ledger.Admi
 		}
 		return ledger.Admission{}, false, fmt.Errorf("ledger: postgres: commit: outcome unknown: %w: %w", ledger.ErrUnavailable, err)
 	} else if tag.RowsAffected() == 1 {
-		a.Plan, a.RestartBudget = ledger.RunPlan{}, 0
+		a.Plan, a.RestartBudget, a.ReportDue = ledger.RunPlan{}, 0, time.Time{}
 		return a, false, nil
 	}
 	return s.explain(qctx, ctx, conn, a)
@@ -332,6 +332,7 @@ func scanRun(row pgx.Row) (ledger.RunRecord, error) {
 		endedBy           *string
 		haltedAt, revoked *time.Time
 		revocationKind    string
+		reportDue, report *time.Time
 	)
 	err := row.Scan(&r.RunID, &r.Account, &r.BookingID, &r.ManifestDigest, &r.GPUs, &r.BookedGPUs,
 		&r.AdmittedAt, &r.LiveUntil, &endedAt, &endedBy, &r.Stage,
@@ -339,9 +340,16 @@ func scanRun(row pgx.Row) (ledger.RunRecord, error) {
 		&haltedAt, &r.Halt.DecisionID, &r.Halt.Stage, &r.Halt.ReportDigest, &r.Halt.FailedEvals, &r.Halt.By,
 		&revoked, &revocationKind, &r.Revocation.Subject, &r.Revocation.By, &r.Revocation.Reason, &r.Revocation.DecisionID,
 		&r.Plan.IntervalSteps, &r.Plan.Steps, &r.Plan.WallClockSeconds, &r.Plan.LostSecondsPerRestart,
-		&r.Plan.CheckpointGiB, &r.Plan.StorageQuotaGiB)
+		&r.Plan.CheckpointGiB, &r.Plan.StorageQuotaGiB,
+		&reportDue, &report, &r.Report.DecisionID, &r.Report.Stage, &r.Report.ReportDigest, &r.Report.By)
 	if err != nil {
 		return ledger.RunRecord{}, err
+	}
+	if reportDue != nil {
+		r.ReportDue = reportDue.UTC()
+	}
+	if report != nil {
+		r.Report.At = report.UTC()
 	}
 	if haltedAt != nil {
 		r.Halt.At = haltedAt.UTC()

@@ -290,7 +290,7 @@ type queries struct {
 	lockBooking, confirmationForUpdate, revocations, bookingRuns, released, runRecord,
 	endRun, releaseBooking, endBookingRuns, consume, insertAdmission, revoke, revoked, sweepRevocations string
 	// The run's state (state.go).
-	revokeRuns, halt, runEvents, booking, runs string
+	revokeRuns, halt, report, runEvents, booking, runs string
 }
 
 const (
@@ -305,9 +305,15 @@ const (
 		halted_at, halt_decision_id, halt_stage, halt_report_digest, halt_failed_evals, halted_by,
 		revoked_at, revocation_kind, revocation_subject, revoked_by, revocation_reason, revocation_decision_id,
 		plan_interval_steps, plan_steps, plan_wall_clock_seconds, plan_lost_seconds,
-		plan_checkpoint_gib, plan_storage_quota_gib`
+		plan_checkpoint_gib, plan_storage_quota_gib,
+		report_due, report_at, report_decision_id, report_stage, report_digest, report_by`
 	revocationCols = `kind, subject, reason, revoked_by, revoked_at, expires_at, decision_id`
-	eventCols      = `run_id, at, to_state, action, decision_id, actor, reason, stage, checkpoint_step`
+	eventCols      = `run_id, at, to_state, action, decision_id, actor, reason, stage, checkpoint_step, report_due`
+	// notOverdue is ledger.RunRecord.Overdue negated, over a runs row at
+	// the time $%d: no report deadline, before it, or a passing report for
+	// the row's stage recorded before it.
+	notOverdue = `(report_due IS NULL OR $%[1]d < report_due
+		OR (report_at IS NOT NULL AND report_stage = stage AND report_at < report_due))`
 )
 
 func newQueries(schema string) queries {
@@ -330,9 +336,11 @@ func newQueries(schema string) queries {
 		// counts a restart, $29 the state it leaves its run in
 		// (api.ActionSpec.RunState), $30..$33 a create's run plan
 		// (ledger.RunPlan) and $34 a restart's budget, $35/$36 a create's
-		// checkpoint GiB and its booking's checkpoint quota (0: none). A step needs its run
+		// checkpoint GiB and its booking's checkpoint quota (0: none), $37
+		// when the eval report of the stage a create or advance enters is
+		// due (NULL: no deadline). A step needs its run
 		// to pass ledger.CheckRunStep — live at $13, not revoked, not
-		// halted, on the booking; one that moves the stage in stage $24
+		// halted, its stage's report not overdue, on the booking; one that moves the stage in stage $24
 		// (it moves the run to $23); a restart from a step its plan writes
 		// ($25), within its budget — the run's row is locked first (FOR
 		// UPDATE), so a revocation or halt racing it is seen, re-checked,
@@ -340,7 +348,7 @@ func newQueries(schema string) queries {
 		// booking's first admission binds it to its account.
 		commit: r.Replace(`WITH run AS (
 				SELECT run_id, account, booking_id, stage, live_until, ended_at, halted_at, revoked_at, restarts,
-					plan_interval_steps, plan_steps
+					plan_interval_steps, plan_steps, report_due, report_at, report_stage
 				FROM {s}.runs WHERE run_id = $5 AND $26 IN ('step_run', 'end_run')
 				FOR UPDATE),
 			booking AS (SELECT account, released_at FROM {s}.bookings WHERE booking_id = $7),
@@ -370,7 +378,7 @@ func newQueries(schema string) queries {
 					AND ($26 <> 'step_run' OR EXISTS (
 						SELECT 1 FROM run WHERE account = $1 AND booking_id = $7
 							AND live_until > $13 AND (ended_at IS NULL OR ended_at > $13)
-							AND revoked_at IS NULL AND halted_at IS NULL
+							AND revoked_at IS NULL AND halted_at IS NULL AND ` + fmt.Sprintf(notOverdue, 13) + `
 							AND (NOT $27 OR stage = $24)
 							AND (NOT $28 OR plan_interval_steps = 0
 								OR ($25::bigint > 0 AND $25::bigint <= plan_steps AND $25::bigint % plan_interval_steps = 0))
@@ -380,11 +388,17 @@ func newQueries(schema string) queries {
 				INSERT INTO {s}.runs (run_id, account, booking_id, manifest_digest, gpus, booked_gpus, admitted_at,
 					live_until, stage, entitlement_jti,
 					plan_interval_steps, plan_steps, plan_wall_clock_seconds, plan_lost_seconds,
-					plan_checkpoint_gib, plan_storage_quota_gib)
-				SELECT $5, $1, $7, $8, $17, $18, $13, $19, $23, $14, $30, $31, $32, $33, $35, $36
+					plan_checkpoint_gib, plan_storage_quota_gib, report_due)
+				SELECT $5, $1, $7, $8, $17, $18, $13, $19, $23, $14, $30, $31, $32, $33, $35, $36, $37::timestamptz
 				FROM consumed WHERE $26 = 'create_run'),
 			stepped AS (
 				UPDATE {s}.runs SET stage = CASE WHEN $27 THEN $23 ELSE stage END,
+					report_due = CASE WHEN $27 THEN $37::timestamptz ELSE report_due END,
+					report_at = CASE WHEN $27 THEN NULL ELSE report_at END,
+					report_decision_id = CASE WHEN $27 THEN '' ELSE report_decision_id END,
+					report_stage = CASE WHEN $27 THEN '' ELSE report_stage END,
+					report_digest = CASE WHEN $27 THEN '' ELSE report_digest END,
+					report_by = CASE WHEN $27 THEN '' ELSE report_by END,
 					restarts = restarts + CASE WHEN $28 THEN 1 ELSE 0 END,
 					last_checkpoint_step = CASE WHEN $28 THEN $25 ELSE last_checkpoint_step END
 				WHERE run_id = $5 AND $26 = 'step_run' AND EXISTS (SELECT 1 FROM consumed)),
@@ -404,11 +418,11 @@ func newQueries(schema string) queries {
 			events AS (
 				INSERT INTO {s}.run_events ({ecols})
 				SELECT $5, $13, CASE WHEN $26 <> 'end_run' OR EXISTS (SELECT 1 FROM ended) THEN $29 ELSE '' END,
-					$6, $4, $1, '', $23, $25
+					$6, $4, $1, '', $23, $25, $37::timestamptz
 				FROM consumed
 				WHERE $26 = 'create_run' OR ($26 IN ('step_run', 'end_run') AND EXISTS (SELECT 1 FROM run))
 				UNION ALL
-				SELECT e.run_id, $13, $29, $6, $4, $1, '', $23, $25 FROM ended e WHERE $26 = 'release_booking')
+				SELECT e.run_id, $13, $29, $6, $4, $1, '', $23, $25, NULL FROM ended e WHERE $26 = 'release_booking')
 			INSERT INTO {s}.admissions ({acols})
 			SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $22, $23, $24, $25
 			FROM consumed`),
@@ -443,7 +457,7 @@ func newQueries(schema string) queries {
 				RETURNING u.run_id, s.kind, s.subject, s.reason, s.revoked_by, s.decision_id)
 			INSERT INTO {s}.run_events ({ecols})
 			SELECT run_id, $3, 'revoked', '', decision_id, revoked_by,
-				kind || ' ' || subject || ' revoked' || CASE WHEN reason <> '' THEN ': ' || reason ELSE '' END, '', 0
+				kind || ' ' || subject || ' revoked' || CASE WHEN reason <> '' THEN ': ' || reason ELSE '' END, '', 0, NULL
 			FROM revoked`),
 		// HaltRun, under the booking's lock: $1 the run, $2 the halt's time,
 		// $3..$7 its decision id, stage, report digest, failed evals and
@@ -453,11 +467,26 @@ func newQueries(schema string) queries {
 				UPDATE {s}.runs SET halted_at = $2, halt_decision_id = $3, halt_stage = $4, halt_report_digest = $5,
 					halt_failed_evals = $6, halted_by = $7
 				WHERE run_id = $1 AND account = $8 AND booking_id = $9 AND stage = $4
-					AND halted_at IS NULL AND revoked_at IS NULL
+					AND halted_at IS NULL AND revoked_at IS NULL AND ` + fmt.Sprintf(notOverdue, 2) + `
 					AND live_until > $2 AND (ended_at IS NULL OR ended_at > $2)
 				RETURNING run_id)
 			INSERT INTO {s}.run_events ({ecols})
-			SELECT run_id, $2, 'halted', '', $3, $7, $10, $4, 0 FROM halted`),
+			SELECT run_id, $2, 'halted', '', $3, $7, $10, $4, 0, NULL FROM halted`),
+		// RecordReport, under the booking's lock: $1 the run, $2 the
+		// report's time, $3..$6 its decision id, stage, report digest and
+		// author, $7/$8 the run's account and booking, $9 the event's
+		// reason. Only a run that passes ledger.CheckRecordReport records
+		// it; one with a report for the stage keeps the first.
+		report: r.Replace(`WITH reported AS (
+				UPDATE {s}.runs SET report_at = $2, report_decision_id = $3, report_stage = $4, report_digest = $5,
+					report_by = $6
+				WHERE run_id = $1 AND account = $7 AND booking_id = $8 AND stage = $4
+					AND NOT (report_at IS NOT NULL AND report_stage = $4)
+					AND halted_at IS NULL AND revoked_at IS NULL AND ` + fmt.Sprintf(notOverdue, 2) + `
+					AND live_until > $2 AND (ended_at IS NULL OR ended_at > $2)
+				RETURNING run_id)
+			INSERT INTO {s}.run_events ({ecols})
+			SELECT run_id, $2, 'live', '', $3, $6, $9, $4, 0, NULL FROM reported`),
 		runEvents: r.Replace(`SELECT {ecols} FROM {s}.run_events WHERE run_id = $1 ORDER BY id LIMIT $2`),
 		// An account's runs after $3 (on booking $2 when not ''), through
 		// runs_account_idx (migration 0008); one more than the page ($4),
@@ -658,9 +687,9 @@ func (s *Store) Commit(ctx context.Context, a ledger.Admission) (ledger.Admissio
 	if err := s.held("commit"); err != nil {
 		return ledger.Admission{}, false, err
 	}
-	plan, budget := a.Plan, a.RestartBudget // commit inputs, not stored with the admission
+	plan, budget, due := a.Plan, a.RestartBudget, a.ReportDue // commit inputs, not stored with the admission
 	a = normalizeAdmission(a)
-	a.Plan, a.RestartBudget = plan, budget
+	a.Plan, a.RestartBudget, a.ReportDue = plan, budget, due
 	for attempt := 1; ; attempt++ {
 		stored, replayed, err := s.commitOnce(ctx, a)
 		if err == nil {

@@ -645,7 +645,9 @@ func TestCapacityRaceTwoReplicas(t *testing.T) {
 // TestRunRacesTwoReplicas: the run's state races of the conformance suite
 // on two stores (replicas) sharing one schema: restarts racing a booking
 // revocation and a halt, creates racing their entitlement's revocation, an
-// advance racing a halt; Check finds every event admissible afterwards.
+// advance racing a halt, a halt racing a passing report, restarts at a
+// stage's report deadline racing its report; Check finds every event
+// admissible afterwards.
 func TestRunRacesTwoReplicas(t *testing.T) {
 	t.Parallel()
 	opts := testOptions(t)
@@ -660,6 +662,10 @@ func TestRunRacesTwoReplicas(t *testing.T) {
 	}
 	for i := range 10 {
 		ledgertest.RaceHaltAdvance(t, stores, fmt.Sprintf("bk_ha2_%d", i))
+		ledgertest.RaceHaltReport(t, stores, fmt.Sprintf("bk_hrp2_%d", i))
+	}
+	for _, n := range []int{2, 10, 30} {
+		ledgertest.RaceReportRestart(t, stores, fmt.Sprintf("bk_rpr2_%d", n), n)
 	}
 	for _, n := range []int{2, 10, 30} {
 		ledgertest.RaceRestartBudget(t, stores, fmt.Sprintf("bk_rb2_%d", n), n, 1+n/3)
@@ -721,6 +727,8 @@ func TestMigrateSchema5(t *testing.T) {
 		ALTER TABLE {s}.workload_bindings DROP COLUMN active_uid;
 		ALTER TABLE {s}.workload_uids DROP COLUMN root_uid;
 		DROP TABLE {s}.restore_hold;
+		ALTER TABLE {s}.runs DROP CONSTRAINT runs_report_check, DROP COLUMN report_due, DROP COLUMN report_at,
+			DROP COLUMN report_decision_id, DROP COLUMN report_stage, DROP COLUMN report_digest, DROP COLUMN report_by;
 		DELETE FROM {s}.schema_migrations WHERE version >= 6;`, "{s}", schema))
 	if err != nil {
 		t.Fatalf("back to version 5: %v", err)
@@ -794,7 +802,7 @@ func TestCheckFindsRunStateFaults(t *testing.T) {
 	}
 	schema := pgx.Identifier{opts.Schema}.Sanitize()
 	_, err := s.pool.Exec(ctx, `INSERT INTO `+schema+`.run_events (`+eventCols+`)
-		VALUES ($1, $2, 'live', 'train.restart', 'dec_ghost', 'acct_1', '', '', 500)`, a.RunID, a.CreatedAt.Add(time.Second))
+		VALUES ($1, $2, 'live', 'train.restart', 'dec_ghost', 'acct_1', '', '', 500, NULL)`, a.RunID, a.CreatedAt.Add(time.Second))
 	if err == nil {
 		_, err = s.pool.Exec(ctx, `DELETE FROM `+schema+`.run_events WHERE decision_id = $1`, a.DecisionID)
 	}

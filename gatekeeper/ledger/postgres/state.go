@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -69,6 +70,58 @@ func (s *Store) HaltRun(ctx context.Context, h ledger.Halt) (ledger.RunRecord, b
 	return run, false, nil
 }
 
+// RecordReport implements ledger.Store as HaltRun does: one transaction
+// (a pipelined batch) takes the booking's lock and records the report only
+// if the run passes ledger.CheckRecordReport (the statement's WHERE),
+// writing its event; when nothing was written, a read of the run says why.
+func (s *Store) RecordReport(ctx context.Context, p ledger.Report) (ledger.RunRecord, bool, error) {
+	if err := p.Validate(); err != nil {
+		return ledger.RunRecord{}, false, err
+	}
+	conn, err := s.acquire(ctx, "report")
+	if err != nil {
+		return ledger.RunRecord{}, false, err
+	}
+	defer conn.Release()
+	qctx, cancel := s.bound(ctx, 2)
+	defer cancel()
+	key := bookingLockKey(s.opts.Schema, p.BookingID)
+	b := &pgx.Batch{}
+	b.Queue(s.q.lockBooking, key, key)
+	b.Queue(s.q.report, p.RunID, p.At.UTC(), p.DecisionID, p.Stage, p.ReportDigest, p.By, p.Account, p.BookingID,
+		ledger.ReportEvent(p).Reason)
+	b.Queue(s.q.runRecord, p.RunID)
+	br := conn.SendBatch(qctx, b)
+	var tag pgconn.CommandTag
+	_, err = br.Exec()
+	if err == nil {
+		tag, err = br.Exec()
+	}
+	run, rerr := scanRun(br.QueryRow())
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	switch {
+	case err != nil:
+		return ledger.RunRecord{}, false, s.fault(ctx, "report", err)
+	case errors.Is(rerr, pgx.ErrNoRows):
+		return ledger.RunRecord{}, false, fmt.Errorf("ledger: report: run: %w", ledger.ErrNotFound)
+	case rerr != nil:
+		return ledger.RunRecord{}, false, s.fault(ctx, "report", rerr)
+	case tag.RowsAffected() == 1:
+		return run, true, nil
+	}
+	record, err := ledger.CheckRecordReport(run, p)
+	switch {
+	case err != nil:
+		return ledger.RunRecord{}, false, err
+	case record:
+		return ledger.RunRecord{}, false, s.fault(ctx, "report",
+			errors.New("the run passes CheckRecordReport, yet the statement recorded nothing"))
+	}
+	return run, false, nil
+}
+
 // RunEvents implements ledger.Store.
 func (s *Store) RunEvents(ctx context.Context, runID string) ([]ledger.RunEvent, error) {
 	var out []ledger.RunEvent
@@ -114,9 +167,22 @@ func scanEvent(row pgx.CollectableRow) (ledger.RunEvent, error) {
 		e          ledger.RunEvent
 		to, action string
 	)
-	err := row.Scan(&e.RunID, &e.At, &to, &action, &e.DecisionID, &e.By, &e.Reason, &e.Stage, &e.CheckpointStep)
+	var due *time.Time
+	err := row.Scan(&e.RunID, &e.At, &to, &action, &e.DecisionID, &e.By, &e.Reason, &e.Stage, &e.CheckpointStep, &due)
 	e.At, e.To, e.Action = e.At.UTC(), api.RunState(to), api.Action(action)
+	if due != nil {
+		e.ReportDue = due.UTC()
+	}
 	return e, err
+}
+
+// timeOrNil is t for a nullable timestamptz: nil when zero.
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
 }
 
 // checkRunEvents is Check's part for the run's state machine, in Check's

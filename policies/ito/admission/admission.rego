@@ -68,13 +68,17 @@ warnings := _sorted(_warnings)
 # description: >-
 #   The budget, parallelism, booking and checkpoint gates' estimates for
 #   train.create; the lifecycle gate's restart budget for a train.restart of
-#   a run with a checkpoint plan; empty otherwise.
+#   a run with a checkpoint plan; for a create or a stage advance into a
+#   stage with a report deadline, stage_report_deadline_seconds (the
+#   lifecycle gate's stage_estimates); empty otherwise.
 estimates := object.union(
 	object.union(object.union(parallelism.estimates, budget.estimates), booking.estimates),
-	checkpoint.estimates,
+	object.union(checkpoint.estimates, lifecycle.stage_estimates),
 ) if {
 	lib.is_train_create
 }
+
+estimates := lifecycle.stage_estimates if _is_advance
 
 estimates := lifecycle.estimates if {
 	input.request.action == "train.restart"
@@ -83,8 +87,11 @@ estimates := lifecycle.estimates if {
 
 estimates := {} if {
 	not lib.is_train_create
+	not _is_advance
 	not _restart_estimates
 }
+
+_is_advance if input.request.action == "train.stage.advance"
 
 _restart_estimates if {
 	input.request.action == "train.restart"
@@ -161,7 +168,7 @@ _violations contains v if {
 # the actions that carry a manifest: create, and a stage advance (the run's manifest again)
 _has_manifest if lib.is_train_create
 
-_has_manifest if input.request.action == "train.stage.advance"
+_has_manifest if _is_advance
 
 _violations contains v if some v in deny
 

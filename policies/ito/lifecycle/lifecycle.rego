@@ -18,9 +18,14 @@
 #   webhook read too); it records the new stage in the same transaction
 #   that consumes the confirmation. A verified report bound to the run that
 #   fails its stage's gate halts the run (halt, decision.halt): a halted run
-#   is refused every advance and restart. A restart starts from a step the
-#   run's checkpoint plan writes and within its restart budget
-#   (restart.rego).
+#   is refused every advance and restart. The eval authority may also post
+#   a report for a run directly (POST /v1/runs/{run_id}/eval-reports): Go
+#   asks report_verdict, the same rules on that report alone, and halts the
+#   run when it fails or records that the stage's report passed. A stage
+#   may carry a report deadline (batteries.<stage>.report_deadline_seconds,
+#   report_deadline_seconds): past it without a passing report the ledger
+#   counts the run as halted. A restart starts from a step the run's
+#   checkpoint plan writes and within its restart budget (restart.rego).
 package ito.lifecycle
 
 import data.ito.lib
@@ -441,17 +446,16 @@ _eval_failures contains sprintf("%s = %v is above the %s's maximum %v", [e.metri
 #   {"failed_evals": [...]} when a stage advance of a live run carries one
 #   verified eval report bound to this run, its current stage, its manifest
 #   and the stage's battery, and an eval of the stage's gate failed or has no
-#   result (sorted metric names). The admission decision carries it
-#   (decision.halt) and Go records the halt on the run: a failed gate is a
-#   fact about the run, not about the request, so it halts whatever else the
-#   request got wrong, and consumes nothing. Undefined otherwise.
-halt := {"failed_evals": sort(_failed_metrics)} if {
+#   result (sorted metric names): report_verdict without problems and with
+#   failed evals. The admission decision carries it (decision.halt) and Go
+#   records the halt on the run: a failed gate is a fact about the run, not
+#   about the request, so it halts whatever else the request got wrong, and
+#   consumes nothing. Undefined otherwise.
+halt := {"failed_evals": report_verdict.failed_evals} if {
 	_action == "train.stage.advance"
 	_is_live
-	_is_run_manifest
-	_is_report_verified
-	count(_binding_problems) == 0
-	count(_failed_metrics) > 0
+	count(report_verdict.problems) == 0
+	count(report_verdict.failed_evals) > 0
 }
 
 _failed_metrics contains e.metric if {

@@ -258,6 +258,15 @@ func TestReportDeadline(t *testing.T) {
 		o.Policy = func() admission.Decider { return engine }
 		o.Now = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	})
+	// The requests' tokens (the entitlement's 300 s freshness is judged at
+	// the admission's clock) are minted at the admission's clock, so they are
+	// as fresh after the jump as in real time however long the machine
+	// stalls; bearer tokens stay on the real clock the server checks them by.
+	atService := func(mint func() (api.AdmissionRequest, error)) api.AdmissionRequest {
+		h.runner.SetClock(func() time.Time { return time.Now().Add(time.Duration(offset.Load())) })
+		defer h.runner.SetClock(time.Now)
+		return must(mint())
+	}
 	ctx := context.Background()
 	m, inTime, passing := lifeRun(t, h)
 	_, late, _ := lifeRun(t, h)
@@ -274,11 +283,11 @@ func TestReportDeadline(t *testing.T) {
 		map[string]float64{"mmlu_5shot": 0.31, "hellaswag_acc": 0.42}))
 
 	offset.Store(int64(241 * time.Second))
-	a, err := h.runner.Admit(ctx, must(h.runner.RestartRequest(ctx, m, inTime, 500)))
+	a, err := h.runner.Admit(ctx, atService(func() (api.AdmissionRequest, error) { return h.runner.RestartRequest(ctx, m, inTime, 500) }))
 	wantAnswer(t, "restart of the run that reported in time", a, err, 200)
 
 	before, beforeEvents := ledgerOf(t, h, late)
-	a, err = h.runner.Admit(ctx, must(h.runner.RestartRequest(ctx, m, late, 500)))
+	a, err = h.runner.Admit(ctx, atService(func() (api.AdmissionRequest, error) { return h.runner.RestartRequest(ctx, m, late, 500) }))
 	wantAnswer(t, "restart of the overdue run", a, err, 403, api.CodeEvalReportOverdue)
 	if !strings.Contains(a.Error.Message, "stage pretrain") {
 		t.Fatalf("overdue refusal %q does not name the stage", a.Error.Message)
@@ -301,7 +310,9 @@ func TestReportDeadline(t *testing.T) {
 	}
 	cancelRun(t, h, m, late)
 
-	a, err = h.runner.Admit(ctx, must(h.runner.AdvanceRequest(ctx, m, inTime, "long_context", passing)))
+	a, err = h.runner.Admit(ctx, atService(func() (api.AdmissionRequest, error) {
+		return h.runner.AdvanceRequest(ctx, m, inTime, "long_context", passing)
+	}))
 	wantAnswer(t, "advance into long_context (no deadline)", a, err, 200)
 	if rec, _ := ledgerOf(t, h, inTime); !rec.ReportDue.IsZero() || !rec.Report.At.IsZero() {
 		t.Fatalf("run after the advance: %+v", rec)

@@ -130,8 +130,8 @@ var exitTable = []exitGroup{
 	{[]string{"plan"}, []exitRow{
 		{0, kindOK, "at least one proposed layout is admitted; the plans are printed", ""},
 		{exitOther, kindOther, "the policy could not be evaluated (an evaluation error, `--deadline` passed)", "report it, or raise --deadline"},
-		{exitDenied, kindOwn, "no proposed layout is admitted on this hardware", "change the hardware flags, the global batch or the budget"},
-		{exitFailed, kindBadInput, "bad input: a flag or argument, a refused or invalid manifest or bundle directory", "fix the named flag or file"},
+		{exitDenied, kindOwn, "no proposed layout is admitted on this hardware; with `--entitlement`, the entitlement gate's violations of the manifest itself are printed (`ENTITLEMENT_TELEMETRY_MALFORMED`, `ENTITLEMENT_TELEMETRY_STALE`, …: the codes `eval` denies it with)", "change the hardware flags, the global batch or the budget; or fix the entitlement"},
+		{exitFailed, kindBadInput, "bad input: a flag or argument, a refused or invalid manifest, claims file or bundle directory", "fix the named flag or file"},
 	}},
 	{[]string{"replay"}, []exitRow{
 		{0, kindOK, "replayed: the candidate evaluated every replayable decision (nothing flips, or no `--fail-on-flip`)", ""},

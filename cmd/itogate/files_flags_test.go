@@ -365,6 +365,9 @@ func (fx *fileFixture) commandLines() map[string]func(path string) []string {
 			return []string{"eval", "--manifest", f["manifest.json"], "--bundle-dir", p, "--deadline", patience.Deadline.String()}
 		},
 		"plan --manifest": func(p string) []string { return []string{"plan", "--manifest", p} },
+		"plan --entitlement": func(p string) []string {
+			return []string{"plan", "--manifest", f["manifest.json"], "--entitlement", p}
+		},
 		"plan --bundle-dir": func(p string) []string {
 			return []string{"plan", "--manifest", f["manifest.json"], "--bundle-dir", p, "--deadline", patience.Deadline.String()}
 		},

@@ -104,3 +104,49 @@ func TestCLIFilesAreReadSafely(t *testing.T) {
 		t.Fatalf("%d requests sent", n)
 	}
 }
+
+// TestPlanEntitlementFileIsReadSafely: `itogate plan --entitlement` reads
+// its claims file through the safe reader, as eval does: a FIFO (refused
+// at once, never opened), a directory, a file over the 64 KiB bound, a
+// group-writable file, a missing one and, when not run as root, one the
+// user may not read are each refused with the safe reader's code, exit 4,
+// before any plan is searched (nothing on stdout).
+func TestPlanEntitlementFileIsReadSafely(t *testing.T) {
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := func(name string) string { return filepath.Join(dir, name) }
+	if err := syscall.Mkfifo(in("fifo.json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	writeMode(t, in("big.json"), []byte(`{"x":"`+strings.Repeat("a", 64<<10)+`"}`), 0o600)
+	writeMode(t, in("group-writable.json"), []byte("{}"), 0o620)
+	cases := []struct {
+		name, path string
+		code       api.Code
+	}{
+		{"FIFO", in("fifo.json"), api.CodeManifestNotRegular},
+		{"directory", dir, api.CodeManifestNotRegular},
+		{"over 64 KiB", in("big.json"), api.CodeManifestTooLarge},
+		{"group-writable", in("group-writable.json"), api.CodeManifestPermissions},
+		{"missing", in("missing.json"), api.CodeManifestNotFound},
+	}
+	if os.Geteuid() != 0 { // root reads a mode 000 file
+		writeMode(t, in("unreadable.json"), []byte("{}"), 0o000)
+		cases = append(cases, struct {
+			name, path string
+			code       api.Code
+		}{"mode 000", in("unreadable.json"), api.CodeManifestUnreadable})
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res := runBounded(t, []string{"plan", "--manifest", filepath.Join("..", "..", "fixtures", "manifests", "llama3-8b.json"),
+				"--entitlement", tc.path})
+			if res.exit != exitFailed || !strings.Contains(res.stderr, string(tc.code)) || res.stdout != "" {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want exit %d naming %s, nothing on stdout",
+					res.exit, res.stdout, res.stderr, exitFailed, tc.code)
+			}
+		})
+	}
+}

@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/itocompute/itogate/gatekeeper/api"
 	"github.com/itocompute/itogate/gatekeeper/inert"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/policy"
@@ -19,15 +22,16 @@ import (
 )
 
 type planOptions struct {
-	manifestPath string
-	bundleDir    string
-	now          int64
-	jsonOut      bool
-	nodes        int
-	gpusPerNode  int
-	gpuType      string
-	fabric       string
-	deadline     time.Duration
+	manifestPath    string
+	entitlementFile string
+	bundleDir       string
+	now             int64
+	jsonOut         bool
+	nodes           int
+	gpusPerNode     int
+	gpuType         string
+	fabric          string
+	deadline        time.Duration
 }
 
 func newPlanCmd(stdout io.Writer) *cobra.Command {
@@ -42,8 +46,19 @@ the GPU has it), pruned by the parallelism gate's hard rules and the memory
 margin, ranked by estimated GPU time per step. Each plan is the full manifest
 with the layout written in, judged offline like "itogate eval" (signatures
 ASSUMED verified, an entitlement for exactly the hardware at 2.49 USD per
-GPU-hour, a confirmation binding the proposed manifest): only admitted
-manifests are listed. Nothing is written.
+GPU-hour unless --entitlement, a confirmation binding the proposed
+manifest): only admitted manifests are listed. Nothing is written.
+
+--entitlement FILE gives the entitlement's claims as a JSON object, as
+"itogate eval --entitlement" does: claims, not a token, and like eval's
+they are NOT verified (no signature or key is checked; the policy
+still judges them: booking, hardware, price, freshness against --now).
+Their telemetry claim, when the policy uses it, gives each plan's failure
+rate, lost work (in USD) and goodput as POST /v1/plans does with the
+booking's signed token (failure_rate_source "telemetry"). When no plan is
+admitted, the entitlement gate's violations of the manifest itself, as eval
+judges it (ENTITLEMENT_TELEMETRY_MALFORMED, _STALE, ...), are printed
+(--json: entitlement_violations).
 
 Exit status: 0 at least one plan, 2 no plan admitted, 4 bad input, 1 the
 policy could not be evaluated.`,
@@ -52,6 +67,7 @@ policy could not be evaluated.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.manifestPath, "manifest", "", "training manifest (JSON)")
+	f.StringVar(&o.entitlementFile, "entitlement", "", "file holding entitlement claims as a JSON object, not verified (replaces the default; as eval)")
 	f.StringVar(&o.bundleDir, "bundle-dir", "", "plan with this bundle directory instead of the embedded one")
 	f.Int64Var(&o.now, "now", 0, "evaluation time, unix seconds (default: now)")
 	f.BoolVar(&o.jsonOut, "json", false, "print the plans as JSON")
@@ -60,7 +76,7 @@ policy could not be evaluated.`,
 	f.StringVar(&o.gpuType, "gpu-type", "", "plan for this GPU type (default: the manifest's)")
 	f.StringVar(&o.fabric, "fabric", "", "plan for this fabric (default: the manifest's)")
 	f.DurationVar(&o.deadline, "deadline", policy.DefaultDeadline, "bound on each decision")
-	readsFile(f, "manifest")
+	readsFile(f, "manifest", "entitlement")
 	annotate(f, "bundle-dir", valueReadsDir)
 	_ = cmd.MarkFlagRequired("manifest")
 	return cmd
@@ -94,26 +110,38 @@ func (o *planOptions) run(ctx context.Context, w io.Writer) error {
 	if o.fabric != "" {
 		hw["fabric"] = o.fabric
 	}
+	var ent map[string]any // nil: the default entitlement
+	if o.entitlementFile != "" {
+		if ent, err = readClaims(o.entitlementFile); err != nil {
+			return badInput(err)
+		}
+	}
 	now := evalTime(o.now)
 	engine, err := offlineEngine(ctx, o.bundleDir, o.deadline)
 	if err != nil {
 		return err
 	}
-	res, err := engine.Plan(ctx, doc, scenario.OfflinePlanInput(doc, now), func(d policy.Decision) bool { return d.Allow })
+	res, err := engine.Plan(ctx, doc, scenario.OfflinePlanInput(doc, ent, now), func(d policy.Decision) bool { return d.Allow })
 	if errors.Is(err, policy.ErrNoPlanner) {
 		return badInput(err) // a --bundle-dir without data.ito.config.plan
 	}
 	if err != nil {
 		return err
 	}
+	out := planOutput{PlanResult: res}
+	if len(res.Plans) == 0 && ent != nil {
+		if out.EntitlementViolations, err = entitlementViolations(ctx, engine, doc, ent, now); err != nil {
+			return err
+		}
+	}
 	if o.jsonOut {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(res); err != nil {
+		if err := enc.Encode(out); err != nil {
 			return err
 		}
 	} else {
-		printPlans(w, res)
+		printPlans(w, out)
 	}
 	if len(res.Plans) == 0 {
 		return exitError{exitDenied}
@@ -121,7 +149,46 @@ func (o *planOptions) run(ctx context.Context, w io.Writer) error {
 	return nil
 }
 
-func printPlans(w io.Writer, res policy.PlanResult) {
+// planOutput is what `itogate plan` prints: the plan search's answer and,
+// when no plan is admitted under --entitlement, what the entitlement gate
+// says of the manifest itself.
+type planOutput struct {
+	policy.PlanResult
+	// EntitlementViolations are the entitlement gate's violations of the
+	// manifest itself (with the hardware flags applied), judged as
+	// `itogate eval --entitlement` judges it; only when no plan is
+	// admitted under --entitlement, absent when there are none.
+	EntitlementViolations []api.Finding `json:"entitlement_violations,omitempty"`
+}
+
+// entitlementViolations judges doc as `itogate eval` does with the
+// entitlement claims ent (the default confirmation, nothing held) and
+// returns the violations of the entitlement gate. Errors are the
+// engine's (*policy.Error) or the manifest schema's.
+func entitlementViolations(ctx context.Context, engine *policy.Engine, doc, ent map[string]any, now time.Time) ([]api.Finding, error) {
+	raw, err := json.Marshal(doc)
+	if err != nil {
+		return nil, err
+	}
+	parsed, err := manifest.Parse(raw)
+	if err != nil {
+		return nil, badInput(err)
+	}
+	d, err := engine.Decide(ctx, scenario.OfflineInput(raw, parsed, ent, nil, now, engine.Facts()))
+	if err != nil {
+		return nil, err
+	}
+	var out []api.Finding
+	for _, v := range d.Violations {
+		if v.Gate == "entitlement" {
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+func printPlans(w io.Writer, out planOutput) {
+	res := out.PlanResult
 	t := inert.Text
 	fmt.Fprintf(w, "%d plans (bundle %s; %d candidates passed the model of %d evaluated; offline: signatures assumed verified)\n\n",
 		len(res.Plans), t(res.BundleRevision), res.Candidates, res.Evaluated)
@@ -140,6 +207,15 @@ func printPlans(w io.Writer, res policy.PlanResult) {
 			e.MemoryGBPerGPU, e.BubbleFraction, e.StepSeconds, e.TokensPerSecond, opt(e.GPUHours), opt(e.USD), opt(e.Goodput))
 	}
 	tw.Flush()
+	var sources []string
+	for _, p := range res.Plans {
+		if s := p.Estimates.FailureRateSource; s != "" && !slices.Contains(sources, s) {
+			sources = append(sources, s)
+		}
+	}
+	if len(sources) > 0 {
+		fmt.Fprintf(w, "\nfailure rate (goodput, lost work in USD) from: %s\n", t(strings.Join(sources, ", ")))
+	}
 	m := res.ManifestLayout
 	if m.CandidateRank > 0 {
 		fmt.Fprintf(w, "\nthe manifest's own layout is candidate %d of %d by the same ranking (%v s per step)\n",
@@ -149,6 +225,17 @@ func printPlans(w io.Writer, res policy.PlanResult) {
 	}
 	if res.BudgetExceeded {
 		fmt.Fprintln(w, "the search stopped at its budget: these are the best plans found before it")
+	}
+	if len(out.EntitlementViolations) > 0 {
+		fmt.Fprintln(w, "\nthe entitlement refuses the manifest itself (as itogate eval --entitlement judges it):")
+		tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+		for _, f := range out.EntitlementViolations {
+			fmt.Fprintf(tw, "VIOLATION\t%s\t%s\t%s\n", t(string(f.Code)), t(f.Gate), t(f.Message))
+			if f.Fix != "" {
+				fmt.Fprintf(tw, "\t\tfix\t%s\n", t(f.Fix))
+			}
+		}
+		tw.Flush()
 	}
 }
 

@@ -29,7 +29,7 @@ func BenchmarkPlan405B(b *testing.B) {
 	doc["objective"].(map[string]any)["global_batch_size"] = json.Number("2048")
 	delete(doc["parallelism"].(map[string]any), "data")
 	doc["budget"].(map[string]any)["ceiling_usd"] = "100000.00" // 2 048 GPUs for the fixture's hours
-	build := scenario.OfflinePlanInput(doc, planNow)
+	build := scenario.OfflinePlanInput(doc, nil, planNow)
 	b.ReportAllocs()
 	cpu0 := processCPU(b)
 	for b.Loop() {

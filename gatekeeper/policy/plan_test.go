@@ -47,7 +47,7 @@ func TestPlanPublishedRecipes(t *testing.T) {
 	for _, name := range []string{"llama3-8b", "llama3-70b", "llama3-405b", "mixtral-8x22b-nemo", "deepseek-v3-nemo"} {
 		t.Run(name, func(t *testing.T) {
 			doc := readManifest(t, name)
-			res, err := e.Plan(context.Background(), doc, scenario.OfflinePlanInput(doc, planNow), allowed)
+			res, err := e.Plan(context.Background(), doc, scenario.OfflinePlanInput(doc, nil, planNow), allowed)
 			if err != nil {
 				t.Fatal(err)
 			}

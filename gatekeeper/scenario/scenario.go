@@ -514,12 +514,16 @@ func (r *Runner) Post(ctx context.Context, path, bearer string, body map[string]
 }
 
 // OfflinePlanInput builds each proposed manifest's offline input as
-// `itogate eval` does by default: an entitlement for exactly the planned
-// hardware (of base, the manifest the plan started from), and a
-// confirmation binding the proposed manifest's digest. A proposal the
-// manifest schema refuses is skipped.
-func OfflinePlanInput(base map[string]any, now time.Time) policy.PlanInput {
-	ent := ExactEntitlementClaims(base, now)
+// `itogate eval` does: the entitlement claims ent as given (their
+// telemetry claim included; `itogate eval --entitlement`), or when ent is
+// nil an entitlement for exactly the planned hardware (of base, the
+// manifest the plan started from), and a confirmation binding the
+// proposed manifest's digest. A proposal the manifest schema refuses is
+// skipped.
+func OfflinePlanInput(base, ent map[string]any, now time.Time) policy.PlanInput {
+	if ent == nil {
+		ent = ExactEntitlementClaims(base, now)
+	}
 	return func(m map[string]any) (map[string]any, error) {
 		raw, err := json.Marshal(m)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
 	"github.com/itocompute/itogate/internal/patience"
+	"github.com/itocompute/itogate/policies"
 )
 
 // TestAllowEverythingBundleCannotSpend: a signed bundle whose decision
@@ -47,7 +49,12 @@ func allowAllBundle(t *testing.T) string {
 	path := filepath.Join(t.TempDir(), "allow-all.tar.gz")
 	at := time.Now().UTC().Truncate(time.Second)
 	dev := bundletest.DevSigner()
-	raw := bundletest.Build(t, bundletest.Spec{Files: bundletest.Decision(),
+	// Its rules allow everything; its data is the shipped bundle's, so the
+	// commit can price the run's expected lost work and the refusals below
+	// are the ledger's own checks of the confirmation.
+	files := bundletest.Decision()
+	maps.Copy(files, bundletest.Data(t, policies.Bundle()))
+	raw := bundletest.Build(t, bundletest.Spec{Files: files,
 		Manifest: bundletest.Manifest(bundletest.Revision(at, "allow-all"), at)}, &dev)
 	if err := os.WriteFile(path, raw, 0o600); err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"context"
-	"io/fs"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/itocompute/itogate/gatekeeper/admission"
 	"github.com/itocompute/itogate/gatekeeper/api"
+	"github.com/itocompute/itogate/gatekeeper/bundle/bundletest"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
@@ -33,16 +33,8 @@ func handMade(t *testing.T, rego string, deadline time.Duration) (*policy.Engine
 	files := fstest.MapFS{
 		"ito/admission/admission.rego": {Data: []byte("package ito.admission\n\n" + rego + "\n")},
 	}
-	err := fs.WalkDir(policies.Bundle(), "ito", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, "/data.json") || strings.HasPrefix(path, "ito/testdata/") {
-			return err
-		}
-		raw, err := fs.ReadFile(policies.Bundle(), path)
-		files[path] = &fstest.MapFile{Data: raw}
-		return err
-	})
-	if err != nil {
-		return nil, err
+	for path, raw := range bundletest.Data(t, policies.Bundle()) {
+		files[path] = &fstest.MapFile{Data: []byte(raw)}
 	}
 	return policy.New(context.Background(), policy.Options{
 		Bundle:            files,

@@ -98,6 +98,27 @@ func Manifest(revision string, builtAt time.Time) map[string]any {
 	}
 }
 
+// Data is every data.json of fsys below ito/ but ito/testdata: the tables
+// and constants of a production bundle (the training facts model, which the
+// ledger's commit prices a run's expected lost work with), for a test
+// bundle whose rules are its own. Keys are paths as Spec.Files takes them.
+func Data(t testing.TB, fsys fs.FS) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := fs.WalkDir(fsys, "ito", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || path.Base(p) != "data.json" || strings.HasPrefix(p, "ito/testdata/") {
+			return err
+		}
+		raw, err := fs.ReadFile(fsys, p)
+		out[p] = string(raw)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // Decision is a minimal complete bundle whose decision allows (no codes) or
 // denies with each code, whatever the input.
 func Decision(codes ...string) map[string]string {

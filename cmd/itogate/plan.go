@@ -223,8 +223,19 @@ func printPlans(w io.Writer, out planOutput) {
 	} else {
 		fmt.Fprintln(w, "\nthe manifest's own layout is not a candidate: it fails a hard rule or the memory margin")
 	}
-	if res.BudgetExceeded {
+	switch {
+	case res.BudgetExceeded && len(res.Plans) == 0 && len(res.Refusals) > 0:
+		fmt.Fprintln(w, "the search stopped at its budget: every proposal it judged was refused (below)")
+	case res.BudgetExceeded:
 		fmt.Fprintln(w, "the search stopped at its budget: these are the best plans found before it")
+	}
+	if len(res.Plans) == 0 && len(res.Refusals) > 0 {
+		fmt.Fprintln(w, "\nwhy the proposals were refused (one finding per code):")
+		tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+		for _, f := range res.Refusals {
+			fmt.Fprintf(tw, "REFUSED\t%s\t%s\t%s\n", t(string(f.Code)), t(f.Gate), t(f.Message))
+		}
+		tw.Flush()
 	}
 	if len(out.EntitlementViolations) > 0 {
 		fmt.Fprintln(w, "\nthe entitlement refuses the manifest itself (as itogate eval --entitlement judges it):")

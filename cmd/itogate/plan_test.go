@@ -139,6 +139,9 @@ type planJSON struct {
 		Code string `json:"code"`
 		Gate string `json:"gate"`
 	} `json:"entitlement_violations"`
+	Refusals []struct {
+		Code string `json:"code"`
+	} `json:"refusals"`
 }
 
 func runPlanJSON(t *testing.T, args ...string) (cliResult, planJSON) {
@@ -226,6 +229,16 @@ func TestPlanEntitlementTelemetryRefused(t *testing.T) {
 				out.EntitlementViolations[0].Code != tc.code || out.EntitlementViolations[0].Gate != "entitlement" {
 				t.Fatalf("plan: exit %d, %d plans, entitlement violations %+v; want %d, none, [%s]",
 					res.exit, len(out.Plans), out.EntitlementViolations, exitDenied, tc.code)
+			}
+			// Every proposal was refused for the same reason, and the answer says so.
+			if len(out.Refusals) != 1 || out.Refusals[0].Code != tc.code {
+				t.Fatalf("plan: refusals %+v; want [%s]", out.Refusals, tc.code)
+			}
+			text := runCLI(t, "plan", "--manifest", filepath.Join("..", "..", "fixtures", "manifests", "llama3-8b.json"),
+				"--now", fmt.Sprint(planNowUnix), "--deadline", patience.Deadline.String(), "--entitlement", claims)
+			if text.exit != exitDenied || !strings.Contains(text.stdout, "REFUSED  "+tc.code) ||
+				strings.Contains(text.stdout, "these are the best plans found before it") {
+				t.Fatalf("plan (text): exit %d\n%s", text.exit, text.stdout)
 			}
 			ev := runCLI(t, "eval", "--manifest", filepath.Join("..", "..", "fixtures", "manifests", "llama3-8b.json"),
 				"--now", fmt.Sprint(planNowUnix), "--json", "--deadline", patience.Deadline.String(), "--entitlement", claims)

@@ -92,9 +92,17 @@ type PlanResult struct {
 	// BudgetExceeded: the search stopped at its budget (max_candidates
 	// evaluated layouts, or confirm_attempts per plan without an admitted
 	// one); the plans are the best found before it.
-	BudgetExceeded bool   `json:"budget_exceeded"`
-	BundleRevision string `json:"bundle_revision"`
-	BundleDigest   string `json:"bundle_digest"`
+	BudgetExceeded bool `json:"budget_exceeded"`
+	// Refusals says why proposals were not admitted: the findings of the
+	// decisions that refused them, one per code (the first seen, in the
+	// order seen), at most MaxPlanRefusals, without the confirmation gate's
+	// (a proposal has no confirmation yet). Empty when every proposal
+	// judged was admitted. A finding that refuses every proposal whatever
+	// its layout (an entitlement's malformed telemetry, a revoked booking)
+	// is why a search spends its budget and returns no plan.
+	Refusals       []api.Finding `json:"refusals"`
+	BundleRevision string        `json:"bundle_revision"`
+	BundleDigest   string        `json:"bundle_digest"`
 }
 
 // ManifestLayout is the declared layout in a plan's answer.
@@ -103,6 +111,9 @@ type ManifestLayout struct {
 	CandidateRank int           `json:"candidate_rank"`
 	Figures       *plan.Figures `json:"figures,omitempty"`
 }
+
+// MaxPlanRefusals bounds PlanResult.Refusals.
+const MaxPlanRefusals = 16
 
 // ErrNoPlanner: the engine's bundle has no planner (a SkipRequiredRules
 // bundle without the plan's data).
@@ -123,7 +134,7 @@ func (e *Engine) Plan(ctx context.Context, manifest map[string]any, build PlanIn
 	}
 	res := e.planner.Search(manifest, plan.Plan)
 	out := PlanResult{
-		Plans: []Plan{}, OnBookedHardware: res.OnBookedHardware, SearchedNodes: res.SearchedNodes,
+		Plans: []Plan{}, Refusals: []api.Finding{}, OnBookedHardware: res.OnBookedHardware, SearchedNodes: res.SearchedNodes,
 		Candidates: len(res.Candidates), Evaluated: res.Evaluated, BudgetExceeded: res.Truncated,
 		BundleRevision: e.revision, BundleDigest: e.digest,
 		ManifestLayout: ManifestLayout{Layout: res.Manifest},
@@ -170,6 +181,7 @@ func (e *Engine) Plan(ctx context.Context, manifest map[string]any, build PlanIn
 			continue
 		}
 		if !admitted(d) {
+			out.Refusals = refusals(out.Refusals, d.Violations)
 			continue
 		}
 		out.Plans = append(out.Plans, Plan{
@@ -179,6 +191,21 @@ func (e *Engine) Plan(ctx context.Context, manifest map[string]any, build PlanIn
 		})
 	}
 	return out, nil
+}
+
+// refusals adds to seen the findings of vs whose code it lacks, but the
+// confirmation gate's, up to MaxPlanRefusals.
+func refusals(seen []api.Finding, vs []api.Finding) []api.Finding {
+	for _, v := range vs {
+		if len(seen) == MaxPlanRefusals {
+			break
+		}
+		if v.Gate == "confirmation" || slices.ContainsFunc(seen, func(f api.Finding) bool { return f.Code == v.Code }) {
+			continue
+		}
+		seen = append(seen, v)
+	}
+	return seen
 }
 
 func planEstimates(c plan.Candidate, facts map[string]any, manifest map[string]any) PlanEstimates {

@@ -179,6 +179,38 @@ func TestPlanGoodputFromTelemetry(t *testing.T) {
 	}
 }
 
+// TestPlanSaysWhyNothingIsAdmitted: an entitlement whose telemetry is
+// malformed refuses every proposal whatever its layout; the answer has no
+// plan and names the refusal (one finding per code, no confirmation
+// finding), so the caller is not left with an empty list and a budget.
+func TestPlanSaysWhyNothingIsAdmitted(t *testing.T) {
+	h := newHarness(t, nil)
+	m, err := h.runner.LoadManifest("llama3-8b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := h.runner.CallerToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ent, err := h.runner.EntitlementFor(m, telemetry(0.5, time.Minute)) // above the bounds' 0.01 per GPU-hour
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(api.PlanRequest{BookingID: scenario.Booking, Manifest: m.Raw,
+		ManifestSignature: m.Signature, EntitlementToken: ent})
+	status, raw := post(t, h, "/v1/plans", "application/json", token, body)
+	b, _ := json.Marshal(raw)
+	var env api.Envelope[policy.PlanResult]
+	if err := json.Unmarshal(b, &env); err != nil || status != http.StatusOK {
+		t.Fatalf("POST /v1/plans = %d %v %v", status, raw["error"], err)
+	}
+	if len(env.Data.Plans) != 0 || len(env.Data.Refusals) != 1 ||
+		env.Data.Refusals[0].Code != "ENTITLEMENT_TELEMETRY_MALFORMED" || env.Data.Refusals[0].Gate != "entitlement" {
+		t.Fatalf("plans %d, refusals %+v; want none and exactly ENTITLEMENT_TELEMETRY_MALFORMED", len(env.Data.Plans), env.Data.Refusals)
+	}
+}
+
 // permissive is a bundle that allows everything and estimates nothing; its
 // training facts are still computed, in Go, from its data.
 type permissive struct{ d admission.Decider }

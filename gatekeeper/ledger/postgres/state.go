@@ -25,49 +25,9 @@ func (s *Store) HaltRun(ctx context.Context, h ledger.Halt) (ledger.RunRecord, b
 	if err := h.Validate(); err != nil {
 		return ledger.RunRecord{}, false, err
 	}
-	conn, err := s.acquire(ctx, "halt")
-	if err != nil {
-		return ledger.RunRecord{}, false, err
-	}
-	defer conn.Release()
-	qctx, cancel := s.bound(ctx, 2)
-	defer cancel()
-	key := bookingLockKey(s.opts.Schema, h.BookingID)
-	b := &pgx.Batch{}
-	b.Queue(s.q.lockBooking, key, key)
-	b.Queue(s.q.halt, h.RunID, h.At.UTC(), h.DecisionID, h.Stage, h.ReportDigest, h.FailedEvals, h.By,
-		h.Account, h.BookingID, ledger.HaltEvent(h).Reason)
-	b.Queue(s.q.runRecord, h.RunID)
-	br := conn.SendBatch(qctx, b)
-	var tag pgconn.CommandTag
-	_, err = br.Exec()
-	if err == nil {
-		tag, err = br.Exec()
-	}
-	run, rerr := scanRun(br.QueryRow())
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	switch {
-	case err != nil:
-		return ledger.RunRecord{}, false, s.fault(ctx, "halt", err)
-	case errors.Is(rerr, pgx.ErrNoRows):
-		return ledger.RunRecord{}, false, fmt.Errorf("ledger: halt: run: %w", ledger.ErrNotFound)
-	case rerr != nil:
-		return ledger.RunRecord{}, false, s.fault(ctx, "halt", rerr)
-	case tag.RowsAffected() == 1:
-		return run, true, nil
-	}
-	halt, err := ledger.CheckHalt(run, h)
-	switch {
-	case err != nil:
-		return ledger.RunRecord{}, false, err
-	case halt:
-		// The statement's WHERE and ledger.CheckHalt disagree: a bug, not
-		// an outcome.
-		return ledger.RunRecord{}, false, s.fault(ctx, "halt", errors.New("the run passes CheckHalt, yet the statement halted nothing"))
-	}
-	return run, false, nil
+	return s.runTransition(ctx, "halt", h.BookingID, h.RunID, s.q.halt, []any{h.RunID, h.At.UTC(), h.DecisionID,
+		h.Stage, h.ReportDigest, h.FailedEvals, h.By, h.Account, h.BookingID, ledger.HaltEvent(h).Reason},
+		func(run ledger.RunRecord) (bool, error) { return ledger.CheckHalt(run, h) })
 }
 
 // RecordReport implements ledger.Store as HaltRun does: one transaction
@@ -78,19 +38,32 @@ func (s *Store) RecordReport(ctx context.Context, p ledger.Report) (ledger.RunRe
 	if err := p.Validate(); err != nil {
 		return ledger.RunRecord{}, false, err
 	}
-	conn, err := s.acquire(ctx, "report")
+	return s.runTransition(ctx, "report", p.BookingID, p.RunID, s.q.report, []any{p.RunID, p.At.UTC(), p.DecisionID,
+		p.Stage, p.ReportDigest, p.By, p.Account, p.BookingID, ledger.ReportEvent(p).Reason},
+		func(run ledger.RunRecord) (bool, error) { return ledger.CheckRecordReport(run, p) })
+}
+
+// runTransition is one guarded transition of a run (op names it in
+// errors): a pipelined batch that takes the booking's lock, runs stmt with
+// args — an UPDATE whose WHERE is check's condition, writing the run and
+// its event — and reads the run back. Written: the run as stored and
+// true. Nothing written: check on the run read says why (its error, e.g.
+// ledger.ErrRunEnded) or, when check passes, the statement and check
+// disagree, a fault; otherwise the run and false (already in that state).
+func (s *Store) runTransition(ctx context.Context, op, bookingID, runID, stmt string, args []any,
+	check func(ledger.RunRecord) (bool, error)) (ledger.RunRecord, bool, error) {
+	conn, err := s.acquire(ctx, op)
 	if err != nil {
 		return ledger.RunRecord{}, false, err
 	}
 	defer conn.Release()
 	qctx, cancel := s.bound(ctx, 2)
 	defer cancel()
-	key := bookingLockKey(s.opts.Schema, p.BookingID)
+	key := bookingLockKey(s.opts.Schema, bookingID)
 	b := &pgx.Batch{}
 	b.Queue(s.q.lockBooking, key, key)
-	b.Queue(s.q.report, p.RunID, p.At.UTC(), p.DecisionID, p.Stage, p.ReportDigest, p.By, p.Account, p.BookingID,
-		ledger.ReportEvent(p).Reason)
-	b.Queue(s.q.runRecord, p.RunID)
+	b.Queue(stmt, args...)
+	b.Queue(s.q.runRecord, runID)
 	br := conn.SendBatch(qctx, b)
 	var tag pgconn.CommandTag
 	_, err = br.Exec()
@@ -103,21 +76,22 @@ func (s *Store) RecordReport(ctx context.Context, p ledger.Report) (ledger.RunRe
 	}
 	switch {
 	case err != nil:
-		return ledger.RunRecord{}, false, s.fault(ctx, "report", err)
+		return ledger.RunRecord{}, false, s.fault(ctx, op, err)
 	case errors.Is(rerr, pgx.ErrNoRows):
-		return ledger.RunRecord{}, false, fmt.Errorf("ledger: report: run: %w", ledger.ErrNotFound)
+		return ledger.RunRecord{}, false, fmt.Errorf("ledger: %s: run: %w", op, ledger.ErrNotFound)
 	case rerr != nil:
-		return ledger.RunRecord{}, false, s.fault(ctx, "report", rerr)
+		return ledger.RunRecord{}, false, s.fault(ctx, op, rerr)
 	case tag.RowsAffected() == 1:
 		return run, true, nil
 	}
-	record, err := ledger.CheckRecordReport(run, p)
+	would, err := check(run)
 	switch {
 	case err != nil:
 		return ledger.RunRecord{}, false, err
-	case record:
-		return ledger.RunRecord{}, false, s.fault(ctx, "report",
-			errors.New("the run passes CheckRecordReport, yet the statement recorded nothing"))
+	case would:
+		// The statement's WHERE and the check disagree: a bug, not an
+		// outcome.
+		return ledger.RunRecord{}, false, s.fault(ctx, op, errors.New("the run passes the check, yet the statement wrote nothing"))
 	}
 	return run, false, nil
 }

@@ -68,9 +68,11 @@ warnings := _sorted(_warnings)
 # description: >-
 #   The budget, parallelism, booking and checkpoint gates' estimates for
 #   train.create; the lifecycle gate's restart budget for a train.restart of
-#   a run with a checkpoint plan; for a create or a stage advance into a
-#   stage with a report deadline, stage_report_deadline_seconds (the
-#   lifecycle gate's stage_estimates); empty otherwise.
+#   a run with a checkpoint plan; for a stage advance, the checkpoint
+#   gate's estimates of the stage it enters (its expected goodput and
+#   where the failure rate came from); for a create or a stage advance
+#   into a stage with a report deadline, stage_report_deadline_seconds
+#   (the lifecycle gate's stage_estimates); empty otherwise.
 estimates := object.union(
 	object.union(object.union(parallelism.estimates, budget.estimates), booking.estimates),
 	object.union(checkpoint.estimates, lifecycle.stage_estimates),
@@ -78,7 +80,7 @@ estimates := object.union(
 	lib.is_train_create
 }
 
-estimates := lifecycle.stage_estimates if _is_advance
+estimates := object.union(checkpoint.estimates, lifecycle.stage_estimates) if _is_advance
 
 estimates := lifecycle.estimates if {
 	input.request.action == "train.restart"

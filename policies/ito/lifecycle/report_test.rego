@@ -88,7 +88,12 @@ test_create_carries_its_first_stage_deadline if {
 test_advance_carries_the_entered_stage_deadline if {
 	inp := json.patch(_base, array.concat(_advance, [_set("/request/stage", "sft")]))
 	d := admission.decision with input as inp with data.ito.config.lifecycle.batteries as _batteries
-	d.estimates == {"stage_report_deadline_seconds": 7200}
+	d.estimates.stage_report_deadline_seconds == 7200
+
+	# beside the checkpoint gate's estimates of the stage it enters
+	is_number(d.estimates.expected_goodput)
+	d.estimates.checkpoint_failure_rate_source == "bundle"
+	not d.estimates.gpu_hours
 }
 
 test_no_deadline_without_data[name] if {

@@ -166,6 +166,17 @@ func showRun(w io.Writer, r api.RunStatus) {
 		fmt.Fprintf(w, "  halted %s at stage %s: failed evals %s (report %s, decision_id=%s)\n",
 			unixTime(h.At), t(h.Stage), strings.Join(evals, ", "), t(h.ReportDigest), t(h.DecisionID))
 	}
+	if r.ReportDue != 0 {
+		fmt.Fprintf(w, "  eval report of stage %s due %s", t(r.Stage), unixTime(r.ReportDue))
+		if r.ReportOverdue {
+			fmt.Fprint(w, ": OVERDUE, the run is halted (EVAL_REPORT_OVERDUE)")
+		}
+		fmt.Fprintln(w)
+	}
+	if p := r.Report; p != nil {
+		fmt.Fprintf(w, "  passing eval report of stage %s recorded %s (report %s, decision_id=%s)\n",
+			t(p.Stage), unixTime(p.At), t(p.ReportDigest), t(p.DecisionID))
+	}
 	if v := r.Revocation; v != nil {
 		fmt.Fprintf(w, "  revoked %s: %s %s", unixTime(v.At), t(v.Kind), t(v.Subject))
 		if v.Reason != "" {

@@ -142,8 +142,12 @@ func get(t testing.TB, url string) (int, string) {
 
 // admitLlama posts one fresh train.create for the llama3-8b fixture and
 // returns the status, the code (or "" on allow) and the bundle revision.
+// Its booking holds as many runs as a load can admit (EntitlementForRuns):
+// how many are admitted before the swaps end depends on the machine's
+// speed, so neither the booking's GPUs nor its checkpoint quota may be
+// what refuses one.
 func admitLlama(ctx context.Context, r *scenario.Runner, m scenario.Manifest, key string) (int, string, string, error) {
-	ent, err := r.EntitlementFor(m, nil)
+	ent, err := r.EntitlementForRuns(m, "", 1<<16)
 	if err != nil {
 		return 0, "", "", err
 	}

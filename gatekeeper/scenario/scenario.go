@@ -305,18 +305,28 @@ func (r *Runner) EntitlementFor(m Manifest, tweak func(map[string]any)) (string,
 
 // EntitlementForRuns mints an entitlement like EntitlementFor, for booking
 // (Booking when empty), whose booking holds at least runs concurrent runs
-// of m (never fewer than BookingScale). Benchmarks and load tests admit
-// thousands of runs on one booking, and every allowed run holds its GPUs
-// until its declared end: a booking of BookingScale runs would deny the
-// rest BOOKING_CAPACITY_EXCEEDED. A booking books at most 2^20 nodes
+// of m (never fewer than BookingScale): their GPUs, and their checkpoints
+// (storage_quota_gib: RunStorageGiB a run). Benchmarks and load tests
+// admit as many runs on one booking as the machine's speed allows in their
+// time, and every allowed run holds its GPUs and keeps its checkpoints
+// until its declared end: a booking of the tier's quota would deny the
+// rest CHECKPOINT_CAPACITY_EXCEEDED, one of BookingScale runs
+// BOOKING_CAPACITY_EXCEEDED. A booking books at most 2^20 nodes
 // (booking.ForCreate), which bounds runs: beyond it, use more bookings.
 func (r *Runner) EntitlementForRuns(m Manifest, booking string, runs int64) (string, error) {
-	claims := bookingClaims(m.Doc, r.now(), max(BookingScale, runs))
+	scale := max(BookingScale, runs)
+	claims := bookingClaims(m.Doc, r.now(), scale)
+	claims["storage_quota_gib"] = scale * RunStorageGiB
 	if booking != "" {
 		claims["booking_id"] = booking
 	}
 	return r.mint(r.keys.Entitlement, config.TypeEntitlement, claims, 5*time.Minute)
 }
+
+// RunStorageGiB is the checkpoint storage EntitlementForRuns books a run:
+// 64 TiB, above what any fixture keeps (DeepSeek-V3's two checkpoints of
+// 671e9 parameters × 12 bytes are about 15 TiB).
+const RunStorageGiB = 65536
 
 // Confirm mints a confirmation for act, deposits it and returns its ref.
 func (r *Runner) Confirm(ctx context.Context, act, manifestDigest, cost, runID string) (string, error) {

@@ -155,18 +155,11 @@ func TestPlanGoodputFromTelemetry(t *testing.T) {
 		{"telemetry", telemetry(0.0001, time.Minute), "telemetry"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ent, err := h.runner.EntitlementFor(m, tc.tweak)
-			if err != nil {
-				t.Fatal(err)
+			res := postPlan(t, h, m, token, tc.tweak)
+			if len(res.Plans) == 0 || len(res.Refusals) != 0 {
+				t.Fatalf("POST /v1/plans: %d plans, refusals %+v; want plans and no refusal", len(res.Plans), res.Refusals)
 			}
-			body, _ := json.Marshal(api.PlanRequest{BookingID: scenario.Booking, Manifest: m.Raw,
-				ManifestSignature: m.Signature, EntitlementToken: ent})
-			status, raw := post(t, h, "/v1/plans", "application/json", token, body)
-			b, _ := json.Marshal(raw)
-			var env api.Envelope[policy.PlanResult]
-			if err := json.Unmarshal(b, &env); err != nil || status != http.StatusOK || len(env.Data.Plans) == 0 {
-				t.Fatalf("POST /v1/plans = %d %v %v", status, raw["error"], err)
-			}
+			env := api.Envelope[policy.PlanResult]{Data: res}
 			for _, p := range env.Data.Plans {
 				e := p.Estimates
 				if e.FailureRateSource != tc.source || e.Goodput == nil || e.LostFraction == nil ||
@@ -193,7 +186,19 @@ func TestPlanSaysWhyNothingIsAdmitted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ent, err := h.runner.EntitlementFor(m, telemetry(0.5, time.Minute)) // above the bounds' 0.01 per GPU-hour
+	res := postPlan(t, h, m, token, telemetry(0.5, time.Minute)) // above the bounds' 0.01 per GPU-hour
+	if len(res.Plans) != 0 || len(res.Refusals) != 1 ||
+		res.Refusals[0].Code != "ENTITLEMENT_TELEMETRY_MALFORMED" || res.Refusals[0].Gate != "entitlement" {
+		t.Fatalf("plans %d, refusals %+v; want none and exactly ENTITLEMENT_TELEMETRY_MALFORMED", len(res.Plans), res.Refusals)
+	}
+}
+
+// postPlan asks POST /v1/plans for m on the demo booking, its entitlement's
+// claims changed by tweak, and returns the answer's data (200 or the test
+// fails).
+func postPlan(t *testing.T, h *harness, m scenario.Manifest, token string, tweak func(map[string]any)) policy.PlanResult {
+	t.Helper()
+	ent, err := h.runner.EntitlementFor(m, tweak)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,10 +210,7 @@ func TestPlanSaysWhyNothingIsAdmitted(t *testing.T) {
 	if err := json.Unmarshal(b, &env); err != nil || status != http.StatusOK {
 		t.Fatalf("POST /v1/plans = %d %v %v", status, raw["error"], err)
 	}
-	if len(env.Data.Plans) != 0 || len(env.Data.Refusals) != 1 ||
-		env.Data.Refusals[0].Code != "ENTITLEMENT_TELEMETRY_MALFORMED" || env.Data.Refusals[0].Gate != "entitlement" {
-		t.Fatalf("plans %d, refusals %+v; want none and exactly ENTITLEMENT_TELEMETRY_MALFORMED", len(env.Data.Plans), env.Data.Refusals)
-	}
+	return env.Data
 }
 
 // permissive is a bundle that allows everything and estimates nothing; its

@@ -24,8 +24,9 @@ build:
 ##   make image IMAGE=registry.example.com/itogate:v1.2.3 VERSION=v1.2.3. Pin deployments by the digest
 ##   the registry reports after `docker push` (Helm value image.digest, kustomize images: digest).
 IMAGE ?= itogate:$(VERSION)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
 image:
-	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE) .
 	@echo "image: $(IMAGE) $$(docker image inspect --format '{{.Id}}' $(IMAGE))"
 
 ## chart: helm lint --strict and helm template of deploy/helm/itogate, with the helm pinned in

@@ -16,6 +16,15 @@ import (
 // "devel".
 var Version string
 
+// Commit is the VCS revision, stamped where the build has no VCS
+// information (`go build -buildvcs=false`, as the container image is
+// built: its context has no .git):
+//
+//	go build -buildvcs=false -ldflags "-X github.com/itocompute/itogate/gatekeeper/version.Commit=$(git rev-parse HEAD)" ./cmd/itogate
+//
+// The revision Go records from the VCS wins when both are present.
+var Commit string
+
 // Info is the build's identity.
 type Info struct {
 	Version   string `json:"version"`
@@ -25,7 +34,7 @@ type Info struct {
 
 // Get returns the build's identity.
 func Get() Info {
-	i := Info{Version: Version, GoVersion: runtime.Version()}
+	i := Info{Version: Version, Commit: Commit, GoVersion: runtime.Version()}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		if i.Version == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 			i.Version = bi.Main.Version

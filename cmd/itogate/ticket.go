@@ -45,7 +45,7 @@ type ticketVerifyOptions struct {
 var reCompactJWS = regexp.MustCompile(`^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$`)
 
 // reJobID is what a job id may be (the server's rule).
-var reJobID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+var reJobID = regexp.MustCompile(api.JobIDPattern)
 
 func newTicketCmd(stdout, stderr io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
@@ -136,7 +136,7 @@ func runTicketVerify(ctx context.Context, o *ticketVerifyOptions, args []string,
 		return usage(errors.New("--server, --token-file and --job-id need --online"))
 	}
 	if o.jobID != "" && !reJobID.MatchString(o.jobID) {
-		return usage(errors.New("--job-id: 1-128 characters of [A-Za-z0-9._:-]"))
+		return usage(errors.New("--job-id: 1-128 characters of [A-Za-z0-9_.:-], the first a letter or digit"))
 	}
 	if o.online && o.timeout <= 0 {
 		return usage(errors.New("--timeout must be positive"))

@@ -160,6 +160,7 @@ var (
 	reKey     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
 	reID      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
 	reConfRef = regexp.MustCompile(`^cfr_[0-9a-f]{32}$`)
+	reJobID   = regexp.MustCompile(api.JobIDPattern)
 )
 
 func validate(req Request) error {

@@ -61,6 +61,13 @@ func (s *Service) RenewTicket(ctx context.Context, caller Caller, runID string) 
 	if a.Ticket == "" {
 		return fail(api.CodeTicketsDisabled, "the run was admitted without a ticket; nothing to renew")
 	}
+	// A ticket's times are whole seconds and its exp is after its iat: in
+	// the last part of a second before live-until, the run is live but no
+	// ticket fits before it ends.
+	if !r.LiveUntil.Truncate(time.Second).After(now.Truncate(time.Second)) {
+		return fail(api.CodeRunNotLive, fmt.Sprintf("the run ends within the second (live until %s); no ticket is issued for it",
+			r.LiveUntil.UTC().Format(time.RFC3339Nano)))
+	}
 	c, _, err := s.opts.TicketVerifier.VerifyAllowExpired([]byte(a.Ticket), now)
 	if err == nil {
 		c.ID, c.IssuedAt = NewDecisionID(), now
@@ -93,8 +100,8 @@ func (s *Service) CheckTicket(ctx context.Context, scheduler Caller, req api.Tic
 	switch {
 	case req.Ticket == "" || len(req.Ticket) > verify.DefaultMaxTokenBytes:
 		return fail(api.CodeRequestInvalid, fmt.Sprintf("ticket: a compact JWS of 1 to %d bytes", verify.DefaultMaxTokenBytes))
-	case req.JobID != "" && !reID.MatchString(req.JobID):
-		return fail(api.CodeRequestInvalid, "job_id: 1-128 characters of [A-Za-z0-9._:-]")
+	case req.JobID != "" && !reJobID.MatchString(req.JobID):
+		return fail(api.CodeRequestInvalid, "job_id: 1-128 characters of [A-Za-z0-9_.:-], the first a letter or digit")
 	case req.JobID != "" && (scheduler.Subject == "" || ledger.IDProblem(scheduler.Subject) != ""):
 		return fail(api.CodeSchedulerUnauthenticated, "the scheduler token needs a sub to bind a job")
 	}

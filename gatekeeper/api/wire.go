@@ -83,9 +83,16 @@ type TicketCheckRequest struct {
 	Ticket string `json:"ticket"`
 	// JobID, when set, binds the ticket's run to this scheduler job: the
 	// first job id bound is the run's for good (TICKET_JOB_BOUND for
-	// another); the same one again is answered alike.
+	// another); the same one again is answered alike. Its shape is
+	// JobIDPattern.
 	JobID string `json:"job_id,omitempty"`
 }
+
+// JobIDPattern is the shape of a scheduler job id (TicketCheckRequest.JobID):
+// 1 to 128 characters of letters, digits, '_', '.', ':' and '-', the first a
+// letter or digit (no id reads as a flag). '_' admits Slurm array tasks
+// (4711_3) and Ray submission ids (raysubmit_…).
+const JobIDPattern = `^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`
 
 // TicketCheck is the data of a live answer of POST /v1/tickets/verify.
 type TicketCheck struct {

@@ -189,37 +189,38 @@ func TestSecurityClaim_RenewedTicketNeverPastLiveUntil(t *testing.T) {
 }
 
 // TestSecurityClaim_RenewalInALiveRunsLastSecond: docs/tickets.md
-// "Lifetime and renewal": the renewal answers 200 while the run is live
-// (RunRecord.MayWork) and 403 RUN_NOT_LIVE once it is past its end; 503
-// TICKET_UNAVAILABLE is for a ticket that could not be signed ("retry").
-//
-// FINDING: in the last fraction of a second before a run's live-until
-// (now and live-until in the same second; live-until is rarely a whole
-// second) the run is still live, but the renewal caps exp at live-until
-// truncated to the second, which is not after iat: Issue refuses the
-// claims and the caller gets 503 TICKET_UNAVAILABLE "retry", a fault
-// code, where the doc promises a live answer or a coded RUN_NOT_LIVE
-// (gatekeeper/admission/tickets.go RenewTicket, the Capped call). Nothing
-// is signed, so it fails closed; the answer is wrong.
+// "Lifetime and renewal": a ticket's exp is a whole second, never after the
+// run's live-until, and after its iat. In the last part of a second before
+// a live-until that is not a whole second, the run is still live but no
+// ticket fits: the renewal is 403 RUN_NOT_LIVE saying so (it was 503
+// TICKET_UNAVAILABLE, "retry", a fault code, from the signer refusing
+// exp <= iat). The second before, it is 200 with exp the whole second.
 func TestSecurityClaim_RenewalInALiveRunsLastSecond(t *testing.T) {
 	h, pin := pinnedAdmissionClock(t)
+	// Admitted half-way through a second: live-until (admission time plus
+	// whole seconds) is too.
+	pin(time.Now().Truncate(time.Second).Add(500 * time.Millisecond))
 	_, runID, _ := createRun(t, h)
 	rec, err := h.store.RunRecord(context.Background(), runID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	frac := rec.LiveUntil.Sub(rec.LiveUntil.Truncate(time.Second))
-	if frac == 0 {
-		t.Skip("live-until is a whole second: no last partial second to probe")
+	whole := rec.LiveUntil.Truncate(time.Second)
+	if frac := rec.LiveUntil.Sub(whole); frac != 500*time.Millisecond {
+		t.Fatalf("live-until %v is %v past a whole second, want 500ms", rec.LiveUntil, frac)
 	}
-	at := rec.LiveUntil.Add(-frac / 2)
+	at := whole.Add(250 * time.Millisecond)
 	if rec.MayWork(at) != nil {
 		t.Fatalf("the run is not live at %v: %v", at, rec.MayWork(at))
 	}
 	pin(at)
 	status, env := renew(t, h, runID, callerToken(t, h))
-	if status != http.StatusOK && !(status == http.StatusForbidden && env.Error != nil && env.Error.Code == api.CodeRunNotLive) {
-		t.Fatalf("renewal %v before live-until (the run is live): %d %+v, want 200 or 403 RUN_NOT_LIVE", frac/2, status, env.Error)
+	wantRefusal(t, "renewal 250ms before live-until", status, env, http.StatusForbidden, api.CodeRunNotLive, "ends within the second")
+
+	pin(whole.Add(-250 * time.Millisecond))
+	status, env = renew(t, h, runID, callerToken(t, h))
+	if status != http.StatusOK || env.Data.ExpiresAt != whole.Unix() {
+		t.Fatalf("renewal 750ms before live-until: %d %+v, want 200 with expires_at %d", status, env, whole.Unix())
 	}
 }
 
@@ -289,24 +290,25 @@ func TestSecurityClaim_JobBoundAcrossSchedulers(t *testing.T) {
 }
 
 // TestSecurityClaim_JobIDCharsetAsDocumented: docs/tickets.md "With job_id
-// (1-128 characters of [A-Za-z0-9._:-])". Ids made only of those
-// characters must be accepted.
-//
-// FINDING: the server checks job ids with admission's reID,
-// ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$: an id whose first character is '.',
-// '-' or ':' is refused 400 REQUEST_INVALID. The code
-// is the stricter (and safer: no id that reads as a flag); the doc should
-// say "starting with a letter or digit".
+// (1-128 characters of [A-Za-z0-9_.:-], the first a letter or digit ...)".
+// A Slurm array task and a Ray submission id bind; an id that starts with
+// '-', '.' or ':' is 400 REQUEST_INVALID and binds nothing.
 func TestSecurityClaim_JobIDCharsetAsDocumented(t *testing.T) {
 	h := newHarness(t, nil)
 	_, _, tk := createRun(t, h)
-	for _, id := range []string{"-4711", ".4711", ":4711"} {
-		// An accepted id binds the run (the first) or is TICKET_JOB_BOUND
-		// (the others): either way not a malformed request.
+	for _, id := range []string{"-4711", ".4711", ":4711", strings.Repeat("a", 129)} {
 		status, env := check(t, h, tk, id)
-		if status == http.StatusBadRequest && env.Error != nil && env.Error.Code == api.CodeRequestInvalid {
-			t.Errorf("job_id %q (characters of [A-Za-z0-9._:-]) refused: 400 %s", id, env.Error.Message)
+		if status != http.StatusBadRequest || env.Error == nil || env.Error.Code != api.CodeRequestInvalid {
+			t.Errorf("job_id %q: %d %+v, want 400 REQUEST_INVALID", id, status, env.Error)
 		}
+	}
+	// The first valid id binds the run; the second is another job.
+	if status, env := check(t, h, tk, "4711_3"); status != http.StatusOK || env.Error != nil {
+		t.Fatalf("job_id 4711_3 (a Slurm array task): %d %+v, want 200", status, env.Error)
+	}
+	status, env := check(t, h, tk, "raysubmit_AbC123")
+	if status != http.StatusForbidden || env.Error == nil || env.Error.Code != api.CodeTicketJobBound {
+		t.Fatalf("job_id raysubmit_AbC123 after 4711_3: %d %+v, want 403 TICKET_JOB_BOUND", status, env.Error)
 	}
 }
 

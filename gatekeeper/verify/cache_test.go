@@ -437,7 +437,8 @@ func TestTokenCacheConcurrent(t *testing.T) {
 }
 
 // TestTokenCachePurposeSeparation: a token cached by one verifier is not a
-// hit for another, and the other purpose's checks still refuse it.
+// hit for another, and the other purpose's checks still refuse it (the
+// caller verifier, which names no typ, on the entitlement's reserved typ).
 func TestTokenCachePurposeSeparation(t *testing.T) {
 	t.Parallel()
 	dev := keys.Dev()
@@ -449,7 +450,7 @@ func TestTokenCachePurposeSeparation(t *testing.T) {
 	}
 	for range 2 {
 		_, err := caller.Verify(raw, now)
-		wantKind(t, err, verify.PurposeCaller, verify.KindUnknownKey)
+		wantKind(t, err, verify.PurposeCaller, verify.KindHeader)
 	}
 	if s := caller.CacheStats(); s.Hits != 0 || s.Entries != 0 {
 		t.Fatalf("caller stats = %+v", s)

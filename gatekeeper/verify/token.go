@@ -49,7 +49,10 @@ type TokenOptions struct {
 	Audience string
 	// Type is the required JOSE "typ" header (e.g. "ito-entitlement+jwt"),
 	// compared case-insensitively with an optional "application/" prefix
-	// (RFC 7515 §4.1.9). Empty means typ is not checked (callers' IdPs).
+	// (RFC 7515 §4.1.9). Empty means any typ an IdP sets passes (callers'
+	// IdPs), except itogate's own token types ("ito-…", ReservedTypePrefix):
+	// a ticket, entitlement, confirmation or eval report is never taken
+	// for a token of a purpose that names no type.
 	Type string
 	// Keys are the public verification keys of this purpose only. Every key
 	// must have a unique kid and an alg; the token's alg must equal its key's
@@ -312,6 +315,8 @@ func (v *TokenVerifier) checkHeader(hdr map[string]any) (string, resolvedKey, *E
 		if !ok || !sameMediaType(typ, v.typ) {
 			return "", resolvedKey{}, v.fail(KindHeader, "typ header missing or not "+v.typ)
 		}
+	} else if typ, ok := hdr["typ"].(string); ok && isReservedType(typ) {
+		return "", resolvedKey{}, v.fail(KindHeader, "typ "+typ+" is an itogate token type, not this purpose's")
 	}
 	kidV, present := hdr["kid"]
 	kid, isString := kidV.(string)
@@ -326,6 +331,20 @@ func (v *TokenVerifier) checkHeader(hdr map[string]any) (string, resolvedKey, *E
 		return "", resolvedKey{}, v.fail(KindHeader, "alg differs from the key's configured alg")
 	}
 	return kid, key, nil
+}
+
+// ReservedTypePrefix begins the typ of every token type itogate defines
+// (ito-entitlement+jwt, ito-confirmation+jwt, ito-eval+jwt,
+// ito-ticket+jwt): a verifier with no Type refuses them.
+const ReservedTypePrefix = "ito-"
+
+// isReservedType reports whether typ (RFC 7515 §4.1.9: case-insensitive,
+// "application/" optional) is one of itogate's own token types.
+func isReservedType(typ string) bool {
+	if len(typ) > len("application/") && strings.EqualFold(typ[:len("application/")], "application/") {
+		typ = typ[len("application/"):]
+	}
+	return len(typ) >= len(ReservedTypePrefix) && strings.EqualFold(typ[:len(ReservedTypePrefix)], ReservedTypePrefix)
 }
 
 // sameMediaType compares typ values per RFC 7515 §4.1.9: case-insensitive,

@@ -14,7 +14,7 @@ import (
 
 // TestIdentifierBoundsBeforeTheLedger: a signed jti, sub or account the
 // ledger cannot hold (longer than ledger.MaxIDLen, or holding NUL or another
-// control character) is the token's fault: the same 4xx code on bbolt and
+// control character, C1 included) is the token's fault: the same 4xx code on bbolt and
 // PostgreSQL, never 503 LEDGER_UNAVAILABLE, and nothing is written. The
 // longest acceptable identifier works on both.
 func TestIdentifierBoundsBeforeTheLedger(t *testing.T) {
@@ -50,6 +50,7 @@ func TestIdentifierBoundsBeforeTheLedger(t *testing.T) {
 			"jti over the bound": {"jti": long},
 			"jti with NUL":       {"jti": "jti-\x00-x"},
 			"jti with a newline": {"jti": "jti-\n-x"},
+			"jti with a C1 NEL":  {"jti": "jti-\u0085-x"},
 			"sub over the bound": {"sub": long},
 			"sub with NUL":       {"sub": "acct\x00x"},
 		} {

@@ -3,6 +3,7 @@ package ledger
 import (
 	"fmt"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/itocompute/itogate/gatekeeper/api"
@@ -222,7 +223,8 @@ func textProblem(s string) string {
 	if !utf8.ValidString(s) {
 		return "is not valid UTF-8"
 	}
-	if strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+	// Cc: C0, DEL and the C1 controls (U+0080–U+009F, NEL among them).
+	if strings.ContainsFunc(s, unicode.IsControl) {
 		return "contains a control character"
 	}
 	return ""

@@ -24,9 +24,9 @@ const (
 )
 
 // CacheEntriesFor is the recommended TokenOptions.CacheEntries of a purpose:
-// DefaultCacheEntries for caller, depositor, entitlement and ticket tokens, which
-// their holders present again and again until they expire (every Pod of a
-// workload carries the same ticket), and 0 (no cache)
+// DefaultCacheEntries for caller, depositor, revoker, scheduler, entitlement
+// and ticket tokens, which their holders present again and again until they
+// expire (every Pod of a workload carries the same ticket), and 0 (no cache)
 // for confirmation tokens, which are single-use, and anything else.
 func CacheEntriesFor(p Purpose) int {
 	switch p {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/itocompute/itogate/gatekeeper/plan"
 	"github.com/itocompute/itogate/gatekeeper/trainfacts"
-	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 )
 
@@ -127,7 +126,7 @@ func (f *fixer) confirmLayout(manifest map[string]any, l plan.Layout) (map[strin
 // confirmed evaluates the confirmation query on doc: no deny and memory
 // within the margin. Any error or other shape is not a confirmation.
 func confirmed(ctx context.Context, q rego.PreparedEvalQuery, doc map[string]any) bool {
-	in, err := ast.InterfaceToValue(doc)
+	in, err := inputValue(doc)
 	if err != nil {
 		return false
 	}

@@ -342,7 +342,12 @@ func (e *Engine) Decide(ctx context.Context, input map[string]any) (Decision, er
 	if err := e.checkFacts(input); err != nil {
 		return Decision{}, err
 	}
-	r, err := e.evalOne(ctx, e.query, rego.EvalInput(input), "decision")
+	// the value rego.EvalInput would make of input, without its JSON-shaped copy
+	parsed, err := inputValue(input)
+	if err != nil {
+		return Decision{}, &Error{Code: api.CodePolicyEvaluationFailed, Err: fmt.Errorf("input: %w", err)}
+	}
+	r, err := e.evalOne(ctx, e.query, rego.EvalParsedInput(parsed), "decision")
 	if err != nil {
 		return Decision{}, err
 	}

@@ -40,7 +40,11 @@ type ReportVerdict struct {
 // docs/policy-input.md), with the same deadline, staleness and error codes
 // as Decide. input.facts is not read.
 func (e *Engine) JudgeReport(ctx context.Context, input map[string]any) (ReportVerdict, error) {
-	r, err := e.evalOne(ctx, e.report, rego.EvalInput(input), "report verdict")
+	parsed, err := inputValue(input)
+	if err != nil {
+		return ReportVerdict{}, &Error{Code: api.CodePolicyEvaluationFailed, Err: fmt.Errorf("input: %w", err)}
+	}
+	r, err := e.evalOne(ctx, e.report, rego.EvalParsedInput(parsed), "report verdict")
 	if err != nil {
 		return ReportVerdict{}, err
 	}

@@ -170,21 +170,32 @@ func (n Num) bigInt() (*big.Int, bool) {
 	return nil, false
 }
 
-func (n Num) float() *big.Float {
+func (n Num) float() *big.Float { return n.floatIn(nil) }
+
+// floatIn is n's float; an integer is written into scratch when it is
+// not nil (the result is then only valid until scratch is used again).
+func (n Num) floatIn(scratch *big.Float) *big.Float {
 	switch n.kind {
 	case isFloat:
 		return n.f
 	case isInt:
 		// exact at 64 bits, as SetString of its text gives it
-		return new(big.Float).SetPrec(64).SetInt64(n.i)
+		return intFloat(scratch, n.i)
 	}
 	if n.pf != nil {
 		return n.pf
 	}
 	if i, ok := util.Atoi64(n.text); ok {
-		return new(big.Float).SetPrec(64).SetInt64(i)
+		return intFloat(scratch, i)
 	}
 	return builtins.NumberToFloat(ast.Number(n.text))
+}
+
+func intFloat(z *big.Float, i int64) *big.Float {
+	if z == nil {
+		z = new(big.Float)
+	}
+	return z.SetPrec(64).SetInt64(i)
 }
 
 var (
@@ -195,7 +206,11 @@ var (
 // fromFloat is the number OPA makes of a float result (builtins.FloatToNumber).
 // An integer below 2^62 in magnitude has a unit in the last place of at
 // most 1, so its shortest text is its exact decimal form: an int64.
-func fromFloat(f *big.Float) Num {
+func fromFloat(f *big.Float) Num { return fromFloatIn(f, false) }
+
+// fromFloatIn is fromFloat of a result computed in scratch space: a
+// non-integer result, which the Num keeps, is copied out of it first.
+func fromFloatIn(f *big.Float, scratch bool) Num {
 	if f.IsInt() {
 		if f.Cmp(maxExactInt) < 0 && f.Cmp(minExactInt) > 0 {
 			i, _ := f.Int64()
@@ -205,6 +220,9 @@ func fromFloat(f *big.Float) Num {
 			return Int(i)
 		}
 		return Text(f.Text('f', -1))
+	}
+	if scratch {
+		f = new(big.Float).Copy(f) // the same precision, mode, accuracy and value
 	}
 	return Num{f: f, kind: isFloat}
 }
@@ -226,7 +244,10 @@ type binary struct {
 	noFloat error
 }
 
-func (op binary) eval(x, y Num) (Num, error) {
+// eval is x op y. s holds scratch floats for the float path (nil: none):
+// the operands read as floats and the result, which is copied out only
+// when it is not an integer.
+func (op binary) eval(s *scratch, x, y Num) (Num, error) {
 	if !x.Defined() || !y.Defined() {
 		return Num{}, nil
 	}
@@ -266,11 +287,26 @@ func (op binary) eval(x, y Num) (Num, error) {
 	if op.float == nil {
 		return Num{}, op.noFloat
 	}
-	r, err := op.float(new(big.Float), x.float(), y.float())
+	if s == nil {
+		r, err := op.float(new(big.Float), x.float(), y.float())
+		if err != nil {
+			return Num{}, err
+		}
+		return fromFloat(r), nil
+	}
+	// a new float has precision 0 (the operands' larger one is taken) and
+	// rounds to nearest even; the scratch result is set back to that
+	s.z.SetPrec(0)
+	r, err := op.float(&s.z, x.floatIn(&s.x), y.floatIn(&s.y))
 	if err != nil {
 		return Num{}, err
 	}
-	return fromFloat(r), nil
+	return fromFloatIn(r, true), nil
+}
+
+// scratch are a Calc's reusable floats.
+type scratch struct {
+	x, y, z big.Float
 }
 
 var (
@@ -411,15 +447,35 @@ func Compare(x, y Num) int {
 	case x.kind == isFloat && y.kind == isFloat:
 		return x.f.Cmp(y.f)
 	case x.kind == isFloat && yInt:
-		return x.f.Cmp(new(big.Float).SetPrec(64).SetInt64(yi))
+		return cmpFloatInt(x.f, yi)
 	case xInt && y.kind == isFloat:
-		return new(big.Float).SetPrec(64).SetInt64(xi).Cmp(y.f)
+		return -cmpFloatInt(y.f, xi)
 	case xInt && y.pi != nil:
 		return big.NewInt(xi).Cmp(y.pi)
 	case x.pi != nil && yInt:
 		return x.pi.Cmp(big.NewInt(yi))
 	}
 	return ast.NumberCompare(ast.Number(x.String()), ast.Number(y.String()))
+}
+
+// cmpFloatInt is f.Cmp(i as a float), without making the float: the
+// truncated integer t of f and which side of f it lies on order them.
+func cmpFloatInt(f *big.Float, i int64) int {
+	t, acc := f.Int64()
+	switch acc {
+	case big.Exact:
+		return cmpInt(t, i)
+	case big.Below: // t < f: t < f < t+1, or f beyond the int64s above
+		if i <= t {
+			return 1
+		}
+		return -1
+	default: // t > f: t-1 < f < t, or f beyond the int64s below
+		if i >= t {
+			return -1
+		}
+		return 1
+	}
 }
 
 func cmpInt(a, b int64) int {
@@ -436,13 +492,14 @@ func cmpInt(a, b int64) int {
 // OPA stops at it; every result after an error is undefined.
 type Calc struct {
 	Err error
+	s   scratch
 }
 
 func (c *Calc) bin(op binary, x, y Num) Num {
 	if c.Err != nil {
 		return Num{}
 	}
-	r, err := op.eval(x, y)
+	r, err := op.eval(&c.s, x, y)
 	if err != nil {
 		c.Err = err
 		return Num{}

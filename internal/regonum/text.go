@@ -17,11 +17,13 @@ func floatText(f *big.Float) string {
 	if f.Prec() != 64 || f.IsInf() || f.Sign() == 0 {
 		return f.Text('g', -1)
 	}
+	s := textPool.Get().(*textScratch)
+	defer textPool.Put(s)
 	// f = ±M × 2^(E-64), M of exactly 64 bits
 	E := f.MantExp(nil)
-	var t big.Float
+	t := &s.t
 	t.SetMantExp(f, 64-E)
-	t.Abs(&t)
+	t.Abs(t)
 	M, acc := t.Uint64()
 	shift := E - 64 - 1 // lsb of 2M ± 1 is half an ulp
 	if acc != big.Exact || M>>63 != 1 || shift >= 0 {
@@ -31,12 +33,15 @@ func floatText(f *big.Float) string {
 	p5, p5digits := pow5(k)
 	// the exact decimal digits of 2M × 5^k and of 5^k: lower and upper
 	// are (2M ∓ 1) × 5^k, their difference and sum
-	var v big.Int
+	v := &s.v
 	v.SetUint64(M)
-	v.Lsh(&v, 1)
-	v.Mul(&v, p5)
-	vd := v.Append(make([]byte, 0, len(p5digits)+24), 10)
-	lo, hi := decSub(vd, p5digits), decAdd(vd, p5digits)
+	v.Lsh(v, 1)
+	v.Mul(v, p5)
+	vd := v.Append(s.vd[:0], 10)
+	s.vd = vd
+	s.lo = decSub(s.lo, vd, p5digits)
+	s.hi = decAdd(s.hi, vd, p5digits)
+	lo, hi := s.lo, s.hi
 	d := decimalOf(vd, k)
 	lower := decimalOf(lo, k)
 	upper := decimalOf(hi, k)
@@ -60,21 +65,42 @@ func floatText(f *big.Float) string {
 		break
 	}
 
-	buf := make([]byte, 0, 32)
+	buf := s.buf[:0]
 	if f.Signbit() {
 		buf = append(buf, '-')
 	}
 	prec := len(d.mant)
 	if exp := d.exp - 1; exp < -4 || exp >= 6 {
-		return string(fmtE(buf, prec-1, d))
+		buf = fmtE(buf, prec-1, d)
+	} else {
+		buf = fmtF(buf, max(prec-d.exp, 0), d)
 	}
-	return string(fmtF(buf, max(prec-d.exp, 0), d))
+	s.buf = buf
+	return string(buf)
+}
+
+// textScratch is floatText's working space, reused through textPool: the
+// digits are written into it and only the final text is copied out.
+type textScratch struct {
+	t               big.Float
+	v               big.Int
+	vd, lo, hi, buf []byte
+}
+
+var textPool = sync.Pool{New: func() any { return new(textScratch) }}
+
+// grow is buf with length n, reusing its space when it has room.
+func grow(buf []byte, n int) []byte {
+	if cap(buf) < n {
+		return make([]byte, n, n+8)
+	}
+	return buf[:n]
 }
 
 // decSub is a − b of decimal digit strings, a > b > 0 (no leading zeros in
-// the result).
-func decSub(a, b []byte) []byte {
-	out := make([]byte, len(a))
+// the result), written into dst's space.
+func decSub(dst, a, b []byte) []byte {
+	out := grow(dst, len(a))
 	borrow := byte(0)
 	for i, j := len(a)-1, len(b)-1; i >= 0; i, j = i-1, j-1 {
 		x := a[i] - '0'
@@ -97,10 +123,10 @@ func decSub(a, b []byte) []byte {
 	return out[i:]
 }
 
-// decAdd is a + b of decimal digit strings.
-func decAdd(a, b []byte) []byte {
+// decAdd is a + b of decimal digit strings, written into dst's space.
+func decAdd(dst, a, b []byte) []byte {
 	n := max(len(a), len(b)) + 1
-	out := make([]byte, n)
+	out := grow(dst, n)
 	carry := byte(0)
 	for i, j, o := len(a)-1, len(b)-1, n-1; o >= 0; i, j, o = i-1, j-1, o-1 {
 		x := carry

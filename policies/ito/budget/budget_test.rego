@@ -332,3 +332,11 @@ test_money_exact_at_the_schema_limits if {
 	est.compute_cost_usd == "3970045518660035357629954481339.97"
 	{v.code | some v in budget.deny with input as inp} == {"BUDGET_CEILING_EXCEEDED", "BUDGET_INCREMENTAL_EXCEEDED", "BUDGET_RUN_PAST_TERM"}
 }
+
+# estimates is one object when every figure is there: the same keys and
+# values as the per-key rules
+test_estimates_are_the_per_key_rules if {
+	est := budget.estimates with input as _base
+	est == {k: v | some k, v in budget._estimates} with input as _base
+	count(est) == 16
+}

@@ -257,3 +257,11 @@ test_unused_telemetry_is_bundle_data[name] if {
 	checkpoint.estimates.checkpoint_failure_rate_source == "bundle" with input as inp
 	checkpoint.estimates.checkpoint_lost_fraction == 0.0022 with input as inp
 }
+
+# estimates is one object when every figure is there: the same keys and
+# values as the per-key rules
+test_estimates_are_the_per_key_rules if {
+	est := checkpoint.estimates with input as _base
+	est == {k: v | some k, v in checkpoint._estimates} with input as _base
+	count(est) == 14
+}

@@ -13,7 +13,28 @@ package ito.parallelism
 #   and DP communication/compute ratio; with a parallelism deny, fix_layout:
 #   the nearest passing layout (or the smallest GPU count that has one).
 #   Absent when not computable.
-estimates := {k: v | some k, v in _estimates}
+estimates := object.union(
+	{
+		"world_size": _f.world_size, "dp": _f.dp, "tp": _layout.tp, "pp": _layout.pp, "cp": _layout.cp,
+		"ep": _layout.ep, "etp": _layout.etp, "virtual_stages": _layout.v, "pipeline_schedule": _layout.schedule,
+		"microbatches": _f.microbatches, "tokens_per_gpu": _f.tokens_per_gpu,
+		"bytes_per_param": _f.rounded.bytes_per_param, "model_states_gb_per_gpu": _f.rounded.model_states_gb,
+		"activations_gb_per_gpu": _f.rounded.activations_gb, "memory_gb_per_gpu": _f.rounded.memory_gb,
+		"gpu_memory_gb": _gpu.memory_gb, "bubble_fraction": _f.rounded.bubble,
+		"dp_comm_compute_ratio": _f.rounded.comm_ratio,
+	},
+	{k: v | some k, v in _optional_estimates},
+) if _f
+
+# with a figure missing, one rule per key (_estimates below): only its key is left out
+else := {k: v | some k, v in _estimates}
+
+# the keys of _estimates that are there only with an MoE model or a deny
+_optional_estimates["expert_data_parallel"] := _estimates.expert_data_parallel
+
+_optional_estimates["expert_bytes_per_param"] := _estimates.expert_bytes_per_param
+
+_optional_estimates["fix_layout"] := _estimates.fix_layout
 
 _estimates["world_size"] := _f.world_size
 

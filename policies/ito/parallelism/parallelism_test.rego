@@ -759,3 +759,16 @@ test_confirm if {
 	c := parallelism.confirm with input as _base with data.ito.config.parallelism.memory_warn_fraction as 0.1
 	c.memory_over_margin
 }
+
+# estimates is one object when every figure is there: the same keys and
+# values as the per-key rules, with an MoE model and with a deny's fix too
+test_estimates_are_the_per_key_rules[name] if {
+	some name, inp in {
+		"base": _base,
+		"moe": json.patch(_base, _mixtral_one_node),
+		"deny with a fix": _tp16,
+	}
+	est := parallelism.estimates with input as inp with parallelism._fix as _a_fix
+	est == {k: v | some k, v in parallelism._estimates} with input as inp with parallelism._fix as _a_fix
+	count(est) >= 18
+}

@@ -1,0 +1,4 @@
+package policy
+
+// InputValue exposes inputValue to the external tests.
+var InputValue = inputValue

@@ -199,7 +199,7 @@ func admitCases() []admitCase {
 			check: func(t *testing.T, e *env, req admission.Request, _ admission.Outcome) {
 				run := input(policyInput(t, e), "ledger", "run")
 				want := map[string]any{"state": "live", "stage": "pretrain", "manifest_digest": e.digest,
-					"restarts": 0, "checkpoint": fixturePlan}
+					"restarts": 0, "gpus": 64, "checkpoint": fixturePlan}
 				if !reflect.DeepEqual(run, want) {
 					t.Errorf("input.ledger.run = %v, want %v", run, want)
 				}
@@ -782,7 +782,7 @@ func admitCases() []admitCase {
 			check: func(t *testing.T, e *env, _ admission.Request, _ admission.Outcome) {
 				run := input(policyInput(t, e), "ledger", "run")
 				want := map[string]any{"state": "halted", "stage": "pretrain", "manifest_digest": e.digest,
-					"restarts": 0, "checkpoint": fixturePlan,
+					"restarts": 0, "gpus": 64, "checkpoint": fixturePlan,
 					"halt": map[string]any{"stage": "pretrain", "failed_evals": []any{"mmlu_5shot"},
 						"report_digest": "sha256:" + strings.Repeat("e", 64), "decision_id": "dec_halting"}}
 				if !reflect.DeepEqual(run, want) {

@@ -77,7 +77,7 @@ type pending struct {
 	// not be (the policy explains such a manifest first; commit refuses).
 	run    booking.Run
 	runErr error
-	usage  ledger.BookingUsage // the booking's live runs at now (train.create)
+	usage  ledger.BookingUsage // the booking's live runs at now (train.create, train.stage.advance)
 	target ledger.RunRecord    // the run a cancel, cleanup, stage advance or restart acts on
 
 	input    map[string]any
@@ -246,6 +246,15 @@ func (s *Service) verify(ctx context.Context, p *pending) (Outcome, bool) {
 		case !errors.Is(err, ledger.ErrNotFound):
 			return s.ledgerFault("run lookup", err), true
 		}
+		// A stage larger than the run grows it by GPUs its booking has
+		// free (the policy's input.ledger.booking; the commit decides it
+		// again): the usage of the run's own booking, read once the run is
+		// found this account's on it.
+		if spec, _ := req.Action.Spec(); spec.Stage {
+			if p.usage, err = s.opts.Ledger.BookingUsage(ctx, req.BookingID, p.now); err != nil {
+				return s.ledgerFault("booking usage", err), true
+			}
+		}
 		// The run's state decides what it may do (ledger.RunRecord.May):
 		// a run revoked with its booking or entitlement is refused here
 		// with the revocation's code, as a create is, and so is one whose
@@ -290,7 +299,7 @@ func (s *Service) facts(p *pending) {
 		EvalReports:    p.evalReports,
 		Ledger:         LedgerFacts{ConfirmationConsumed: p.consumed, SeenKey: p.keySeen, Run: p.ledgerRun},
 	}
-	if p.req.Action.Effect() == api.EffectCreateRun {
+	if spec, _ := p.req.Action.Spec(); spec.Effect == api.EffectCreateRun || spec.Stage {
 		in.Ledger.Booking = BookingFactsOf(p.caller.Account, p.usage)
 	}
 	p.input = in.Document()

@@ -19,12 +19,25 @@ import (
 // advance into long_context with a passing pretrain eval report.
 func stageRun(t *testing.T, h *harness, settings map[string]any) (scenario.Manifest, string, api.AdmissionRequest) {
 	t.Helper()
+	return stageRunOn(t, h, settings, 0)
+}
+
+// stageRunOn is stageRun on a booking of bookedNodes nodes (the
+// scenario's when 0): the run's create and its advance present an
+// entitlement for that many.
+func stageRunOn(t *testing.T, h *harness, settings map[string]any, bookedNodes int64) (scenario.Manifest, string, api.AdmissionRequest) {
+	t.Helper()
 	ctx := context.Background()
 	m, err := h.runner.CurriculumWith(settings)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, _, err := h.runner.Create(ctx, m, h.runner.Key("stages"))
+	booked := func(c map[string]any) {
+		if bookedNodes > 0 {
+			c["gpu"].(map[string]any)["nodes"] = bookedNodes
+		}
+	}
+	a, _, err := h.runner.CreateWith(ctx, m, h.runner.Key("stages"), booked)
 	if err != nil || a.Status != 200 {
 		t.Fatalf("create: %d %v, %v", a.Status, a.Codes(), err)
 	}
@@ -35,6 +48,9 @@ func stageRun(t *testing.T, h *harness, settings map[string]any) (scenario.Manif
 	}
 	req, err := h.runner.AdvanceRequest(ctx, m, a.Data.RunID, "long_context", report)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if req.EntitlementToken, err = h.runner.EntitlementFor(m, booked); err != nil {
 		t.Fatal(err)
 	}
 	return m, a.Data.RunID, req
@@ -119,18 +135,27 @@ func TestStageAdvanceLayoutDoesNotFit(t *testing.T) {
 	}
 }
 
-// A stage may not take more GPUs than its run holds: an advance into a
-// stage with more nodes is denied STAGE_WORLD_SIZE_EXCEEDS_RUN and consumes
-// nothing.
+// A stage may take more GPUs than its run holds only when the booking has
+// the difference free: on a booking of exactly the run's 8 nodes, an
+// advance into a stage of 16 is denied STAGE_WORLD_SIZE_EXCEEDS_RUN naming
+// the figures and consumes nothing.
 func TestStageAdvanceWorldSizeExceedsRun(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, nil)
-	_, run, req := stageRun(t, h, map[string]any{"long_context": map[string]any{
-		"objective":   map[string]any{"sequence_length": 32768},
-		"hardware":    map[string]any{"nodes": 16},
-		"parallelism": map[string]any{"context": 4, "data": 32},
-	}})
+	_, run, req := stageRunOn(t, h, map[string]any{"long_context": sixteenNodes}, 8)
 	a, err := h.runner.Admit(ctx, req)
 	wantAnswer(t, "advance", a, err, 403, "STAGE_WORLD_SIZE_EXCEEDS_RUN")
+	if got, want := a.Error.Violations[0].Message,
+		"stage \"long_context\" needs 128 GPUs (16 nodes × 8); the run holds 64 and the booking has 0 free "+
+			"(64 booked, 64 held by live runs)"; got != want {
+		t.Fatalf("message %q, want %q", got, want)
+	}
 	wantNothingConsumed(t, h, run, req)
+}
+
+// sixteenNodes are long_context settings at twice the curriculum's 8 nodes.
+var sixteenNodes = map[string]any{
+	"objective":   map[string]any{"sequence_length": 32768},
+	"hardware":    map[string]any{"nodes": 16},
+	"parallelism": map[string]any{"context": 4, "data": 32},
 }

@@ -412,20 +412,6 @@ deny contains v if {
 	]))
 }
 
-# The GPUs the run holds: the ledger's record of the ticket's run (a stage
-# advance may have grown it past the ticket's world_size; it never
-# shrinks), else the ticket's world_size.
-_admitted_gpus := g if {
-	_run_matches
-	g := input.run.gpus
-	lib.is_count(g)
-} else := _claims.world_size
-
-_charge_note := " (a Pod naming a DRA claim template counts as a whole node)" if {
-	some s in pod_sets
-	s.claims
-} else := ""
-
 # METADATA
 # title: A Pod larger than a node
 # description: One Pod asks for more GPUs than the admitted gpus_per_node.

@@ -203,6 +203,9 @@ func showRun(w io.Writer, r api.RunStatus) {
 		if e.CheckpointStep != nil {
 			fmt.Fprintf(w, "  checkpoint_step=%d", *e.CheckpointStep)
 		}
+		if e.GPUs > 0 { // a create's world size, or a stage advance that grew the run
+			fmt.Fprintf(w, "  gpus=%d", e.GPUs)
+		}
 		fmt.Fprintln(w)
 	}
 }

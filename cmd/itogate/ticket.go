@@ -169,7 +169,7 @@ func runTicketVerify(ctx context.Context, o *ticketVerifyOptions, args []string,
 			o.src.stdinUsed = "ticket"
 		}
 		var code int
-		if online, code = o.checkOnline(ctx, string(raw), stderr); code != ticketExitOK {
+		if online, code = o.checkOnline(ctx, string(raw), c.WorldSize, stderr); code != ticketExitOK {
 			return code
 		}
 	}
@@ -190,11 +190,13 @@ func runTicketVerify(ctx context.Context, o *ticketVerifyOptions, args []string,
 }
 
 // checkOnline asks itogate whether the ticket's run may take work (and
-// binds the job). It returns the line to print on success, or the exit
+// binds the job), and what it holds: more GPUs than the ticket's
+// worldSize once a stage advance grew it. It returns the line to print on
+// success, or the exit
 // code of the refusal with its line written to stderr: 4 for an answer
 // that withdraws the ticket (403/404 with a code), 2 for a request the
 // server found malformed, 5 for anything else (fail closed).
-func (o *ticketVerifyOptions) checkOnline(ctx context.Context, raw string, stderr io.Writer) (string, int) {
+func (o *ticketVerifyOptions) checkOnline(ctx context.Context, raw string, worldSize int64, stderr io.Writer) (string, int) {
 	say := func(code int, format string, args ...any) (string, int) {
 		fmt.Fprintf(stderr, "itogate ticket verify: "+format+"\n", args...)
 		return "", code
@@ -229,6 +231,9 @@ func (o *ticketVerifyOptions) checkOnline(ctx context.Context, raw string, stder
 		line := "online: live (state " + inert.Text(string(env.Data.State)) + ")"
 		if env.Data.JobID != "" {
 			line += ", bound to job " + inert.Text(env.Data.JobID)
+		}
+		if g := int64(env.Data.GPUs); g > worldSize {
+			line += fmt.Sprintf(", holds %d GPUs (a stage advance grew it past this ticket's %d: renew the ticket)", g, worldSize)
 		}
 		return line, ticketExitOK
 	case env.Error == nil:

@@ -88,8 +88,9 @@ type Options struct {
 	OnLedgerError func(op string)
 	// OnRunGPUs, when set, is called after a committed allow that takes or
 	// gives back booked GPUs: ("admitted", run GPUs, GPUs the booking holds
-	// with it, booked GPUs) or ("released", GPUs, 0, 0). For aggregate
-	// metrics; never per booking.
+	// with it, booked GPUs) for a train.create and for a stage advance
+	// that grew its run (the GPUs it grew by), or ("released", GPUs, 0, 0).
+	// For aggregate metrics; never per booking.
 	OnRunGPUs func(event string, gpus, held, booked int)
 	// Evaluations bounds concurrent policy evaluations (zero: no bound).
 	Evaluations Evaluations

@@ -14,11 +14,13 @@ import (
 
 	"github.com/itocompute/itogate/gatekeeper/admission"
 	"github.com/itocompute/itogate/gatekeeper/api"
+	"github.com/itocompute/itogate/gatekeeper/booking"
 	"github.com/itocompute/itogate/gatekeeper/decisionlog"
 	"github.com/itocompute/itogate/gatekeeper/ledger"
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
+	"github.com/itocompute/itogate/gatekeeper/trainfacts"
 	"github.com/itocompute/itogate/gatekeeper/verify"
 )
 
@@ -199,7 +201,7 @@ func admitCases() []admitCase {
 			check: func(t *testing.T, e *env, req admission.Request, _ admission.Outcome) {
 				run := input(policyInput(t, e), "ledger", "run")
 				want := map[string]any{"state": "live", "stage": "pretrain", "manifest_digest": e.digest,
-					"restarts": 0, "checkpoint": fixturePlan}
+					"restarts": 0, "gpus": 64, "checkpoint": fixturePlan}
 				if !reflect.DeepEqual(run, want) {
 					t.Errorf("input.ledger.run = %v, want %v", run, want)
 				}
@@ -782,11 +784,44 @@ func admitCases() []admitCase {
 			check: func(t *testing.T, e *env, _ admission.Request, _ admission.Outcome) {
 				run := input(policyInput(t, e), "ledger", "run")
 				want := map[string]any{"state": "halted", "stage": "pretrain", "manifest_digest": e.digest,
-					"restarts": 0, "checkpoint": fixturePlan,
+					"restarts": 0, "gpus": 64, "checkpoint": fixturePlan,
 					"halt": map[string]any{"stage": "pretrain", "failed_evals": []any{"mmlu_5shot"},
 						"report_digest": "sha256:" + strings.Repeat("e", 64), "decision_id": "dec_halting"}}
 				if !reflect.DeepEqual(run, want) {
 					t.Errorf("input.ledger.run = %v, want %v", run, want)
+				}
+			}},
+		{name: "allow/train.stage.advance into a larger stage grows the run", setup: func(t *testing.T, e *env) admission.Request {
+			e.withStageNodes(t, "midtrain", 16)
+			return onRun(advance)(t, e)
+		}, status: 200, decision: "allow", state: "stage_advanced", effect: committed,
+			check: func(t *testing.T, e *env, req admission.Request, _ admission.Outcome) {
+				if got := input(policyInput(t, e), "ledger", "run", "gpus"); got != 64 {
+					t.Errorf("input.ledger.run.gpus = %v, want the 64 the run held", got)
+				}
+				if got := input(policyInput(t, e), "ledger", "booking", "held_gpus"); got != 64 {
+					t.Errorf("input.ledger.booking.held_gpus = %v, want 64", got)
+				}
+				if r, err := e.store.RunRecord(context.Background(), req.RunID); err != nil || r.GPUs != 128 {
+					t.Errorf("run %+v, %v; want 128 GPUs", r, err)
+				}
+			}},
+		{name: "commit/permissive policy: the ledger refuses a stage grow past the booking", setup: func(t *testing.T, e *env) admission.Request {
+			e.withStageNodes(t, "midtrain", 16)
+			ref := e.confirm(t, "cnf-run", create, "", costOK)
+			runID := e.mustAdmit(t, caller, e.createReq("key-run", ref, e.exactEntitlement("ent-run"))).Data.RunID
+			ref = e.confirm(t, "cnf-1", advance, runID, "0")
+			return e.runReq(advance, "key-1", ref, e.exactEntitlement("ent-1"), runID)
+		}, status: 403, code: api.CodeStageWorldSizeExceedsRun, violations: []api.Code{api.CodeStageWorldSizeExceedsRun},
+			decision: "deny", state: "denied", effect: unchanged,
+			check: func(t *testing.T, e *env, req admission.Request, out admission.Outcome) {
+				want := `stage "midtrain" needs 128 GPUs; the run holds 64 and the booking has 0 free ` +
+					"(64 booked, 64 held by live runs) when the advance committed; nothing was written"
+				if out.Message != want || out.Violations[0].Message != want || out.Violations[0].Gate != "booking" {
+					t.Errorf("message %q, violation %+v; want %q", out.Message, out.Violations[0], want)
+				}
+				if r, err := e.store.RunRecord(context.Background(), req.RunID); err != nil || r.GPUs != 64 || r.Stage != "pretrain" {
+					t.Errorf("run %+v, %v; want 64 GPUs in pretrain", r, err)
 				}
 			}},
 		{name: "halted/permissive policy: the ledger refuses train.restart of a halted run", setup: func(t *testing.T, e *env) admission.Request {
@@ -1192,6 +1227,12 @@ func assertCommitted(t *testing.T, e *env, req admission.Request, out admission.
 	case api.TrainStageAdvance:
 		want := before.run
 		want.Stage = req.Stage
+		// a stage larger than the run grows it (never shrinks it)
+		if g, err := booking.WorldSize(trainfacts.StageManifest(e.doc, req.Stage)); err != nil {
+			t.Fatal(err)
+		} else if g > want.GPUs {
+			want.GPUs = g
+		}
 		if before.run.Stage != "pretrain" || !after.run.Equal(want) {
 			t.Errorf("run after advance: %+v, want %+v", after.run, want)
 		}

@@ -177,7 +177,7 @@ func (s *Service) judgeReport(ctx context.Context, run ledger.RunRecord, doc map
 		Manifest:       doc,
 		EvalReports:    []EvalReport{{Verified: VerifiedBy(c.KeyID), Claims: copyClaims(c.Raw)}},
 		Ledger: LedgerFacts{Run: &RunFacts{State: string(api.RunLive), Stage: run.Stage,
-			ManifestDigest: run.ManifestDigest, Restarts: run.Restarts, Plan: run.Plan}},
+			ManifestDigest: run.ManifestDigest, Restarts: run.Restarts, Plan: run.Plan, GPUs: run.GPUs}},
 	}
 	v, err := func() (policy.ReportVerdict, error) {
 		defer s.limit.release()

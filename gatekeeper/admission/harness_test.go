@@ -430,6 +430,26 @@ func (e *env) mustAdmit(t *testing.T, c admission.Caller, req admission.Request)
 	return o
 }
 
+// withStageNodes makes the env's manifest give stage its own
+// hardware.nodes (stage_settings): the manifest every later request
+// carries, and the digest a confirmation binds.
+func (e *env) withStageNodes(t *testing.T, stage string, nodes int) {
+	t.Helper()
+	var doc map[string]any
+	if err := json.Unmarshal(e.raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	doc["stage_settings"] = map[string]any{stage: map[string]any{"hardware": map[string]any{"nodes": nodes}}}
+	raw, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.doc, err = manifest.Parse(raw); err != nil {
+		t.Fatal(err)
+	}
+	e.raw, e.digest = raw, manifest.Digest(raw)
+}
+
 // admitRun admits a train.create of the manifest for scenario.Account on
 // scenario.Booking (key "key-run", its own confirmation and entitlement)
 // and returns the run id.

@@ -89,8 +89,10 @@ type LedgerFacts struct {
 	// retry of a stored admission never reaches the policy, so
 	// idempotency.same_request is always false).
 	SeenKey bool
-	// Booking is the booking's usage at Now, for train.create only (nil,
-	// and absent from the document, for every other action).
+	// Booking is the booking's usage at Now, for train.create and
+	// train.stage.advance only (nil, and absent from the document, for
+	// every other action): an advance into a stage larger than its run
+	// grows the run by GPUs the booking has free.
 	Booking *BookingFacts
 	// Run is the run a stage advance or restart acts on (nil, and absent,
 	// for every other action).
@@ -142,6 +144,10 @@ type RunFacts struct {
 	// zero when none was recorded).
 	Restarts int
 	Plan     ledger.RunPlan
+	// GPUs is input.ledger.run.gpus, the GPUs the run holds of its booking
+	// (ledger.RunRecord.GPUs: its world size, grown by a stage advance
+	// into a larger stage); 0 without a run record.
+	GPUs int
 }
 
 // HaltFacts is input.ledger.run.halt: the stage whose eval gate failed,
@@ -285,7 +291,7 @@ func (l LedgerFacts) document() map[string]any {
 	}
 	if r := l.Run; r != nil {
 		run := map[string]any{"state": r.State, "stage": r.Stage, "manifest_digest": r.ManifestDigest,
-			"restarts": r.Restarts, "checkpoint": map[string]any{
+			"restarts": r.Restarts, "gpus": r.GPUs, "checkpoint": map[string]any{
 				"interval_steps": r.Plan.IntervalSteps, "steps": r.Plan.Steps,
 				"wall_clock_seconds": r.Plan.WallClockSeconds, "lost_seconds_per_restart": r.Plan.LostSecondsPerRestart,
 			}}

@@ -106,7 +106,7 @@ func (s *Service) runFacts(p *pending, run ledger.Admission) {
 	}
 	p.runStage = rec.Stage
 	p.ledgerRun = &RunFacts{State: state, Stage: rec.Stage, ManifestDigest: run.ManifestDigest,
-		Restarts: rec.Restarts, Plan: rec.Plan}
+		Restarts: rec.Restarts, Plan: rec.Plan, GPUs: rec.GPUs}
 	if state == string(api.RunHalted) {
 		p.ledgerRun.Halt = &HaltFacts{Stage: rec.Halt.Stage, FailedEvals: rec.Halt.FailedEvals,
 			ReportDigest: rec.Halt.ReportDigest, DecisionID: rec.Halt.DecisionID}

@@ -53,7 +53,7 @@ func (s *Service) RunStatus(ctx context.Context, caller Caller, runID string) Ou
 	st := runStatus(r, s.opts.Now())
 	for _, e := range events {
 		ev := api.RunEvent{At: e.At.Unix(), To: e.To, Action: e.Action,
-			DecisionID: e.DecisionID, Reason: e.Reason, Stage: e.Stage}
+			DecisionID: e.DecisionID, Reason: e.Reason, Stage: e.Stage, GPUs: e.GPUs}
 		if spec, _ := e.Action.Spec(); spec.CheckpointStep {
 			ev.CheckpointStep = new(e.CheckpointStep)
 		}

@@ -77,8 +77,10 @@ type pending struct {
 	// not be (the policy explains such a manifest first; commit refuses).
 	run    booking.Run
 	runErr error
-	usage  ledger.BookingUsage // the booking's live runs at now (train.create)
+	usage  ledger.BookingUsage // the booking's live runs at now (train.create, train.stage.advance)
 	target ledger.RunRecord    // the run a cancel, cleanup, stage advance or restart acts on
+	// stageGPUs is the world size of the stage an advance enters (commit)
+	stageGPUs int
 
 	input    map[string]any
 	decider  Decider
@@ -246,6 +248,15 @@ func (s *Service) verify(ctx context.Context, p *pending) (Outcome, bool) {
 		case !errors.Is(err, ledger.ErrNotFound):
 			return s.ledgerFault("run lookup", err), true
 		}
+		// A stage larger than the run grows it by GPUs its booking has
+		// free (the policy's input.ledger.booking; the commit decides it
+		// again): the usage of the run's own booking, read once the run is
+		// found this account's on it.
+		if spec, _ := req.Action.Spec(); spec.Stage {
+			if p.usage, err = s.opts.Ledger.BookingUsage(ctx, req.BookingID, p.now); err != nil {
+				return s.ledgerFault("booking usage", err), true
+			}
+		}
 		// The run's state decides what it may do (ledger.RunRecord.May):
 		// a run revoked with its booking or entitlement is refused here
 		// with the revocation's code, as a create is, and so is one whose
@@ -290,7 +301,7 @@ func (s *Service) facts(p *pending) {
 		EvalReports:    p.evalReports,
 		Ledger:         LedgerFacts{ConfirmationConsumed: p.consumed, SeenKey: p.keySeen, Run: p.ledgerRun},
 	}
-	if p.req.Action.Effect() == api.EffectCreateRun {
+	if spec, _ := p.req.Action.Spec(); spec.Effect == api.EffectCreateRun || spec.Stage {
 		in.Ledger.Booking = BookingFactsOf(p.caller.Account, p.usage)
 	}
 	p.input = in.Document()
@@ -416,6 +427,15 @@ func (s *Service) commit(ctx context.Context, p *pending) Outcome {
 		rec.Stage = firstStage(p.manifest)
 	case spec.Stage:
 		rec.Stage, rec.FromStage = req.Stage, p.runStage
+		// The stage's world size, from its effective manifest, whatever
+		// the bundle decided: a run holding fewer grows to it in the
+		// commit when the booking has the difference free.
+		gpus, err := booking.WorldSize(trainfacts.StageManifest(p.manifest, req.Stage))
+		if err != nil {
+			return p.refusedAtCommit(api.CodeBookingFactsInvalid,
+				"the stage's GPUs could not be computed from its effective manifest", "booking")
+		}
+		rec.StageGPUs, p.stageGPUs = gpus, gpus
 	}
 	if spec.Effect == api.EffectCreateRun || spec.Stage {
 		// the entered stage's report deadline, from the decision
@@ -469,6 +489,10 @@ func (s *Service) committed(ctx context.Context, p *pending, stored ledger.Admis
 	case errors.Is(err, ledger.ErrCapacityExceeded):
 		var ce *ledger.CapacityError
 		errors.As(err, &ce)
+		if ce != nil && ce.RunID != "" {
+			// a stage advance that would have grown its run
+			return p.refusedAtCommit(api.CodeStageWorldSizeExceedsRun, growMessage(p.req.Stage, ce), "booking")
+		}
 		return p.refusedAtCommit(api.CodeBookingCapacityExceeded, capacityMessage(ce), "booking")
 	case errors.Is(err, ledger.ErrStorageQuotaExceeded):
 		var qe *ledger.StorageQuotaError
@@ -555,6 +579,11 @@ func (s *Service) countGPUs(p *pending, a ledger.Admission) {
 	switch a.Action {
 	case api.TrainCreate:
 		s.opts.OnRunGPUs("admitted", a.GPUs, p.usage.HeldGPUs+a.GPUs, a.BookedGPUs)
+	case api.TrainStageAdvance:
+		// a grow takes the difference (the run's GPUs as read before)
+		if more := p.stageGPUs - p.target.GPUs; more > 0 {
+			s.opts.OnRunGPUs("admitted", more, p.usage.HeldGPUs+more, p.target.BookedGPUs)
+		}
 	case api.TrainCancel, api.TrainCleanup:
 		if p.target.Live(p.now) {
 			s.opts.OnRunGPUs("released", p.target.GPUs, 0, 0)
@@ -593,6 +622,15 @@ func capacityMessage(ce *ledger.CapacityError) string {
 	}
 	return fmt.Sprintf("the booking's %d GPUs cannot hold %d more: %d are held by live runs%s",
 		ce.BookedGPUs, ce.WantGPUs, ce.HeldGPUs, named)
+}
+
+// growMessage is the commit's refusal of a stage advance that would have
+// grown its run (ledger.CheckGrow): the figures the policy's
+// STAGE_WORLD_SIZE_EXCEEDS_RUN names, as the ledger found them.
+func growMessage(stage string, ce *ledger.CapacityError) string {
+	return fmt.Sprintf("stage %q needs %d GPUs; the run holds %d and the booking has %d free "+
+		"(%d booked, %d held by live runs) when the advance committed; nothing was written",
+		stage, ce.StageGPUs, ce.RunGPUs, ce.BookedGPUs-ce.HeldGPUs, ce.BookedGPUs, ce.HeldGPUs)
 }
 
 func unixOrZero(t time.Time) int64 {

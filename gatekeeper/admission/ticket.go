@@ -43,6 +43,25 @@ func ticketClaims(rec ledger.Admission, doc, entitlement map[string]any, lifetim
 	}, nil
 }
 
+// RunTopology is the claims c of a run's ticket with the topology the run
+// holds now, gpus (its run record's GPUs): a run a stage advance grew to a
+// larger stage (of the run's gpus_per_node: a stage sets only its nodes)
+// gets world_size gpus and nodes gpus / gpus_per_node; a run holding the
+// ticket's world_size or fewer keeps c's (a run never shrinks). gpus that
+// are no whole number of the ticket's nodes fail: no ticket then, never
+// one for another topology.
+func RunTopology(c ticket.Claims, gpus int) (ticket.Claims, error) {
+	g := int64(gpus)
+	if g <= c.WorldSize {
+		return c, nil
+	}
+	if c.GPUsPerNode < 1 || g%c.GPUsPerNode != 0 {
+		return ticket.Claims{}, fmt.Errorf("ticket: the run's %d GPUs are no whole number of nodes of %d GPUs", g, c.GPUsPerNode)
+	}
+	c.WorldSize, c.Nodes = g, g/c.GPUsPerNode
+	return c, nil
+}
+
 // intOf reads an integer from a manifest (json.Number) or verified claims
 // (int64) value.
 func intOf(v any) (int64, error) {

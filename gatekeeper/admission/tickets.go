@@ -35,7 +35,9 @@ func (s *Service) ticketLifetime() time.Duration {
 
 // RenewTicket answers POST /v1/runs/{run_id}/ticket: a fresh ticket of the
 // caller account's run — its first ticket's claims (read back from the
-// ledger and verified with the ticket keys), a new jti, iat now and exp at
+// ledger and verified with the ticket keys) with the topology the run
+// holds now (world_size the run record's GPUs, nodes grown with it, when a
+// stage advance grew the run: RunTopology), a new jti, iat now and exp at
 // most the lifetime later and never after the run's live-until — while the
 // run may take work. A cancelled, cleaned-up, released or expired run is
 // RUN_NOT_LIVE, a halted one RUN_HALTED, a revoked one ENTITLEMENT_REVOKED;
@@ -69,6 +71,9 @@ func (s *Service) RenewTicket(ctx context.Context, caller Caller, runID string) 
 			r.LiveUntil.UTC().Format(time.RFC3339Nano)))
 	}
 	c, _, err := s.opts.TicketVerifier.VerifyAllowExpired([]byte(a.Ticket), now)
+	if err == nil {
+		c, err = RunTopology(c, r.GPUs)
+	}
 	if err == nil {
 		c.ID, c.IssuedAt = NewDecisionID(), now
 		c.Expiry = ticket.Capped(r.LiveUntil.Truncate(time.Second), now, s.ticketLifetime())
@@ -131,7 +136,7 @@ func (s *Service) CheckTicket(ctx context.Context, scheduler Caller, req api.Tic
 		return fail(api.CodeTicketExpired, "the ticket expired at "+c.Expiry.UTC().Format(time.RFC3339)+"; renew it")
 	}
 	out := api.TicketCheck{Live: true, State: api.RunLive, RunID: r.RunID, BookingID: r.BookingID, Account: r.Account,
-		JTI: c.ID, ExpiresAt: c.Expiry.Unix()}
+		JTI: c.ID, ExpiresAt: c.Expiry.Unix(), GPUs: r.GPUs}
 	if req.JobID != "" {
 		if s.opts.Jobs == nil {
 			return fail(api.CodeTicketsDisabled, "this ledger binds no scheduler jobs")

@@ -117,6 +117,7 @@ const (
 	CodeRunPastTerm                   Code = "BUDGET_RUN_PAST_TERM"
 	CodeConfirmationCostBelowEstimate Code = "CONFIRMATION_COST_BELOW_ESTIMATE"
 	CodeBookingCapacityExceeded       Code = "BOOKING_CAPACITY_EXCEEDED"
+	CodeStageWorldSizeExceedsRun      Code = "STAGE_WORLD_SIZE_EXCEEDS_RUN"
 	CodeBookingReleased               Code = "BOOKING_RELEASED"
 	CodeCheckpointCapacityExceeded    Code = "CHECKPOINT_CAPACITY_EXCEEDED"
 	CodeBookingAccountMismatch        Code = "BOOKING_ACCOUNT_MISMATCH"
@@ -375,6 +376,9 @@ var registry = []Entry{
 	entry(CodeBookingCapacityExceeded, "ledger", http.StatusForbidden, server,
 		"Decided again in the commit transaction (also a policy code): the booking's live runs plus this run would hold more GPUs than booked. The message names the account's own live runs.",
 		"Cancel or clean up a named run, or wait until one ends."),
+	entry(CodeStageWorldSizeExceedsRun, "ledger", http.StatusForbidden, server,
+		"Decided again in the commit transaction (also a policy code): a train.stage.advance into a stage larger than the GPUs its run holds grows the run only if the booking's other live runs plus the stage's world size stay within the booking's GPUs; serialized with every train.create on the booking, so a grow and a create never both take the last GPUs. The message names the stage's GPUs, the run's and the free GPUs. Nothing was written or consumed; the run keeps its GPUs and stage.",
+		"Cancel or clean up another run of the booking, or wait until one ends, then send the same advance again; or give the stage fewer nodes."),
 	entry(CodeCheckpointCapacityExceeded, "ledger", http.StatusForbidden, server,
 		"Decided again in the commit transaction (also a policy code): the checkpoints the booking's live runs keep plus this run's would exceed the booking's checkpoint storage quota. Nothing was written or consumed.",
 		"Lower checkpoint.retention, cancel or clean up a run that keeps checkpoints, or get a larger quota."),

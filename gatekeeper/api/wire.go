@@ -106,13 +106,20 @@ type TicketCheck struct {
 	Account   string   `json:"account"`
 	JTI       string   `json:"jti"`
 	ExpiresAt int64    `json:"expires_at"`
+	// GPUs is what the run holds of its booking now (the ledger's run
+	// record): the ticket's world_size, or more once a stage advance grew
+	// the run into a larger stage (a renewed ticket carries it). A
+	// scheduler caps the job's GPUs at it.
+	GPUs int `json:"gpus"`
 	// JobID and JobBoundAt: the run's job, when a job id was given.
 	JobID      string `json:"job_id,omitempty"`
 	JobBoundAt int64  `json:"job_bound_at,omitempty"`
 }
 
 // TicketRenewal is the data of POST /v1/runs/{run_id}/ticket: a fresh
-// ticket of the run (the claims of its first, a new jti, iat and exp).
+// ticket of the run (the claims of its first, a new jti, iat and exp, and
+// the topology the run holds now: world_size and nodes grown by a stage
+// advance into a larger stage).
 type TicketRenewal struct {
 	RunID     string `json:"run_id"`
 	Ticket    string `json:"ticket"`
@@ -217,7 +224,8 @@ type RunStatus struct {
 	ManifestDigest string   `json:"manifest_digest"`
 	// GPUs the run holds of its booking while it is not ended (a halted or
 	// revoked run holds them until a teardown), from AdmittedAt until
-	// LiveUntil at the latest.
+	// LiveUntil at the latest: its world size, grown to a larger stage's by
+	// the stage advance that entered it (never shrunk; Events say when).
 	GPUs       int   `json:"gpus"`
 	AdmittedAt int64 `json:"admitted_at"`
 	LiveUntil  int64 `json:"live_until"`
@@ -331,6 +339,10 @@ type RunEvent struct {
 	// CheckpointStep is the step a train.restart restarted from, present
 	// (0 included) on its events only.
 	CheckpointStep *int64 `json:"checkpoint_step,omitempty"`
+	// GPUs is what the run holds from this event on when the event set it:
+	// its train.create's world size, or the larger stage's a stage advance
+	// grew it to; absent on every other event.
+	GPUs int `json:"gpus,omitempty"`
 }
 
 // RunList is the data of GET /v1/runs: a page of the caller account's runs

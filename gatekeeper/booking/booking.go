@@ -138,6 +138,23 @@ func ForCreate(manifest, entitlement map[string]any, now time.Time) (Run, error)
 	}, nil
 }
 
+// WorldSize is a manifest's world size, hardware.nodes ×
+// hardware.gpus_per_node (json.Number, int64 or int values), each a
+// positive count of at most 2^20: for a train.stage.advance, of the
+// stage's effective manifest (the GPUs its run grows to when it holds
+// fewer). It fails with ErrFacts for anything else and for a product
+// above 2^31-1 (what the ledger stores).
+func WorldSize(manifest map[string]any) (int, error) {
+	hw, _ := manifest["hardware"].(map[string]any)
+	nodes, ok1 := Count(hw["nodes"])
+	per, ok2 := Count(hw["gpus_per_node"])
+	if !ok1 || !ok2 || nodes > 1<<20 || per > 1<<20 || nodes*per > math.MaxInt32 {
+		return 0, fmt.Errorf("booking: manifest hardware.nodes and hardware.gpus_per_node must be positive integers "+
+			"whose product is at most 2^31-1: %w", ErrFacts)
+	}
+	return int(nodes * per), nil
+}
+
 // maxCentiHours is the longest run, in centi-hours (36 s each), whose end
 // now + hours still fits a time.Duration (about 2.56 million hours); beyond
 // it the duration would wrap and put the end in the past.

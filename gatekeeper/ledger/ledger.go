@@ -20,7 +20,8 @@
 //     (CheckBindings) and never while something it rests on is revoked;
 //   - a booking never holds more GPUs than it booked, nor its live runs
 //     more checkpoint storage than its quota (CheckCapacity at commit,
-//     serialized per booking; CheckHeld in every Checker);
+//     and CheckGrow for a stage advance that grows its run, serialized
+//     per booking; CheckHeld in every Checker);
 //   - a booking belongs to the account of its first admission
 //     (CheckBookingAccount at commit);
 //   - a run is in one state (RunRecord.State) and moves only by an
@@ -68,8 +69,10 @@ var (
 	// ErrCostExceeded: the admission's estimated cost is above the
 	// confirmation's bound cost. Nothing was written.
 	ErrCostExceeded = errors.New("estimated cost above the confirmed cost")
-	// ErrCapacityExceeded: a train.create would hold more GPUs than its
-	// booking has (see CheckCapacity and CapacityError). Nothing was written.
+	// ErrCapacityExceeded: a train.create, or a train.stage.advance
+	// growing its run to a larger stage, would hold more GPUs than its
+	// booking has (see CheckCapacity, CheckGrow and CapacityError).
+	// Nothing was written.
 	ErrCapacityExceeded = errors.New("booking capacity exceeded")
 	// ErrStorageQuotaExceeded: a train.create's checkpoints and those of
 	// its booking's live runs would exceed the booking's checkpoint storage
@@ -157,11 +160,14 @@ type Store interface {
 	//   - train.stage.advance and train.restart need the run's RunRecord
 	//     (else ErrNotFound) and pass CheckRunStep (RunRecord.May at
 	//     a.CreatedAt: else ErrRunEnded, ErrRevoked or ErrRunHalted; an
-	//     advance in a.FromStage, else ErrStageConflict);
+	//     advance in a.FromStage, else ErrStageConflict); an advance into
+	//     a stage larger than the run (Grows) must pass CheckGrow against
+	//     the booking's runs (else a *CapacityError, ErrCapacityExceeded);
 	//   - the admission is written; train.create writes its RunRecord (with
 	//     a.Stage as the run's stage and a.EntitlementJTI),
 	//     train.cancel/cleanup end the run a.RunID (if it was live),
-	//     train.stage.advance moves its stage to a.Stage, train.restart
+	//     train.stage.advance moves its stage to a.Stage (and grows its
+	//     GPUs to a.StageGPUs when larger: Stepped), train.restart
 	//     counts a restart from a.CheckpointStep (Stepped), booking.release
 	//     marks the booking released and ends its live runs; each run the
 	//     admission acts on gets its RunEvent (AdmissionEvent).
@@ -365,6 +371,14 @@ type Admission struct {
 	// replayed admission has them zero.
 	Plan          RunPlan
 	RestartBudget int
+	// StageGPUs (train.stage.advance) is the world size of the stage the
+	// advance enters (its effective manifest's hardware.nodes ×
+	// hardware.gpus_per_node; 0: not known, the run keeps its GPUs). A run
+	// holding fewer grows to it in the commit when its booking has the
+	// difference free (CheckGrow); a run holding as many or more keeps
+	// its own (a run never shrinks). An input of the commit like Plan: a
+	// stored or replayed admission has it zero.
+	StageGPUs int
 	// ReportDue (train.create, train.stage.advance) is when the eval report
 	// of the stage the admission enters is due (the decision time + the
 	// stage's report deadline from the decision; zero: no deadline),

@@ -34,8 +34,11 @@ type RunRecord struct {
 	BookingID string
 	// ManifestDigest is "sha256:<hex>" of the admitted manifest bytes.
 	ManifestDigest string
-	// GPUs is the run's world size (hardware.nodes × hardware.gpus_per_node),
-	// held from admission until the run ends.
+	// GPUs is what the run holds of its booking from admission until it
+	// ends: its world size (hardware.nodes × hardware.gpus_per_node) at
+	// train.create, grown to the world size of a larger stage by the
+	// train.stage.advance that entered it (Stepped; never shrunk). The
+	// events that set it (RunEvent.GPUs) say when it held how many.
 	GPUs int
 	// BookedGPUs is the booking's GPUs (entitlement gpu.nodes ×
 	// gpu.gpus_per_node) when the run was admitted.
@@ -137,13 +140,21 @@ func Usage(bookingID string, runs []RunRecord, released time.Time, now time.Time
 	return u
 }
 
-// CapacityError is returned by Commit when a train.create would hold more
-// GPUs than its booking has. It wraps ErrCapacityExceeded.
+// CapacityError is returned by Commit when a train.create, or a
+// train.stage.advance growing its run (CheckGrow), would hold more GPUs
+// than its booking has. It wraps ErrCapacityExceeded.
 type CapacityError struct {
 	BookingID  string
 	BookedGPUs int
 	HeldGPUs   int // by the live runs below, before this admission
-	WantGPUs   int
+	// WantGPUs is what the admission adds: a create's world size, a grow's
+	// difference (StageGPUs − RunGPUs).
+	WantGPUs int
+	// RunID and RunGPUs are, for a grow, the growing run and the GPUs it
+	// holds (counted in HeldGPUs), StageGPUs the stage's world size; ""
+	// and 0 for a create.
+	RunID              string
+	RunGPUs, StageGPUs int
 	// Runs are the booking's live runs of the admitting account (run id,
 	// GPUs, live until): what the caller can cancel to make room. Runs of
 	// other accounts are counted in HeldGPUs but never named.
@@ -151,6 +162,10 @@ type CapacityError struct {
 }
 
 func (e *CapacityError) Error() string {
+	if e.RunID != "" {
+		return fmt.Sprintf("ledger: booking capacity: run %s grows from %d to %d GPUs: %d GPUs held + %d more > %d booked",
+			e.RunID, e.RunGPUs, e.StageGPUs, e.HeldGPUs, e.WantGPUs, e.BookedGPUs)
+	}
 	named, more := NamedRuns(e.Runs)
 	ids := make([]string, 0, len(named))
 	for _, r := range named {
@@ -257,6 +272,46 @@ func (e *StorageQuotaError) Error() string {
 
 func (e *StorageQuotaError) Unwrap() error { return ErrStorageQuotaExceeded }
 
+// Grows reports whether the admission a grows its run r: a stage advance
+// into a stage (a.StageGPUs) larger than what r holds.
+func Grows(r RunRecord, a Admission) bool {
+	return movesStage(a.Action) && a.StageGPUs > r.GPUs
+}
+
+// CheckGrow is the capacity rule every store applies inside Commit's
+// transaction to a stage advance a that grows its run r (Grows), after
+// CheckRunStep, serialized with the creates on the booking: the GPUs of
+// the booking's runs live at a.CreatedAt (runs: any liveness; r among
+// them, at what it holds now) plus the difference a.StageGPUs − r.GPUs
+// must not exceed r.BookedGPUs, the booking's GPUs as the run was
+// admitted against them, else a *CapacityError naming the figures and
+// a.Account's live runs. An advance that does not grow its run passes.
+func CheckGrow(runs []RunRecord, r RunRecord, a Admission) error {
+	if !Grows(r, a) {
+		return nil
+	}
+	u := Usage(r.BookingID, runs, time.Time{}, a.CreatedAt)
+	// The other runs' GPUs and what r holds, whether or not runs lists r.
+	held := r.GPUs
+	for _, o := range u.Runs {
+		if o.RunID != r.RunID {
+			held += o.GPUs
+		}
+	}
+	more := a.StageGPUs - r.GPUs
+	if held+more <= r.BookedGPUs {
+		return nil
+	}
+	e := &CapacityError{BookingID: r.BookingID, BookedGPUs: r.BookedGPUs, HeldGPUs: held, WantGPUs: more,
+		RunID: r.RunID, RunGPUs: r.GPUs, StageGPUs: a.StageGPUs}
+	for _, o := range u.Runs {
+		if o.Account == a.Account {
+			e.Runs = append(e.Runs, o)
+		}
+	}
+	return e
+}
+
 // CheckBindings is the binding rule every store applies inside Commit's
 // transaction, whatever the policy decided: the confirmation c may be
 // consumed by a only if c was issued for a's account, action and booking,
@@ -293,29 +348,67 @@ func CheckBindings(c Confirmation, a Admission) error {
 }
 
 // CheckHeld is the checkers' (fsck) capacity invariant over one booking's
-// runs: at each run's admission, the GPUs of the runs live at that instant
-// (itself included) are at most the GPUs it was admitted against, and their
-// checkpoint GiB at most the checkpoint quota it was admitted under (when
-// one was known). It returns one line per violation.
-func CheckHeld(runs []RunRecord) []string {
+// runs: at each run's admission, and at each stage advance that grew a
+// run, the GPUs the runs live at that instant held then (itself included;
+// HeldAt over their events) are at most the GPUs it was admitted against,
+// and at each admission their checkpoint GiB at most the checkpoint quota
+// it was admitted under (when one was known). events holds the runs'
+// events by run id (only those that set GPUs matter: GPUEvent); a run
+// without any holds its record's GPUs throughout. It returns one line per
+// violation.
+func CheckHeld(runs []RunRecord, events map[string][]RunEvent) []string {
 	var out []string
-	for _, r := range runs {
-		held, gib := 0, int64(0)
+	heldAt := func(t time.Time) (held int, gib int64) {
 		for _, o := range runs {
-			// Every overlapping pair is counted at the later admission.
-			if !o.AdmittedAt.After(r.AdmittedAt) && o.Live(r.AdmittedAt) {
-				held += o.GPUs
+			// Every overlapping pair is counted at the later of the two
+			// instants (an admission or a grow).
+			if !o.AdmittedAt.After(t) && o.Live(t) {
+				held += HeldAt(o, events[o.RunID], t)
 				gib += o.Plan.CheckpointGiB
 			}
 		}
+		return held, gib
+	}
+	for _, r := range runs {
+		held, gib := heldAt(r.AdmittedAt)
 		if held > r.BookedGPUs {
 			out = append(out, fmt.Sprintf("at run %s's admission %d GPUs were held, %d booked", r.RunID, held, r.BookedGPUs))
 		}
 		if q := r.Plan.StorageQuotaGiB; q > 0 && gib > q {
 			out = append(out, fmt.Sprintf("at run %s's admission %d GiB of checkpoints were kept, %d GiB quota", r.RunID, gib, q))
 		}
+		for _, e := range events[r.RunID] {
+			if !GPUEvent(e) || !movesStage(e.Action) {
+				continue
+			}
+			if held, _ := heldAt(e.At); held > r.BookedGPUs {
+				out = append(out, fmt.Sprintf("when run %s grew to %d GPUs (decision %s) %d GPUs were held, %d booked",
+					r.RunID, e.GPUs, e.DecisionID, held, r.BookedGPUs))
+			}
+		}
 	}
 	return out
+}
+
+// GPUEvent reports whether e set its run's GPUs: a train.create, or a
+// stage advance that grew the run (RunEvent.GPUs).
+func GPUEvent(e RunEvent) bool { return e.GPUs > 0 }
+
+// HeldAt is the GPUs r held at t by its events (GPUEvent: what its create
+// admitted and each grow after it, never fewer): the most any event at or
+// before t set; r.GPUs when none of them says (events from before the
+// ledger recorded GPUs on them, or none given).
+func HeldAt(r RunRecord, events []RunEvent, t time.Time) int {
+	held := 0
+	for _, e := range events {
+		if GPUEvent(e) && !e.At.After(t) {
+			held = max(held, e.GPUs)
+		}
+	}
+	if held == 0 {
+		return r.GPUs
+	}
+	return held
 }
 
 // CheckRunStep is the ledger's own check of a train.stage.advance or
@@ -430,14 +523,16 @@ func CheckRestart(r RunRecord, a Admission) error {
 	return nil
 }
 
-// Stepped is r after the step a (CheckRunStep passed): an advance moves
-// its stage, records when the new stage's eval report is due
-// (a.ReportDue) and forgets the report of the stage it left; a restart
-// counts and records its step.
+// Stepped is r after the step a (CheckRunStep and CheckGrow passed): an
+// advance moves its stage, records when the new stage's eval report is
+// due (a.ReportDue), forgets the report of the stage it left and grows
+// the run's GPUs to a.StageGPUs when that is larger (never shrinks them);
+// a restart counts and records its step.
 func Stepped(r RunRecord, a Admission) RunRecord {
 	spec, _ := a.Action.Spec()
 	if spec.Stage {
 		r.Stage, r.ReportDue, r.Report = a.Stage, a.ReportDue, RunReport{}
+		r.GPUs = max(r.GPUs, a.StageGPUs)
 	}
 	if spec.CheckpointStep {
 		r.Restarts++

@@ -286,6 +286,10 @@ type RunEvent struct {
 	// ReportDue is, for a train.create or a stage advance, when the eval
 	// report of the stage it enters is due (zero: no deadline).
 	ReportDue time.Time
+	// GPUs is what the run holds from this event on when the event set it:
+	// a train.create's world size, or the world size of the larger stage a
+	// stage advance grew the run to (GPUEvent); 0 for every other event.
+	GPUs int
 }
 
 // MaxRunEvents bounds the events RunEvents returns (the oldest are kept):
@@ -301,6 +305,20 @@ func AdmissionEvent(a Admission, runID string, changed bool) RunEvent {
 		Stage: a.Stage, CheckpointStep: a.CheckpointStep, ReportDue: a.ReportDue}
 	if changed {
 		e.To = spec.RunState
+	}
+	if spec.Effect == api.EffectCreateRun {
+		e.GPUs = a.GPUs
+	}
+	return e
+}
+
+// StepEvent is the event the step a (a stage advance or restart) writes on
+// its run r as r was before it: AdmissionEvent, with the GPUs the run
+// grew to when a grew it (Grows).
+func StepEvent(a Admission, r RunRecord) RunEvent {
+	e := AdmissionEvent(a, r.RunID, true)
+	if Grows(r, a) {
+		e.GPUs = a.StageGPUs
 	}
 	return e
 }
@@ -460,8 +478,9 @@ func ReportEvent(p Report) RunEvent {
 // admissible (RunRecord.May) on the run as the events before it left it;
 // a halt or revocation is recorded on the run exactly when an event says
 // so; the record's stage and restarts are the events', and so are its
-// current stage's report deadline and passing report. It returns one line
-// per violation.
+// current stage's report deadline and passing report; its GPUs are what
+// its train.create event admitted, grown only by stage advances, each to
+// more than before (GPUEvent). It returns one line per violation.
 func CheckEvents(r RunRecord, events []RunEvent) []string {
 	var out []string
 	bad := func(format string, args ...any) {
@@ -471,10 +490,13 @@ func CheckEvents(r RunRecord, events []RunEvent) []string {
 		bad("its first event is not the train.create that admitted it")
 		return out
 	}
+	if events[0].GPUs <= 0 || events[0].GPUs > r.GPUs {
+		bad("its train.create event admitted %d GPUs, the record holds %d", events[0].GPUs, r.GPUs)
+	}
 	// Replay: the record as each event found it. Ends keep the record's
 	// own end (ends commit out of decision order: FirstEndStays).
 	sim := RunRecord{RunID: r.RunID, Account: r.Account, BookingID: r.BookingID, LiveUntil: r.LiveUntil,
-		Stage: events[0].Stage, ReportDue: events[0].ReportDue}
+		Stage: events[0].Stage, ReportDue: events[0].ReportDue, GPUs: events[0].GPUs}
 	halts, revocations, ends := 0, 0, 0
 	for i, e := range events[1:] {
 		switch {
@@ -499,6 +521,13 @@ func CheckEvents(r RunRecord, events []RunEvent) []string {
 			if spec, _ := e.Action.Spec(); spec.Stage {
 				sim.Stage, sim.ReportDue, sim.Report = e.Stage, e.ReportDue, RunReport{}
 			}
+			if GPUEvent(e) {
+				if !movesStage(e.Action) || e.GPUs <= sim.GPUs {
+					bad("event %d (%s, decision %s) set %d GPUs on a run holding %d: only a stage advance grows a run",
+						i+1, e.Action, e.DecisionID, e.GPUs, sim.GPUs)
+				}
+				sim.GPUs = max(sim.GPUs, e.GPUs)
+			}
 			if spec, _ := e.Action.Spec(); spec.CheckpointStep {
 				if r.Plan.Known() && !r.Plan.Writes(e.CheckpointStep) {
 					bad("event %d restarted from step %d, which its plan (every %d of %d steps) never writes",
@@ -521,6 +550,15 @@ func CheckEvents(r RunRecord, events []RunEvent) []string {
 		default:
 			bad("event %d (%q to %q) is no transition", i+1, e.Action, e.To)
 		}
+	}
+	for i, e := range events[1:] {
+		if GPUEvent(e) && e.Action.Effect() != api.EffectStepRun {
+			bad("event %d (%q, decision %s) set %d GPUs: only a train.create or a stage advance does", i+1, e.Action,
+				e.DecisionID, e.GPUs)
+		}
+	}
+	if events[0].GPUs > 0 && sim.GPUs != r.GPUs {
+		bad("%d GPUs on the record; the events say %d", r.GPUs, sim.GPUs)
 	}
 	if halts > 1 || revocations > 1 || ends > 1 {
 		bad("%d halts, %d revocations and %d ends recorded, at most one each", halts, revocations, ends)

@@ -73,14 +73,25 @@ func TestMay(t *testing.T) {
 // start with the create.
 func TestCheckEvents(t *testing.T) {
 	at := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
-	r := RunRecord{RunID: "run_1", AdmittedAt: at, LiveUntil: at.Add(time.Hour), Stage: "sft", Restarts: 1, LastCheckpointStep: 500}
-	create := RunEvent{RunID: "run_1", At: at, To: api.RunLive, Action: api.TrainCreate, DecisionID: "d0", Stage: "pretrain"}
+	r := RunRecord{RunID: "run_1", AdmittedAt: at, LiveUntil: at.Add(time.Hour), Stage: "sft", Restarts: 1, LastCheckpointStep: 500,
+		GPUs: 8}
+	create := RunEvent{RunID: "run_1", At: at, To: api.RunLive, Action: api.TrainCreate, DecisionID: "d0", Stage: "pretrain", GPUs: 8}
 	advance := RunEvent{RunID: "run_1", At: at.Add(time.Minute), To: api.RunLive, Action: api.TrainStageAdvance, DecisionID: "d1", Stage: "sft"}
 	restart := RunEvent{RunID: "run_1", At: at.Add(2 * time.Minute), To: api.RunLive, Action: api.TrainRestart, DecisionID: "d2", CheckpointStep: 500}
 	halt := RunEvent{RunID: "run_1", At: at.Add(90 * time.Second), To: api.RunHalted, DecisionID: "dh"}
 	if p := CheckEvents(r, []RunEvent{create, advance, restart}); len(p) != 0 {
 		t.Fatalf("a sound history: %v", p)
 	}
+	// an advance that grew the run from 8 to 16 GPUs
+	grown, grow := r, advance
+	grown.GPUs, grow.GPUs = 16, 16
+	if p := CheckEvents(grown, []RunEvent{create, grow, restart}); len(p) != 0 {
+		t.Fatalf("a sound history with a grow: %v", p)
+	}
+	shrink := grow
+	shrink.GPUs = 4
+	restartSets := restart
+	restartSets.GPUs = 16
 	halted := r
 	halted.Halt = RunHalt{At: halt.At}
 	for name, tc := range map[string]struct {
@@ -88,10 +99,16 @@ func TestCheckEvents(t *testing.T) {
 		events []RunEvent
 		want   string
 	}{
-		"restart after the halt": {halted, []RunEvent{create, advance, halt, restart}, "was not admissible"},
-		"halt not on the record": {r, []RunEvent{create, advance, restart, halt}, "1 halt and 0 revocation events"},
-		"restarts disagree":      {r, []RunEvent{create, advance}, "0 (0)"},
-		"no create first":        {r, []RunEvent{advance, restart}, "first event is not the train.create"},
+		"restart after the halt":    {halted, []RunEvent{create, advance, halt, restart}, "was not admissible"},
+		"halt not on the record":    {r, []RunEvent{create, advance, restart, halt}, "1 halt and 0 revocation events"},
+		"restarts disagree":         {r, []RunEvent{create, advance}, "0 (0)"},
+		"no create first":           {r, []RunEvent{advance, restart}, "first event is not the train.create"},
+		"grow not on the record":    {r, []RunEvent{create, grow, restart}, "8 GPUs on the record; the events say 16"},
+		"record grown without grow": {grown, []RunEvent{create, advance, restart}, "16 GPUs on the record; the events say 8"},
+		"an advance that shrinks":   {r, []RunEvent{create, shrink, restart}, "set 4 GPUs on a run holding 8"},
+		"a restart that sets GPUs":  {grown, []RunEvent{create, advance, restartSets}, "only a stage advance grows a run"},
+		"a create without its GPUs": {r, []RunEvent{func() RunEvent { e := create; e.GPUs = 0; return e }(), advance, restart},
+			"its train.create event admitted 0 GPUs"},
 		"end not on the record": {r, []RunEvent{create, advance, restart,
 			{RunID: "run_1", At: at.Add(3 * time.Minute), To: api.RunCancelled, Action: api.TrainCancel}}, "ended false on the record"},
 	} {

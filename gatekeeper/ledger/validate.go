@@ -173,6 +173,9 @@ func (a Admission) Validate() error {
 	if a.Plan != (RunPlan{}) && spec.Effect != api.EffectCreateRun {
 		return bad("Plan", "is only for train.create")
 	}
+	if a.StageGPUs < 0 || a.StageGPUs > MaxGPUs || (a.StageGPUs != 0 && !spec.Stage) {
+		return bad("StageGPUs", "is negative, above 2^31-1, or set on an admission that is not a stage advance")
+	}
 	if a.RestartBudget < 0 || (a.RestartBudget != 0 && !spec.CheckpointStep) {
 		return bad("RestartBudget", "is negative or set on an admission that is not a restart")
 	}

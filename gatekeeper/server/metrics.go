@@ -101,13 +101,14 @@ func NewMetrics() *Metrics {
 	}, []string{"kind"})
 	m.runGPUs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "itogate_run_gpus_total",
-		Help: "GPUs of booked capacity by event: admitted (train.create allows, the run's world size) and " +
-			"released (live runs ended by train.cancel or train.cleanup allows). Summed over all bookings.",
+		Help: "GPUs of booked capacity by event: admitted (train.create allows, the run's world size, and " +
+			"train.stage.advance allows that grew their run to a larger stage, the difference) and " +
+			"released (live runs ended by train.cancel or train.cleanup allows, what they held). Summed over all bookings.",
 	}, []string{"event"})
 	m.bookingFill = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "itogate_booking_held_ratio",
-		Help: "At each train.create allow, the GPUs its booking then holds (live runs plus the new one) over the GPUs it " +
-			"booked. Aggregated over all bookings; 1 is a full booking.",
+		Help: "At each train.create allow (and each stage advance that grew its run), the GPUs its booking then holds " +
+			"(live runs plus the new one or the growth) over the GPUs it booked. Aggregated over all bookings; 1 is a full booking.",
 		Buckets: []float64{.125, .25, .5, .75, .875, 1},
 	})
 	m.reg.MustRegister(m.logDropped, m.logOK, m.ledgerErrs, m.shadow, m.runGPUs, m.bookingFill)

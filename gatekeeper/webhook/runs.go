@@ -24,7 +24,7 @@ func (l LedgerRuns) RunFacts(ctx context.Context, runID string, now time.Time) (
 	if err != nil {
 		return RunFacts{}, err
 	}
-	f := RunFacts{Account: r.Account, BookingID: r.BookingID, Live: true, State: string(r.State(now))}
+	f := RunFacts{Account: r.Account, BookingID: r.BookingID, Live: true, State: string(r.State(now)), GPUs: r.GPUs}
 	if err := r.MayWork(now); err != nil {
 		f.Live, f.EndedBy = false, notLive(r, now, err)
 	}

@@ -62,6 +62,11 @@ type RunFacts struct {
 	// State is the run's state now (the ledger's RunRecord.State:
 	// "live", "halted", "revoked", "cancelled", …).
 	State string
+	// GPUs is what the run holds of its booking (the ledger's
+	// RunRecord.GPUs): the ticket's world_size, or more once a stage
+	// advance grew the run into a larger stage. The workload gate caps a
+	// run's workloads at it (input.run.gpus).
+	GPUs int
 }
 
 // Runs answers for a run id (ledger.ErrNotFound when none was admitted).
@@ -481,7 +486,7 @@ func (h *Handler) facts(ctx context.Context, req *admissionv1.AdmissionRequest, 
 				return nil, f, h.ledgerFault(req, "run", err)
 			default:
 				run = map[string]any{"found": true, "account": rf.Account, "booking_id": rf.BookingID,
-					"live": rf.Live, "ended_by": rf.EndedBy, "state": rf.State}
+					"live": rf.Live, "ended_by": rf.EndedBy, "state": rf.State, "gpus": rf.GPUs}
 			}
 			b, err := h.opts.Workloads.WorkloadBinding(ctx, c.RunID)
 			switch {

@@ -97,6 +97,13 @@ func newFixture(t testing.TB) *fixture {
 // 2 nodes of 8) and returns its run id and ticket; n tells runs apart.
 func admitRun(t testing.TB, store *bolt.Store, signer *ticket.Signer, n, booking string) (string, string) {
 	t.Helper()
+	return admitRunIn(t, store, signer, n, booking, 16, "")
+}
+
+// admitRunIn is admitRun on a booking of booked GPUs, the run starting in
+// stage.
+func admitRunIn(t testing.TB, store *bolt.Store, signer *ticket.Signer, n, booking string, booked int, stage string) (string, string) {
+	t.Helper()
 	ref := ledger.NewConfirmationRef()
 	digest := "sha256:" + strings.Repeat("0", 64)
 	if err := store.DepositConfirmation(t.Context(), ledger.Confirmation{Ref: ref, JTI: "jti-" + n, Account: "acct_a",
@@ -117,7 +124,7 @@ func admitRun(t testing.TB, store *bolt.Store, signer *ticket.Signer, n, booking
 		RequestDigest: "sha256:" + strings.Repeat(n, 64), DecisionID: c.ID, RunID: runID, Action: "train.create",
 		BookingID: booking, ManifestDigest: c.ManifestDigest, ConfirmationRef: ref, ConfirmationJTI: "jti-" + n,
 		BundleRevision: "r", State: api.StateAdmitted, CreatedAt: now, Ticket: raw,
-		CostMicroUSD: 1_000_000, GPUs: 16, BookedGPUs: 16, LiveUntil: now.Add(7 * time.Hour)}); err != nil {
+		CostMicroUSD: 1_000_000, GPUs: 16, BookedGPUs: booked, LiveUntil: now.Add(7 * time.Hour), Stage: stage}); err != nil {
 		t.Fatal(err)
 	}
 	return runID, raw
@@ -254,6 +261,40 @@ func TestReviews(t *testing.T) {
 	// After its cancel is admitted, the run creates no new Pods.
 	f.cancel(t)
 	wantDenied(t, post(t, f.h, "", "v1", "Pod", pod("team-a", "train-1", "p3", "uid-job", f.ticket, 8), false), "WORKLOAD_RUN_NOT_LIVE")
+}
+
+// TestGPUCapFollowsTheRun: the cap on a run's workloads is what the run
+// holds in the ledger, not its ticket's world_size: once a stage advance
+// grew the run from 16 to 32 GPUs, the run's first ticket admits a Job of
+// 4 × 8 GPUs, and one of 5 × 8 is refused naming the 32.
+func TestGPUCapFollowsTheRun(t *testing.T) {
+	f := newFixture(t)
+	runID, raw := admitRunIn(t, f.store, f.keys, "2", "bk_grow", 32, "pretrain")
+	wantDenied(t, post(t, f.h, "batch", "v1", "Job", job("team-a", "three", "u-3", raw, 3, 8), false), "WORKLOAD_GPUS_EXCEED_TICKET")
+
+	ref := ledger.NewConfirmationRef()
+	if err := f.store.DepositConfirmation(t.Context(), ledger.Confirmation{Ref: ref, JTI: "jti-adv", Account: "acct_a",
+		Action: "train.stage.advance", Token: []byte("x.y.z"), ExpiresAt: now.Add(time.Hour), DepositedAt: now,
+		BookingID: "bk_grow", RunID: runID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.store.Commit(t.Context(), ledger.Admission{Account: "acct_a", IdempotencyKey: "k-adv",
+		RequestDigest: "sha256:" + strings.Repeat("3", 64), DecisionID: "dec_00000000000000000000000000000003",
+		RunID: runID, Action: "train.stage.advance", BookingID: "bk_grow", ConfirmationRef: ref, ConfirmationJTI: "jti-adv",
+		BundleRevision: "r", State: api.StateStageAdvanced, CreatedAt: now, FromStage: "pretrain", Stage: "long_context",
+		StageGPUs: 32}); err != nil {
+		t.Fatal(err)
+	}
+	rf, err := f.runs.RunFacts(t.Context(), runID, now)
+	if err != nil || rf.GPUs != 32 {
+		t.Fatalf("RunFacts after the grow = %+v, %v; want 32 GPUs", rf, err)
+	}
+	r := post(t, f.h, "batch", "v1", "Job", job("team-a", "five", "u-5", raw, 5, 8), false)
+	wantDenied(t, r, "WORKLOAD_GPUS_EXCEED_TICKET")
+	if !strings.Contains(r.Result.Message, "40 GPUs requested, 32 admitted") {
+		t.Fatalf("message %q, want the run's 32 GPUs named", r.Result.Message)
+	}
+	wantAllowed(t, post(t, f.h, "batch", "v1", "Job", job("team-a", "four", "u-4", raw, 4, 8), false))
 }
 
 // TestFailClosed: every fault denies with its code.

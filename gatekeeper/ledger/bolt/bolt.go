@@ -1,7 +1,7 @@
 // Package bolt is the embedded ledger.Store: one bbolt file, every write
 // transaction fsynced before it returns (docs/architecture.md §3).
 //
-// Layout (schema 6), every record JSON-encoded unless said otherwise:
+// Layout (schema 7), every record JSON-encoded unless said otherwise:
 //
 //	meta           "schema"              → "2"
 //	confirmations  ref                   → confirmation record (token dropped when swept)
@@ -36,7 +36,12 @@
 // it (report_due, report) and to events the deadline a stage entry set:
 // optional fields a schema 5 record lacks (it has no deadline), so the
 // migration only bumps the version, which keeps an older binary from
-// rewriting runs without them.
+// rewriting runs without them. Schema 7 adds to events the GPUs the run
+// holds from them on when they set it (gpus: a train.create's world size,
+// a stage advance that grew the run to a larger stage); the migration
+// writes each run's create event's from its record (no run of schema 6
+// grew), and the version keeps an older binary, whose capacity check and
+// fsck know of no grown run, off the file.
 //
 // Schema 1 lacked liveruns: Open migrates such a file to schema 2 in one
 // transaction, building the index from bookingruns and the run records (an
@@ -88,7 +93,7 @@ const DefaultMaxBatchDelay = time.Millisecond
 // schemaVersion is written on first open and checked on every open, so a
 // binary never reads a layout it does not know; schema 1 files are migrated
 // (see the package doc).
-const schemaVersion = "6"
+const schemaVersion = "7"
 
 // SchemaVersion is the file layout this binary writes and reads
 // (schemaVersion), for the start-up log line and /readyz.
@@ -283,6 +288,12 @@ func Open(path string, opts Options) (*Store, error) {
 			// no record of schema 5 has a deadline. The version guards an
 			// older binary, which would drop them when it rewrote a run.
 			applied = append(applied, migrationStep{5, 6, "eval report deadlines on runs"})
+			fallthrough
+		case string(v) == "6":
+			if err := backfillCreateGPUs(tx); err != nil {
+				return fmt.Errorf("migrating schema 6 to 7: %w", err)
+			}
+			applied = append(applied, migrationStep{6, 7, "GPUs on run events (stages that grow their run)"})
 			return meta.Put(keySchema, []byte(schemaVersion))
 		case string(v) != schemaVersion:
 			return fmt.Errorf("schema version %q, this binary reads %q", v, schemaVersion)
@@ -431,9 +442,10 @@ func (s *Store) Commit(ctx context.Context, a ledger.Admission) (ledger.Admissio
 	if err := s.held("commit"); err != nil {
 		return ledger.Admission{}, false, err
 	}
-	plan, budget, due := a.Plan, a.RestartBudget, a.ReportDue // commit inputs, not stored with the admission
+	// commit inputs, not stored with the admission
+	plan, budget, due, stageGPUs := a.Plan, a.RestartBudget, a.ReportDue, a.StageGPUs
 	a = normalizeAdmission(a)
-	a.Plan, a.RestartBudget, a.ReportDue = plan, budget, due
+	a.Plan, a.RestartBudget, a.ReportDue, a.StageGPUs = plan, budget, due, stageGPUs
 	akey := admissionKey(a.Account, a.IdempotencyKey)
 	aval, err := json.Marshal(admissionToRecord(a))
 	if err != nil {
@@ -523,7 +535,7 @@ func (s *Store) Commit(ctx context.Context, a ledger.Admission) (ledger.Admissio
 			return err
 		}
 		stored = a
-		stored.Plan, stored.RestartBudget, stored.ReportDue = ledger.RunPlan{}, 0, time.Time{}
+		stored.Plan, stored.RestartBudget, stored.ReportDue, stored.StageGPUs = ledger.RunPlan{}, 0, time.Time{}, 0
 		return nil
 	})
 	if err != nil {

@@ -505,6 +505,13 @@ func downgradeTo(t *testing.T, path string, to int) {
 		return err
 	}
 	rawUpdate(t, path, func(tx *bbolt.Tx) error {
+		// schema 7 → 6: no GPUs on events
+		if err := strip(tx.Bucket(bucketRunEvents), nil, "gpus"); err != nil {
+			return err
+		}
+		if to == 6 {
+			return tx.Bucket(bucketMeta).Put(keySchema, []byte("6"))
+		}
 		// schema 6 → 5: no report deadlines on runs or events
 		if err := strip(tx.Bucket(bucketRunRecs), nil, "report_due", "report"); err != nil {
 			return err
@@ -604,7 +611,7 @@ func TestMigrateSchema1(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
 	steps := []string{"from=1 to=2 name=\"live runs index\"", "from=2 to=3 name=\"run life (events, bookings bound, entitlement index)\"",
 		"from=3 to=4 name=\"runs by account index\"", "from=4 to=5 name=\"scheduler jobs bucket\"",
-		"from=5 to=6 name=\"eval report deadlines on runs\""}
+		"from=5 to=6 name=\"eval report deadlines on runs\"", "from=6 to=7 name=\"GPUs on run events (stages that grow their run)\""}
 	if len(lines) != len(steps) {
 		t.Fatalf("migration log:\n%s\nwant %d lines", logs.String(), len(steps))
 	}
@@ -757,7 +764,9 @@ func TestMigrateSchema5(t *testing.T) {
 		t.Fatalf("Open(schema 5): %v", err)
 	}
 	defer s.Close()
-	if want := fmt.Sprintf("level=INFO msg=\"ledger migration applied\" store=bbolt path=%s from=5 to=6 name=\"eval report deadlines on runs\"\n", path); logs.String() != want {
+	if want := fmt.Sprintf("level=INFO msg=\"ledger migration applied\" store=bbolt path=%[1]s from=5 to=6 name=\"eval report deadlines on runs\"\n"+
+		"level=INFO msg=\"ledger migration applied\" store=bbolt path=%[1]s from=6 to=7 name=\"GPUs on run events (stages that grow their run)\"\n",
+		path); logs.String() != want {
 		t.Fatalf("migration log %q, want %q", logs.String(), want)
 	}
 	if _, err := s.Check(t.Context()); err != nil {
@@ -773,6 +782,50 @@ func TestMigrateSchema5(t *testing.T) {
 			t.Fatalf("run %s after migration has a report deadline: %+v", r.RunID, r)
 		}
 	}
+}
+
+// TestMigrateSchema6: a schema 6 file (events without GPUs) opens as
+// schema 7 with each run's train.create event carrying the GPUs its record
+// holds (no run of schema 6 grew): every event reads back as the store
+// wrote it, Check passes, and the runs' history answers as before.
+func TestMigrateSchema6(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	verify := ledgertest.RunLifeHistory(t, s)
+	runs, _, err := s.Runs(t.Context(), ledger.RunQuery{Account: "acct_42", Limit: ledger.MaxRunPage})
+	if err != nil || len(runs) == 0 {
+		t.Fatalf("Runs = %d, %v", len(runs), err)
+	}
+	want := map[string][]ledger.RunEvent{}
+	for _, r := range runs {
+		if want[r.RunID], err = s.RunEvents(t.Context(), r.RunID); err != nil {
+			t.Fatal(err)
+		}
+		if len(want[r.RunID]) == 0 || want[r.RunID][0].GPUs != r.GPUs {
+			t.Fatalf("run %s: create event %+v, want its %d GPUs", r.RunID, want[r.RunID], r.GPUs)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	downgradeTo(t, path, 6)
+	if s, err = Open(path, Options{}); err != nil {
+		t.Fatalf("Open(schema 6): %v", err)
+	}
+	defer s.Close()
+	if _, err := s.Check(t.Context()); err != nil {
+		t.Fatalf("Check after migration: %v", err)
+	}
+	for _, r := range runs {
+		got, err := s.RunEvents(t.Context(), r.RunID)
+		if err != nil || !reflect.DeepEqual(got, want[r.RunID]) {
+			t.Fatalf("RunEvents(%s) after migration = %+v, %v\nwant %+v", r.RunID, got, err, want[r.RunID])
+		}
+	}
+	verify(t, s)
 }
 
 // TestMigrateSchema3: a schema 3 file (no account index) opens as schema 4

@@ -212,17 +212,30 @@ func writeRunLife(tx *bbolt.Tx, a ledger.Admission) error {
 		if err != nil {
 			return err
 		}
-		if err := ledger.CheckRunStep(r.run(), a); err != nil {
+		before := r.run()
+		if err := ledger.CheckRunStep(before, a); err != nil {
 			return abort(err)
 		}
+		if ledger.Grows(before, a) {
+			// the runs the booking's live index holds at a.CreatedAt, the
+			// run among them at what it holds now
+			runs, _, err := liveUsage(tx, a.BookingID, a.CreatedAt)
+			if err != nil {
+				return err
+			}
+			if err := ledger.CheckGrow(runs, before, a); err != nil {
+				return abort(err)
+			}
+		}
 		prev := r
-		next := ledger.Stepped(r.run(), a)
+		next := ledger.Stepped(before, a)
 		r.Stage, r.Restarts, r.LastCheckpointStep = next.Stage, next.Restarts, next.LastCheckpointStep
 		r.ReportDue, r.Report = utcOrZero(next.ReportDue), reportToRecord(next.Report)
+		r.GPUs = next.GPUs
 		if err := putRunRec(tx, &prev, r); err != nil {
 			return err
 		}
-		return appendEvent(tx, ledger.AdmissionEvent(a, a.RunID, true))
+		return appendEvent(tx, ledger.StepEvent(a, before))
 	case api.EffectReleaseBooking:
 		// end changes only the runs live at a.CreatedAt: those the live
 		// index lists (collected first: writes invalidate the cursor).
@@ -519,9 +532,11 @@ func (s *Store) sweepRevocations(ctx context.Context, cutoff time.Time) error {
 
 // checkRunLife is Check's part for runs: each train.create admission has
 // its run record and booking index entry, and on every booking the GPUs of
-// the runs live at each run's admission never exceed what it booked.
+// the runs live at each run's admission, and at each grow of a run, never
+// exceed what it booked (the GPUs each held then, from its events).
 func checkRunLife(tx *bbolt.Tx, bad func(string, ...any)) error {
 	byBooking := map[string][]ledger.RunRecord{}
+	gpuEvents := map[string][]ledger.RunEvent{}
 	err := tx.Bucket(bucketRunRecs).ForEach(func(k, v []byte) error {
 		var r runRecord
 		if err := json.Unmarshal(v, &r); err != nil {
@@ -538,6 +553,13 @@ func checkRunLife(tx *bbolt.Tx, bad func(string, ...any)) error {
 			bad("run %s is not indexed under booking %s", k, r.BookingID)
 		}
 		byBooking[r.BookingID] = append(byBooking[r.BookingID], r.run())
+		// unreadable events are reported by checkRunEvents
+		_ = runEvents(tx, r.RunID, func(e ledger.RunEvent) error {
+			if ledger.GPUEvent(e) {
+				gpuEvents[r.RunID] = append(gpuEvents[r.RunID], e)
+			}
+			return nil
+		})
 		return nil
 	})
 	if err != nil {
@@ -553,7 +575,7 @@ func checkRunLife(tx *bbolt.Tx, bad func(string, ...any)) error {
 		return err
 	}
 	for booking, runs := range byBooking {
-		for _, p := range ledger.CheckHeld(runs) {
+		for _, p := range ledger.CheckHeld(runs, gpuEvents) {
 			bad("booking %s: %s", booking, p)
 		}
 	}
@@ -617,4 +639,46 @@ func backfillAccountRuns(tx *bbolt.Tx) error {
 		}
 		return idx.Put(joinKey(r.Account, r.RunID), nil)
 	})
+}
+
+// backfillCreateGPUs writes on each run's train.create event the GPUs it
+// admitted, from its record: the migration from schema 6, run in Open's
+// transaction. No run of schema 6 grew, so its record's GPUs are its
+// create's. A run whose record or first event is unreadable is skipped
+// (Check reports it).
+func backfillCreateGPUs(tx *bbolt.Tx) error {
+	type put struct{ k, v []byte }
+	var puts []put
+	c := tx.Bucket(bucketRunEvents).Cursor()
+	err := tx.Bucket(bucketRunRecs).ForEach(func(k, v []byte) error {
+		var r runRecord
+		if json.Unmarshal(v, &r) != nil || r.RunID != string(k) {
+			return nil
+		}
+		ek, ev := c.Seek(eventKey(r.RunID, 0))
+		if ek == nil || !bytes.Equal(ek, eventKey(r.RunID, 1)) {
+			return nil
+		}
+		var e eventRecord
+		if json.Unmarshal(ev, &e) != nil || api.Action(e.Action).Effect() != api.EffectCreateRun || e.GPUs != 0 {
+			return nil
+		}
+		e.GPUs = r.GPUs
+		val, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		puts = append(puts, put{bytes.Clone(ek), val})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	events := tx.Bucket(bucketRunEvents)
+	for _, p := range puts {
+		if err := events.Put(p.k, p.v); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -132,6 +132,7 @@ type eventRecord struct {
 	Stage          string    `json:"stage,omitempty"`
 	CheckpointStep int64     `json:"checkpoint_step,omitempty"`
 	ReportDue      time.Time `json:"report_due,omitzero"` // schema 6
+	GPUs           int       `json:"gpus,omitempty"`      // schema 7
 }
 
 type bookingRecord struct {
@@ -207,13 +208,14 @@ func runRevocationToRecord(r ledger.Revocation) *runRevocationRec {
 
 func eventToRecord(e ledger.RunEvent) eventRecord {
 	return eventRecord{At: e.At.UTC(), To: string(e.To), Action: string(e.Action), DecisionID: e.DecisionID,
-		By: e.By, Reason: e.Reason, Stage: e.Stage, CheckpointStep: e.CheckpointStep, ReportDue: utcOrZero(e.ReportDue)}
+		By: e.By, Reason: e.Reason, Stage: e.Stage, CheckpointStep: e.CheckpointStep, ReportDue: utcOrZero(e.ReportDue),
+		GPUs: e.GPUs}
 }
 
 func (e eventRecord) event(runID string) ledger.RunEvent {
 	return ledger.RunEvent{RunID: runID, At: e.At.UTC(), To: api.RunState(e.To), Action: api.Action(e.Action),
 		DecisionID: e.DecisionID, By: e.By, Reason: e.Reason, Stage: e.Stage, CheckpointStep: e.CheckpointStep,
-		ReportDue: utcOrZero(e.ReportDue)}
+		ReportDue: utcOrZero(e.ReportDue), GPUs: e.GPUs}
 }
 
 func (r revocationRecord) revocation() ledger.Revocation {

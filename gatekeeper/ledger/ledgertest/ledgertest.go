@@ -135,6 +135,9 @@ var cases = []struct {
 	{"DirectHalt", testDirectHalt},
 	{"RaceReportRestart", testRaceReportRestart},
 	{"RaceHaltReport", testRaceHaltReport},
+	{"StageGrow", testStageGrow},
+	{"StageGrowRefused", testStageGrowRefused},
+	{"RaceGrowCreate", testRaceGrowCreate},
 }
 
 // base is the suite's "now"; confirmations expire 15 minutes after it.
@@ -327,7 +330,8 @@ func normalize[T ledger.Confirmation | ledger.Admission](v T) T {
 		}
 	case *ledger.Admission:
 		x.CreatedAt = x.CreatedAt.UTC()
-		x.ReportDue = time.Time{} // an input of the commit, never stored
+		x.ReportDue = time.Time{} // inputs of the commit, never stored
+		x.StageGPUs = 0
 		if !x.LiveUntil.IsZero() {
 			x.LiveUntil = x.LiveUntil.UTC()
 		}
@@ -544,22 +548,25 @@ func testConfirmationMismatch(t *testing.T, f *fixture) {
 func testCommitInvalid(t *testing.T, f *fixture) {
 	c := f.deposit("acct_42", "train.create")
 	for name, mutate := range map[string]func(a *ledger.Admission){
-		"empty account":        func(a *ledger.Admission) { a.Account = "" },
-		"NUL in account":       func(a *ledger.Admission) { a.Account = "acct_42\x00" },
-		"NUL in key":           func(a *ledger.Admission) { a.IdempotencyKey = "\x00key" },
-		"empty key":            func(a *ledger.Admission) { a.IdempotencyKey = "" },
-		"long key":             func(a *ledger.Admission) { a.IdempotencyKey = strings.Repeat("k", ledger.MaxIDLen+1) },
-		"invalid UTF-8 key":    func(a *ledger.Admission) { a.IdempotencyKey = "k\xff" },
-		"digest not sha256":    func(a *ledger.Admission) { a.RequestDigest = "md5:abc" },
-		"digest upper hex":     func(a *ledger.Admission) { a.RequestDigest = strings.ToUpper(a.RequestDigest) },
-		"bad confirmation ref": func(a *ledger.Admission) { a.ConfirmationRef = "cfr_1" },
-		"empty jti":            func(a *ledger.Admission) { a.ConfirmationJTI = "" },
-		"unknown state":        func(a *ledger.Admission) { a.State = "allowed" },
-		"bad run id":           func(a *ledger.Admission) { a.RunID = "run_1" },
-		"zero created":         func(a *ledger.Admission) { a.CreatedAt = time.Time{} },
-		"cancel without run":   func(a *ledger.Admission) { a.State, a.RunID = api.StateCancelAdmitted, "" },
-		"GPUs past 2^31-1":     func(a *ledger.Admission) { a.GPUs = ledger.MaxGPUs + 1 },
-		"booked past 2^31-1":   func(a *ledger.Admission) { a.BookedGPUs = 1 << 40 },
+		"empty account":          func(a *ledger.Admission) { a.Account = "" },
+		"NUL in account":         func(a *ledger.Admission) { a.Account = "acct_42\x00" },
+		"NUL in key":             func(a *ledger.Admission) { a.IdempotencyKey = "\x00key" },
+		"empty key":              func(a *ledger.Admission) { a.IdempotencyKey = "" },
+		"long key":               func(a *ledger.Admission) { a.IdempotencyKey = strings.Repeat("k", ledger.MaxIDLen+1) },
+		"invalid UTF-8 key":      func(a *ledger.Admission) { a.IdempotencyKey = "k\xff" },
+		"digest not sha256":      func(a *ledger.Admission) { a.RequestDigest = "md5:abc" },
+		"digest upper hex":       func(a *ledger.Admission) { a.RequestDigest = strings.ToUpper(a.RequestDigest) },
+		"bad confirmation ref":   func(a *ledger.Admission) { a.ConfirmationRef = "cfr_1" },
+		"empty jti":              func(a *ledger.Admission) { a.ConfirmationJTI = "" },
+		"unknown state":          func(a *ledger.Admission) { a.State = "allowed" },
+		"bad run id":             func(a *ledger.Admission) { a.RunID = "run_1" },
+		"zero created":           func(a *ledger.Admission) { a.CreatedAt = time.Time{} },
+		"cancel without run":     func(a *ledger.Admission) { a.State, a.RunID = api.StateCancelAdmitted, "" },
+		"GPUs past 2^31-1":       func(a *ledger.Admission) { a.GPUs = ledger.MaxGPUs + 1 },
+		"booked past 2^31-1":     func(a *ledger.Admission) { a.BookedGPUs = 1 << 40 },
+		"stage GPUs on a create": func(a *ledger.Admission) { a.StageGPUs = 8 },
+		"negative stage GPUs":    func(a *ledger.Admission) { *a = advanceWith(*a, -1) },
+		"stage GPUs past 2^31-1": func(a *ledger.Admission) { *a = advanceWith(*a, ledger.MaxGPUs+1) },
 	} {
 		a := admission(c, "key-1", "req-1")
 		mutate(&a)
@@ -568,6 +575,14 @@ func testCommitInvalid(t *testing.T, f *fixture) {
 	}
 	f.wantConfirmation(c.Ref, c)
 	f.wantNoAdmission("acct_42", "key-1")
+}
+
+// advanceWith is the create a turned into a valid stage advance of its
+// run into a stage of stageGPUs.
+func advanceWith(a ledger.Admission, stageGPUs int) ledger.Admission {
+	a.Action, a.State, a.FromStage, a.Stage, a.StageGPUs = api.TrainStageAdvance, api.StateStageAdvanced, "pretrain", "sft", stageGPUs
+	a.GPUs, a.BookedGPUs, a.LiveUntil, a.ManifestDigest, a.Ticket, a.CostMicroUSD = 0, 0, time.Time{}, "", "", 0
+	return a
 }
 
 func testKeysScopedByAccount(t *testing.T, f *fixture) {

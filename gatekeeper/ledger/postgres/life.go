@@ -77,7 +77,7 @@ func (s *Store) commitOnce(ctx context.Context, a ledger.Admission) (ledger.Admi
 		kinds, subjects, a.Ticket, a.Stage, a.FromStage, a.CheckpointStep, spec.Effect.String(), spec.Stage,
 		spec.CheckpointStep, string(spec.RunState),
 		a.Plan.IntervalSteps, a.Plan.Steps, a.Plan.WallClockSeconds, a.Plan.LostSecondsPerRestart, a.RestartBudget,
-		a.Plan.CheckpointGiB, a.Plan.StorageQuotaGiB, timeOrNil(a.ReportDue))
+		a.Plan.CheckpointGiB, a.Plan.StorageQuotaGiB, timeOrNil(a.ReportDue), a.StageGPUs)
 	br := conn.SendBatch(qctx, b)
 	var tag pgconn.CommandTag
 	_, err = br.Exec()
@@ -113,7 +113,7 @@ func (s *Store) commitOnce(ctx context.Context, a ledger.Admission) (ledger.Admi
 		}
 		return ledger.Admission{}, false, fmt.Errorf("ledger: postgres: commit: outcome unknown: %w: %w", ledger.ErrUnavailable, err)
 	} else if tag.RowsAffected() == 1 {
-		a.Plan, a.RestartBudget, a.ReportDue = ledger.RunPlan{}, 0, time.Time{}
+		a.Plan, a.RestartBudget, a.ReportDue, a.StageGPUs = ledger.RunPlan{}, 0, time.Time{}, 0
 		return a, false, nil
 	}
 	return s.explain(qctx, ctx, conn, a)
@@ -206,6 +206,15 @@ func (s *Store) explain(qctx, ctx context.Context, conn *txConn, a ledger.Admiss
 		}
 		if err := ledger.CheckRunStep(run, a); err != nil {
 			return ledger.Admission{}, false, err
+		}
+		if ledger.Grows(run, a) {
+			runs, _, err := s.bookingRuns(qctx, conn, a.BookingID, a.CreatedAt)
+			if err != nil {
+				return ledger.Admission{}, false, s.fault(ctx, "commit", err)
+			}
+			if err := ledger.CheckGrow(runs, run, a); err != nil {
+				return ledger.Admission{}, false, err
+			}
 		}
 	}
 	return ledger.Admission{}, false, &retryable{err: errUnexplained}
@@ -490,7 +499,8 @@ func (s *Store) Revoked(ctx context.Context, kind ledger.RevocationKind, subject
 
 // checkRunLife is Check's part for runs, in the same snapshot: every
 // train.create admission has its run, and no booking ever held more GPUs
-// than it booked (ledger.CheckHeld).
+// than it booked (ledger.CheckHeld, with the events that set the runs'
+// GPUs).
 func (s *Store) checkRunLife(ctx context.Context, tx pgx.Tx, r *strings.Replacer) ([]string, error) {
 	var problems []string
 	rows, err := tx.Query(ctx, r.Replace(`
@@ -516,12 +526,24 @@ func (s *Store) checkRunLife(ctx context.Context, tx pgx.Tx, r *strings.Replacer
 	if err != nil {
 		return nil, err
 	}
+	rows, err = tx.Query(ctx, r.Replace(`SELECT `+eventCols+` FROM {s}.run_events WHERE gpus > 0 ORDER BY run_id, id`))
+	if err != nil {
+		return nil, err
+	}
+	events, err := pgx.CollectRows(rows, scanEvent)
+	if err != nil {
+		return nil, err
+	}
+	gpuEvents := map[string][]ledger.RunEvent{}
+	for _, e := range events {
+		gpuEvents[e.RunID] = append(gpuEvents[e.RunID], e)
+	}
 	byBooking := map[string][]ledger.RunRecord{}
 	for _, run := range runs {
 		byBooking[run.BookingID] = append(byBooking[run.BookingID], run)
 	}
 	for booking, rs := range byBooking {
-		for _, p := range ledger.CheckHeld(rs) {
+		for _, p := range ledger.CheckHeld(rs, gpuEvents) {
 			problems = append(problems, "booking "+booking+": "+p)
 		}
 	}

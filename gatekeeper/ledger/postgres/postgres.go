@@ -308,7 +308,7 @@ const (
 		plan_checkpoint_gib, plan_storage_quota_gib,
 		report_due, report_at, report_decision_id, report_stage, report_digest, report_by`
 	revocationCols = `kind, subject, reason, revoked_by, revoked_at, expires_at, decision_id`
-	eventCols      = `run_id, at, to_state, action, decision_id, actor, reason, stage, checkpoint_step, report_due`
+	eventCols      = `run_id, at, to_state, action, decision_id, actor, reason, stage, checkpoint_step, report_due, gpus`
 	// notOverdue is ledger.RunRecord.Overdue negated, over a runs row at
 	// the time $%d: no report deadline, before it, or a passing report for
 	// the row's stage recorded before it.
@@ -338,17 +338,23 @@ func newQueries(schema string) queries {
 		// (ledger.RunPlan) and $34 a restart's budget, $35/$36 a create's
 		// checkpoint GiB and its booking's checkpoint quota (0: none), $37
 		// when the eval report of the stage a create or advance enters is
-		// due (NULL: no deadline). A step needs its run
+		// due (NULL: no deadline), $38 the world size of the stage an
+		// advance enters (ledger.Admission.StageGPUs). A step needs its run
 		// to pass ledger.CheckRunStep — live at $13, not revoked, not
 		// halted, its stage's report not overdue, on the booking; one that moves the stage in stage $24
 		// (it moves the run to $23); a restart from a step its plan writes
 		// ($25), within its budget — the run's row is locked first (FOR
 		// UPDATE), so a revocation or halt racing it is seen, re-checked,
-		// or waits. Every run the admission acts on gets its event; the
-		// booking's first admission binds it to its account.
+		// or waits. An advance into a stage larger than its run
+		// (ledger.Grows) needs the booking's other live runs plus $38
+		// within the run's booked GPUs (ledger.CheckGrow), under the
+		// booking's lock like a create's capacity, and grows the run's
+		// gpus to $38. Every run the admission acts on gets its event (with
+		// the GPUs a create admitted or a grow set); the booking's first
+		// admission binds it to its account.
 		commit: r.Replace(`WITH run AS (
 				SELECT run_id, account, booking_id, stage, live_until, ended_at, halted_at, revoked_at, restarts,
-					plan_interval_steps, plan_steps, report_due, report_at, report_stage
+					plan_interval_steps, plan_steps, report_due, report_at, report_stage, gpus, booked_gpus
 				FROM {s}.runs WHERE run_id = $5 AND $26 IN ('step_run', 'end_run')
 				FOR UPDATE),
 			booking AS (SELECT account, released_at FROM {s}.bookings WHERE booking_id = $7),
@@ -383,6 +389,13 @@ func newQueries(schema string) queries {
 							AND (NOT $28 OR plan_interval_steps = 0
 								OR ($25::bigint > 0 AND $25::bigint <= plan_steps AND $25::bigint % plan_interval_steps = 0))
 							AND (NOT $28 OR $34::integer = 0 OR restarts < $34::integer)))
+					AND ($26 <> 'step_run' OR NOT $27 OR NOT EXISTS (SELECT 1 FROM run WHERE gpus < $38::integer)
+						OR EXISTS (SELECT 1 FROM run WHERE
+							(SELECT coalesce(sum(gpus), 0) FROM {s}.runs
+								WHERE booking_id = $7 AND run_id <> $5 AND ended_at IS NULL AND live_until > $13)
+							+ (SELECT coalesce(sum(gpus), 0) FROM {s}.runs
+								WHERE booking_id = $7 AND run_id <> $5 AND ended_at > $13 AND live_until > $13)
+							+ $38::integer <= booked_gpus))
 				RETURNING c.ref),
 			created AS (
 				INSERT INTO {s}.runs (run_id, account, booking_id, manifest_digest, gpus, booked_gpus, admitted_at,
@@ -393,6 +406,7 @@ func newQueries(schema string) queries {
 				FROM consumed WHERE $26 = 'create_run'),
 			stepped AS (
 				UPDATE {s}.runs SET stage = CASE WHEN $27 THEN $23 ELSE stage END,
+					gpus = CASE WHEN $27 AND $38::integer > gpus THEN $38::integer ELSE gpus END,
 					report_due = CASE WHEN $27 THEN $37::timestamptz ELSE report_due END,
 					report_at = CASE WHEN $27 THEN NULL ELSE report_at END,
 					report_decision_id = CASE WHEN $27 THEN '' ELSE report_decision_id END,
@@ -418,11 +432,14 @@ func newQueries(schema string) queries {
 			events AS (
 				INSERT INTO {s}.run_events ({ecols})
 				SELECT $5, $13, CASE WHEN $26 <> 'end_run' OR EXISTS (SELECT 1 FROM ended) THEN $29 ELSE '' END,
-					$6, $4, $1, '', $23, $25, $37::timestamptz
+					$6, $4, $1, '', $23, $25, $37::timestamptz,
+					CASE WHEN $26 = 'create_run' THEN $17
+						WHEN $26 = 'step_run' AND $27 AND $38::integer > (SELECT gpus FROM run) THEN $38::integer
+						ELSE 0 END
 				FROM consumed
 				WHERE $26 = 'create_run' OR ($26 IN ('step_run', 'end_run') AND EXISTS (SELECT 1 FROM run))
 				UNION ALL
-				SELECT e.run_id, $13, $29, $6, $4, $1, '', $23, $25, NULL FROM ended e WHERE $26 = 'release_booking')
+				SELECT e.run_id, $13, $29, $6, $4, $1, '', $23, $25, NULL, 0 FROM ended e WHERE $26 = 'release_booking')
 			INSERT INTO {s}.admissions ({acols})
 			SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $22, $23, $24, $25
 			FROM consumed`),
@@ -457,7 +474,7 @@ func newQueries(schema string) queries {
 				RETURNING u.run_id, s.kind, s.subject, s.reason, s.revoked_by, s.decision_id)
 			INSERT INTO {s}.run_events ({ecols})
 			SELECT run_id, $3, 'revoked', '', decision_id, revoked_by,
-				kind || ' ' || subject || ' revoked' || CASE WHEN reason <> '' THEN ': ' || reason ELSE '' END, '', 0, NULL
+				kind || ' ' || subject || ' revoked' || CASE WHEN reason <> '' THEN ': ' || reason ELSE '' END, '', 0, NULL, 0
 			FROM revoked`),
 		// HaltRun, under the booking's lock: $1 the run, $2 the halt's time,
 		// $3..$7 its decision id, stage, report digest, failed evals and
@@ -471,7 +488,7 @@ func newQueries(schema string) queries {
 					AND live_until > $2 AND (ended_at IS NULL OR ended_at > $2)
 				RETURNING run_id)
 			INSERT INTO {s}.run_events ({ecols})
-			SELECT run_id, $2, 'halted', '', $3, $7, $10, $4, 0, NULL FROM halted`),
+			SELECT run_id, $2, 'halted', '', $3, $7, $10, $4, 0, NULL, 0 FROM halted`),
 		// RecordReport, under the booking's lock: $1 the run, $2 the
 		// report's time, $3..$6 its decision id, stage, report digest and
 		// author, $7/$8 the run's account and booking, $9 the event's
@@ -486,7 +503,7 @@ func newQueries(schema string) queries {
 					AND live_until > $2 AND (ended_at IS NULL OR ended_at > $2)
 				RETURNING run_id)
 			INSERT INTO {s}.run_events ({ecols})
-			SELECT run_id, $2, 'live', '', $3, $6, $9, $4, 0, NULL FROM reported`),
+			SELECT run_id, $2, 'live', '', $3, $6, $9, $4, 0, NULL, 0 FROM reported`),
 		runEvents: r.Replace(`SELECT {ecols} FROM {s}.run_events WHERE run_id = $1 ORDER BY id LIMIT $2`),
 		// An account's runs after $3 (on booking $2 when not ''), through
 		// runs_account_idx (migration 0008); one more than the page ($4),

@@ -646,8 +646,9 @@ func TestCapacityRaceTwoReplicas(t *testing.T) {
 // on two stores (replicas) sharing one schema: restarts racing a booking
 // revocation and a halt, creates racing their entitlement's revocation, an
 // advance racing a halt, a halt racing a passing report, restarts at a
-// stage's report deadline racing its report; Check finds every event
-// admissible afterwards.
+// stage's report deadline racing its report, a stage advance that grows
+// its run racing creates for the booking's last GPUs; Check finds every
+// event admissible and no booking over its GPUs afterwards.
 func TestRunRacesTwoReplicas(t *testing.T) {
 	t.Parallel()
 	opts := testOptions(t)
@@ -670,6 +671,7 @@ func TestRunRacesTwoReplicas(t *testing.T) {
 	for _, n := range []int{2, 10, 30} {
 		ledgertest.RaceRestartBudget(t, stores, fmt.Sprintf("bk_rb2_%d", n), n, 1+n/3)
 		ledgertest.RaceJobBind(t, stores, fmt.Sprintf("bk_jb2_%d", n), n)
+		ledgertest.RaceGrowCreate(t, stores, fmt.Sprintf("bk_gc2_%d", n), n)
 	}
 	if _, err := a.Check(t.Context()); err != nil {
 		t.Fatalf("Check: %v", err)
@@ -774,6 +776,56 @@ func TestMigrateSchema5(t *testing.T) {
 	}
 }
 
+// TestMigrateSchema13: a schema at version 13 (events without GPUs: what
+// this store wrote, taken back) is migrated to 14 with each run's
+// train.create event carrying the GPUs its run holds (no run of version 13
+// grew): every event reads back as the store wrote it, Check passes, and a
+// stage advance that grows a run commits on the migrated schema.
+func TestMigrateSchema13(t *testing.T) {
+	t.Parallel()
+	opts := testOptions(t)
+	s := open(t, opts)
+	verify := ledgertest.RunLifeHistory(t, s)
+	schema := pgx.Identifier{opts.Schema}.Sanitize()
+	rows, err := s.pool.Query(t.Context(), "SELECT "+runCols+" FROM "+schema+".runs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs, err := pgx.CollectRows(rows, scanRunRow)
+	if err != nil || len(runs) == 0 {
+		t.Fatalf("runs before: %d, %v", len(runs), err)
+	}
+	want := map[string][]ledger.RunEvent{}
+	for _, r := range runs {
+		if want[r.RunID], err = s.RunEvents(t.Context(), r.RunID); err != nil {
+			t.Fatal(err)
+		}
+		if len(want[r.RunID]) == 0 || want[r.RunID][0].GPUs != r.GPUs {
+			t.Fatalf("run %s: create event %+v, want its %d GPUs", r.RunID, want[r.RunID], r.GPUs)
+		}
+	}
+	_, err = s.pool.Exec(t.Context(), strings.ReplaceAll(`
+		ALTER TABLE {s}.run_events DROP CONSTRAINT run_events_gpus_check, DROP COLUMN gpus;
+		DELETE FROM {s}.schema_migrations WHERE version >= 14;`, "{s}", schema))
+	if err != nil {
+		t.Fatalf("back to version 13: %v", err)
+	}
+	s.Close()
+	s = open(t, opts)
+	defer s.Close()
+	if _, err := s.Check(t.Context()); err != nil {
+		t.Fatalf("Check after migration: %v", err)
+	}
+	for _, r := range runs {
+		events, err := s.RunEvents(t.Context(), r.RunID)
+		if err != nil || !reflect.DeepEqual(events, want[r.RunID]) {
+			t.Fatalf("RunEvents(%s) after migration = %+v, %v\nwant %+v", r.RunID, events, err, want[r.RunID])
+		}
+	}
+	verify(t, s)
+	ledgertest.RaceGrowCreate(t, []ledger.Store{s}, "bk_migrated_grow", 2)
+}
+
 // TestCheckFindsRunStateFaults: Check replays each run's events through
 // RunRecord.May and reports a restart written after the run's halt, and an
 // admission on a run without its event.
@@ -802,7 +854,7 @@ func TestCheckFindsRunStateFaults(t *testing.T) {
 	}
 	schema := pgx.Identifier{opts.Schema}.Sanitize()
 	_, err := s.pool.Exec(ctx, `INSERT INTO `+schema+`.run_events (`+eventCols+`)
-		VALUES ($1, $2, 'live', 'train.restart', 'dec_ghost', 'acct_1', '', '', 500, NULL)`, a.RunID, a.CreatedAt.Add(time.Second))
+		VALUES ($1, $2, 'live', 'train.restart', 'dec_ghost', 'acct_1', '', '', 500, NULL, 0)`, a.RunID, a.CreatedAt.Add(time.Second))
 	if err == nil {
 		_, err = s.pool.Exec(ctx, `DELETE FROM `+schema+`.run_events WHERE decision_id = $1`, a.DecisionID)
 	}

@@ -142,7 +142,8 @@ func scanEvent(row pgx.CollectableRow) (ledger.RunEvent, error) {
 		to, action string
 	)
 	var due *time.Time
-	err := row.Scan(&e.RunID, &e.At, &to, &action, &e.DecisionID, &e.By, &e.Reason, &e.Stage, &e.CheckpointStep, &due)
+	err := row.Scan(&e.RunID, &e.At, &to, &action, &e.DecisionID, &e.By, &e.Reason, &e.Stage, &e.CheckpointStep, &due,
+		&e.GPUs)
 	e.At, e.To, e.Action = e.At.UTC(), api.RunState(to), api.Action(action)
 	if due != nil {
 		e.ReportDue = due.UTC()

@@ -14,8 +14,9 @@ package ito.booking
 
 import data.ito.lib
 
-# Go sets input.ledger.booking for every train.create (admission.Input; a
-# Go test holds every builder to schemas/input.json, which requires it).
+# Go sets input.ledger.booking for every train.create and
+# train.stage.advance (admission.Input; a Go test holds every builder to
+# schemas/input.json, which requires it).
 _booking := input.ledger.booking
 
 _world_size := input.manifest.hardware.nodes * input.manifest.hardware.gpus_per_node if {
@@ -81,40 +82,81 @@ _more_text := sprintf(" and %d more of this account's", [_live_run_count - count
 } else := ""
 
 # METADATA
-# title: Stage needs more GPUs than the run holds
+# title: Stage needs more GPUs than the run holds and the booking has free
 # description: >-
 #   A train.stage.advance enters a stage whose world size (its effective
 #   manifest's hardware.nodes × hardware.gpus_per_node, lib.train_manifest)
-#   is larger than the run's: the world size of the manifest the run was
-#   admitted with (its digest is the run's, RUN_MANIFEST_MISMATCH
-#   otherwise), which is what the run holds on the booking. A stage keeps
-#   within the GPUs its run holds: a stage advance never takes more of
-#   the booking, so it cannot race a train.create for them. A stage may
-#   use fewer; the run still holds its own until it ends.
+#   is larger than the GPUs the run holds (input.ledger.run.gpus: its
+#   train.create's world size, or what an earlier stage grew it to; the
+#   world size of the manifest the run was admitted with when the fact is
+#   absent). The run grows to the stage's world size only when the booking
+#   has the difference free: its GPUs (entitlement gpu.nodes ×
+#   gpu.gpus_per_node) less the GPUs its live runs hold
+#   (input.ledger.booking.held_gpus, the run's own included), the facts
+#   train.create's capacity rule reads. Without those facts the advance is
+#   denied. The ledger checks the difference again inside the commit,
+#   serialized with every train.create on the booking, and grows the run's
+#   record there; a run never shrinks: a stage may use fewer GPUs, and the
+#   run still holds its own until it ends.
 # custom:
 #   code: STAGE_WORLD_SIZE_EXCEEDS_RUN
 #   gate: booking
 #   fix: >-
-#     Computed per deny - set the stage's hardware.nodes (stage_settings) to at
-#     most the run's, or create a new run with the larger world size.
+#     Computed per deny - free the missing GPUs of the booking (cancel or
+#     clean up another of its runs, or wait until one ends) and ask again, or
+#     set the stage's hardware.nodes (stage_settings) to at most what the run
+#     and the free GPUs hold.
 deny contains v if {
 	input.request.action == "train.stage.advance"
 	stage := lib.train_manifest
 	lib.is_count(stage.hardware.nodes)
 	lib.is_count(stage.hardware.gpus_per_node)
 	stage_size := stage.hardware.nodes * stage.hardware.gpus_per_node
-	stage_size > _world_size
+	stage_size > _run_gpus
+	not _grow_fits(stage_size - _run_gpus)
 	v := lib.violation_fix(
 		rego.metadata.rule(), sprintf(
-			"stage %s needs %d GPUs (%d nodes × %d); the run holds %d",
-			[lib.show(input.request.stage), stage_size, stage.hardware.nodes, stage.hardware.gpus_per_node, _world_size],
+			"stage %s needs %d GPUs (%d nodes × %d); the run holds %d and the booking has %s free%s",
+			[
+				lib.show(input.request.stage), stage_size, stage.hardware.nodes, stage.hardware.gpus_per_node,
+				_run_gpus, _free_text, _usage_text,
+			],
 		),
 		sprintf(
-			"set the stage's hardware.nodes (stage_settings) to at most %d, the run's, %s",
-			[input.manifest.hardware.nodes, "or create a new run with the larger world size"],
+			"free %d more GPUs of the booking (cancel or clean up another of its runs, or wait until one ends), %s %d",
+			[
+				(stage_size - _run_gpus) - _free_or_zero,
+				"or set the stage's hardware.nodes (stage_settings) to at most",
+				floor((_run_gpus + _free_or_zero) / stage.hardware.gpus_per_node),
+			],
 		),
 	)
 }
+
+# The GPUs the run holds: the ledger's (a stage advance may have grown
+# it), else the world size of the manifest it was admitted with (the
+# least it can hold: a run never shrinks).
+_run_gpus := g if {
+	g := input.ledger.run.gpus
+	lib.is_count(g)
+} else := _world_size
+
+# The booking's GPUs no live run holds; undefined without the facts.
+_free_gpus := _booked - held_gpus
+
+_grow_fits(more) if more <= _free_gpus
+
+_free_or_zero := max([_free_gpus, 0]) if is_number(_free_gpus)
+
+else := 0
+
+_free_text := sprintf("%d", [_free_gpus]) if is_number(_free_gpus)
+
+else := "no known"
+
+_usage_text := sprintf(" (%d booked, %d held by live runs)", [_booked, held_gpus]) if {
+	is_number(_free_gpus)
+} else := " (the booking's usage is unknown)"
 
 # METADATA
 # title: Booking released

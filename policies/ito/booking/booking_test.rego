@@ -92,3 +92,70 @@ test_capacity_message_names_at_most_16 if {
 	some v in booking.deny with input as inp
 	endswith(v.message, "run_16 (1 GPUs) and 1 more of this account's")
 }
+
+# A stage advance into a stage larger than the run: the run grows when the
+# booking has the difference free. Base: the run holds 64 GPUs (8 nodes ×
+# 8); the booking here has 16 nodes (128 GPUs); the stage asks for `nodes`.
+_advance(nodes, run_gpus, held) := json.patch(_base, [
+	_set("/request/action", "train.stage.advance"),
+	_set("/request/run_id", "run_01"),
+	_set("/request/stage", "long_context"),
+	_set("/entitlement/gpu/nodes", 16),
+	_set("/manifest/stage_settings", {"long_context": {"hardware": {"nodes": nodes}}}),
+	_set("/ledger/run", {"state": "live", "stage": "pretrain", "manifest_digest": _base.manifest_digest, "gpus": run_gpus}),
+	_usage(held, [], false),
+])
+
+_stage_denies(inp) := [v | some v in booking.deny with input as inp; v.code == "STAGE_WORLD_SIZE_EXCEEDS_RUN"]
+
+test_stage_world_size[name] if {
+	some name, tc in {
+		"grows with room: the booking has the 64 more free": {"nodes": 16, "run": 64, "held": 64, "denied": false},
+		"grows into exactly the free GPUs": {"nodes": 12, "run": 64, "held": 96, "denied": false},
+		"grows without room": {"nodes": 16, "run": 64, "held": 96, "denied": true},
+		"fewer GPUs: the run keeps its own": {"nodes": 4, "run": 64, "held": 128, "denied": false},
+		"as many as the run holds": {"nodes": 8, "run": 64, "held": 128, "denied": false},
+		"within what an earlier stage grew the run to": {"nodes": 16, "run": 128, "held": 128, "denied": false},
+	}
+	got := _stage_denies(_advance(tc.nodes, tc.run, tc.held))
+	print(name, "got", got)
+	count(got) == 1 == tc.denied
+}
+
+test_stage_grow_without_room_names_the_figures if {
+	[v] := _stage_denies(_advance(16, 64, 96))
+	v.message == concat("", [
+		"stage \"long_context\" needs 128 GPUs (16 nodes × 8); the run holds 64 and the booking has 32 free ",
+		"(128 booked, 96 held by live runs)",
+	])
+	v.fix == concat("", [
+		"free 32 more GPUs of the booking (cancel or clean up another of its runs, or wait until one ends), ",
+		"or set the stage's hardware.nodes (stage_settings) to at most 12",
+	])
+	v.gate == "booking"
+}
+
+# Without ledger.run.gpus the run holds its manifest's world size (64).
+test_stage_grow_run_gpus_default_to_the_manifest_s if {
+	inp := json.patch(_advance(16, 64, 96), [{"op": "remove", "path": "/ledger/run/gpus"}])
+	[v] := _stage_denies(inp)
+	startswith(v.message, "stage \"long_context\" needs 128 GPUs (16 nodes × 8); the run holds 64 ")
+}
+
+# Without the booking's usage a grow is denied (fail closed).
+test_stage_grow_without_usage_is_denied if {
+	inp := json.patch(_advance(16, 64, 64), [{"op": "remove", "path": "/ledger/booking"}])
+	[v] := _stage_denies(inp)
+	v.message == concat("", [
+		"stage \"long_context\" needs 128 GPUs (16 nodes × 8); the run holds 64 and the booking has no known free ",
+		"(the booking's usage is unknown)",
+	])
+	endswith(v.fix, "to at most 8")
+}
+
+# The other booking rules are train.create's: a full booking does not deny
+# an advance that needs no more GPUs.
+test_stage_advance_is_not_held_to_create_capacity if {
+	inp := _advance(8, 64, 128)
+	{v.code | some v in booking.deny with input as inp} == set()
+}

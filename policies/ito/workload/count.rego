@@ -237,3 +237,18 @@ deny contains v if {
 	some m in _count_invalid
 	v := lib.violation(rego.metadata.rule(), sprintf("%v: not a count", [m]))
 }
+
+# What WORKLOAD_GPUS_EXCEED_TICKET (workload.rego) caps a workload at: the
+# GPUs the run holds, the ledger's record of the ticket's run (a stage
+# advance may have grown it past the ticket's world_size; it never
+# shrinks), else the ticket's world_size.
+_admitted_gpus := g if {
+	_run_matches
+	g := input.run.gpus
+	lib.is_count(g)
+} else := _claims.world_size
+
+_charge_note := " (a Pod naming a DRA claim template counts as a whole node)" if {
+	some s in pod_sets
+	s.claims
+} else := ""

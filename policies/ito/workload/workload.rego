@@ -78,6 +78,7 @@
 #             live: {type: boolean}
 #             ended_by: {type: string}
 #             state: {type: string}
+#             gpus: {type: integer}
 #         binding:
 #           type: object
 #           additionalProperties: false
@@ -391,25 +392,25 @@ deny contains v if {
 # title: More GPUs than admitted
 # description: >-
 #   The object asks for more GPUs in total (replicas × per Pod, a Pod naming a
-#   DRA claim template charged as a whole node) than the ticket's world_size.
+#   DRA claim template charged as a whole node) than the run holds: the
+#   ledger's run record (input.run.gpus), which is the ticket's world_size
+#   or more once a train.stage.advance grew the run into a larger stage;
+#   the ticket's world_size when the ledger has no such run.
 # custom:
 #   code: WORKLOAD_GPUS_EXCEED_TICKET
 #   gate: workload
-#   fix: Request at most the admitted world size, or admit a run for more GPUs.
+#   fix: >-
+#     Request at most the GPUs the run holds (itogate runs get), advance the run
+#     into a larger stage its booking has room for, or admit a run for more GPUs.
 deny contains v if {
 	input.ticket.verified == true
-	gpus > input.ticket.claims.world_size
+	gpus > _admitted_gpus
 	_ticket_ok
 	_gated
 	v := lib.violation(rego.metadata.rule(), sprintf("%v GPUs requested%v, %v admitted", [
-		gpus, _charge_note, _claims.world_size,
+		gpus, _charge_note, _admitted_gpus,
 	]))
 }
-
-_charge_note := " (a Pod naming a DRA claim template counts as a whole node)" if {
-	some s in pod_sets
-	s.claims
-} else := ""
 
 # METADATA
 # title: A Pod larger than a node

@@ -206,3 +206,28 @@ test_child_creator if {
 	_codes(pod) == {"WORKLOAD_CHILD_CREATOR_UNTRUSTED"}
 	_codes(array.concat(pod, [_set("/review/user", "system:serviceaccount:team-a:default")])) == {"WORKLOAD_CHILD_CREATOR_UNTRUSTED"}
 }
+
+# The cap is what the run holds in the ledger (input.run.gpus): a run a
+# stage advance grew from the ticket's 16 GPUs to 32 gets a Job of 4 × 8;
+# without the ledger's figure the ticket's world_size caps it.
+_four_pods := [_set("/review/object/spec/parallelism", 4), _set("/review/object/spec/completions", 4)]
+
+test_gpu_cap_follows_the_run_s_gpus[name] if {
+	some name, tc in {
+		"grown run holds 32": {"patch": [_set("/run/gpus", 32)], "denied": false},
+		"run holds the ticket's 16": {"patch": [_set("/run/gpus", 16)], "denied": true},
+		"no ledger figure: the ticket's 16": {"patch": [], "denied": true},
+		"a run of another account does not lend its GPUs": {
+			"patch": [_set("/run/gpus", 32), _set("/run/account", "acct_b")],
+			"denied": true,
+		},
+	}
+	got := "WORKLOAD_GPUS_EXCEED_TICKET" in _codes(array.concat(_four_pods, tc.patch))
+	print(name, "got", got)
+	got == tc.denied
+}
+
+test_gpu_cap_message_names_the_run_s_gpus if {
+	d := _decide(array.concat(_four_pods, [_set("/run/gpus", 24)]))
+	[v.message | some v in d.violations; v.code == "WORKLOAD_GPUS_EXCEED_TICKET"] == ["32 GPUs requested, 24 admitted"]
+}

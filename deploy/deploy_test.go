@@ -653,7 +653,7 @@ func TestAdmissionPoliciesFailClosed(t *testing.T) {
 		ops := fmt.Sprint(get(r, "operations"))
 		for _, g := range get(r, "apiGroups").([]any) {
 			for _, res := range get(r, "resources").([]any) {
-				if ops == "[DELETE UPDATE]" {
+				if ops == "[CREATE UPDATE DELETE]" {
 					guarded[g.(string)+"/"+res.(string)] = true
 				}
 			}

@@ -394,6 +394,15 @@ func TestWorkloadBoundary(t *testing.T) {
 		_, err = tenant.BatchV1().Jobs(nsA).Patch(ctx, "redo", types.MergePatchType,
 			[]byte(`{"metadata":{"finalizers":["orphan"]}}`), metav1.PatchOptions{})
 		wantPolicyDenied(t, err, "itogate-workload-delete", "WORKLOAD_ORPHANING_DELETE")
+		// A custom resource created with the orphan finalizer would be
+		// orphaned by a DELETE with empty options: refused at CREATE.
+		pj := pytorchJob("born-orphaning", own.Data.Ticket, 8, 1)
+		pj.SetFinalizers([]string{"orphan"})
+		_, err = dyn.Resource(pytorchJobs).Namespace(nsA).Create(ctx, pj, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		wantPolicyDenied(t, err, "itogate-workload-delete", "WORKLOAD_ORPHANING_DELETE")
+		if !strings.Contains(err.Error(), "the orphan finalizer would orphan its dependents") {
+			t.Fatalf("err %v, want the finalizer named", err)
+		}
 		if _, err := tenant.BatchV1().Jobs(nsA).Get(ctx, "redo", metav1.GetOptions{}); err != nil {
 			t.Fatalf("the Job after refused orphaning deletes: %v", err)
 		}

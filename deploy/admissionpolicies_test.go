@@ -1,0 +1,115 @@
+package deploy
+
+import (
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/admission"
+)
+
+const ticket = "eyJhbGciOiJFUzI1NiJ9.e30.sig" // its contents are the webhook's business, not the policies'
+
+// pytorchJob is a PyTorchJob of two 8-GPU workers; ticketed, it carries
+// itogate.io/ticket; finalizers are its metadata.finalizers.
+func pytorchJob(ticketed bool, finalizers ...string) map[string]any {
+	md := map[string]any{"name": "pj", "namespace": "team-a", "uid": "uid-pj"}
+	if ticketed {
+		md["annotations"] = map[string]any{"itogate.io/ticket": ticket}
+	}
+	if len(finalizers) > 0 {
+		fs := make([]any, len(finalizers))
+		for i, f := range finalizers {
+			fs[i] = f
+		}
+		md["finalizers"] = fs
+	}
+	return map[string]any{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": md,
+		"spec": map[string]any{"pytorchReplicaSpecs": map[string]any{"Worker": map[string]any{"replicas": int64(2),
+			"template": map[string]any{"spec": map[string]any{"containers": []any{map[string]any{"name": "pytorch", "image": "t",
+				"resources": map[string]any{"limits": map[string]any{"nvidia.com/gpu": int64(8)}}}}}}}}}}
+}
+
+// TestOrphanFinalizerOnTicketedWorkloads: for a custom resource the
+// apiserver orphans the dependents of an object carrying the orphan
+// finalizer when a DELETE names no propagation policy (the finalizer
+// overrides the kind's default). itogate-workload-delete refuses that
+// finalizer on a ticketed workload at CREATE (the reviewer's
+// reproduction: a ticketed PyTorchJob created with finalizers [orphan],
+// then deleted with empty options, orphans its Pods) and by UPDATE, and
+// refuses such a DELETE of an object that has it; teardown goes on.
+func TestOrphanFinalizerOnTicketedWorkloads(t *testing.T) {
+	vaps, bindings := shippedPolicies(t)
+	const policy = "itogate-workload-delete"
+	p, b := vaps[policy], bindings[policy]
+	if p == nil || b == nil {
+		t.Fatalf("%s is not shipped", policy)
+	}
+	orphan, background := metav1.DeletePropagationOrphan, metav1.DeletePropagationBackground
+	pj := func(op admission.Operation, obj, old map[string]any, opts runtime.Object) apiRequest {
+		return apiRequest{group: "kubeflow.org", version: "v1", kind: "PyTorchJob", resource: "pytorchjobs", op: op,
+			ns: "team-a", name: "pj", obj: obj, old: old, user: "alice", groups: []string{"team-a", "system:authenticated"}, options: opts}
+	}
+	withKind := func(group, version, kind, resource string, r apiRequest) apiRequest {
+		r.group, r.version, r.kind, r.resource = group, version, kind, resource
+		for _, o := range []map[string]any{r.obj, r.old} {
+			if o != nil {
+				o["apiVersion"], o["kind"] = group+"/"+version, kind
+			}
+		}
+		return r
+	}
+	cases := []struct {
+		name   string
+		r      apiRequest
+		refuse string // "" admitted; else a substring of the message after the code
+	}{
+		{"CREATE ticketed with the orphan finalizer", pj(admission.Create, pytorchJob(true, "orphan"), nil, nil),
+			"the orphan finalizer would orphan its dependents"},
+		{"CREATE ticketed JobSet with the orphan finalizer", withKind("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets",
+			pj(admission.Create, pytorchJob(true, "orphan"), nil, nil)), "the orphan finalizer"},
+		{"CREATE ticketed RayCluster with the orphan finalizer among others", withKind("ray.io", "v1", "RayCluster", "rayclusters",
+			pj(admission.Create, pytorchJob(true, "example.com/keep", "orphan"), nil, nil)), "the orphan finalizer"},
+		{"CREATE ticketed batch/v1 Job with the orphan finalizer", withKind("batch", "v1", "Job", "jobs",
+			pj(admission.Create, pytorchJob(true, "orphan"), nil, nil)), "the orphan finalizer"},
+		{"CREATE ticketed without it", pj(admission.Create, pytorchJob(true, "example.com/keep"), nil, nil), ""},
+		{"CREATE without a ticket, with it (no GPUs itogate admitted)", pj(admission.Create, pytorchJob(false, "orphan"), nil, nil), ""},
+		{"UPDATE adding it", pj(admission.Update, pytorchJob(true, "orphan"), pytorchJob(true), nil), "the orphan finalizer"},
+		{"UPDATE adding a ticket to an object that has it", pj(admission.Update, pytorchJob(true, "orphan"), pytorchJob(false, "orphan"), nil),
+			"the orphan finalizer"},
+		{"UPDATE of an object that had both: another finalizer removed", pj(admission.Update, pytorchJob(true, "orphan"),
+			pytorchJob(true, "orphan", "example.com/keep"), nil), ""},
+		{"UPDATE of an object that had both: it removed", pj(admission.Update, pytorchJob(true), pytorchJob(true, "orphan"), nil), ""},
+		{"DELETE with empty options of an object that has it", pj(admission.Delete, nil, pytorchJob(true, "orphan"), &metav1.DeleteOptions{}),
+			"an object with the orphan finalizer, deleted without one orphans its dependents"},
+		{"DELETE with no options at all of an object that has it", pj(admission.Delete, nil, pytorchJob(true, "orphan"), nil),
+			"delete it with propagationPolicy Background or Foreground"},
+		{"DELETE in the background of an object that has it (the apiserver drops the finalizer)",
+			pj(admission.Delete, nil, pytorchJob(true, "orphan"), &metav1.DeleteOptions{PropagationPolicy: &background}), ""},
+		{"DELETE with orphanDependents false of an object that has it",
+			pj(admission.Delete, nil, pytorchJob(true, "orphan"), &metav1.DeleteOptions{OrphanDependents: new(bool)}), ""},
+		{"DELETE with empty options of an object without it (a custom resource's default is background)",
+			pj(admission.Delete, nil, pytorchJob(true), &metav1.DeleteOptions{}), ""},
+		{"DELETE Orphan", pj(admission.Delete, nil, pytorchJob(true), &metav1.DeleteOptions{PropagationPolicy: &orphan}),
+			"delete it with propagationPolicy Background or Foreground"},
+		{"DELETE with empty options of a batch/v1 Job", withKind("batch", "v1", "Job", "jobs",
+			pj(admission.Delete, nil, pytorchJob(true), &metav1.DeleteOptions{})), "a batch/v1 Job"},
+		{"DELETE without a ticket, with it", pj(admission.Delete, nil, pytorchJob(false, "orphan"), &metav1.DeleteOptions{}), ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v := evaluate(t, p, b, tc.r)
+			switch {
+			case tc.refuse == "" && v.refused:
+				t.Fatalf("refused: %s", v.message)
+			case tc.refuse != "" && !v.refused:
+				t.Fatalf("admitted (matched %v), want WORKLOAD_ORPHANING_DELETE", v.matched)
+			case tc.refuse != "" && (v.reason != metav1.StatusReasonForbidden ||
+				!strings.HasPrefix(v.message, "WORKLOAD_ORPHANING_DELETE: "+tc.r.resource+"/pj carries an itogate admission ticket: ") ||
+				!strings.Contains(v.message, tc.refuse)):
+				t.Fatalf("refused %s %q, want Forbidden WORKLOAD_ORPHANING_DELETE with %q", v.reason, v.message, tc.refuse)
+			}
+		})
+	}
+}

@@ -1,12 +1,16 @@
 package deploy
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/admission"
+
+	"github.com/itocompute/itogate/gatekeeper/webhook"
+	"github.com/itocompute/itogate/policies"
 )
 
 const ticket = "eyJhbGciOiJFUzI1NiJ9.e30.sig" // its contents are the webhook's business, not the policies'
@@ -111,5 +115,131 @@ func TestOrphanFinalizerOnTicketedWorkloads(t *testing.T) {
 				t.Fatalf("refused %s %q, want Forbidden WORKLOAD_ORPHANING_DELETE with %q", v.reason, v.message, tc.refuse)
 			}
 		})
+	}
+}
+
+// TestAdmissionPoliciesAreGenerated: the shipped policies are what
+// `itogate webhook policies` prints for the embedded bundle, so the
+// apiserver trusts the controller identities the webhook trusts.
+func TestAdmissionPoliciesAreGenerated(t *testing.T) {
+	want, err := webhook.AdmissionPolicies(AdmissionPolicies, policies.Bundle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(want) != string(AdmissionPolicies) {
+		t.Fatal("kubernetes/base/admissionpolicies.yaml is not current: " +
+			"go run ./cmd/itogate webhook policies > deploy/kubernetes/base/admissionpolicies.yaml")
+	}
+}
+
+// ticketedPod is a Job's Pod of 8 GPUs carrying the ticket (ticketed) and
+// a controller reference to its Job, with labels and annotations.
+func ticketedPod(ticketed bool, labels, annotations map[string]any, owners ...any) map[string]any {
+	ann := map[string]any{}
+	for k, v := range annotations {
+		ann[k] = v
+	}
+	if ticketed {
+		ann["itogate.io/ticket"] = ticket
+	}
+	md := map[string]any{"name": "train-0", "namespace": "team-a", "uid": "uid-train-0", "annotations": ann}
+	if labels != nil {
+		md["labels"] = labels
+	}
+	if owners != nil {
+		md["ownerReferences"] = owners
+	}
+	return map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": md,
+		"spec": map[string]any{"containers": []any{map[string]any{"name": "trainer", "image": "t",
+			"resources": map[string]any{"limits": map[string]any{"nvidia.com/gpu": int64(8)}}}}}}
+}
+
+// TestTicketedPodMetadataGuarded: a tenant with the stock edit role may
+// patch Pods; relabelling a Job's Pod makes the Job controller release it
+// and start a replacement the webhook admits as the Job's child, any
+// multiple of world_size on one ticket (the reviewer's reproduction: no
+// shipped control saw a Pod UPDATE). itogate-ticketed-pods refuses a change
+// to a ticketed Pod's labels, ownerReferences or ticket annotation by
+// anyone but a listed controller or a cluster admin; every other change,
+// and every change to a Pod without a ticket, goes on.
+func TestTicketedPodMetadataGuarded(t *testing.T) {
+	vaps, bindings := shippedPolicies(t)
+	p, b := vaps[webhook.TicketedPodsPolicy], bindings[webhook.TicketedPodsPolicy]
+	if p == nil || b == nil {
+		t.Fatalf("%s is not shipped", webhook.TicketedPodsPolicy)
+	}
+	controllers, err := webhook.ControllerIdentities(policies.Bundle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const jobController = "system:serviceaccount:kube-system:job-controller"
+	if !slices.Contains(controllers, jobController) {
+		t.Fatalf("the bundle does not list %s: %v", jobController, controllers)
+	}
+	owner := map[string]any{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "uid-train",
+		"controller": true, "blockOwnerDeletion": true}
+	labels := map[string]any{"batch.kubernetes.io/job-name": "train", "batch.kubernetes.io/controller-uid": "uid-train"}
+	relabelled := map[string]any{"batch.kubernetes.io/job-name": "train", "batch.kubernetes.io/controller-uid": "released"}
+	stored := ticketedPod(true, labels, nil, owner)
+	update := func(user string, groups []string, obj, old map[string]any) apiRequest {
+		return apiRequest{version: "v1", kind: "Pod", resource: "pods", op: admission.Update, ns: "team-a", name: "train-0",
+			obj: obj, old: old, user: user, groups: append(groups, "system:authenticated")}
+	}
+	tenant := []string{"team-a"}
+	cases := []struct {
+		name   string
+		r      apiRequest
+		refuse string // "" admitted; else what the message names
+	}{
+		{"tenant relabels", update("alice", tenant, ticketedPod(true, relabelled, nil, owner), stored), "labels"},
+		{"tenant drops the labels", update("alice", tenant, ticketedPod(true, nil, nil, owner), stored), "labels"},
+		{"tenant drops the controller reference", update("alice", tenant, ticketedPod(true, labels, nil), stored), "ownerReferences"},
+		{"tenant names another owner", update("alice", tenant, ticketedPod(true, labels, nil, map[string]any{"apiVersion": "batch/v1",
+			"kind": "Job", "name": "other", "uid": "uid-other", "controller": true}), stored), "ownerReferences"},
+		{"tenant relabels and releases", update("alice", tenant, ticketedPod(true, relabelled, nil), stored), "labels, ownerReferences"},
+		{"tenant swaps the ticket", update("alice", tenant, ticketedPod(false, labels, map[string]any{"itogate.io/ticket": "other"}, owner),
+			stored), "the itogate.io/ticket annotation"},
+		{"tenant removes the ticket", update("alice", tenant, ticketedPod(false, labels, nil, owner), stored), "the itogate.io/ticket annotation"},
+		{"tenant adds a ticket to a Pod without one", update("alice", tenant, ticketedPod(true, labels, nil, owner),
+			ticketedPod(false, labels, nil, owner)), "the itogate.io/ticket annotation"},
+		{"a service account of the tenant's named like the Job controller", update("system:serviceaccount:team-a:job-controller",
+			[]string{"system:serviceaccounts", "system:serviceaccounts:team-a"}, ticketedPod(true, relabelled, nil, owner), stored), "labels"},
+		{"tenant annotates", update("alice", tenant, ticketedPod(true, labels, map[string]any{"note": "slow node"}, owner), stored), ""},
+		{"tenant relabels a Pod without a ticket", update("alice", tenant, ticketedPod(false, relabelled, nil, owner),
+			ticketedPod(false, labels, nil, owner)), ""},
+		{"the Job controller releases the Pod", update(jobController, []string{"system:serviceaccounts", "system:serviceaccounts:kube-system"},
+			ticketedPod(true, labels, nil), stored), ""},
+		{"system:masters relabels", update("admin", []string{"system:masters"}, ticketedPod(true, relabelled, nil, owner), stored), ""},
+		{"itogate:namespace-admins relabels", update("ops", []string{"itogate:namespace-admins"},
+			ticketedPod(true, relabelled, nil, owner), stored), ""},
+	}
+	for _, id := range controllers {
+		cases = append(cases, struct {
+			name   string
+			r      apiRequest
+			refuse string
+		}{"listed controller " + id + " adopts the Pod", update(id, nil, stored, ticketedPod(true, labels, nil)), ""})
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v := evaluate(t, p, b, tc.r)
+			switch {
+			case tc.refuse == "" && v.refused:
+				t.Fatalf("refused: %s", v.message)
+			case tc.refuse != "" && !v.refused:
+				t.Fatalf("admitted (matched %v), want WORKLOAD_POD_METADATA_GUARDED", v.matched)
+			case tc.refuse != "" && (v.reason != metav1.StatusReasonForbidden ||
+				!strings.HasPrefix(v.message, "WORKLOAD_POD_METADATA_GUARDED: pod train-0 carries an itogate admission ticket: ") ||
+				!strings.HasSuffix(v.message, " may change its "+tc.refuse)):
+				t.Fatalf("refused %s %q, want Forbidden WORKLOAD_POD_METADATA_GUARDED ending in %q", v.reason, v.message, tc.refuse)
+			}
+		})
+	}
+	// The status and other subresources are not matched: the kubelet's
+	// status writes never reach the policy.
+	st := update("system:node:gpu-1", []string{"system:nodes"}, ticketedPod(true, relabelled, nil, owner), stored)
+	st.sub = "status"
+	if v := evaluate(t, p, b, st); v.matched {
+		t.Fatalf("pods/status matched: %+v", v)
 	}
 }

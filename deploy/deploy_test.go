@@ -528,8 +528,10 @@ func TestBaseBuildsAlone(t *testing.T) {
 	slices.Sort(kinds)
 	want := []string{"ConfigMap/itogate-config", "Deployment/itogate", "Namespace/itogate-system", "NetworkPolicy/itogate",
 		"PodDisruptionBudget/itogate", "Service/itogate", "Service/itogate-webhook", "ServiceAccount/itogate",
-		"ValidatingAdmissionPolicy/itogate-namespace-labels", "ValidatingAdmissionPolicy/itogate-workload-delete",
-		"ValidatingAdmissionPolicyBinding/itogate-namespace-labels", "ValidatingAdmissionPolicyBinding/itogate-workload-delete",
+		"ValidatingAdmissionPolicy/itogate-namespace-labels", "ValidatingAdmissionPolicy/itogate-ticketed-pods",
+		"ValidatingAdmissionPolicy/itogate-workload-delete",
+		"ValidatingAdmissionPolicyBinding/itogate-namespace-labels", "ValidatingAdmissionPolicyBinding/itogate-ticketed-pods",
+		"ValidatingAdmissionPolicyBinding/itogate-workload-delete",
 		"ValidatingWebhookConfiguration/itogate"}
 	if !slices.Equal(kinds, want) {
 		t.Fatalf("base objects %v, want %v", kinds, want)

@@ -153,8 +153,9 @@ const (
 	CodeWorkloadOwnerRetired Code = "WORKLOAD_OWNER_RETIRED"
 	// Refused by the kube-apiserver's ValidatingAdmissionPolicies
 	// (deploy/kubernetes/base/admissionpolicies.yaml).
-	CodeWorkloadOrphaningDelete Code = "WORKLOAD_ORPHANING_DELETE"
-	CodeNamespaceLabelGuarded   Code = "NAMESPACE_LABEL_GUARDED"
+	CodeWorkloadOrphaningDelete    Code = "WORKLOAD_ORPHANING_DELETE"
+	CodeNamespaceLabelGuarded      Code = "NAMESPACE_LABEL_GUARDED"
+	CodeWorkloadPodMetadataGuarded Code = "WORKLOAD_POD_METADATA_GUARDED"
 
 	// The client's own refusals (itogate train, itogate status).
 	CodeClientInput     Code = "CLIENT_INPUT_INVALID"
@@ -469,6 +470,9 @@ var registry = []Entry{
 	entry(CodeNamespaceLabelGuarded, "workload", http.StatusForbidden, cluster,
 		"The apiserver's ValidatingAdmissionPolicy itogate-namespace-labels refused a namespace CREATE or UPDATE by someone other than a named cluster admin that sets, changes or removes a guarded label: itogate.io/*, resource.kubernetes.io/admin-access, pod-security.kubernetes.io/*.",
 		"Ask a cluster admin (system:masters or the group itogate:namespace-admins) to change the label."),
+	entry(CodeWorkloadPodMetadataGuarded, "workload", http.StatusForbidden, cluster,
+		"The apiserver's ValidatingAdmissionPolicy itogate-ticketed-pods refused an UPDATE of a Pod carrying itogate.io/ticket that changes its labels, ownerReferences or ticket annotation, by someone other than a workload controller the bundle lists (data.ito.config.workload.controllers.users) or a cluster admin: a relabelled Pod is released by its controller, which starts a replacement on the same ticket while the released Pod keeps its GPUs.",
+		"Leave a ticketed Pod's labels and ownerReferences to its controller; to stop it, delete it or its workload. A cluster admin (system:masters or the group itogate:namespace-admins) may change them."),
 
 	entry(CodeClientInput, "client", 0, client,
 		"A client command (itogate train, status, runs, revoke) refused a flag or file before sending anything.",

@@ -353,6 +353,48 @@ func TestWorkloadBoundary(t *testing.T) {
 		_, err = controller.CoreV1().Pods(nsA).Create(ctx, gpuPod("rogue", run.Data.Ticket, "00000000-0000-4000-8000-000000000000", 8), metav1.CreateOptions{})
 		wantForbidden(t, err, "WORKLOAD_OWNER_UNBOUND")
 	})
+	t.Run("relabel of a ticketed Pod", func(t *testing.T) {
+		if created == nil {
+			t.Skip("no Job")
+		}
+		// A relabelled or released Pod of a Job is replaced by the Job
+		// controller while it keeps its GPUs: not the tenant's to do.
+		patch := func(c *kubernetes.Clientset, body string, dry bool) error {
+			opts := metav1.PatchOptions{}
+			if dry {
+				opts.DryRun = []string{metav1.DryRunAll}
+			}
+			_, err := c.CoreV1().Pods(nsA).Patch(ctx, "train-0", types.MergePatchType, []byte(body), opts)
+			return err
+		}
+		const relabel = `{"metadata":{"labels":{"batch.kubernetes.io/job-name":"released"}}}`
+		eventually(t, func() error { return patch(tenant, relabel, true) }, "itogate-ticketed-pods", "WORKLOAD_POD_METADATA_GUARDED")
+		err := patch(tenant, relabel, false)
+		wantPolicyDenied(t, err, "itogate-ticketed-pods", "WORKLOAD_POD_METADATA_GUARDED")
+		if !strings.HasSuffix(err.Error(), "may change its labels") {
+			t.Fatalf("err %v, want the labels named", err)
+		}
+		err = patch(tenant, `{"metadata":{"ownerReferences":null}}`, false)
+		wantPolicyDenied(t, err, "itogate-ticketed-pods", "WORKLOAD_POD_METADATA_GUARDED")
+		err = patch(tenant, `{"metadata":{"annotations":{"itogate.io/ticket":null}}}`, false)
+		wantPolicyDenied(t, err, "itogate-ticketed-pods", "WORKLOAD_POD_METADATA_GUARDED")
+		// Her own annotation passes; the Job controller may release the
+		// Pod and an admin may relabel it (dry runs: the Pod stays as it is).
+		if err := patch(tenant, `{"metadata":{"annotations":{"note":"slow node"}}}`, false); err != nil {
+			t.Fatalf("an ordinary annotation: %v", err)
+		}
+		if err := patch(controller, `{"metadata":{"ownerReferences":null}}`, true); err != nil {
+			t.Fatalf("the Job controller releases its Pod: %v", err)
+		}
+		if err := patch(cs, relabel, true); err != nil {
+			t.Fatalf("the admin relabels: %v", err)
+		}
+		p, err := pods.Get(ctx, "train-0", metav1.GetOptions{})
+		if err != nil || len(p.OwnerReferences) != 1 || p.Labels["batch.kubernetes.io/job-name"] == "released" ||
+			p.Annotations[webhook.TicketAnnotation] == "" {
+			t.Fatalf("the Pod changed: %v %v %v", p.OwnerReferences, p.Labels, err)
+		}
+	})
 	t.Run("tenant-made child Job and Pod", func(t *testing.T) {
 		if created == nil {
 			t.Skip("no Job")

@@ -6,8 +6,10 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/admission"
+	k8syaml "sigs.k8s.io/yaml"
 
 	"github.com/itocompute/itogate/gatekeeper/webhook"
 	"github.com/itocompute/itogate/policies"
@@ -241,5 +243,184 @@ func TestTicketedPodMetadataGuarded(t *testing.T) {
 	st.sub = "status"
 	if v := evaluate(t, p, b, st); v.matched {
 		t.Fatalf("pods/status matched: %+v", v)
+	}
+}
+
+// withTolerations is a Pod spec (or a Pod template's) tolerating ts.
+func withTolerations(ts ...map[string]any) map[string]any {
+	l := make([]any, len(ts))
+	for i, t := range ts {
+		l[i] = t
+	}
+	spec := map[string]any{"containers": []any{map[string]any{"name": "trainer", "image": "t",
+		"resources": map[string]any{"limits": map[string]any{"nvidia.com/gpu": int64(8)}}}}}
+	if len(ts) > 0 {
+		spec["tolerations"] = l
+	}
+	return spec
+}
+
+// inKind wraps a Pod spec as the object of resource (group/version/kind).
+func inKind(kind, name string, spec map[string]any) map[string]any {
+	md := map[string]any{"name": name, "namespace": "team-z"}
+	tmpl := map[string]any{"metadata": map[string]any{}, "spec": spec}
+	switch kind {
+	case "Pod":
+		return map[string]any{"apiVersion": "v1", "kind": kind, "metadata": md, "spec": spec}
+	case "PodTemplate":
+		return map[string]any{"apiVersion": "v1", "kind": kind, "metadata": md, "template": tmpl}
+	case "CronJob":
+		return map[string]any{"apiVersion": "batch/v1", "kind": kind, "metadata": md, "spec": map[string]any{"schedule": "@daily",
+			"jobTemplate": map[string]any{"spec": map[string]any{"template": tmpl}}}}
+	default:
+		return map[string]any{"kind": kind, "metadata": md, "spec": map[string]any{"template": tmpl}}
+	}
+}
+
+var (
+	tolerateGPU      = map[string]any{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}
+	tolerateAMD      = map[string]any{"key": "amd.com/gpu", "operator": "Equal", "value": "present"}
+	tolerateAll      = map[string]any{"operator": "Exists"}
+	tolerateNotReady = map[string]any{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}
+)
+
+// TestGPUTolerationsOutsideControlledNamespaces: the webhook reviews only
+// namespaces labelled itogate.io/enforce, and GPU nodes are kept for them
+// by a taint (docs/kubernetes.md, "Namespace selection"); a tenant writes
+// her Pods' tolerations herself, so itogate-gpu-tolerations refuses a
+// toleration of the GPU taint, or of every taint, in any other namespace
+// (the reviewer's reproduction: a GPU Pod tolerating the taint in an
+// unlabelled namespace reached no shipped control), in a Pod and in the
+// Pod template of every built-in workload kind, at CREATE and when an
+// UPDATE adds it. Controlled, warn-mode, exempt and system namespaces are
+// not matched.
+func TestGPUTolerationsOutsideControlledNamespaces(t *testing.T) {
+	vaps, bindings := shippedPolicies(t)
+	const policy = "itogate-gpu-tolerations"
+	p, b := vaps[policy], bindings[policy]
+	if p == nil || b == nil {
+		t.Fatalf("%s is not shipped", policy)
+	}
+	kinds := map[string][4]string{ // kind: group, version, resource, name
+		"Pod": {"", "v1", "pods", "trainer"}, "PodTemplate": {"", "v1", "podtemplates", "tmpl"},
+		"Deployment": {"apps", "v1", "deployments", "web"}, "ReplicaSet": {"apps", "v1", "replicasets", "web-1"},
+		"StatefulSet": {"apps", "v1", "statefulsets", "db"}, "DaemonSet": {"apps", "v1", "daemonsets", "agent"},
+		"Job": {"batch", "v1", "jobs", "train"}, "CronJob": {"batch", "v1", "cronjobs", "nightly"},
+	}
+	req := func(kind, ns string, nsLabels map[string]string, op admission.Operation, spec, oldSpec map[string]any) apiRequest {
+		k := kinds[kind]
+		r := apiRequest{group: k[0], version: k[1], kind: kind, resource: k[2], op: op, ns: ns, nsLabels: nsLabels, name: k[3],
+			obj: inKind(kind, k[3], spec), user: "alice", groups: []string{"team-z", "system:authenticated"}}
+		if oldSpec != nil {
+			r.old = inKind(kind, k[3], oldSpec)
+		}
+		return r
+	}
+	unlabelled := map[string]string{}
+	cases := []struct {
+		name   string
+		r      apiRequest
+		refuse string // "" admitted; else what the message says it tolerates
+	}{
+		{"unlabelled: the GPU taint", req("Pod", "team-z", unlabelled, admission.Create, withTolerations(tolerateGPU), nil),
+			"the GPU taint nvidia.com/gpu"},
+		{"unlabelled: the AMD GPU taint, by value", req("Pod", "team-z", unlabelled, admission.Create,
+			withTolerations(tolerateNotReady, tolerateAMD), nil), "the GPU taint amd.com/gpu"},
+		{"unlabelled: every taint", req("Pod", "team-z", unlabelled, admission.Create, withTolerations(tolerateAll), nil), "every taint"},
+		{"unlabelled: both", req("Pod", "team-z", unlabelled, admission.Create, withTolerations(tolerateGPU, tolerateAll), nil),
+			"the GPU taint nvidia.com/gpu, every taint"},
+		{"itogate.io/enforce=false", req("Pod", "team-z", map[string]string{"itogate.io/enforce": "false"}, admission.Create,
+			withTolerations(tolerateGPU), nil), "the GPU taint nvidia.com/gpu"},
+		{"unlabelled: another taint", req("Pod", "team-z", unlabelled, admission.Create, withTolerations(tolerateNotReady), nil), ""},
+		{"unlabelled: no toleration (the taint keeps it off GPU nodes)", req("Pod", "team-z", unlabelled, admission.Create,
+			withTolerations(), nil), ""},
+		{"unlabelled: an UPDATE adding it", req("Pod", "team-z", unlabelled, admission.Update, withTolerations(tolerateNotReady, tolerateGPU),
+			withTolerations(tolerateNotReady)), "the GPU taint nvidia.com/gpu"},
+		{"unlabelled: an UPDATE of an object that had it", req("Deployment", "team-z", unlabelled, admission.Update,
+			withTolerations(tolerateGPU), withTolerations(tolerateGPU)), ""},
+		{"controlled", req("Pod", "team-a", map[string]string{"itogate.io/enforce": "true"}, admission.Create,
+			withTolerations(tolerateGPU, tolerateAll), nil), ""},
+		{"warn mode", req("Pod", "team-w", map[string]string{"itogate.io/enforce": "warn"}, admission.Create,
+			withTolerations(tolerateGPU), nil), ""},
+		{"exempt", req("DaemonSet", "gpu-operator", map[string]string{"itogate.io/enforce": "exempt"}, admission.Create,
+			withTolerations(tolerateGPU, tolerateAll), nil), ""},
+		{"kube-system", req("DaemonSet", "kube-system", unlabelled, admission.Create, withTolerations(tolerateAll), nil), ""},
+		{"another kube-* namespace", req("DaemonSet", "kube-flannel", unlabelled, admission.Create, withTolerations(tolerateAll), nil), ""},
+		{"itogate's own", req("Pod", "itogate-system", unlabelled, admission.Create, withTolerations(tolerateAll), nil), ""},
+	}
+	for kind := range kinds {
+		cases = append(cases, struct {
+			name   string
+			r      apiRequest
+			refuse string
+		}{"unlabelled: a " + kind, req(kind, "team-z", unlabelled, admission.Create, withTolerations(tolerateGPU), nil),
+			"the GPU taint nvidia.com/gpu"})
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v := evaluate(t, p, b, tc.r)
+			want := "WORKLOAD_GPU_TOLERATION_UNCONTROLLED: " + tc.r.resource + "/" + tc.r.name + " tolerates " + tc.refuse +
+				" in namespace " + tc.r.ns + ", which is not under itogate control (itogate.io/enforce): GPU nodes are for controlled namespaces"
+			switch {
+			case tc.refuse == "" && v.refused:
+				t.Fatalf("refused: %s", v.message)
+			case tc.refuse != "" && !v.refused:
+				t.Fatalf("admitted (matched %v), want WORKLOAD_GPU_TOLERATION_UNCONTROLLED", v.matched)
+			case tc.refuse != "" && (v.reason != metav1.StatusReasonForbidden || v.message != want):
+				t.Fatalf("refused %s %q, want Forbidden %q", v.reason, v.message, want)
+			}
+		})
+	}
+}
+
+// TestEveryNamespaceIsReviewedOrGuarded: for every way a namespace can be
+// labelled, GPU Pods there are reviewed by the enforcing webhook, or their
+// GPU toleration is refused by itogate-gpu-tolerations, unless a cluster
+// admin made it warn-mode or exempt, or it is a system namespace: nobody
+// forgot a namespace.
+func TestEveryNamespaceIsReviewedOrGuarded(t *testing.T) {
+	vaps, _ := shippedPolicies(t)
+	p := vaps["itogate-gpu-tolerations"]
+	guard, err := metav1.LabelSelectorAsSelector(p.Spec.MatchConstraints.NamespaceSelector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vwc struct {
+		Webhooks []struct {
+			Name              string                `json:"name"`
+			NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector"`
+		} `json:"webhooks"`
+	}
+	if err := k8syaml.Unmarshal(WebhookConfiguration, &vwc); err != nil {
+		t.Fatal(err)
+	}
+	var enforcing labels.Selector
+	for _, w := range vwc.Webhooks {
+		if w.Name == "workloads.itogate.io" {
+			if enforcing, err = metav1.LabelSelectorAsSelector(w.NamespaceSelector); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if enforcing == nil {
+		t.Fatal("no enforcing webhook")
+	}
+	system := map[string]bool{"kube-system": true, "kube-public": true, "kube-node-lease": true, "itogate-system": true}
+	for _, ns := range []string{"team-a", "default", "kube-system", "kube-public", "kube-node-lease", "itogate-system", "gpu-operator"} {
+		for _, value := range []string{"", "true", "warn", "exempt", "false", "True", "yes"} {
+			set := labels.Set{"kubernetes.io/metadata.name": ns}
+			if value != "" {
+				set["itogate.io/enforce"] = value
+			}
+			reviewed, guarded := enforcing.Matches(set), guard.Matches(set)
+			switch {
+			case reviewed && guarded:
+				t.Errorf("%s %v: both reviewed and guarded (a controlled namespace's tolerations are its own)", ns, set)
+			case !reviewed && !guarded && !system[ns] && value != "warn" && value != "exempt":
+				t.Errorf("%s %v: neither reviewed by the webhook nor guarded", ns, set)
+			case guarded && (system[ns] || value == "warn" || value == "exempt"):
+				t.Errorf("%s %v: guarded, want it left alone", ns, set)
+			}
+		}
 	}
 }

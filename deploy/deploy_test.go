@@ -58,6 +58,7 @@ keysSecret: gate-keys
 webhook:
   namespaces: {ml-research: acct_ml}
   excludedNamespaces: [monitoring]
+gpuNodeTaint: {keys: [nvidia.com/gpu, example.com/accelerator]}
 networkPolicy:
   bundleServer: {port: 8080, cidrs: [10.20.0.0/16]}
   postgres: {port: 6432, cidrs: [10.30.0.0/16]}
@@ -528,8 +529,10 @@ func TestBaseBuildsAlone(t *testing.T) {
 	slices.Sort(kinds)
 	want := []string{"ConfigMap/itogate-config", "Deployment/itogate", "Namespace/itogate-system", "NetworkPolicy/itogate",
 		"PodDisruptionBudget/itogate", "Service/itogate", "Service/itogate-webhook", "ServiceAccount/itogate",
+		"ValidatingAdmissionPolicy/itogate-gpu-tolerations",
 		"ValidatingAdmissionPolicy/itogate-namespace-labels", "ValidatingAdmissionPolicy/itogate-ticketed-pods",
 		"ValidatingAdmissionPolicy/itogate-workload-delete",
+		"ValidatingAdmissionPolicyBinding/itogate-gpu-tolerations",
 		"ValidatingAdmissionPolicyBinding/itogate-namespace-labels", "ValidatingAdmissionPolicyBinding/itogate-ticketed-pods",
 		"ValidatingAdmissionPolicyBinding/itogate-workload-delete",
 		"ValidatingWebhookConfiguration/itogate"}

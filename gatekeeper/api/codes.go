@@ -153,9 +153,10 @@ const (
 	CodeWorkloadOwnerRetired Code = "WORKLOAD_OWNER_RETIRED"
 	// Refused by the kube-apiserver's ValidatingAdmissionPolicies
 	// (deploy/kubernetes/base/admissionpolicies.yaml).
-	CodeWorkloadOrphaningDelete    Code = "WORKLOAD_ORPHANING_DELETE"
-	CodeNamespaceLabelGuarded      Code = "NAMESPACE_LABEL_GUARDED"
-	CodeWorkloadPodMetadataGuarded Code = "WORKLOAD_POD_METADATA_GUARDED"
+	CodeWorkloadOrphaningDelete           Code = "WORKLOAD_ORPHANING_DELETE"
+	CodeNamespaceLabelGuarded             Code = "NAMESPACE_LABEL_GUARDED"
+	CodeWorkloadPodMetadataGuarded        Code = "WORKLOAD_POD_METADATA_GUARDED"
+	CodeWorkloadGPUTolerationUncontrolled Code = "WORKLOAD_GPU_TOLERATION_UNCONTROLLED"
 
 	// The client's own refusals (itogate train, itogate status).
 	CodeClientInput     Code = "CLIENT_INPUT_INVALID"
@@ -473,6 +474,9 @@ var registry = []Entry{
 	entry(CodeWorkloadPodMetadataGuarded, "workload", http.StatusForbidden, cluster,
 		"The apiserver's ValidatingAdmissionPolicy itogate-ticketed-pods refused an UPDATE of a Pod carrying itogate.io/ticket that changes its labels, ownerReferences or ticket annotation, by someone other than a workload controller the bundle lists (data.ito.config.workload.controllers.users) or a cluster admin: a relabelled Pod is released by its controller, which starts a replacement on the same ticket while the released Pod keeps its GPUs.",
 		"Leave a ticketed Pod's labels and ownerReferences to its controller; to stop it, delete it or its workload. A cluster admin (system:masters or the group itogate:namespace-admins) may change them."),
+	entry(CodeWorkloadGPUTolerationUncontrolled, "workload", http.StatusForbidden, cluster,
+		"The apiserver's ValidatingAdmissionPolicy itogate-gpu-tolerations refused a Pod, or a built-in workload's Pod template, that tolerates the GPU nodes' taint (gpuNodeTaint.keys; by default nvidia.com/gpu, amd.com/gpu) or every taint, in a namespace not under itogate's control (itogate.io/enforce not true, warn or exempt; not a system namespace): the webhook does not review that namespace, and the taint is what keeps its Pods off GPU nodes.",
+		"Run GPU workloads in a controlled namespace, with a ticket; or drop the toleration. A namespace that runs GPU node agents is labelled itogate.io/enforce=exempt by a cluster admin."),
 
 	entry(CodeClientInput, "client", 0, client,
 		"A client command (itogate train, status, runs, revoke) refused a flag or file before sending anything.",

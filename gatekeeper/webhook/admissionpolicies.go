@@ -24,6 +24,7 @@ var AdmissionPolicyCodes = map[string]api.Code{
 	"itogate-workload-delete":  api.CodeWorkloadOrphaningDelete,
 	"itogate-namespace-labels": api.CodeNamespaceLabelGuarded,
 	TicketedPodsPolicy:         api.CodeWorkloadPodMetadataGuarded,
+	"itogate-gpu-tolerations":  api.CodeWorkloadGPUTolerationUncontrolled,
 }
 
 // TicketedPodsPolicy is the ValidatingAdmissionPolicy that keeps a

@@ -528,6 +528,60 @@ func TestWorkloadBoundary(t *testing.T) {
 			t.Fatalf("namespace labels %v %v", ns.Labels, err)
 		}
 	})
+	t.Run("GPU toleration outside controlled namespaces", func(t *testing.T) {
+		// team-z: nobody labelled it; gpu-agents: a cluster admin exempted it.
+		for ns, labels := range map[string]map[string]string{"team-z": nil, "gpu-agents": {"itogate.io/enforce": "exempt"}} {
+			if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}},
+				metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tolerating := func(name string, ts ...corev1.Toleration) *corev1.Pod {
+			p := podWith(name, "", corev1.ResourceList{gpu: qty(8)})
+			p.Spec.Tolerations = ts
+			return p
+		}
+		gpuTaint := corev1.Toleration{Key: gpu, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}
+		everything := corev1.Toleration{Operator: corev1.TolerationOpExists}
+		eventually(t, func() error {
+			_, err := cs.CoreV1().Pods("team-z").Create(ctx, tolerating("probe", gpuTaint), dryRun)
+			return err
+		}, "itogate-gpu-tolerations", "WORKLOAD_GPU_TOLERATION_UNCONTROLLED")
+		_, err := cs.CoreV1().Pods("team-z").Create(ctx, tolerating("gpu", gpuTaint), metav1.CreateOptions{})
+		wantPolicyDenied(t, err, "itogate-gpu-tolerations", "WORKLOAD_GPU_TOLERATION_UNCONTROLLED")
+		if !strings.Contains(err.Error(), "pods/gpu tolerates the GPU taint nvidia.com/gpu in namespace team-z") {
+			t.Fatalf("err %v, want the toleration named", err)
+		}
+		d := gpuJob("tolerant", "", 1, 8)
+		d.Spec.Template.Spec.Tolerations = []corev1.Toleration{everything}
+		_, err = cs.BatchV1().Jobs("team-z").Create(ctx, d, metav1.CreateOptions{})
+		wantPolicyDenied(t, err, "itogate-gpu-tolerations", "WORKLOAD_GPU_TOLERATION_UNCONTROLLED")
+		// Without the toleration the taint keeps it off GPU nodes: admitted.
+		if _, err := cs.CoreV1().Pods("team-z").Create(ctx, tolerating("plain"), metav1.CreateOptions{}); err != nil {
+			t.Fatalf("a Pod without the toleration: %v", err)
+		}
+		// An UPDATE adding it is refused too (tolerations may be added to a Pod).
+		p, err := cs.CoreV1().Pods("team-z").Get(ctx, "plain", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Spec.Tolerations = append(p.Spec.Tolerations, gpuTaint)
+		_, err = cs.CoreV1().Pods("team-z").Update(ctx, p, metav1.UpdateOptions{})
+		wantPolicyDenied(t, err, "itogate-gpu-tolerations", "WORKLOAD_GPU_TOLERATION_UNCONTROLLED")
+		// An exempt namespace's agents and a controlled namespace's Pods keep theirs.
+		if _, err := cs.CoreV1().Pods("gpu-agents").Create(ctx, tolerating("agent", everything), dryRun); err != nil {
+			t.Fatalf("a Pod tolerating everything in an exempt namespace: %v", err)
+		}
+		cpu := podWith("cpu-tolerant", "", corev1.ResourceList{corev1.ResourceCPU: qty(1)})
+		cpu.Spec.Tolerations = []corev1.Toleration{gpuTaint}
+		if _, err := pods.Create(ctx, cpu, dryRun); err != nil {
+			t.Fatalf("a Pod tolerating the taint in a controlled namespace: %v", err)
+		}
+		// Exempting is a cluster admin's: the tenant cannot exempt her namespace.
+		_, err = tenant.CoreV1().Namespaces().Patch(ctx, nsA, types.MergePatchType,
+			[]byte(`{"metadata":{"labels":{"itogate.io/enforce":"exempt"}}}`), metav1.PatchOptions{})
+		wantPolicyDenied(t, err, "itogate-namespace-labels", "NAMESPACE_LABEL_GUARDED")
+	})
 	t.Run("cancelled run: no new Pods", func(t *testing.T) {
 		if created == nil {
 			t.Skip("no Job")

@@ -58,6 +58,7 @@ keysSecret: gate-keys
 webhook:
   namespaces: {ml-research: acct_ml}
   excludedNamespaces: [monitoring]
+gpuNodeTaint: {keys: [nvidia.com/gpu, example.com/accelerator]}
 networkPolicy:
   bundleServer: {port: 8080, cidrs: [10.20.0.0/16]}
   postgres: {port: 6432, cidrs: [10.30.0.0/16]}
@@ -528,8 +529,12 @@ func TestBaseBuildsAlone(t *testing.T) {
 	slices.Sort(kinds)
 	want := []string{"ConfigMap/itogate-config", "Deployment/itogate", "Namespace/itogate-system", "NetworkPolicy/itogate",
 		"PodDisruptionBudget/itogate", "Service/itogate", "Service/itogate-webhook", "ServiceAccount/itogate",
-		"ValidatingAdmissionPolicy/itogate-namespace-labels", "ValidatingAdmissionPolicy/itogate-workload-delete",
-		"ValidatingAdmissionPolicyBinding/itogate-namespace-labels", "ValidatingAdmissionPolicyBinding/itogate-workload-delete",
+		"ValidatingAdmissionPolicy/itogate-gpu-tolerations",
+		"ValidatingAdmissionPolicy/itogate-namespace-labels", "ValidatingAdmissionPolicy/itogate-ticketed-pods",
+		"ValidatingAdmissionPolicy/itogate-workload-delete",
+		"ValidatingAdmissionPolicyBinding/itogate-gpu-tolerations",
+		"ValidatingAdmissionPolicyBinding/itogate-namespace-labels", "ValidatingAdmissionPolicyBinding/itogate-ticketed-pods",
+		"ValidatingAdmissionPolicyBinding/itogate-workload-delete",
 		"ValidatingWebhookConfiguration/itogate"}
 	if !slices.Equal(kinds, want) {
 		t.Fatalf("base objects %v, want %v", kinds, want)
@@ -653,7 +658,7 @@ func TestAdmissionPoliciesFailClosed(t *testing.T) {
 		ops := fmt.Sprint(get(r, "operations"))
 		for _, g := range get(r, "apiGroups").([]any) {
 			for _, res := range get(r, "resources").([]any) {
-				if ops == "[DELETE UPDATE]" {
+				if ops == "[CREATE UPDATE DELETE]" {
 					guarded[g.(string)+"/"+res.(string)] = true
 				}
 			}

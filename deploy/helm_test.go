@@ -152,6 +152,25 @@ func TestHelmValues(t *testing.T) {
 	if want := []any{"kube-system", "kube-public", "kube-node-lease", "gate", "monitoring"}; !reflect.DeepEqual(excluded, want) {
 		t.Errorf("excluded namespaces %v, want %v (itogate-system replaced by the release's)", excluded, want)
 	}
+	tol := one(t, in, "ValidatingAdmissionPolicy", "itogate-gpu-tolerations")
+	excluded = nil
+	for _, e := range list(get(tol, "spec", "matchConstraints", "namespaceSelector", "matchExpressions")) {
+		if get(e, "key") == "kubernetes.io/metadata.name" && get(e, "operator") == "NotIn" {
+			excluded = list(get(e, "values"))
+		}
+	}
+	if want := []any{"kube-system", "kube-public", "kube-node-lease", "gate", "monitoring"}; !reflect.DeepEqual(excluded, want) {
+		t.Errorf("itogate-gpu-tolerations leaves alone %v, want %v", excluded, want)
+	}
+	keys := ""
+	for _, v := range list(get(tol, "spec", "variables")) {
+		if get(v, "name") == "taintKeys" {
+			keys, _ = get(v, "expression").(string)
+		}
+	}
+	if keys != "['nvidia.com/gpu', 'example.com/accelerator']" {
+		t.Errorf("taintKeys %q, want gpuNodeTaint.keys", keys)
+	}
 	cfg := shippedConfig(t, in)
 	if cfg.Ledger.DSN != "postgres://itogate@pgbouncer.db.svc:6432/itogate?sslmode=verify-full" ||
 		!reflect.DeepEqual(cfg.Webhook.Namespaces, map[string]string{"ml-research": "acct_ml"}) ||
@@ -174,9 +193,11 @@ func TestHelmValues(t *testing.T) {
 // rendering with a message naming the value.
 func TestHelmRefusesUnsafeValues(t *testing.T) {
 	for values, want := range map[string]string{
-		"tls: {certManager: {enabled: false}}":   "tls.caBundle is required without cert-manager",
-		`image: {digest: "latest"}`:              `image.digest "latest": want sha256:<64 hex digits>`,
-		"postgres: {passwordSecret: {name: ''}}": "postgres.passwordSecret.name",
+		"tls: {certManager: {enabled: false}}":      "tls.caBundle is required without cert-manager",
+		`image: {digest: "latest"}`:                 `image.digest "latest": want sha256:<64 hex digits>`,
+		"postgres: {passwordSecret: {name: ''}}":    "postgres.passwordSecret.name",
+		`gpuNodeTaint: {keys: ["x' || true || '"]}`: `gpuNodeTaint.keys: "x' || true || '" is not a taint key`,
+		"gpuNodeTaint: {keys: []}":                  "gpuNodeTaint.keys: name at least one taint key",
 	} {
 		if _, err := helmTemplate(t, "gate", values); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("values %s: %v, want an error with %q", values, err, want)

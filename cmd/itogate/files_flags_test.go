@@ -373,7 +373,10 @@ func (fx *fileFixture) commandLines() map[string]func(path string) []string {
 		},
 		"replay --decisions":      func(p string) []string { return []string{"replay", "--decisions", p} },
 		"webhook config --bundle": func(p string) []string { return []string{"webhook", "config", "--bundle", p} },
-		"ledger check --file":     func(p string) []string { return []string{"ledger", "check", "--file", p} },
+		"webhook policies --bundle": func(p string) []string {
+			return []string{"webhook", "policies", "--bundle", p}
+		},
+		"ledger check --file": func(p string) []string { return []string{"ledger", "check", "--file", p} },
 		"keygen --jwks-from": func(p string) []string {
 			return []string{"keygen", "--name", "from", "--dir", fx.dir, "--jwks-from", p}
 		},

@@ -45,6 +45,34 @@ func newWebhookCmd(stdout io.Writer) *cobra.Command {
 	}
 	config.Flags().StringVar(&bundleDir, "bundle", "", "the policy bundle directory (the one holding ito/); default: the embedded bundle")
 	annotate(config.Flags(), "bundle", valueReadsDir)
-	cmd.AddCommand(config)
+	var policiesBundleDir string
+	admissionPolicies := &cobra.Command{
+		Use:   "policies",
+		Short: "Print the ValidatingAdmissionPolicies with the controller identities generated from a bundle",
+		Long: "Print deploy/kubernetes/base/admissionpolicies.yaml with the controller identities of the policy\n" +
+			"itogate-ticketed-pods generated from the policy bundle's controllers.users (the embedded bundle, or\n" +
+			"--bundle DIR): the apiserver then lets the same identities change a ticketed Pod's labels and\n" +
+			"ownerReferences that the webhook trusts to create children. Regenerate it whenever controllers.users changes.",
+		Args: cobra.NoArgs,
+		RunE: func(_ *cobra.Command, _ []string) error {
+			var bundle fs.FS = policies.Bundle()
+			if policiesBundleDir != "" {
+				b, err := bundleDirFS(policiesBundleDir)
+				if err != nil {
+					return err
+				}
+				bundle = b
+			}
+			out, err := webhook.AdmissionPolicies(deploy.AdmissionPolicies, bundle)
+			if err != nil {
+				return err
+			}
+			_, err = stdout.Write(out)
+			return err
+		},
+	}
+	admissionPolicies.Flags().StringVar(&policiesBundleDir, "bundle", "", "the policy bundle directory (the one holding ito/); default: the embedded bundle")
+	annotate(admissionPolicies.Flags(), "bundle", valueReadsDir)
+	cmd.AddCommand(config, admissionPolicies)
 	return cmd
 }

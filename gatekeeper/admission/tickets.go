@@ -146,7 +146,13 @@ func (s *Service) CheckTicket(ctx context.Context, scheduler Caller, req api.Tic
 		var re *ledger.RevocationError
 		var he *ledger.RunHaltedError
 		var ee *ledger.RunEndedError
+		sink, crossed := errors.AsType[*ledger.SinkBoundError](err)
 		switch {
+		case crossed && sink.Workload != nil:
+			s.opts.Logger.Info("ticket check", "run_id", r.RunID, "jti", c.ID, "job_id", req.JobID,
+				"code", api.CodeTicketJobBound)
+			return fail(api.CodeTicketJobBound, fmt.Sprintf("the run's ticket already created Kubernetes workload %s; "+
+				"one ticket, one job: the run is not started twice", sink.Workload.Identity))
 		case errors.Is(err, ledger.ErrJobBound):
 			s.opts.Logger.Info("ticket check", "run_id", r.RunID, "jti", c.ID, "job_id", req.JobID,
 				"code", api.CodeTicketJobBound)

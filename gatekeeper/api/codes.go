@@ -154,8 +154,10 @@ const (
 	CodeWorkloadOwnerRetired Code = "WORKLOAD_OWNER_RETIRED"
 	// Refused by the kube-apiserver's ValidatingAdmissionPolicies
 	// (deploy/kubernetes/base/admissionpolicies.yaml).
-	CodeWorkloadOrphaningDelete Code = "WORKLOAD_ORPHANING_DELETE"
-	CodeNamespaceLabelGuarded   Code = "NAMESPACE_LABEL_GUARDED"
+	CodeWorkloadOrphaningDelete           Code = "WORKLOAD_ORPHANING_DELETE"
+	CodeNamespaceLabelGuarded             Code = "NAMESPACE_LABEL_GUARDED"
+	CodeWorkloadPodMetadataGuarded        Code = "WORKLOAD_POD_METADATA_GUARDED"
+	CodeWorkloadGPUTolerationUncontrolled Code = "WORKLOAD_GPU_TOLERATION_UNCONTROLLED"
 
 	// The client's own refusals (itogate train, itogate status).
 	CodeClientInput     Code = "CLIENT_INPUT_INVALID"
@@ -450,10 +452,10 @@ var registry = []Entry{
 		"POST /v1/tickets/verify: the ticket is past its exp (plus leeway). Tickets live minutes (tickets.lifetime); the holder renews them while the run may run.",
 		"Renew the ticket (POST /v1/runs/{run_id}/ticket, itogate ticket renew) and submit the job with the new one."),
 	entry(CodeTicketJobBound, "ticket", http.StatusForbidden, server,
-		"POST /v1/tickets/verify with a job_id: the run's tickets already started another scheduler job (another job id, or the same id from another scheduler identity); one ticket, one job. Nothing was written.",
+		"POST /v1/tickets/verify with a job_id: the run's tickets already started another scheduler job (another job id, or the same id from another scheduler identity), or its ticket already created a Kubernetes workload (the message names it); one ticket, one job. Nothing was written.",
 		"Refuse the job; admit a new run for another job. A retried prolog of the same job is answered live."),
 	entry(CodeWorkloadTicketBound, "workload", http.StatusForbidden, webhook,
-		"The ledger refused the bind (also a policy code): the ticket already created another workload.",
+		"The ledger refused the bind (also a policy code): the ticket already created another workload, or its run's tickets already started a scheduler job outside Kubernetes (the message names it).",
 		"Admit a new run for a second workload."),
 	entry(CodeWorkloadOwnerUnbound, "workload", http.StatusForbidden, webhook,
 		"The ledger refused the bind (also a policy code): the object's controller is not the workload this ticket created.",
@@ -468,11 +470,17 @@ var registry = []Entry{
 		"The ledger refused the bind: the object's controller descends from a root object that a re-created object of the same name replaced (it was deleted); the deleted object's uid admits no children.",
 		"Nothing to do for the deleted object's children; the re-created object's controller creates its own."),
 	entry(CodeWorkloadOrphaningDelete, "workload", http.StatusForbidden, cluster,
-		"The apiserver's ValidatingAdmissionPolicy itogate-workload-delete refused a DELETE of an object carrying itogate.io/ticket that would orphan its dependents (propagationPolicy Orphan, orphanDependents true, or a batch/v1 Job deleted without a propagation policy, which the apiserver orphans by default) or an UPDATE adding the orphan finalizer: orphaned Pods would keep their GPUs while a re-created object of the same name runs new ones on the same ticket.",
-		"Delete with propagationPolicy Background or Foreground (kubectl delete does: --cascade=background)."),
+		"The apiserver's ValidatingAdmissionPolicy itogate-workload-delete refused a DELETE of an object carrying itogate.io/ticket that would orphan its dependents (propagationPolicy Orphan, orphanDependents true, or, without a propagation policy, an object carrying the orphan finalizer or a batch/v1 Job, which the apiserver orphans by default), or the orphan finalizer on a ticketed object at CREATE or by an UPDATE: orphaned Pods would keep their GPUs while a re-created object of the same name runs new ones on the same ticket.",
+		"Delete with propagationPolicy Background or Foreground (kubectl delete does: --cascade=background); leave the orphan finalizer off a ticketed object."),
 	entry(CodeNamespaceLabelGuarded, "workload", http.StatusForbidden, cluster,
 		"The apiserver's ValidatingAdmissionPolicy itogate-namespace-labels refused a namespace CREATE or UPDATE by someone other than a named cluster admin that sets, changes or removes a guarded label: itogate.io/*, resource.kubernetes.io/admin-access, pod-security.kubernetes.io/*.",
 		"Ask a cluster admin (system:masters or the group itogate:namespace-admins) to change the label."),
+	entry(CodeWorkloadPodMetadataGuarded, "workload", http.StatusForbidden, cluster,
+		"The apiserver's ValidatingAdmissionPolicy itogate-ticketed-pods refused an UPDATE of a Pod carrying itogate.io/ticket that changes its labels, ownerReferences or ticket annotation, by someone other than a workload controller the bundle lists (data.ito.config.workload.controllers.users) or a cluster admin: a relabelled Pod is released by its controller, which starts a replacement on the same ticket while the released Pod keeps its GPUs.",
+		"Leave a ticketed Pod's labels and ownerReferences to its controller; to stop it, delete it or its workload. A cluster admin (system:masters or the group itogate:namespace-admins) may change them."),
+	entry(CodeWorkloadGPUTolerationUncontrolled, "workload", http.StatusForbidden, cluster,
+		"The apiserver's ValidatingAdmissionPolicy itogate-gpu-tolerations refused a Pod, or a built-in workload's Pod template, that tolerates the GPU nodes' taint (gpuNodeTaint.keys; by default nvidia.com/gpu, amd.com/gpu) or every taint, in a namespace not under itogate's control (itogate.io/enforce not true, warn or exempt; not a system namespace): the webhook does not review that namespace, and the taint is what keeps its Pods off GPU nodes.",
+		"Run GPU workloads in a controlled namespace, with a ticket; or drop the toleration. A namespace that runs GPU node agents is labelled itogate.io/enforce=exempt by a cluster admin."),
 
 	entry(CodeClientInput, "client", 0, client,
 		"A client command (itogate train, status, runs, revoke) refused a flag or file before sending anything.",

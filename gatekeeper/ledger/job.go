@@ -25,10 +25,12 @@ type Jobs interface {
 	//   - the run must exist (else ErrNotFound) and may take work at b.At
 	//     (RunRecord.MayWork: else a *RevocationError, *RunHaltedError or
 	//     *RunEndedError, nothing written): a job is new work;
-	//   - with no binding yet, (b.Scheduler, b.JobID) becomes the run's job;
-	//     with the same scheduler and job id bound (a retried prolog),
-	//     nothing changes; with another, ErrJobBound and the binding as
-	//     stored.
+	//   - with no binding yet, (b.Scheduler, b.JobID) becomes the run's job,
+	//     unless the run's ticket already created a Kubernetes workload
+	//     (Workloads): then a *SinkBoundError naming it (it unwraps to
+	//     ErrJobBound), no binding returned; with the same scheduler and job
+	//     id bound (a retried prolog), nothing changes; with another,
+	//     ErrJobBound and the binding as stored.
 	//
 	// It returns the binding as stored afterwards. b must pass
 	// JobBind.Validate, else ErrInvalid.

@@ -48,7 +48,9 @@ type Workloads interface {
 	// when the step writes anything (BindStep.Writes), may take work at
 	// b.At (RunRecord.MayWork, whose typed error is returned: a halt,
 	// revocation or end committed between the webhook's read and its bind
-	// refuses the bind). A bind that changes nothing — an UPDATE of a bound
+	// refuses the bind) and must not have started a scheduler job (Jobs:
+	// else a *SinkBoundError naming it, which unwraps to ErrWorkloadBound,
+	// no binding returned). A bind that changes nothing — an UPDATE of a bound
 	// object, a child of the active root already recorded — is not new
 	// work and succeeds whatever the run's state (teardown of an ended run).
 	//

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -280,4 +281,36 @@ func TestTicketAfterRevocationAndHalt(t *testing.T) {
 
 func (h *harness) jobs() ledger.Jobs {
 	return h.store.(ledger.Jobs)
+}
+
+// TestTicketStartsOneSink: "one ticket, one job" across sinks. A run
+// whose ticket created a Kubernetes workload (the webhook's bind) starts no
+// scheduler job: the online check with a job id is TICKET_JOB_BOUND naming
+// the workload, and nothing is bound (the reviewer's reproduction: it was
+// 200, live, bound — the admitted GPUs twice). The check without a job id
+// still says live; a run bound to a job first is the ledger's mirror case
+// (ledgertest OneSinkPerRun).
+func TestTicketStartsOneSink(t *testing.T) {
+	h := newHarness(t, nil)
+	_, runID, tk := createRun(t, h)
+	ctx := context.Background()
+	w, ok := h.store.(ledger.Workloads)
+	if !ok {
+		t.Fatalf("%T does not implement ledger.Workloads", h.store)
+	}
+	// What the webhook does for the first CREATE of the run's Job.
+	if _, err := w.BindWorkload(ctx, ledger.WorkloadBind{RunID: runID, Identity: "batch/Job/team-a/train",
+		UID: "uid-job", At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	status, env := check(t, h, tk, "slurm-4711")
+	wantRefusal(t, "a job for a run bound to a Kubernetes Job", status, env, http.StatusForbidden, api.CodeTicketJobBound,
+		"the run's ticket already created Kubernetes workload batch/Job/team-a/train")
+	if b, err := h.jobs().JobBinding(ctx, runID); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("the run is bound to a Kubernetes Job AND to scheduler job %s/%s (%v)", b.Scheduler, b.JobID, err)
+	}
+	status, env = check(t, h, tk, "")
+	if status != http.StatusOK || !env.Data.Live || env.Data.JobID != "" {
+		t.Fatalf("the check without a job id: %d %+v %+v", status, env.Data, env.Error)
+	}
 }

@@ -558,9 +558,13 @@ func (h *Handler) bind(ctx context.Context, req *admissionv1.AdmissionRequest, r
 	// Not cancelled with the review: a bind the ledger committed must be
 	// answered, or the apiserver retries into WORKLOAD_TICKET_BOUND.
 	_, err := h.opts.Workloads.BindWorkload(context.WithoutCancel(ctx), b)
+	sink, crossed := errors.AsType[*ledger.SinkBoundError](err)
 	switch {
 	case err == nil:
 		return nil
+	case crossed && sink.Job != nil:
+		return deny(api.CodeWorkloadTicketBound, fmt.Sprintf("the ticket's run already started job %s of scheduler %s outside Kubernetes; "+
+			"one ticket, one workload", sink.Job.JobID, sink.Job.Scheduler))
 	case errors.Is(err, ledger.ErrWorkloadBound):
 		return deny(api.CodeWorkloadTicketBound, "the ticket already created another workload")
 	case errors.Is(err, ledger.ErrWorkloadOwnerUnbound):

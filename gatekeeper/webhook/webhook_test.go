@@ -649,3 +649,22 @@ func TestWhoMayRun(t *testing.T) {
 		t.Fatalf("bare Pod binding %+v %v", b, err)
 	}
 }
+
+// TestTicketOfAStartedJob: a run whose tickets started a scheduler job
+// (POST /v1/tickets/verify with a job id) creates no Kubernetes workload:
+// the Job's CREATE is WORKLOAD_TICKET_BOUND naming the job, and nothing is
+// bound.
+func TestTicketOfAStartedJob(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.store.BindJob(t.Context(), ledger.JobBind{RunID: f.runID, Scheduler: "slurm-ctl", JobID: "4711", At: now}); err != nil {
+		t.Fatal(err)
+	}
+	r := post(t, f.h, "batch", "v1", "Job", job("team-a", "train", "uid-job", f.ticket, 2, 8), false)
+	wantDenied(t, r, "WORKLOAD_TICKET_BOUND")
+	if !strings.Contains(r.Result.Message, "already started job 4711 of scheduler slurm-ctl outside Kubernetes") {
+		t.Fatalf("message %q, want the job named", r.Result.Message)
+	}
+	if _, err := f.store.WorkloadBinding(t.Context(), f.runID); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("the refused CREATE left a binding: %v", err)
+	}
+}

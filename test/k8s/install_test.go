@@ -25,6 +25,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/itocompute/itogate/gatekeeper/webhook"
 )
 
 // itogateNS is the namespace docs/kubernetes.md installs itogate into.
@@ -141,7 +143,7 @@ func TestInstall(t *testing.T) {
 		if _, err := ar.ValidatingWebhookConfigurations().Get(ctx, "itogate", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("webhook configuration after uninstall: %v", err)
 		}
-		for _, p := range []string{"itogate-workload-delete", "itogate-namespace-labels"} {
+		for p := range webhook.AdmissionPolicyCodes {
 			if _, err := ar.ValidatingAdmissionPolicies().Get(ctx, p, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				t.Errorf("policy %s after uninstall: %v", p, err)
 			}
@@ -360,17 +362,20 @@ func checkCertificate(t *testing.T, dyn *dynamic.DynamicClient, cs *kubernetes.C
 func checkInstalledObjects(t *testing.T, dyn *dynamic.DynamicClient, cs *kubernetes.Clientset, ns string) {
 	t.Helper()
 	ctx := t.Context()
-	for _, o := range []struct {
+	type object struct {
 		gvr             schema.GroupVersionResource
 		namespace, name string
-	}{
+	}
+	objects := []object{
 		{schema.GroupVersionResource{Version: "v1", Resource: "services"}, ns, "itogate"},
 		{schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}, ns, "itogate"},
 		{schema.GroupVersionResource{Group: "policy", Version: "v1", Resource: "poddisruptionbudgets"}, ns, "itogate"},
 		{schema.GroupVersionResource{Group: "networking.k8s.io", Version: "v1", Resource: "networkpolicies"}, ns, "itogate"},
-		{vapBindings, "", "itogate-workload-delete"},
-		{vapBindings, "", "itogate-namespace-labels"},
-	} {
+	}
+	for p := range webhook.AdmissionPolicyCodes {
+		objects = append(objects, object{vapBindings, "", p})
+	}
+	for _, o := range objects {
 		if _, err := dyn.Resource(o.gvr).Namespace(o.namespace).Get(ctx, o.name, metav1.GetOptions{}); err != nil {
 			t.Errorf("%s %s: %v", o.gvr.Resource, o.name, err)
 		}

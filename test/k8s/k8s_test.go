@@ -353,6 +353,48 @@ func TestWorkloadBoundary(t *testing.T) {
 		_, err = controller.CoreV1().Pods(nsA).Create(ctx, gpuPod("rogue", run.Data.Ticket, "00000000-0000-4000-8000-000000000000", 8), metav1.CreateOptions{})
 		wantForbidden(t, err, "WORKLOAD_OWNER_UNBOUND")
 	})
+	t.Run("relabel of a ticketed Pod", func(t *testing.T) {
+		if created == nil {
+			t.Skip("no Job")
+		}
+		// A relabelled or released Pod of a Job is replaced by the Job
+		// controller while it keeps its GPUs: not the tenant's to do.
+		patch := func(c *kubernetes.Clientset, body string, dry bool) error {
+			opts := metav1.PatchOptions{}
+			if dry {
+				opts.DryRun = []string{metav1.DryRunAll}
+			}
+			_, err := c.CoreV1().Pods(nsA).Patch(ctx, "train-0", types.MergePatchType, []byte(body), opts)
+			return err
+		}
+		const relabel = `{"metadata":{"labels":{"batch.kubernetes.io/job-name":"released"}}}`
+		eventually(t, func() error { return patch(tenant, relabel, true) }, "itogate-ticketed-pods", "WORKLOAD_POD_METADATA_GUARDED")
+		err := patch(tenant, relabel, false)
+		wantPolicyDenied(t, err, "itogate-ticketed-pods", "WORKLOAD_POD_METADATA_GUARDED")
+		if !strings.HasSuffix(err.Error(), "may change its labels") {
+			t.Fatalf("err %v, want the labels named", err)
+		}
+		err = patch(tenant, `{"metadata":{"ownerReferences":null}}`, false)
+		wantPolicyDenied(t, err, "itogate-ticketed-pods", "WORKLOAD_POD_METADATA_GUARDED")
+		err = patch(tenant, `{"metadata":{"annotations":{"itogate.io/ticket":null}}}`, false)
+		wantPolicyDenied(t, err, "itogate-ticketed-pods", "WORKLOAD_POD_METADATA_GUARDED")
+		// Her own annotation passes; the Job controller may release the
+		// Pod and an admin may relabel it (dry runs: the Pod stays as it is).
+		if err := patch(tenant, `{"metadata":{"annotations":{"note":"slow node"}}}`, false); err != nil {
+			t.Fatalf("an ordinary annotation: %v", err)
+		}
+		if err := patch(controller, `{"metadata":{"ownerReferences":null}}`, true); err != nil {
+			t.Fatalf("the Job controller releases its Pod: %v", err)
+		}
+		if err := patch(cs, relabel, true); err != nil {
+			t.Fatalf("the admin relabels: %v", err)
+		}
+		p, err := pods.Get(ctx, "train-0", metav1.GetOptions{})
+		if err != nil || len(p.OwnerReferences) != 1 || p.Labels["batch.kubernetes.io/job-name"] == "released" ||
+			p.Annotations[webhook.TicketAnnotation] == "" {
+			t.Fatalf("the Pod changed: %v %v %v", p.OwnerReferences, p.Labels, err)
+		}
+	})
 	t.Run("tenant-made child Job and Pod", func(t *testing.T) {
 		if created == nil {
 			t.Skip("no Job")
@@ -394,6 +436,15 @@ func TestWorkloadBoundary(t *testing.T) {
 		_, err = tenant.BatchV1().Jobs(nsA).Patch(ctx, "redo", types.MergePatchType,
 			[]byte(`{"metadata":{"finalizers":["orphan"]}}`), metav1.PatchOptions{})
 		wantPolicyDenied(t, err, "itogate-workload-delete", "WORKLOAD_ORPHANING_DELETE")
+		// A custom resource created with the orphan finalizer would be
+		// orphaned by a DELETE with empty options: refused at CREATE.
+		pj := pytorchJob("born-orphaning", own.Data.Ticket, 8, 1)
+		pj.SetFinalizers([]string{"orphan"})
+		_, err = dyn.Resource(pytorchJobs).Namespace(nsA).Create(ctx, pj, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		wantPolicyDenied(t, err, "itogate-workload-delete", "WORKLOAD_ORPHANING_DELETE")
+		if !strings.Contains(err.Error(), "the orphan finalizer would orphan its dependents") {
+			t.Fatalf("err %v, want the finalizer named", err)
+		}
 		if _, err := tenant.BatchV1().Jobs(nsA).Get(ctx, "redo", metav1.GetOptions{}); err != nil {
 			t.Fatalf("the Job after refused orphaning deletes: %v", err)
 		}
@@ -476,6 +527,60 @@ func TestWorkloadBoundary(t *testing.T) {
 		if err != nil || ns.Labels["itogate.io/enforce"] != "true" || ns.Labels["team"] != "vision" {
 			t.Fatalf("namespace labels %v %v", ns.Labels, err)
 		}
+	})
+	t.Run("GPU toleration outside controlled namespaces", func(t *testing.T) {
+		// team-z: nobody labelled it; gpu-agents: a cluster admin exempted it.
+		for ns, labels := range map[string]map[string]string{"team-z": nil, "gpu-agents": {"itogate.io/enforce": "exempt"}} {
+			if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}},
+				metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tolerating := func(name string, ts ...corev1.Toleration) *corev1.Pod {
+			p := podWith(name, "", corev1.ResourceList{gpu: qty(8)})
+			p.Spec.Tolerations = ts
+			return p
+		}
+		gpuTaint := corev1.Toleration{Key: gpu, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}
+		everything := corev1.Toleration{Operator: corev1.TolerationOpExists}
+		eventually(t, func() error {
+			_, err := cs.CoreV1().Pods("team-z").Create(ctx, tolerating("probe", gpuTaint), dryRun)
+			return err
+		}, "itogate-gpu-tolerations", "WORKLOAD_GPU_TOLERATION_UNCONTROLLED")
+		_, err := cs.CoreV1().Pods("team-z").Create(ctx, tolerating("gpu", gpuTaint), metav1.CreateOptions{})
+		wantPolicyDenied(t, err, "itogate-gpu-tolerations", "WORKLOAD_GPU_TOLERATION_UNCONTROLLED")
+		if !strings.Contains(err.Error(), "pods/gpu tolerates the GPU taint nvidia.com/gpu in namespace team-z") {
+			t.Fatalf("err %v, want the toleration named", err)
+		}
+		d := gpuJob("tolerant", "", 1, 8)
+		d.Spec.Template.Spec.Tolerations = []corev1.Toleration{everything}
+		_, err = cs.BatchV1().Jobs("team-z").Create(ctx, d, metav1.CreateOptions{})
+		wantPolicyDenied(t, err, "itogate-gpu-tolerations", "WORKLOAD_GPU_TOLERATION_UNCONTROLLED")
+		// Without the toleration the taint keeps it off GPU nodes: admitted.
+		if _, err := cs.CoreV1().Pods("team-z").Create(ctx, tolerating("plain"), metav1.CreateOptions{}); err != nil {
+			t.Fatalf("a Pod without the toleration: %v", err)
+		}
+		// An UPDATE adding it is refused too (tolerations may be added to a Pod).
+		p, err := cs.CoreV1().Pods("team-z").Get(ctx, "plain", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Spec.Tolerations = append(p.Spec.Tolerations, gpuTaint)
+		_, err = cs.CoreV1().Pods("team-z").Update(ctx, p, metav1.UpdateOptions{})
+		wantPolicyDenied(t, err, "itogate-gpu-tolerations", "WORKLOAD_GPU_TOLERATION_UNCONTROLLED")
+		// An exempt namespace's agents and a controlled namespace's Pods keep theirs.
+		if _, err := cs.CoreV1().Pods("gpu-agents").Create(ctx, tolerating("agent", everything), dryRun); err != nil {
+			t.Fatalf("a Pod tolerating everything in an exempt namespace: %v", err)
+		}
+		cpu := podWith("cpu-tolerant", "", corev1.ResourceList{corev1.ResourceCPU: qty(1)})
+		cpu.Spec.Tolerations = []corev1.Toleration{gpuTaint}
+		if _, err := pods.Create(ctx, cpu, dryRun); err != nil {
+			t.Fatalf("a Pod tolerating the taint in a controlled namespace: %v", err)
+		}
+		// Exempting is a cluster admin's: the tenant cannot exempt her namespace.
+		_, err = tenant.CoreV1().Namespaces().Patch(ctx, nsA, types.MergePatchType,
+			[]byte(`{"metadata":{"labels":{"itogate.io/enforce":"exempt"}}}`), metav1.PatchOptions{})
+		wantPolicyDenied(t, err, "itogate-namespace-labels", "NAMESPACE_LABEL_GUARDED")
 	})
 	t.Run("cancelled run: no new Pods", func(t *testing.T) {
 		if created == nil {

@@ -63,11 +63,23 @@ func (s *Store) BindJob(ctx context.Context, b ledger.JobBind) (ledger.JobBindin
 		case !write:
 			return nil
 		}
+		// One sink per run: the single writer serializes this with the
+		// run's workload binds.
+		if v := tx.Bucket(bucketWorkloads).Get([]byte(b.RunID)); v != nil {
+			var wr workloadRecord
+			if err := json.Unmarshal(v, &wr); err != nil {
+				return fmt.Errorf("corrupt workload record: %w", err)
+			}
+			w := wr.binding(b.RunID)
+			return abort(&ledger.SinkBoundError{Workload: &w})
+		}
 		rec = jobRecord{Scheduler: b.Scheduler, JobID: b.JobID, BoundAt: b.At.UTC().Truncate(time.Microsecond)}
 		out = rec.binding(b.RunID)
 		return putJSON(tx.Bucket(bucketJobs), []byte(b.RunID), rec)
 	})
 	switch {
+	case errors.As(err, new(*ledger.SinkBoundError)):
+		return ledger.JobBinding{}, err
 	case errors.Is(err, ledger.ErrJobBound):
 		return out, err
 	case err != nil:

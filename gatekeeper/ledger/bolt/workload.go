@@ -73,6 +73,15 @@ func (s *Store) BindWorkload(ctx context.Context, b ledger.WorkloadBind) (ledger
 			out = ledger.WorkloadBinding{}
 			return abort(fmt.Errorf("ledger: bind workload: %w", err))
 		}
+		// One sink per run: the single writer serializes this with the
+		// run's job binds.
+		if job, bound, err := getJob(tx, b.RunID); err != nil {
+			return err
+		} else if bound {
+			out = ledger.WorkloadBinding{}
+			j := job.binding(b.RunID)
+			return abort(&ledger.SinkBoundError{Job: &j})
+		}
 		next := workloadRecord{Identity: out.Identity, UIDs: out.UIDs, Roots: out.Roots, Active: out.Active, BoundAt: out.BoundAt}
 		raw, err := json.Marshal(next)
 		if err != nil {

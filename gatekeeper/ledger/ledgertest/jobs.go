@@ -3,6 +3,7 @@ package ledgertest
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -187,5 +188,135 @@ func RaceJobBind(t *testing.T, stores []ledger.Store, booking string, n int) {
 			t.Fatal(err)
 		}
 		wantJob(t, "JobBinding after the race", got, run, "slurm-ctl", winner, at)
+	}
+}
+
+// testOneSinkPerRun: a run's tickets start one Kubernetes workload or one
+// scheduler job, never one of each. A run whose ticket created a workload
+// binds no job (a *SinkBoundError naming the workload, ErrJobBound, no
+// binding, nothing written); the workload's children still bind. A run
+// that started a job binds no workload (naming the job, ErrWorkloadBound,
+// nothing written); the job's retried prolog still binds.
+func testOneSinkPerRun(t *testing.T, f *fixture) {
+	j, w := jobsOf(t, f.s), f.workloads()
+	at := base.Add(time.Minute)
+	const identity = "batch/Job/team-a/train"
+
+	k8s := f.createUnder("acct_42", "bk_sink_k8s", "sink-k8s", "ent-sink-k8s").RunID
+	if _, err := w.BindWorkload(f.ctx, ledger.WorkloadBind{RunID: k8s, Identity: identity, UID: "uid-job", At: at}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := j.BindJob(f.ctx, ledger.JobBind{RunID: k8s, Scheduler: "slurm-ctl", JobID: "4711", At: at})
+	wantErr(t, "BindJob of a run bound to a workload", err, ledger.ErrJobBound)
+	if se, ok := errors.AsType[*ledger.SinkBoundError](err); !ok || se.Workload == nil || se.Workload.Identity != identity ||
+		!strings.Contains(err.Error(), identity) {
+		t.Fatalf("BindJob: %v, want a *SinkBoundError naming %s", err, identity)
+	}
+	if b != (ledger.JobBinding{}) {
+		t.Fatalf("BindJob returned binding %+v, want none", b)
+	}
+	if _, err := j.JobBinding(f.ctx, k8s); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("the refused job bind left a binding: %v", err)
+	}
+	if _, err := w.BindWorkload(f.ctx, ledger.WorkloadBind{RunID: k8s, UID: "uid-pod", OwnerUID: "uid-job", Leaf: true, At: at}); err != nil {
+		t.Fatalf("the workload's Pod after the refused job: %v", err)
+	}
+
+	slurm := f.createUnder("acct_42", "bk_sink_slurm", "sink-slurm", "ent-sink-slurm").RunID
+	if _, err := j.BindJob(f.ctx, ledger.JobBind{RunID: slurm, Scheduler: "slurm-ctl", JobID: "4711", At: at}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := w.BindWorkload(f.ctx, ledger.WorkloadBind{RunID: slurm, Identity: identity, UID: "uid-job", At: at})
+	wantErr(t, "BindWorkload of a run bound to a job", err, ledger.ErrWorkloadBound)
+	if se, ok := errors.AsType[*ledger.SinkBoundError](err); !ok || se.Job == nil || se.Job.JobID != "4711" ||
+		se.Job.Scheduler != "slurm-ctl" || !strings.Contains(err.Error(), "job 4711 of scheduler slurm-ctl") {
+		t.Fatalf("BindWorkload: %v, want a *SinkBoundError naming job 4711 of slurm-ctl", err)
+	}
+	if got.Identity != "" || len(got.UIDs) != 0 {
+		t.Fatalf("BindWorkload returned binding %+v, want none", got)
+	}
+	if _, err := w.WorkloadBinding(f.ctx, slurm); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("the refused workload bind left a binding: %v", err)
+	}
+	bound, err := j.BindJob(f.ctx, ledger.JobBind{RunID: slurm, Scheduler: "slurm-ctl", JobID: "4711", At: at.Add(time.Minute)})
+	if err != nil {
+		t.Fatalf("the job's retried prolog after the refused workload: %v", err)
+	}
+	wantJob(t, "the retried prolog", bound, slurm, "slurm-ctl", "4711", at)
+}
+
+// testRaceJobWorkloadBind runs RaceJobWorkloadBind on the one store.
+func testRaceJobWorkloadBind(t *testing.T, f *fixture) {
+	for _, n := range []int{1, 4} {
+		RaceJobWorkloadBind(t, []ledger.Store{f.s}, fmt.Sprintf("bk_sinkrace_%d", n), n)
+	}
+}
+
+// RaceJobWorkloadBind races, on one live run, n binds of scheduler jobs
+// (n job ids) against n binds of one Kubernetes workload's root (retries of
+// one create), spread over stores (replicas sharing one database): exactly
+// one sink binds the run. If the job sink won, one job id is bound, every
+// workload bind is a *SinkBoundError naming it and the run has no workload
+// binding; if the workload won, every job bind is a *SinkBoundError naming
+// it and the run has no job binding.
+func RaceJobWorkloadBind(t *testing.T, stores []ledger.Store, booking string, n int) {
+	t.Helper()
+	f := &fixture{t: t, s: stores[0], ctx: t.Context()}
+	run := f.createUnder("acct_42", booking, booking+"-create", "ent-"+booking).RunID
+	at := base.Add(time.Minute)
+	const identity = "kubeflow.org/PyTorchJob/team-a/train"
+	jobErrs, wlErrs := make([]error, n), make([]error, n)
+	race(2*n, func(i int) {
+		s := stores[i%len(stores)]
+		if i%2 == 0 {
+			_, jobErrs[i/2] = jobsOf(t, s).BindJob(t.Context(),
+				ledger.JobBind{RunID: run, Scheduler: "slurm-ctl", JobID: fmt.Sprintf("job-%d", i/2), At: at})
+			return
+		}
+		w, ok := s.(ledger.Workloads)
+		if !ok {
+			wlErrs[i/2] = fmt.Errorf("%T does not implement ledger.Workloads", s)
+			return
+		}
+		_, wlErrs[i/2] = w.BindWorkload(t.Context(), ledger.WorkloadBind{RunID: run, Identity: identity,
+			UID: fmt.Sprintf("uid-%d", i/2), At: at})
+	})
+	job, jerr := jobsOf(t, stores[0]).JobBinding(t.Context(), run)
+	wl, werr := f.workloads().WorkloadBinding(t.Context(), run)
+	switch {
+	case jerr == nil && werr == nil:
+		t.Fatalf("both sinks bound the run: job %s/%s and workload %s", job.Scheduler, job.JobID, wl.Identity)
+	case jerr == nil:
+		for i, err := range wlErrs {
+			se, ok := errors.AsType[*ledger.SinkBoundError](err)
+			if !ok || se.Job == nil || se.Job.JobID != job.JobID || !errors.Is(err, ledger.ErrWorkloadBound) {
+				t.Fatalf("workload bind %d with job %s bound: %v, want a *SinkBoundError naming it", i, job.JobID, err)
+			}
+		}
+		won := 0
+		for _, err := range jobErrs {
+			if err == nil {
+				won++
+			} else if !errors.Is(err, ledger.ErrJobBound) {
+				t.Fatalf("job bind: %v, want nil or ErrJobBound", err)
+			}
+		}
+		if won != 1 {
+			t.Fatalf("%d job binds succeeded, want 1", won)
+		}
+	case werr == nil:
+		for i, err := range jobErrs {
+			se, ok := errors.AsType[*ledger.SinkBoundError](err)
+			if !ok || se.Workload == nil || se.Workload.Identity != identity || !errors.Is(err, ledger.ErrJobBound) {
+				t.Fatalf("job bind %d with the workload bound: %v, want a *SinkBoundError naming it", i, err)
+			}
+		}
+		for i, err := range wlErrs {
+			if err != nil {
+				t.Fatalf("workload bind %d (a retry of the bound create): %v", i, err)
+			}
+		}
+	default:
+		t.Fatalf("neither sink bound the run: %v; %v; jobs %v; workloads %v", jerr, werr, jobErrs, wlErrs)
 	}
 }

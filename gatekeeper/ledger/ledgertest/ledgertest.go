@@ -127,6 +127,8 @@ var cases = []struct {
 	{"JobRunState", testJobRunState},
 	{"JobInvalid", testJobInvalid},
 	{"RaceJobBind", testRaceJobBind},
+	{"OneSinkPerRun", testOneSinkPerRun},
+	{"RaceJobWorkloadBind", testRaceJobWorkloadBind},
 	{"WorkloadActiveRoot", testWorkloadActiveRoot},
 	{"WorkloadGeneratedName", testWorkloadGeneratedName},
 	{"WorkloadRunStateInBind", testWorkloadRunStateInBind},

@@ -30,19 +30,40 @@ func newJobQueries(schema string) jobQueries {
 
 // BindJob implements ledger.Jobs in one runTx (the run's row read FOR
 // SHARE, so a transition of the run either commits before the bind, which
-// then sees it, or waits for it). The binding row is inserted if absent and
-// then locked, so two replicas binding one run serialize on it and the
-// second sees the first's job.
+// then sees it, or waits for it). Under the run's sink lock
+// (lockRunSinks), a run with no job binding yet is refused when its ticket
+// created a Kubernetes workload; otherwise the binding row is inserted if
+// absent and then locked, so two replicas binding one run serialize on it
+// and the second sees the first's job.
 func (s *Store) BindJob(ctx context.Context, b ledger.JobBind) (ledger.JobBinding, error) {
 	if err := b.Validate(); err != nil {
 		return ledger.JobBinding{}, err
 	}
 	at := b.At.UTC().Truncate(time.Microsecond)
 	var out ledger.JobBinding
-	refused, fault := s.runTx(ctx, "bind job", 4, b.RunID, func(qctx context.Context, tx pgx.Tx, run ledger.RunRecord) error {
+	refused, fault := s.runTx(ctx, "bind job", 7, b.RunID, func(qctx context.Context, tx pgx.Tx, run ledger.RunRecord) error {
 		// A run that may not work binds nothing, bound or not.
 		if err := run.MayWork(b.At); err != nil {
 			return refuse(err)
+		}
+		if err := s.lockRunSinks(qctx, tx, b.RunID); err != nil {
+			return err
+		}
+		var cur ledger.JobBinding
+		switch err := tx.QueryRow(qctx, s.jq.binding, b.RunID).Scan(&cur.Scheduler, &cur.JobID, &cur.BoundAt); {
+		case errors.Is(err, pgx.ErrNoRows):
+			// A first job: not when the run's ticket created a workload.
+			w := ledger.WorkloadBinding{RunID: b.RunID}
+			err := tx.QueryRow(qctx, s.wq.binding, b.RunID).Scan(&w.Identity, &w.BoundAt, &w.Active)
+			switch {
+			case err == nil:
+				w.BoundAt = w.BoundAt.UTC()
+				return refuse(&ledger.SinkBoundError{Workload: &w})
+			case !errors.Is(err, pgx.ErrNoRows):
+				return err
+			}
+		case err != nil:
+			return err
 		}
 		if _, err := tx.Exec(qctx, s.jq.insert, b.RunID, b.Scheduler, b.JobID, at); err != nil {
 			return err
@@ -60,6 +81,8 @@ func (s *Store) BindJob(ctx context.Context, b ledger.JobBind) (ledger.JobBindin
 		return nil
 	})
 	switch {
+	case errors.As(refused, new(*ledger.SinkBoundError)):
+		return ledger.JobBinding{}, refused
 	case errors.Is(refused, ledger.ErrJobBound):
 		return out, refused
 	case refused != nil:

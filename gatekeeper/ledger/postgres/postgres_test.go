@@ -672,6 +672,7 @@ func TestRunRacesTwoReplicas(t *testing.T) {
 		ledgertest.RaceRestartBudget(t, stores, fmt.Sprintf("bk_rb2_%d", n), n, 1+n/3)
 		ledgertest.RaceJobBind(t, stores, fmt.Sprintf("bk_jb2_%d", n), n)
 		ledgertest.RaceGrowCreate(t, stores, fmt.Sprintf("bk_gc2_%d", n), n)
+		ledgertest.RaceJobWorkloadBind(t, stores, fmt.Sprintf("bk_jw2_%d", n), n)
 	}
 	if _, err := a.Check(t.Context()); err != nil {
 		t.Fatalf("Check: %v", err)

@@ -34,14 +34,15 @@ func newWorkloadQueries(schema string) workloadQueries {
 // run's row read FOR SHARE must allow work when the step writes). A root's
 // binding row is inserted if absent; the binding row is then locked, so two
 // replicas binding one run serialize on it and the second sees the first's
-// identity and active root.
+// identity and active root. A step that writes then takes the run's sink
+// lock (lockRunSinks) and is refused when the run started a scheduler job.
 func (s *Store) BindWorkload(ctx context.Context, b ledger.WorkloadBind) (ledger.WorkloadBinding, error) {
 	if err := b.Validate(); err != nil {
 		return ledger.WorkloadBinding{}, err
 	}
 	at := b.At.UTC().Truncate(time.Microsecond)
 	var out ledger.WorkloadBinding
-	refused, fault := s.runTx(ctx, "bind workload", 8, b.RunID, func(qctx context.Context, tx pgx.Tx, run ledger.RunRecord) error {
+	refused, fault := s.runTx(ctx, "bind workload", 10, b.RunID, func(qctx context.Context, tx pgx.Tx, run ledger.RunRecord) error {
 		if b.OwnerUID == "" {
 			if _, err := tx.Exec(qctx, s.wq.insertBinding, b.RunID, b.Identity, at); err != nil {
 				return err
@@ -73,6 +74,17 @@ func (s *Store) BindWorkload(ctx context.Context, b ledger.WorkloadBind) (ledger
 			if err := run.MayWork(b.At); err != nil {
 				out = ledger.WorkloadBinding{}
 				return refuse(fmt.Errorf("ledger: bind workload: %w", err))
+			}
+			if err := s.lockRunSinks(qctx, tx, b.RunID); err != nil {
+				return err
+			}
+			j := ledger.JobBinding{RunID: b.RunID}
+			switch err := tx.QueryRow(qctx, s.jq.binding, b.RunID).Scan(&j.Scheduler, &j.JobID, &j.BoundAt); {
+			case err == nil:
+				out, j.BoundAt = ledger.WorkloadBinding{}, j.BoundAt.UTC()
+				return refuse(&ledger.SinkBoundError{Job: &j})
+			case !errors.Is(err, pgx.ErrNoRows):
+				return err
 			}
 		}
 		if step.Activate {

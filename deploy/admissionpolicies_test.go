@@ -1,0 +1,426 @@
+package deploy
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/admission"
+	k8syaml "sigs.k8s.io/yaml"
+
+	"github.com/itocompute/itogate/gatekeeper/webhook"
+	"github.com/itocompute/itogate/policies"
+)
+
+const ticket = "eyJhbGciOiJFUzI1NiJ9.e30.sig" // its contents are the webhook's business, not the policies'
+
+// pytorchJob is a PyTorchJob of two 8-GPU workers; ticketed, it carries
+// itogate.io/ticket; finalizers are its metadata.finalizers.
+func pytorchJob(ticketed bool, finalizers ...string) map[string]any {
+	md := map[string]any{"name": "pj", "namespace": "team-a", "uid": "uid-pj"}
+	if ticketed {
+		md["annotations"] = map[string]any{"itogate.io/ticket": ticket}
+	}
+	if len(finalizers) > 0 {
+		fs := make([]any, len(finalizers))
+		for i, f := range finalizers {
+			fs[i] = f
+		}
+		md["finalizers"] = fs
+	}
+	return map[string]any{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": md,
+		"spec": map[string]any{"pytorchReplicaSpecs": map[string]any{"Worker": map[string]any{"replicas": int64(2),
+			"template": map[string]any{"spec": map[string]any{"containers": []any{map[string]any{"name": "pytorch", "image": "t",
+				"resources": map[string]any{"limits": map[string]any{"nvidia.com/gpu": int64(8)}}}}}}}}}}
+}
+
+// TestOrphanFinalizerOnTicketedWorkloads: for a custom resource the
+// apiserver orphans the dependents of an object carrying the orphan
+// finalizer when a DELETE names no propagation policy (the finalizer
+// overrides the kind's default). itogate-workload-delete refuses that
+// finalizer on a ticketed workload at CREATE (the reviewer's
+// reproduction: a ticketed PyTorchJob created with finalizers [orphan],
+// then deleted with empty options, orphans its Pods) and by UPDATE, and
+// refuses such a DELETE of an object that has it; teardown goes on.
+func TestOrphanFinalizerOnTicketedWorkloads(t *testing.T) {
+	vaps, bindings := shippedPolicies(t)
+	const policy = "itogate-workload-delete"
+	p, b := vaps[policy], bindings[policy]
+	if p == nil || b == nil {
+		t.Fatalf("%s is not shipped", policy)
+	}
+	orphan, background := metav1.DeletePropagationOrphan, metav1.DeletePropagationBackground
+	pj := func(op admission.Operation, obj, old map[string]any, opts runtime.Object) apiRequest {
+		return apiRequest{group: "kubeflow.org", version: "v1", kind: "PyTorchJob", resource: "pytorchjobs", op: op,
+			ns: "team-a", name: "pj", obj: obj, old: old, user: "alice", groups: []string{"team-a", "system:authenticated"}, options: opts}
+	}
+	withKind := func(group, version, kind, resource string, r apiRequest) apiRequest {
+		r.group, r.version, r.kind, r.resource = group, version, kind, resource
+		for _, o := range []map[string]any{r.obj, r.old} {
+			if o != nil {
+				o["apiVersion"], o["kind"] = group+"/"+version, kind
+			}
+		}
+		return r
+	}
+	cases := []struct {
+		name   string
+		r      apiRequest
+		refuse string // "" admitted; else a substring of the message after the code
+	}{
+		{"CREATE ticketed with the orphan finalizer", pj(admission.Create, pytorchJob(true, "orphan"), nil, nil),
+			"the orphan finalizer would orphan its dependents"},
+		{"CREATE ticketed JobSet with the orphan finalizer", withKind("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets",
+			pj(admission.Create, pytorchJob(true, "orphan"), nil, nil)), "the orphan finalizer"},
+		{"CREATE ticketed RayCluster with the orphan finalizer among others", withKind("ray.io", "v1", "RayCluster", "rayclusters",
+			pj(admission.Create, pytorchJob(true, "example.com/keep", "orphan"), nil, nil)), "the orphan finalizer"},
+		{"CREATE ticketed batch/v1 Job with the orphan finalizer", withKind("batch", "v1", "Job", "jobs",
+			pj(admission.Create, pytorchJob(true, "orphan"), nil, nil)), "the orphan finalizer"},
+		{"CREATE ticketed without it", pj(admission.Create, pytorchJob(true, "example.com/keep"), nil, nil), ""},
+		{"CREATE without a ticket, with it (no GPUs itogate admitted)", pj(admission.Create, pytorchJob(false, "orphan"), nil, nil), ""},
+		{"UPDATE adding it", pj(admission.Update, pytorchJob(true, "orphan"), pytorchJob(true), nil), "the orphan finalizer"},
+		{"UPDATE adding a ticket to an object that has it", pj(admission.Update, pytorchJob(true, "orphan"), pytorchJob(false, "orphan"), nil),
+			"the orphan finalizer"},
+		{"UPDATE of an object that had both: another finalizer removed", pj(admission.Update, pytorchJob(true, "orphan"),
+			pytorchJob(true, "orphan", "example.com/keep"), nil), ""},
+		{"UPDATE of an object that had both: it removed", pj(admission.Update, pytorchJob(true), pytorchJob(true, "orphan"), nil), ""},
+		{"DELETE with empty options of an object that has it", pj(admission.Delete, nil, pytorchJob(true, "orphan"), &metav1.DeleteOptions{}),
+			"an object with the orphan finalizer, deleted without one orphans its dependents"},
+		{"DELETE with no options at all of an object that has it", pj(admission.Delete, nil, pytorchJob(true, "orphan"), nil),
+			"delete it with propagationPolicy Background or Foreground"},
+		{"DELETE in the background of an object that has it (the apiserver drops the finalizer)",
+			pj(admission.Delete, nil, pytorchJob(true, "orphan"), &metav1.DeleteOptions{PropagationPolicy: &background}), ""},
+		{"DELETE with orphanDependents false of an object that has it",
+			pj(admission.Delete, nil, pytorchJob(true, "orphan"), &metav1.DeleteOptions{OrphanDependents: new(bool)}), ""},
+		{"DELETE with empty options of an object without it (a custom resource's default is background)",
+			pj(admission.Delete, nil, pytorchJob(true), &metav1.DeleteOptions{}), ""},
+		{"DELETE Orphan", pj(admission.Delete, nil, pytorchJob(true), &metav1.DeleteOptions{PropagationPolicy: &orphan}),
+			"delete it with propagationPolicy Background or Foreground"},
+		{"DELETE with empty options of a batch/v1 Job", withKind("batch", "v1", "Job", "jobs",
+			pj(admission.Delete, nil, pytorchJob(true), &metav1.DeleteOptions{})), "a batch/v1 Job"},
+		{"DELETE without a ticket, with it", pj(admission.Delete, nil, pytorchJob(false, "orphan"), &metav1.DeleteOptions{}), ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v := evaluate(t, p, b, tc.r)
+			switch {
+			case tc.refuse == "" && v.refused:
+				t.Fatalf("refused: %s", v.message)
+			case tc.refuse != "" && !v.refused:
+				t.Fatalf("admitted (matched %v), want WORKLOAD_ORPHANING_DELETE", v.matched)
+			case tc.refuse != "" && (v.reason != metav1.StatusReasonForbidden ||
+				!strings.HasPrefix(v.message, "WORKLOAD_ORPHANING_DELETE: "+tc.r.resource+"/pj carries an itogate admission ticket: ") ||
+				!strings.Contains(v.message, tc.refuse)):
+				t.Fatalf("refused %s %q, want Forbidden WORKLOAD_ORPHANING_DELETE with %q", v.reason, v.message, tc.refuse)
+			}
+		})
+	}
+}
+
+// TestAdmissionPoliciesAreGenerated: the shipped policies are what
+// `itogate webhook policies` prints for the embedded bundle, so the
+// apiserver trusts the controller identities the webhook trusts.
+func TestAdmissionPoliciesAreGenerated(t *testing.T) {
+	want, err := webhook.AdmissionPolicies(AdmissionPolicies, policies.Bundle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(want) != string(AdmissionPolicies) {
+		t.Fatal("kubernetes/base/admissionpolicies.yaml is not current: " +
+			"go run ./cmd/itogate webhook policies > deploy/kubernetes/base/admissionpolicies.yaml")
+	}
+}
+
+// ticketedPod is a Job's Pod of 8 GPUs carrying the ticket (ticketed) and
+// a controller reference to its Job, with labels and annotations.
+func ticketedPod(ticketed bool, labels, annotations map[string]any, owners ...any) map[string]any {
+	ann := map[string]any{}
+	for k, v := range annotations {
+		ann[k] = v
+	}
+	if ticketed {
+		ann["itogate.io/ticket"] = ticket
+	}
+	md := map[string]any{"name": "train-0", "namespace": "team-a", "uid": "uid-train-0", "annotations": ann}
+	if labels != nil {
+		md["labels"] = labels
+	}
+	if owners != nil {
+		md["ownerReferences"] = owners
+	}
+	return map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": md,
+		"spec": map[string]any{"containers": []any{map[string]any{"name": "trainer", "image": "t",
+			"resources": map[string]any{"limits": map[string]any{"nvidia.com/gpu": int64(8)}}}}}}
+}
+
+// TestTicketedPodMetadataGuarded: a tenant with the stock edit role may
+// patch Pods; relabelling a Job's Pod makes the Job controller release it
+// and start a replacement the webhook admits as the Job's child, any
+// multiple of world_size on one ticket (the reviewer's reproduction: no
+// shipped control saw a Pod UPDATE). itogate-ticketed-pods refuses a change
+// to a ticketed Pod's labels, ownerReferences or ticket annotation by
+// anyone but a listed controller or a cluster admin; every other change,
+// and every change to a Pod without a ticket, goes on.
+func TestTicketedPodMetadataGuarded(t *testing.T) {
+	vaps, bindings := shippedPolicies(t)
+	p, b := vaps[webhook.TicketedPodsPolicy], bindings[webhook.TicketedPodsPolicy]
+	if p == nil || b == nil {
+		t.Fatalf("%s is not shipped", webhook.TicketedPodsPolicy)
+	}
+	controllers, err := webhook.ControllerIdentities(policies.Bundle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const jobController = "system:serviceaccount:kube-system:job-controller"
+	if !slices.Contains(controllers, jobController) {
+		t.Fatalf("the bundle does not list %s: %v", jobController, controllers)
+	}
+	owner := map[string]any{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "uid-train",
+		"controller": true, "blockOwnerDeletion": true}
+	labels := map[string]any{"batch.kubernetes.io/job-name": "train", "batch.kubernetes.io/controller-uid": "uid-train"}
+	relabelled := map[string]any{"batch.kubernetes.io/job-name": "train", "batch.kubernetes.io/controller-uid": "released"}
+	stored := ticketedPod(true, labels, nil, owner)
+	update := func(user string, groups []string, obj, old map[string]any) apiRequest {
+		return apiRequest{version: "v1", kind: "Pod", resource: "pods", op: admission.Update, ns: "team-a", name: "train-0",
+			obj: obj, old: old, user: user, groups: append(groups, "system:authenticated")}
+	}
+	tenant := []string{"team-a"}
+	cases := []struct {
+		name   string
+		r      apiRequest
+		refuse string // "" admitted; else what the message names
+	}{
+		{"tenant relabels", update("alice", tenant, ticketedPod(true, relabelled, nil, owner), stored), "labels"},
+		{"tenant drops the labels", update("alice", tenant, ticketedPod(true, nil, nil, owner), stored), "labels"},
+		{"tenant drops the controller reference", update("alice", tenant, ticketedPod(true, labels, nil), stored), "ownerReferences"},
+		{"tenant names another owner", update("alice", tenant, ticketedPod(true, labels, nil, map[string]any{"apiVersion": "batch/v1",
+			"kind": "Job", "name": "other", "uid": "uid-other", "controller": true}), stored), "ownerReferences"},
+		{"tenant relabels and releases", update("alice", tenant, ticketedPod(true, relabelled, nil), stored), "labels, ownerReferences"},
+		{"tenant swaps the ticket", update("alice", tenant, ticketedPod(false, labels, map[string]any{"itogate.io/ticket": "other"}, owner),
+			stored), "the itogate.io/ticket annotation"},
+		{"tenant removes the ticket", update("alice", tenant, ticketedPod(false, labels, nil, owner), stored), "the itogate.io/ticket annotation"},
+		{"tenant adds a ticket to a Pod without one", update("alice", tenant, ticketedPod(true, labels, nil, owner),
+			ticketedPod(false, labels, nil, owner)), "the itogate.io/ticket annotation"},
+		{"a service account of the tenant's named like the Job controller", update("system:serviceaccount:team-a:job-controller",
+			[]string{"system:serviceaccounts", "system:serviceaccounts:team-a"}, ticketedPod(true, relabelled, nil, owner), stored), "labels"},
+		{"tenant annotates", update("alice", tenant, ticketedPod(true, labels, map[string]any{"note": "slow node"}, owner), stored), ""},
+		{"tenant relabels a Pod without a ticket", update("alice", tenant, ticketedPod(false, relabelled, nil, owner),
+			ticketedPod(false, labels, nil, owner)), ""},
+		{"the Job controller releases the Pod", update(jobController, []string{"system:serviceaccounts", "system:serviceaccounts:kube-system"},
+			ticketedPod(true, labels, nil), stored), ""},
+		{"system:masters relabels", update("admin", []string{"system:masters"}, ticketedPod(true, relabelled, nil, owner), stored), ""},
+		{"itogate:namespace-admins relabels", update("ops", []string{"itogate:namespace-admins"},
+			ticketedPod(true, relabelled, nil, owner), stored), ""},
+	}
+	for _, id := range controllers {
+		cases = append(cases, struct {
+			name   string
+			r      apiRequest
+			refuse string
+		}{"listed controller " + id + " adopts the Pod", update(id, nil, stored, ticketedPod(true, labels, nil)), ""})
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v := evaluate(t, p, b, tc.r)
+			switch {
+			case tc.refuse == "" && v.refused:
+				t.Fatalf("refused: %s", v.message)
+			case tc.refuse != "" && !v.refused:
+				t.Fatalf("admitted (matched %v), want WORKLOAD_POD_METADATA_GUARDED", v.matched)
+			case tc.refuse != "" && (v.reason != metav1.StatusReasonForbidden ||
+				!strings.HasPrefix(v.message, "WORKLOAD_POD_METADATA_GUARDED: pod train-0 carries an itogate admission ticket: ") ||
+				!strings.HasSuffix(v.message, " may change its "+tc.refuse)):
+				t.Fatalf("refused %s %q, want Forbidden WORKLOAD_POD_METADATA_GUARDED ending in %q", v.reason, v.message, tc.refuse)
+			}
+		})
+	}
+	// The status and other subresources are not matched: the kubelet's
+	// status writes never reach the policy.
+	st := update("system:node:gpu-1", []string{"system:nodes"}, ticketedPod(true, relabelled, nil, owner), stored)
+	st.sub = "status"
+	if v := evaluate(t, p, b, st); v.matched {
+		t.Fatalf("pods/status matched: %+v", v)
+	}
+}
+
+// withTolerations is a Pod spec (or a Pod template's) tolerating ts.
+func withTolerations(ts ...map[string]any) map[string]any {
+	l := make([]any, len(ts))
+	for i, t := range ts {
+		l[i] = t
+	}
+	spec := map[string]any{"containers": []any{map[string]any{"name": "trainer", "image": "t",
+		"resources": map[string]any{"limits": map[string]any{"nvidia.com/gpu": int64(8)}}}}}
+	if len(ts) > 0 {
+		spec["tolerations"] = l
+	}
+	return spec
+}
+
+// inKind wraps a Pod spec as the object of resource (group/version/kind).
+func inKind(kind, name string, spec map[string]any) map[string]any {
+	md := map[string]any{"name": name, "namespace": "team-z"}
+	tmpl := map[string]any{"metadata": map[string]any{}, "spec": spec}
+	switch kind {
+	case "Pod":
+		return map[string]any{"apiVersion": "v1", "kind": kind, "metadata": md, "spec": spec}
+	case "PodTemplate":
+		return map[string]any{"apiVersion": "v1", "kind": kind, "metadata": md, "template": tmpl}
+	case "CronJob":
+		return map[string]any{"apiVersion": "batch/v1", "kind": kind, "metadata": md, "spec": map[string]any{"schedule": "@daily",
+			"jobTemplate": map[string]any{"spec": map[string]any{"template": tmpl}}}}
+	default:
+		return map[string]any{"kind": kind, "metadata": md, "spec": map[string]any{"template": tmpl}}
+	}
+}
+
+var (
+	tolerateGPU      = map[string]any{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}
+	tolerateAMD      = map[string]any{"key": "amd.com/gpu", "operator": "Equal", "value": "present"}
+	tolerateAll      = map[string]any{"operator": "Exists"}
+	tolerateNotReady = map[string]any{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}
+)
+
+// TestGPUTolerationsOutsideControlledNamespaces: the webhook reviews only
+// namespaces labelled itogate.io/enforce, and GPU nodes are kept for them
+// by a taint (docs/kubernetes.md, "Namespace selection"); a tenant writes
+// her Pods' tolerations herself, so itogate-gpu-tolerations refuses a
+// toleration of the GPU taint, or of every taint, in any other namespace
+// (the reviewer's reproduction: a GPU Pod tolerating the taint in an
+// unlabelled namespace reached no shipped control), in a Pod and in the
+// Pod template of every built-in workload kind, at CREATE and when an
+// UPDATE adds it. Controlled, warn-mode, exempt and system namespaces are
+// not matched.
+func TestGPUTolerationsOutsideControlledNamespaces(t *testing.T) {
+	vaps, bindings := shippedPolicies(t)
+	const policy = "itogate-gpu-tolerations"
+	p, b := vaps[policy], bindings[policy]
+	if p == nil || b == nil {
+		t.Fatalf("%s is not shipped", policy)
+	}
+	kinds := map[string][4]string{ // kind: group, version, resource, name
+		"Pod": {"", "v1", "pods", "trainer"}, "PodTemplate": {"", "v1", "podtemplates", "tmpl"},
+		"Deployment": {"apps", "v1", "deployments", "web"}, "ReplicaSet": {"apps", "v1", "replicasets", "web-1"},
+		"StatefulSet": {"apps", "v1", "statefulsets", "db"}, "DaemonSet": {"apps", "v1", "daemonsets", "agent"},
+		"Job": {"batch", "v1", "jobs", "train"}, "CronJob": {"batch", "v1", "cronjobs", "nightly"},
+	}
+	req := func(kind, ns string, nsLabels map[string]string, op admission.Operation, spec, oldSpec map[string]any) apiRequest {
+		k := kinds[kind]
+		r := apiRequest{group: k[0], version: k[1], kind: kind, resource: k[2], op: op, ns: ns, nsLabels: nsLabels, name: k[3],
+			obj: inKind(kind, k[3], spec), user: "alice", groups: []string{"team-z", "system:authenticated"}}
+		if oldSpec != nil {
+			r.old = inKind(kind, k[3], oldSpec)
+		}
+		return r
+	}
+	unlabelled := map[string]string{}
+	cases := []struct {
+		name   string
+		r      apiRequest
+		refuse string // "" admitted; else what the message says it tolerates
+	}{
+		{"unlabelled: the GPU taint", req("Pod", "team-z", unlabelled, admission.Create, withTolerations(tolerateGPU), nil),
+			"the GPU taint nvidia.com/gpu"},
+		{"unlabelled: the AMD GPU taint, by value", req("Pod", "team-z", unlabelled, admission.Create,
+			withTolerations(tolerateNotReady, tolerateAMD), nil), "the GPU taint amd.com/gpu"},
+		{"unlabelled: every taint", req("Pod", "team-z", unlabelled, admission.Create, withTolerations(tolerateAll), nil), "every taint"},
+		{"unlabelled: both", req("Pod", "team-z", unlabelled, admission.Create, withTolerations(tolerateGPU, tolerateAll), nil),
+			"the GPU taint nvidia.com/gpu, every taint"},
+		{"itogate.io/enforce=false", req("Pod", "team-z", map[string]string{"itogate.io/enforce": "false"}, admission.Create,
+			withTolerations(tolerateGPU), nil), "the GPU taint nvidia.com/gpu"},
+		{"unlabelled: another taint", req("Pod", "team-z", unlabelled, admission.Create, withTolerations(tolerateNotReady), nil), ""},
+		{"unlabelled: no toleration (the taint keeps it off GPU nodes)", req("Pod", "team-z", unlabelled, admission.Create,
+			withTolerations(), nil), ""},
+		{"unlabelled: an UPDATE adding it", req("Pod", "team-z", unlabelled, admission.Update, withTolerations(tolerateNotReady, tolerateGPU),
+			withTolerations(tolerateNotReady)), "the GPU taint nvidia.com/gpu"},
+		{"unlabelled: an UPDATE of an object that had it", req("Deployment", "team-z", unlabelled, admission.Update,
+			withTolerations(tolerateGPU), withTolerations(tolerateGPU)), ""},
+		{"controlled", req("Pod", "team-a", map[string]string{"itogate.io/enforce": "true"}, admission.Create,
+			withTolerations(tolerateGPU, tolerateAll), nil), ""},
+		{"warn mode", req("Pod", "team-w", map[string]string{"itogate.io/enforce": "warn"}, admission.Create,
+			withTolerations(tolerateGPU), nil), ""},
+		{"exempt", req("DaemonSet", "gpu-operator", map[string]string{"itogate.io/enforce": "exempt"}, admission.Create,
+			withTolerations(tolerateGPU, tolerateAll), nil), ""},
+		{"kube-system", req("DaemonSet", "kube-system", unlabelled, admission.Create, withTolerations(tolerateAll), nil), ""},
+		{"another kube-* namespace", req("DaemonSet", "kube-flannel", unlabelled, admission.Create, withTolerations(tolerateAll), nil), ""},
+		{"itogate's own", req("Pod", "itogate-system", unlabelled, admission.Create, withTolerations(tolerateAll), nil), ""},
+	}
+	for kind := range kinds {
+		cases = append(cases, struct {
+			name   string
+			r      apiRequest
+			refuse string
+		}{"unlabelled: a " + kind, req(kind, "team-z", unlabelled, admission.Create, withTolerations(tolerateGPU), nil),
+			"the GPU taint nvidia.com/gpu"})
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v := evaluate(t, p, b, tc.r)
+			want := "WORKLOAD_GPU_TOLERATION_UNCONTROLLED: " + tc.r.resource + "/" + tc.r.name + " tolerates " + tc.refuse +
+				" in namespace " + tc.r.ns + ", which is not under itogate control (itogate.io/enforce): GPU nodes are for controlled namespaces"
+			switch {
+			case tc.refuse == "" && v.refused:
+				t.Fatalf("refused: %s", v.message)
+			case tc.refuse != "" && !v.refused:
+				t.Fatalf("admitted (matched %v), want WORKLOAD_GPU_TOLERATION_UNCONTROLLED", v.matched)
+			case tc.refuse != "" && (v.reason != metav1.StatusReasonForbidden || v.message != want):
+				t.Fatalf("refused %s %q, want Forbidden %q", v.reason, v.message, want)
+			}
+		})
+	}
+}
+
+// TestEveryNamespaceIsReviewedOrGuarded: for every way a namespace can be
+// labelled, GPU Pods there are reviewed by the enforcing webhook, or their
+// GPU toleration is refused by itogate-gpu-tolerations, unless a cluster
+// admin made it warn-mode or exempt, or it is a system namespace: nobody
+// forgot a namespace.
+func TestEveryNamespaceIsReviewedOrGuarded(t *testing.T) {
+	vaps, _ := shippedPolicies(t)
+	p := vaps["itogate-gpu-tolerations"]
+	guard, err := metav1.LabelSelectorAsSelector(p.Spec.MatchConstraints.NamespaceSelector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vwc struct {
+		Webhooks []struct {
+			Name              string                `json:"name"`
+			NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector"`
+		} `json:"webhooks"`
+	}
+	if err := k8syaml.Unmarshal(WebhookConfiguration, &vwc); err != nil {
+		t.Fatal(err)
+	}
+	var enforcing labels.Selector
+	for _, w := range vwc.Webhooks {
+		if w.Name == "workloads.itogate.io" {
+			if enforcing, err = metav1.LabelSelectorAsSelector(w.NamespaceSelector); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if enforcing == nil {
+		t.Fatal("no enforcing webhook")
+	}
+	system := map[string]bool{"kube-system": true, "kube-public": true, "kube-node-lease": true, "itogate-system": true}
+	for _, ns := range []string{"team-a", "default", "kube-system", "kube-public", "kube-node-lease", "itogate-system", "gpu-operator"} {
+		for _, value := range []string{"", "true", "warn", "exempt", "false", "True", "yes"} {
+			set := labels.Set{"kubernetes.io/metadata.name": ns}
+			if value != "" {
+				set["itogate.io/enforce"] = value
+			}
+			reviewed, guarded := enforcing.Matches(set), guard.Matches(set)
+			switch {
+			case reviewed && guarded:
+				t.Errorf("%s %v: both reviewed and guarded (a controlled namespace's tolerations are its own)", ns, set)
+			case !reviewed && !guarded && !system[ns] && value != "warn" && value != "exempt":
+				t.Errorf("%s %v: neither reviewed by the webhook nor guarded", ns, set)
+			case guarded && (system[ns] || value == "warn" || value == "exempt"):
+				t.Errorf("%s %v: guarded, want it left alone", ns, set)
+			}
+		}
+	}
+}

@@ -3,6 +3,7 @@ package policy_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/itocompute/itogate/internal/patience"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -109,7 +110,7 @@ func TestPlanPublishedRecipes(t *testing.T) {
 // and the deny keeps its codes (never a timeout because of the fix).
 func TestFixPastItsBudget(t *testing.T) {
 	bundle := editedPlanConfig(t, `"max_candidates": 200000`, `"max_candidates": 1`)
-	e, err := policy.New(context.Background(), policy.Options{Bundle: bundle})
+	e, err := policy.New(context.Background(), policy.Options{Bundle: bundle, Deadline: patience.Deadline})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +144,7 @@ func TestFixPastItsBudget(t *testing.T) {
 // the nearest layout (one changed knob here), admitted by the same rules
 // and within the memory margin, and the best layout comes with it.
 func TestFixIsConfirmedAndNearest(t *testing.T) {
-	e, err := policy.New(context.Background(), policy.Options{Bundle: policies.Bundle()})
+	e, err := policy.New(context.Background(), policy.Options{Bundle: policies.Bundle(), Deadline: patience.Deadline})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package webhook_test
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/itocompute/itogate/internal/patience"
 	"io/fs"
 	"maps"
 	"path/filepath"
@@ -438,7 +439,7 @@ func TestMatchConditionsFollowTheModel(t *testing.T) {
 	edited = bundletest.Edited(t, edited, webhook.ResourceModelPath, `"HABANA_VISIBLE_DEVICES"`, `"HABANA_VISIBLE_DEVICES", "NEURON_RT_VISIBLE_DEVICES"`)
 	edited = bundletest.Edited(t, edited, webhook.ResourceModelPath, `"/run/nvidia-container-devices"`, `"/run/nvidia-container-devices", "/opt/npu-device-list"`)
 	edited = bundletest.Edited(t, edited, webhook.ResourceModelPath, `"cdi.k8s.io/"`, `"cdi.k8s.io/", "devices.example.io/"`)
-	engine, err := policy.New(t.Context(), policy.Options{Bundle: edited})
+	engine, err := policy.New(t.Context(), policy.Options{Bundle: edited, Deadline: patience.Deadline})
 	if err != nil {
 		t.Fatal(err)
 	}

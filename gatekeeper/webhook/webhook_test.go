@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/itocompute/itogate/internal/patience"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -60,7 +61,7 @@ func (f *fixture) cancel(t testing.TB) {
 
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
-	engine, err := policy.New(t.Context(), policy.Options{Bundle: policies.Bundle()})
+	engine, err := policy.New(t.Context(), policy.Options{Bundle: policies.Bundle(), Deadline: patience.Deadline})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,6 +86,9 @@ func newFixture(t testing.TB) *fixture {
 		Policy:     func() webhook.Decider { return engine },
 		Namespaces: map[string]string{"team-a": "acct_a", "team-b": "acct_b"},
 		Now:        func() time.Time { return now },
+		// No review of a correctness test may hit a deadline on a loaded
+		// machine; the deadlines have tests of their own.
+		Timeout: patience.Deadline,
 	}
 	h, err := webhook.New(opts)
 	if err != nil {

@@ -3,7 +3,6 @@ package policy_test
 import (
 	"context"
 	"encoding/json"
-	"github.com/itocompute/itogate/internal/patience"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/manifest"
 	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/gatekeeper/scenario"
+	"github.com/itocompute/itogate/internal/patience"
 	"github.com/itocompute/itogate/policies"
 )
 

@@ -3,7 +3,6 @@ package webhook_test
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/itocompute/itogate/internal/patience"
 	"io/fs"
 	"maps"
 	"path/filepath"
@@ -29,6 +28,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/ticket"
 	"github.com/itocompute/itogate/gatekeeper/trust"
 	"github.com/itocompute/itogate/gatekeeper/webhook"
+	"github.com/itocompute/itogate/internal/patience"
 	"github.com/itocompute/itogate/policies"
 )
 

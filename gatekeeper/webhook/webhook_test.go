@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/itocompute/itogate/internal/patience"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -23,6 +22,7 @@ import (
 	"github.com/itocompute/itogate/gatekeeper/ticket"
 	"github.com/itocompute/itogate/gatekeeper/trust"
 	"github.com/itocompute/itogate/gatekeeper/webhook"
+	"github.com/itocompute/itogate/internal/patience"
 	"github.com/itocompute/itogate/policies"
 )
 

@@ -294,6 +294,8 @@ func TestHumanOutputIsInert(t *testing.T) {
 		"webhook":               "prints its help",
 		"webhook config": "prints YAML built from the bundle; a name of a --bundle that is not printable ASCII is refused " +
 			"(webhook.MatchConditions); its errors go through main, inert",
+		"webhook policies": "prints the shipped admission policies with the bundle's controller identities; " +
+			"its errors go through main, inert",
 	}
 	walkCommands(t, func(c *cobra.Command) {
 		p := commandPath(c)

@@ -424,3 +424,80 @@ func TestEveryNamespaceIsReviewedOrGuarded(t *testing.T) {
 		}
 	}
 }
+
+// TestPodDeletionGraceBounded: a deleted Pod keeps its GPUs for its grace
+// period while its controller starts a replacement on the same ticket, and
+// DeleteOptions.gracePeriodSeconds overrides the Pod's own bounded
+// terminationGracePeriodSeconds (the reviewer's reproduction: kubectl
+// delete pod --grace-period=86400 of a Job's Pod, never seen by the
+// webhook). itogate-pod-deletion refuses a DELETE of a ticketed Pod and
+// an eviction of any Pod asking for more than the bundle's bound, in an
+// enforced namespace, to anyone but a cluster admin.
+func TestPodDeletionGraceBounded(t *testing.T) {
+	vaps, bindings := shippedPolicies(t)
+	p, b := vaps[webhook.PodDeletionPolicy], bindings[webhook.PodDeletionPolicy]
+	if p == nil || b == nil {
+		t.Fatalf("%s is not shipped", webhook.PodDeletionPolicy)
+	}
+	max, err := webhook.MaxGraceSeconds(policies.Bundle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	grace := func(s int64) *int64 { return &s }
+	enforced := map[string]string{"itogate.io/enforce": "true"}
+	tenant := []string{"team-a", "system:authenticated"}
+	del := func(pod map[string]any, opts *metav1.DeleteOptions) apiRequest {
+		return apiRequest{version: "v1", kind: "Pod", resource: "pods", op: admission.Delete, ns: "team-a", nsLabels: enforced,
+			name: "train-0", old: pod, user: "alice", groups: tenant, options: opts}
+	}
+	evict := func(opts map[string]any) apiRequest {
+		e := map[string]any{"apiVersion": "policy/v1", "kind": "Eviction", "metadata": map[string]any{"name": "train-0", "namespace": "team-a"}}
+		if opts != nil {
+			e["deleteOptions"] = opts
+		}
+		return apiRequest{kindGroup: "policy", version: "v1", kind: "Eviction", resource: "pods", sub: "eviction", op: admission.Create,
+			ns: "team-a", nsLabels: enforced, name: "train-0", obj: e, user: "alice", groups: tenant, options: &metav1.CreateOptions{}}
+	}
+	with := func(r apiRequest, f func(*apiRequest)) apiRequest { f(&r); return r }
+	cases := []struct {
+		name   string
+		r      apiRequest
+		refuse string // "" admitted; else a substring of the message after the code
+	}{
+		{"DELETE of a ticketed Pod, a day's grace", del(ticketedPod(true, nil, nil), &metav1.DeleteOptions{GracePeriodSeconds: grace(86400)}),
+			"the delete of pod train-0 asks for gracePeriodSeconds 86400, above 600"},
+		{"DELETE of a ticketed Pod, one second above", del(ticketedPod(true, nil, nil), &metav1.DeleteOptions{GracePeriodSeconds: grace(max + 1)}),
+			"above 600"},
+		{"eviction asking for a day", evict(map[string]any{"gracePeriodSeconds": int64(86400)}), "the eviction of pod train-0 asks for gracePeriodSeconds 86400"},
+		{"DELETE at the bound", del(ticketedPod(true, nil, nil), &metav1.DeleteOptions{GracePeriodSeconds: grace(max)}), ""},
+		{"DELETE now", del(ticketedPod(true, nil, nil), &metav1.DeleteOptions{GracePeriodSeconds: grace(0)}), ""},
+		{"DELETE without a grace period", del(ticketedPod(true, nil, nil), &metav1.DeleteOptions{}), ""},
+		{"DELETE with no options", del(ticketedPod(true, nil, nil), nil), ""},
+		{"DELETE of a Pod without a ticket", del(ticketedPod(false, nil, nil), &metav1.DeleteOptions{GracePeriodSeconds: grace(86400)}), ""},
+		{"eviction without options", evict(nil), ""},
+		{"eviction at the bound", evict(map[string]any{"gracePeriodSeconds": max}), ""},
+		{"a cluster admin's DELETE", with(del(ticketedPod(true, nil, nil), &metav1.DeleteOptions{GracePeriodSeconds: grace(86400)}),
+			func(r *apiRequest) { r.user, r.groups = "root", []string{"system:masters"} }), ""},
+		{"an unenforced namespace", with(del(ticketedPod(true, nil, nil), &metav1.DeleteOptions{GracePeriodSeconds: grace(86400)}),
+			func(r *apiRequest) { r.nsLabels = map[string]string{"itogate.io/enforce": "warn"} }), ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v := evaluate(t, p, b, tc.r)
+			switch {
+			case tc.refuse == "" && v.refused:
+				t.Fatalf("refused: %s", v.message)
+			case tc.refuse != "" && !v.refused:
+				t.Fatalf("admitted (matched %v), want WORKLOAD_DELETE_GRACE_TOO_LONG", v.matched)
+			case tc.refuse != "" && (v.reason != metav1.StatusReasonForbidden ||
+				!strings.HasPrefix(v.message, "WORKLOAD_DELETE_GRACE_TOO_LONG: ") || !strings.Contains(v.message, tc.refuse)):
+				t.Fatalf("refused %s %q, want Forbidden WORKLOAD_DELETE_GRACE_TOO_LONG with %q", v.reason, v.message, tc.refuse)
+			}
+		})
+	}
+	// The delete cases that must match did: a policy that never applied
+	// would admit them all.
+	if v := evaluate(t, p, b, del(ticketedPod(true, nil, nil), &metav1.DeleteOptions{})); !v.matched {
+		t.Fatal("a tenant's DELETE of a ticketed Pod in an enforced namespace did not match the policy")
+	}
+}

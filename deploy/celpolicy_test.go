@@ -101,6 +101,7 @@ func splitDocs(t *testing.T, raw []byte) [][]byte {
 // apiRequest is one request as the apiserver's admission sees it.
 type apiRequest struct {
 	group, version, kind, resource, sub string
+	kindGroup                           string // the kind's group when not the resource's (pods/eviction: policy)
 	op                                  admission.Operation
 	ns                                  string
 	nsLabels                            map[string]string
@@ -136,6 +137,9 @@ func evaluate(t *testing.T, p *admissionregistrationv1.ValidatingAdmissionPolicy
 		t.Fatalf("%s: params are not evaluated here", p.Name)
 	}
 	gvk := schema.GroupVersionKind{Group: r.group, Version: r.version, Kind: r.kind}
+	if r.kindGroup != "" {
+		gvk.Group = r.kindGroup
+	}
 	var obj, old runtime.Object
 	if r.obj != nil {
 		u := &unstructured.Unstructured{Object: r.obj}

@@ -530,10 +530,10 @@ func TestBaseBuildsAlone(t *testing.T) {
 	want := []string{"ConfigMap/itogate-config", "Deployment/itogate", "Namespace/itogate-system", "NetworkPolicy/itogate",
 		"PodDisruptionBudget/itogate", "Service/itogate", "Service/itogate-webhook", "ServiceAccount/itogate",
 		"ValidatingAdmissionPolicy/itogate-gpu-tolerations",
-		"ValidatingAdmissionPolicy/itogate-namespace-labels", "ValidatingAdmissionPolicy/itogate-ticketed-pods",
-		"ValidatingAdmissionPolicy/itogate-workload-delete",
-		"ValidatingAdmissionPolicyBinding/itogate-gpu-tolerations",
-		"ValidatingAdmissionPolicyBinding/itogate-namespace-labels", "ValidatingAdmissionPolicyBinding/itogate-ticketed-pods",
+		"ValidatingAdmissionPolicy/itogate-namespace-labels", "ValidatingAdmissionPolicy/itogate-pod-deletion",
+		"ValidatingAdmissionPolicy/itogate-ticketed-pods", "ValidatingAdmissionPolicy/itogate-workload-delete",
+		"ValidatingAdmissionPolicyBinding/itogate-gpu-tolerations", "ValidatingAdmissionPolicyBinding/itogate-namespace-labels",
+		"ValidatingAdmissionPolicyBinding/itogate-pod-deletion", "ValidatingAdmissionPolicyBinding/itogate-ticketed-pods",
 		"ValidatingAdmissionPolicyBinding/itogate-workload-delete",
 		"ValidatingWebhookConfiguration/itogate"}
 	if !slices.Equal(kinds, want) {

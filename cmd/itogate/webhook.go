@@ -48,11 +48,13 @@ func newWebhookCmd(stdout io.Writer) *cobra.Command {
 	var policiesBundleDir string
 	admissionPolicies := &cobra.Command{
 		Use:   "policies",
-		Short: "Print the ValidatingAdmissionPolicies with the controller identities generated from a bundle",
-		Long: "Print deploy/kubernetes/base/admissionpolicies.yaml with the controller identities of the policy\n" +
-			"itogate-ticketed-pods generated from the policy bundle's controllers.users (the embedded bundle, or\n" +
-			"--bundle DIR): the apiserver then lets the same identities change a ticketed Pod's labels and\n" +
-			"ownerReferences that the webhook trusts to create children. Regenerate it whenever controllers.users changes.",
+		Short: "Print the ValidatingAdmissionPolicies with the values generated from a bundle",
+		Long: "Print deploy/kubernetes/base/admissionpolicies.yaml with the values it takes from the policy bundle\n" +
+			"(the embedded bundle, or --bundle DIR): the controller identities of itogate-ticketed-pods from\n" +
+			"controllers.users, so the apiserver lets the same identities change a ticketed Pod's labels and\n" +
+			"ownerReferences that the webhook trusts to create children; and the grace bound of itogate-pod-deletion\n" +
+			"from max_termination_grace_seconds, so a DELETE or an eviction keeps the bound pod templates are held to.\n" +
+			"Regenerate it whenever either changes.",
 		Args: cobra.NoArgs,
 		RunE: func(_ *cobra.Command, _ []string) error {
 			var bundle fs.FS = policies.Bundle()

@@ -158,6 +158,7 @@ const (
 	CodeNamespaceLabelGuarded             Code = "NAMESPACE_LABEL_GUARDED"
 	CodeWorkloadPodMetadataGuarded        Code = "WORKLOAD_POD_METADATA_GUARDED"
 	CodeWorkloadGPUTolerationUncontrolled Code = "WORKLOAD_GPU_TOLERATION_UNCONTROLLED"
+	CodeWorkloadDeleteGraceTooLong        Code = "WORKLOAD_DELETE_GRACE_TOO_LONG"
 
 	// The client's own refusals (itogate train, itogate status).
 	CodeClientInput     Code = "CLIENT_INPUT_INVALID"
@@ -481,6 +482,9 @@ var registry = []Entry{
 	entry(CodeWorkloadGPUTolerationUncontrolled, "workload", http.StatusForbidden, cluster,
 		"The apiserver's ValidatingAdmissionPolicy itogate-gpu-tolerations refused a Pod, or a built-in workload's Pod template, that tolerates the GPU nodes' taint (gpuNodeTaint.keys; by default nvidia.com/gpu, amd.com/gpu) or every taint, in a namespace not under itogate's control (itogate.io/enforce not true, warn or exempt; not a system namespace): the webhook does not review that namespace, and the taint is what keeps its Pods off GPU nodes.",
 		"Run GPU workloads in a controlled namespace, with a ticket; or drop the toleration. A namespace that runs GPU node agents is labelled itogate.io/enforce=exempt by a cluster admin."),
+	entry(CodeWorkloadDeleteGraceTooLong, "workload", http.StatusForbidden, cluster,
+		"The apiserver's ValidatingAdmissionPolicy itogate-pod-deletion refused, in a namespace with itogate.io/enforce=true and from someone other than a cluster admin, a DELETE of a Pod carrying itogate.io/ticket, or an eviction of any Pod, whose gracePeriodSeconds is above the bundle's max_termination_grace_seconds: the deleted Pod would keep its GPUs that long while its controller starts a replacement on the same ticket.",
+		"Delete or evict without gracePeriodSeconds (the Pod's own terminationGracePeriodSeconds, which the webhook bounds) or with one at or below the bound."),
 
 	entry(CodeClientInput, "client", 0, client,
 		"A client command (itogate train, status, runs, revoke) refused a flag or file before sending anything.",

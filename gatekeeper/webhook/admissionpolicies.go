@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"slices"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -25,22 +26,40 @@ var AdmissionPolicyCodes = map[string]api.Code{
 	"itogate-namespace-labels": api.CodeNamespaceLabelGuarded,
 	TicketedPodsPolicy:         api.CodeWorkloadPodMetadataGuarded,
 	"itogate-gpu-tolerations":  api.CodeWorkloadGPUTolerationUncontrolled,
+	PodDeletionPolicy:          api.CodeWorkloadDeleteGraceTooLong,
 }
 
-// TicketedPodsPolicy is the ValidatingAdmissionPolicy that keeps a
-// ticketed Pod's labels, ownerReferences and ticket annotation from anyone
-// but a listed controller or a cluster admin; ControllersVariable is its
-// variable AdmissionPolicies generates from the bundle.
+// The policies AdmissionPolicies generates a variable of, and those
+// variables: TicketedPodsPolicy keeps a ticketed Pod's labels,
+// ownerReferences and ticket annotation from anyone but a listed
+// controller or a cluster admin (ControllersVariable: the controller
+// identities); PodDeletionPolicy refuses a Pod DELETE or eviction asking
+// for a longer grace period than the bundle allows (MaxGraceVariable).
 const (
 	TicketedPodsPolicy  = "itogate-ticketed-pods"
 	ControllersVariable = "controllers"
+	PodDeletionPolicy   = "itogate-pod-deletion"
+	MaxGraceVariable    = "maxGraceSeconds"
 )
 
-// controllerList is what AdmissionPolicies reads of data.ito.config.workload.
-type controllerList struct {
+// deploymentModel is what AdmissionPolicies reads of data.ito.config.workload.
+type deploymentModel struct {
 	Controllers struct {
 		Users map[string]string `json:"users"`
 	} `json:"controllers"`
+	MaxTerminationGraceSeconds json.RawMessage `json:"max_termination_grace_seconds"`
+}
+
+func readDeploymentModel(bundle fs.FS) (deploymentModel, error) {
+	var m deploymentModel
+	raw, err := fs.ReadFile(bundle, ResourceModelPath)
+	if err != nil {
+		return m, err
+	}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return m, fmt.Errorf("%s: %w", ResourceModelPath, err)
+	}
+	return m, nil
 }
 
 // ControllerIdentities are the identities (userInfo.username) the bundle
@@ -48,33 +67,55 @@ type controllerList struct {
 // ResourceModelPath), sorted: the webhook admits children only from them.
 // A bundle without the list, or listing none, is an error.
 func ControllerIdentities(bundle fs.FS) ([]string, error) {
-	raw, err := fs.ReadFile(bundle, ResourceModelPath)
+	m, err := readDeploymentModel(bundle)
 	if err != nil {
 		return nil, fmt.Errorf("controller identities: %w", err)
 	}
-	var c controllerList
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return nil, fmt.Errorf("controller identities: %s: %w", ResourceModelPath, err)
-	}
-	if len(c.Controllers.Users) == 0 {
+	if len(m.Controllers.Users) == 0 {
 		return nil, fmt.Errorf("controller identities: %s lists no controllers.users", ResourceModelPath)
 	}
-	ids := make([]string, 0, len(c.Controllers.Users))
-	for id := range c.Controllers.Users {
+	ids := make([]string, 0, len(m.Controllers.Users))
+	for id := range m.Controllers.Users {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
 	return ids, nil
 }
 
+// MaxGraceSeconds is the bundle's bound on a GPU Pod's termination grace
+// period (data.ito.config.workload.max_termination_grace_seconds, in
+// seconds): the policy refuses a longer terminationGracePeriodSeconds, the
+// apiserver's PodDeletionPolicy a longer DELETE or eviction. A bundle
+// without it, or with a value that is not an integer in [1, 2^31), is an
+// error.
+func MaxGraceSeconds(bundle fs.FS) (int64, error) {
+	m, err := readDeploymentModel(bundle)
+	if err != nil {
+		return 0, fmt.Errorf("max grace seconds: %w", err)
+	}
+	if m.MaxTerminationGraceSeconds == nil {
+		return 0, fmt.Errorf("max grace seconds: %s has no max_termination_grace_seconds", ResourceModelPath)
+	}
+	// A JSON integer as written: not a string, a fraction or an exponent.
+	n, err := strconv.ParseInt(string(m.MaxTerminationGraceSeconds), 10, 64)
+	if err != nil || n < 1 || n >= 1<<31 {
+		return 0, fmt.Errorf("max grace seconds: %s: max_termination_grace_seconds %s is not an integer in [1, 2^31)",
+			ResourceModelPath, m.MaxTerminationGraceSeconds)
+	}
+	return n, nil
+}
+
 // AdmissionPolicies is the admission policies file (YAML, a stream of
 // ValidatingAdmissionPolicies and bindings, comments kept) with the
-// variable ControllersVariable of TicketedPodsPolicy set to the CEL list of
-// ControllerIdentities(bundle): what `itogate webhook policies` prints and
-// deploy/kubernetes ships, so the apiserver lets the same identities
-// change a ticketed Pod's ownership that the webhook trusts to create
-// children. An identity must be printable ASCII; a template without that
-// policy or variable is an error.
+// variables it generates from the bundle set: ControllersVariable of
+// TicketedPodsPolicy to the CEL list of ControllerIdentities(bundle), so
+// the apiserver lets the same identities change a ticketed Pod's ownership
+// that the webhook trusts to create children, and MaxGraceVariable of
+// PodDeletionPolicy to MaxGraceSeconds(bundle), so a DELETE keeps the
+// bound the policy holds pod templates to. It is what `itogate webhook
+// policies` prints and deploy/kubernetes ships. An identity must be
+// printable ASCII; a template without exactly one of each policy's
+// variable is an error.
 func AdmissionPolicies(template []byte, bundle fs.FS) ([]byte, error) {
 	ids, err := ControllerIdentities(bundle)
 	if err != nil {
@@ -87,7 +128,14 @@ func AdmissionPolicies(template []byte, bundle fs.FS) ([]byte, error) {
 		}
 		lits[i] = "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(id) + "'"
 	}
-	list := "[" + strings.Join(lits, ", ") + "]"
+	grace, err := MaxGraceSeconds(bundle)
+	if err != nil {
+		return nil, err
+	}
+	gen := []generated{
+		{TicketedPodsPolicy, ControllersVariable, "[" + strings.Join(lits, ", ") + "]"},
+		{PodDeletionPolicy, MaxGraceVariable, strconv.FormatInt(grace, 10)},
+	}
 
 	var docs []*yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(template))
@@ -101,35 +149,19 @@ func AdmissionPolicies(template []byte, bundle fs.FS) ([]byte, error) {
 		}
 		docs = append(docs, &doc)
 	}
-	set := 0
-	for _, doc := range docs {
-		if len(doc.Content) != 1 {
-			continue
-		}
-		root := doc.Content[0]
-		if scalar(child(root, "kind")) != "ValidatingAdmissionPolicy" ||
-			scalar(child(child(root, "metadata"), "name")) != TicketedPodsPolicy {
-			continue
-		}
-		vars := child(child(root, "spec"), "variables")
-		if vars == nil || vars.Kind != yaml.SequenceNode {
-			continue
-		}
-		for _, v := range vars.Content {
-			if scalar(child(v, "name")) != ControllersVariable {
-				continue
+	for _, g := range gen {
+		set := 0
+		for _, doc := range docs {
+			n, err := g.apply(doc)
+			if err != nil {
+				return nil, err
 			}
-			e := child(v, "expression")
-			if e == nil || e.Kind != yaml.ScalarNode {
-				return nil, fmt.Errorf("admission policies: %s: variable %s has no expression", TicketedPodsPolicy, ControllersVariable)
-			}
-			e.Value, e.Tag, e.Style = list, "!!str", yaml.DoubleQuotedStyle
-			set++
+			set += n
 		}
-	}
-	if set != 1 {
-		return nil, fmt.Errorf("admission policies: want one variable %s in policy %s, found %d",
-			ControllersVariable, TicketedPodsPolicy, set)
+		if set != 1 {
+			return nil, fmt.Errorf("admission policies: want one variable %s in policy %s, found %d",
+				g.variable, g.policy, set)
+		}
 	}
 	var out bytes.Buffer
 	enc := yaml.NewEncoder(&out)
@@ -143,6 +175,42 @@ func AdmissionPolicies(template []byte, bundle fs.FS) ([]byte, error) {
 		return nil, fmt.Errorf("admission policies: %w", err)
 	}
 	return out.Bytes(), nil
+}
+
+// generated is one variable of one policy AdmissionPolicies writes: its
+// CEL expression.
+type generated struct {
+	policy, variable, expression string
+}
+
+// apply sets g's variable in doc when doc is g's policy, and says how many
+// it set.
+func (g generated) apply(doc *yaml.Node) (int, error) {
+	if len(doc.Content) != 1 {
+		return 0, nil
+	}
+	root := doc.Content[0]
+	if scalar(child(root, "kind")) != "ValidatingAdmissionPolicy" ||
+		scalar(child(child(root, "metadata"), "name")) != g.policy {
+		return 0, nil
+	}
+	vars := child(child(root, "spec"), "variables")
+	if vars == nil || vars.Kind != yaml.SequenceNode {
+		return 0, nil
+	}
+	set := 0
+	for _, v := range vars.Content {
+		if scalar(child(v, "name")) != g.variable {
+			continue
+		}
+		e := child(v, "expression")
+		if e == nil || e.Kind != yaml.ScalarNode {
+			return 0, fmt.Errorf("admission policies: %s: variable %s has no expression", g.policy, g.variable)
+		}
+		e.Value, e.Tag, e.Style = g.expression, "!!str", yaml.DoubleQuotedStyle
+		set++
+	}
+	return set, nil
 }
 
 // child is the value of key in mapping node m (nil when absent).

@@ -93,3 +93,50 @@ func policyDoc(t *testing.T) []byte {
 	t.Fatal("no ticketed-pods policy in the shipped file")
 	return nil
 }
+
+// withModel is the embedded bundle's resource model with key set to value
+// (nil: the key removed).
+func withModel(t *testing.T, key string, value any) fs.FS {
+	t.Helper()
+	raw, err := fs.ReadFile(policies.Bundle(), webhook.ResourceModelPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var model map[string]any
+	if err := json.Unmarshal(raw, &model); err != nil {
+		t.Fatal(err)
+	}
+	if value == nil {
+		delete(model, key)
+	} else {
+		model[key] = value
+	}
+	out, err := json.Marshal(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fstest.MapFS{webhook.ResourceModelPath: {Data: out}}
+}
+
+// TestPodDeletionGraceFollowsTheBundle: itogate-pod-deletion's
+// maxGraceSeconds is the bundle's max_termination_grace_seconds, the bound
+// the policy holds pod templates to; a bundle without one, or with one
+// that is no count of seconds, is an error.
+func TestPodDeletionGraceFollowsTheBundle(t *testing.T) {
+	out, err := webhook.AdmissionPolicies(deploy.AdmissionPolicies, withModel(t, "max_termination_grace_seconds", 120))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "- name: maxGraceSeconds\n      expression: \"120\"\n") {
+		t.Fatalf("maxGraceSeconds is not the bundle's 120:\n%s", out)
+	}
+	if n, err := webhook.MaxGraceSeconds(policies.Bundle()); err != nil || n != 600 {
+		t.Fatalf("embedded bound %d, %v; want 600", n, err)
+	}
+	for name, v := range map[string]any{"absent": nil, "zero": 0, "negative": -30, "a fraction": 1.5, "a string": "600", "2^31": int64(1) << 31} {
+		if _, err := webhook.AdmissionPolicies(deploy.AdmissionPolicies, withModel(t, "max_termination_grace_seconds", v)); err == nil ||
+			!strings.Contains(err.Error(), "max grace seconds") {
+			t.Errorf("%s: %v, want a max grace seconds error", name, err)
+		}
+	}
+}

@@ -40,6 +40,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -393,6 +394,35 @@ func TestWorkloadBoundary(t *testing.T) {
 		if err != nil || len(p.OwnerReferences) != 1 || p.Labels["batch.kubernetes.io/job-name"] == "released" ||
 			p.Annotations[webhook.TicketAnnotation] == "" {
 			t.Fatalf("the Pod changed: %v %v %v", p.OwnerReferences, p.Labels, err)
+		}
+	})
+	t.Run("long-grace delete of a ticketed Pod", func(t *testing.T) {
+		if created == nil {
+			t.Skip("no Job")
+		}
+		// A deleted Pod keeps its GPUs for its grace period while the Job
+		// controller replaces it: a tenant may not ask for longer than the
+		// bundle's bound, by DELETE or by eviction (dry runs: the Pod stays).
+		day, bound := int64(86400), int64(600)
+		dry := []string{metav1.DryRunAll}
+		del := func(grace int64) error {
+			return tenant.CoreV1().Pods(nsA).Delete(ctx, "train-0", metav1.DeleteOptions{GracePeriodSeconds: &grace, DryRun: dry})
+		}
+		evict := func(grace int64) error {
+			return tenant.PolicyV1().Evictions(nsA).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "train-0"},
+				DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: &grace, DryRun: dry}})
+		}
+		eventually(t, func() error { return del(day) }, "itogate-pod-deletion", "WORKLOAD_DELETE_GRACE_TOO_LONG")
+		wantPolicyDenied(t, del(day), "itogate-pod-deletion", "WORKLOAD_DELETE_GRACE_TOO_LONG")
+		wantPolicyDenied(t, evict(day), "itogate-pod-deletion", "WORKLOAD_DELETE_GRACE_TOO_LONG")
+		if err := del(bound); err != nil {
+			t.Fatalf("a delete within the bound: %v", err)
+		}
+		if err := evict(bound); err != nil {
+			t.Fatalf("an eviction within the bound: %v", err)
+		}
+		if _, err := pods.Get(ctx, "train-0", metav1.GetOptions{}); err != nil {
+			t.Fatalf("the Pod is gone after dry runs: %v", err)
 		}
 	})
 	t.Run("tenant-made child Job and Pod", func(t *testing.T) {

@@ -647,7 +647,8 @@ func TestCapacityRaceTwoReplicas(t *testing.T) {
 // revocation and a halt, creates racing their entitlement's revocation, an
 // advance racing a halt, a halt racing a passing report, restarts at a
 // stage's report deadline racing its report, a stage advance that grows
-// its run racing creates for the booking's last GPUs; Check finds every
+// its run racing creates for the booking's last GPUs, child workloads
+// racing for the run's last GPUs; Check finds every
 // event admissible and no booking over its GPUs afterwards.
 func TestRunRacesTwoReplicas(t *testing.T) {
 	t.Parallel()
@@ -673,6 +674,7 @@ func TestRunRacesTwoReplicas(t *testing.T) {
 		ledgertest.RaceJobBind(t, stores, fmt.Sprintf("bk_jb2_%d", n), n)
 		ledgertest.RaceGrowCreate(t, stores, fmt.Sprintf("bk_gc2_%d", n), n)
 		ledgertest.RaceJobWorkloadBind(t, stores, fmt.Sprintf("bk_jw2_%d", n), n)
+		ledgertest.RaceWorkloadCharges(t, stores, fmt.Sprintf("bk_wc2_%d", n), n)
 	}
 	if _, err := a.Check(t.Context()); err != nil {
 		t.Fatalf("Check: %v", err)
@@ -727,6 +729,7 @@ func TestMigrateSchema5(t *testing.T) {
 			DROP COLUMN plan_storage_quota_gib;
 		DROP INDEX {s}.runs_account_idx;
 		DROP TABLE {s}.run_jobs;
+		DROP TABLE {s}.workload_charges;
 		ALTER TABLE {s}.workload_bindings DROP COLUMN active_uid;
 		ALTER TABLE {s}.workload_uids DROP COLUMN root_uid;
 		DROP TABLE {s}.restore_hold;
@@ -806,6 +809,7 @@ func TestMigrateSchema13(t *testing.T) {
 		}
 	}
 	_, err = s.pool.Exec(t.Context(), strings.ReplaceAll(`
+		DROP TABLE {s}.workload_charges;
 		ALTER TABLE {s}.run_events DROP CONSTRAINT run_events_gpus_check, DROP COLUMN gpus;
 		DELETE FROM {s}.schema_migrations WHERE version >= 14;`, "{s}", schema))
 	if err != nil {

@@ -860,6 +860,9 @@ func (s *Store) Check(ctx context.Context) (ledger.CheckReport, error) {
 		if runs != rep.Runs {
 			bad("run index has %d entries for %d train.create admissions", runs, rep.Runs)
 		}
+		if err := checkCharges(tx, bad); err != nil {
+			return err
+		}
 		return checkRunLife(tx, bad)
 	})
 	if err != nil {

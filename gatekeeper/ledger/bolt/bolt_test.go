@@ -891,6 +891,52 @@ func TestMigrateSchema7(t *testing.T) {
 	}
 }
 
+// TestCheckFindsOvercharge: Check reports the children of one owner
+// charged more GPUs than their run holds, and a charge whose uid is not of
+// its binding (ledger.CheckCharges).
+func TestCheckFindsOvercharge(t *testing.T) {
+	s := openTemp(t)
+	ctx := t.Context()
+	t0 := time.Now().UTC().Truncate(time.Second)
+	a := ledgertest.AdmissionOf(ledgertest.Deposit(t, s, "jti-over", t0, 10*time.Minute), "k-over", t0) // 1 GPU
+	if _, _, err := s.Commit(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []ledger.WorkloadBind{
+		{RunID: a.RunID, Identity: "jobset.x-k8s.io/JobSet/team-a/train", UID: "js-1", At: t0},
+		{RunID: a.RunID, Identity: "batch/Job/team-a/train-a", UID: "job-a", OwnerUID: "js-1", GPUs: 1, At: t0},
+	} {
+		if _, err := s.BindWorkload(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Check(ctx); err != nil {
+		t.Fatalf("Check on a sound ledger = %v", err)
+	}
+	err := s.db.Update(func(tx *bbolt.Tx) error {
+		b := tx.Bucket(bucketWorkloads)
+		var rec workloadRecord
+		if err := json.Unmarshal(b.Get([]byte(a.RunID)), &rec); err != nil {
+			return err
+		}
+		rec.Charges[0].GPUs, rec.Charges[0].UID = 5, "ghost"
+		v, err := json.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(a.RunID), v)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Check(ctx)
+	for _, want := range []string{"the children of js-1 are charged 5 GPUs, the run holds 1", "of uid ghost under js-1 is not of the binding's uids"} {
+		if !errors.Is(err, ledger.ErrInconsistent) || !strings.Contains(err.Error(), want) {
+			t.Errorf("Check = %v, want ErrInconsistent saying %q", err, want)
+		}
+	}
+}
+
 // TestMigrateSchema3: a schema 3 file (no account index) opens as schema 4
 // with the index built from its run records: Check passes and Runs lists
 // each account's runs.

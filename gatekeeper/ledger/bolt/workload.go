@@ -117,6 +117,31 @@ func (s *Store) BindWorkload(ctx context.Context, b ledger.WorkloadBind) (ledger
 	return out, nil
 }
 
+// checkCharges asks ledger.CheckCharges of every binding, against its
+// run's GPUs (for Check).
+func checkCharges(tx *bbolt.Tx, bad func(string, ...any)) error {
+	recs := tx.Bucket(bucketRunRecs)
+	return tx.Bucket(bucketWorkloads).ForEach(func(k, v []byte) error {
+		var rec workloadRecord
+		if err := json.Unmarshal(v, &rec); err != nil {
+			bad("workload binding %s: %v", k, err)
+			return nil
+		}
+		if len(rec.Charges) == 0 {
+			return nil
+		}
+		run, err := getRun(recs, string(k))
+		if err != nil {
+			bad("workload binding %s: %v", k, err)
+			return nil
+		}
+		for _, p := range ledger.CheckCharges(rec.binding(string(k)), run.GPUs) {
+			bad("%s", p)
+		}
+		return nil
+	})
+}
+
 // WorkloadBinding implements ledger.Workloads.
 func (s *Store) WorkloadBinding(ctx context.Context, runID string) (ledger.WorkloadBinding, error) {
 	var out ledger.WorkloadBinding

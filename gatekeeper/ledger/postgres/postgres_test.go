@@ -873,3 +873,43 @@ func TestCheckFindsRunStateFaults(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckFindsOvercharge: Check reports the children of one owner
+// charged more GPUs than their run holds, and a charge whose uid is not
+// of its binding (ledger.CheckCharges, in SQL).
+func TestCheckFindsOvercharge(t *testing.T) {
+	t.Parallel()
+	opts := testOptions(t)
+	s := open(t, opts)
+	defer s.Close()
+	ctx := t.Context()
+	c := confirmation("acct_1")
+	if err := s.DepositConfirmation(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	a := admissionFor(c, "k1") // a run of 1 GPU
+	if _, _, err := s.Commit(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []ledger.WorkloadBind{
+		{RunID: a.RunID, Identity: "jobset.x-k8s.io/JobSet/team-a/train", UID: "js-1", At: a.CreatedAt},
+		{RunID: a.RunID, Identity: "batch/Job/team-a/train-a", UID: "job-a", OwnerUID: "js-1", GPUs: 1, At: a.CreatedAt},
+	} {
+		if _, err := s.BindWorkload(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Check(ctx); err != nil {
+		t.Fatalf("Check on a sound ledger = %v", err)
+	}
+	schema := pgx.Identifier{opts.Schema}.Sanitize()
+	if _, err := s.pool.Exec(ctx, `UPDATE `+schema+`.workload_charges SET gpus = 5, uid = 'ghost' WHERE run_id = $1`, a.RunID); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Check(ctx)
+	for _, want := range []string{"the children of js-1 are charged 5 GPUs, the run holds 1", "of uid ghost under js-1 is not of the binding's uids"} {
+		if !errors.Is(err, ledger.ErrInconsistent) || !strings.Contains(err.Error(), want) {
+			t.Errorf("Check = %v, want ErrInconsistent saying %q", err, want)
+		}
+	}
+}

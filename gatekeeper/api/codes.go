@@ -142,16 +142,17 @@ const (
 	CodePolicyFactsMismatch    Code = "POLICY_FACTS_VERSION_MISMATCH"
 
 	// Tickets and the workload boundary.
-	CodeTicketUnavailable    Code = "TICKET_UNAVAILABLE"
-	CodeReviewInvalid        Code = "WORKLOAD_REVIEW_INVALID"
-	CodeWorkloadTicketBound  Code = "WORKLOAD_TICKET_BOUND"
-	CodeWorkloadOwnerUnbound Code = "WORKLOAD_OWNER_UNBOUND"
-	CodeWorkloadRunNotFound  Code = "WORKLOAD_RUN_NOT_FOUND"
-	CodeTicketInvalid        Code = "TICKET_INVALID"
-	CodeTicketExpired        Code = "TICKET_EXPIRED"
-	CodeTicketJobBound       Code = "TICKET_JOB_BOUND"
-	CodeWorkloadRunNotLive   Code = "WORKLOAD_RUN_NOT_LIVE"
-	CodeWorkloadOwnerRetired Code = "WORKLOAD_OWNER_RETIRED"
+	CodeTicketUnavailable     Code = "TICKET_UNAVAILABLE"
+	CodeReviewInvalid         Code = "WORKLOAD_REVIEW_INVALID"
+	CodeWorkloadTicketBound   Code = "WORKLOAD_TICKET_BOUND"
+	CodeWorkloadOwnerUnbound  Code = "WORKLOAD_OWNER_UNBOUND"
+	CodeWorkloadRunNotFound   Code = "WORKLOAD_RUN_NOT_FOUND"
+	CodeTicketInvalid         Code = "TICKET_INVALID"
+	CodeTicketExpired         Code = "TICKET_EXPIRED"
+	CodeTicketJobBound        Code = "TICKET_JOB_BOUND"
+	CodeWorkloadRunNotLive    Code = "WORKLOAD_RUN_NOT_LIVE"
+	CodeWorkloadOwnerRetired  Code = "WORKLOAD_OWNER_RETIRED"
+	CodeWorkloadGPUsExceedRun Code = "WORKLOAD_GPUS_EXCEED_RUN"
 	// Refused by the kube-apiserver's ValidatingAdmissionPolicies
 	// (deploy/kubernetes/base/admissionpolicies.yaml).
 	CodeWorkloadOrphaningDelete           Code = "WORKLOAD_ORPHANING_DELETE"
@@ -470,6 +471,9 @@ var registry = []Entry{
 	entry(CodeWorkloadOwnerRetired, "workload", http.StatusForbidden, webhook,
 		"The ledger refused the bind: the object's controller descends from a root object that a re-created object of the same name replaced (it was deleted); the deleted object's uid admits no children.",
 		"Nothing to do for the deleted object's children; the re-created object's controller creates its own."),
+	entry(CodeWorkloadGPUsExceedRun, "workload", http.StatusForbidden, webhook,
+		"The ledger refused the bind: the children of one controller (a JobSet's Jobs, a RayJob's or RayService's RayClusters) run at once and are charged together, and this child's GPUs (what the policy counted for it) plus those its controller's other recorded children hold exceed the GPUs the run holds (RunRecord.GPUs, as stage advances grew it), decided in the bind's transaction. The webhook never sees deletes: a child's charge stays until the run ends, unless a child of the same name re-created replaces it. A RayService's zero-downtime upgrade, which creates a second RayCluster while the first runs, is refused this way. Nothing was written; the children already admitted run on.",
+		"Give the run GPUs for every child that runs at once: admit a run for both clusters of a RayService upgrade (or advance into a larger stage). Or delete the old child first: a child re-created under its name takes its charge over (a JobSet's Jobs after a restart), and a workload deleted and re-created (a RayService with spec.upgradeStrategy.type None, re-created to change its cluster) is charged afresh."),
 	entry(CodeWorkloadOrphaningDelete, "workload", http.StatusForbidden, cluster,
 		"The apiserver's ValidatingAdmissionPolicy itogate-workload-delete refused a DELETE of an object carrying itogate.io/ticket that would orphan its dependents (propagationPolicy Orphan, orphanDependents true, or, without a propagation policy, an object carrying the orphan finalizer or a batch/v1 Job, which the apiserver orphans by default), or the orphan finalizer on a ticketed object at CREATE or by an UPDATE: orphaned Pods would keep their GPUs while a re-created object of the same name runs new ones on the same ticket.",
 		"Delete with propagationPolicy Background or Foreground (kubectl delete does: --cascade=background); leave the orphan finalizer off a ticketed object."),

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // Checker is implemented by stores that can verify their own invariants
@@ -29,4 +30,29 @@ type CheckReport struct {
 	Swept         int // confirmations whose token was dropped
 	Admissions    int
 	Runs          int // admissions that created a run (train.create)
+}
+
+// CheckCharges reports what breaks the charges of binding w, whose run
+// holds runGPUs: each charge's owner and uid are uids of the binding, and
+// the charges of one owner sum to at most runGPUs (Step accepts no charge
+// beyond the run's GPUs, and a run never shrinks). Both stores' Check ask
+// it of every binding; nil when sound.
+func CheckCharges(w WorkloadBinding, runGPUs int) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, c := range w.Charges {
+		if !w.HasUID(c.OwnerUID) || !w.HasUID(c.UID) {
+			out = append(out, "run "+w.RunID+": charge "+c.Name+" of uid "+c.UID+" under "+c.OwnerUID+
+				" is not of the binding's uids")
+		}
+		if seen[c.OwnerUID] {
+			continue
+		}
+		seen[c.OwnerUID] = true
+		if n := w.ChargedGPUs(c.OwnerUID); n > runGPUs {
+			out = append(out, fmt.Sprintf("run %s: the children of %s are charged %d GPUs, the run holds %d",
+				w.RunID, c.OwnerUID, n, runGPUs))
+		}
+	}
+	return out
 }

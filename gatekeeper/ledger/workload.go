@@ -21,7 +21,28 @@ var (
 	// that a newer object of the same name replaced (it was deleted and
 	// re-created): its uid admits no children. Nothing was written.
 	ErrWorkloadOwnerRetired = errors.New("the owner was replaced by a re-created object of the same name")
+	// ErrWorkloadGPUsExceed: a child workload's GPUs plus those its
+	// owner's other recorded children hold exceed the run's GPUs
+	// (*WorkloadGPUsError carries the figures). Nothing was written.
+	ErrWorkloadGPUsExceed = errors.New("the owner's child workloads together exceed the run's GPUs")
 )
+
+// WorkloadGPUsError is the ErrWorkloadGPUsExceed of a child bind: the
+// owner's other children hold Held GPUs, the child asks for GPUs, the run
+// holds RunGPUs (RunRecord.GPUs, as grown by stage advances) and Held +
+// GPUs > RunGPUs. It unwraps to ErrWorkloadGPUsExceed.
+type WorkloadGPUsError struct {
+	OwnerUID            string
+	Held, GPUs, RunGPUs int
+}
+
+func (e *WorkloadGPUsError) Error() string {
+	return fmt.Sprintf("ledger: bind workload: %d GPUs with the %d the owner's other children hold, the run holds %d: %v",
+		e.GPUs, e.Held, e.RunGPUs, ErrWorkloadGPUsExceed)
+}
+
+// Unwrap returns ErrWorkloadGPUsExceed.
+func (e *WorkloadGPUsError) Unwrap() error { return ErrWorkloadGPUsExceed }
 
 // Workloads binds a run's admission ticket to the one workload it created
 // (the Kubernetes admission webhook). Both stores implement it; ledgertest
@@ -36,7 +57,12 @@ type Workloads interface {
 	//     ErrWorkloadBound and nothing is written;
 	//   - a child workload (b.OwnerUID set, e.g. a JobSet's Job): b.OwnerUID
 	//     must already be a uid of the binding, else ErrWorkloadOwnerUnbound;
-	//     b.UID is added.
+	//     b.UID is added, and a child that is not Leaf is charged b.GPUs:
+	//     with what the owner's other recorded children hold it must not
+	//     exceed the run's GPUs (RunRecord.GPUs as the transaction reads
+	//     them), else a *WorkloadGPUsError (ErrWorkloadGPUsExceed) and
+	//     nothing is written (Step says how a retry, an UPDATE and a
+	//     re-created child are charged).
 	//
 	// One root object at a time has children: the binding's Active root,
 	// set by the first child bound under a root (Step says exactly how a
@@ -68,7 +94,8 @@ type WorkloadBind struct {
 	RunID string
 	// Identity names the root object: "<group>/<kind>/<namespace>/<name>"
 	// (group empty for the core API). For a child, the root's identity is
-	// not known to the child and Identity is ignored.
+	// not known to the child: a child's Identity names the child itself
+	// and keys its charge (GPUs); it may be empty.
 	Identity string
 	// UID is the object's metadata.uid.
 	UID string
@@ -77,7 +104,35 @@ type WorkloadBind struct {
 	// Leaf marks a child that has no children of its own (a Pod): its uid
 	// is not recorded, so a long run's Pods never fill the binding.
 	Leaf bool
+	// GPUs is, for a child that is not Leaf, the GPUs the policy counted
+	// for the object (replicas × per Pod): what it is charged of the run's
+	// GPUs together with its owner's other children (WorkloadCharge). Its
+	// Identity then names the child itself, "<group>/<kind>/<namespace>/
+	// <name>" with the name the apiserver assigned, and keys its charge
+	// (empty: the charge is keyed by UID). Ignored for roots and Leaf
+	// children, whose GPUs the policy checks alone.
+	GPUs int
 	At   time.Time
+}
+
+// WorkloadCharge is what one child workload that is not Leaf holds of its
+// run's GPUs. The children of one owner run at once (a JobSet's Jobs, a
+// RayService's RayClusters during an upgrade), so their charges together
+// stay within the run's GPUs. The webhook never sees a delete: a charge
+// stays until the run ends, unless a child of the same name replaces it.
+type WorkloadCharge struct {
+	// OwnerUID is the child's controller; children of one owner are
+	// charged together.
+	OwnerUID string
+	// Name is the child's identity (WorkloadBind.Identity), or its uid
+	// when the bind named none. One name is one object at a time, so a
+	// child re-created under its name (a JobSet's Jobs after a restart)
+	// takes over the charge of the one it replaces.
+	Name string
+	// UID is the object holding the charge now.
+	UID string
+	// GPUs is the most the object asked for (an UPDATE never lowers it).
+	GPUs int
 }
 
 // WorkloadBinding is the workload a run's ticket created.
@@ -93,8 +148,22 @@ type WorkloadBinding struct {
 	Roots map[string]string
 	// Active is the root uid whose descendants may have children; "" until
 	// the first child is bound.
-	Active  string
+	Active string
+	// Charges are the GPUs child workloads hold, one per owner and name,
+	// in the order first charged.
+	Charges []WorkloadCharge
 	BoundAt time.Time
+}
+
+// ChargedGPUs is the sum of the GPUs the children of owner hold.
+func (w WorkloadBinding) ChargedGPUs(owner string) int {
+	n := 0
+	for _, c := range w.Charges {
+		if c.OwnerUID == owner {
+			n += c.GPUs
+		}
+	}
+	return n
 }
 
 // GeneratedIdentitySuffix ends the Identity of a root created with
@@ -115,10 +184,13 @@ type BindStep struct {
 	AddUID, AddRoot string
 	// Activate: Binding.Active changed.
 	Activate bool
+	// Charge is the child's charge to store (added, raised, or taken over
+	// by a re-created child of its name); nil when unchanged.
+	Charge *WorkloadCharge
 }
 
 // Writes reports whether the step changes the stored binding.
-func (s BindStep) Writes() bool { return s.Create || s.AddUID != "" || s.Activate }
+func (s BindStep) Writes() bool { return s.Create || s.AddUID != "" || s.Activate || s.Charge != nil }
 
 // Step is the one definition of BindWorkload's rules, shared by both
 // stores: cur is the stored binding (found false when the run has none),
@@ -135,11 +207,19 @@ func (s BindStep) Writes() bool { return s.Create || s.AddUID != "" || s.Activat
 //     was deleted; when r is older, ErrWorkloadOwnerRetired; when the
 //     identity is generated, two objects of one generateName exist and
 //     ErrWorkloadBound. A child that is not Leaf adds b.UID under r.
+//   - A child that is not Leaf is charged (WorkloadCharge) under its
+//     owner and name: the same uid again (a retried create, an UPDATE)
+//     changes nothing unless it asks for more GPUs than charged; a new
+//     uid of a charged name (the object was re-created) takes the charge
+//     over with its own GPUs; a new name with no GPUs is not charged.
+//     A charge that changes is checked: with the owner's other charges it
+//     must stay within runGPUs, else a *WorkloadGPUsError.
 //   - More than MaxWorkloadUIDs uids is ErrInvalid.
-func Step(cur WorkloadBinding, found bool, b WorkloadBind) (BindStep, error) {
+func Step(cur WorkloadBinding, found bool, b WorkloadBind, runGPUs int) (BindStep, error) {
 	out := BindStep{Binding: cur}
 	w := &out.Binding
 	w.UIDs = slices.Clone(cur.UIDs)
+	w.Charges = slices.Clone(cur.Charges)
 	w.Roots = make(map[string]string, len(cur.UIDs)+1)
 	for _, u := range cur.UIDs {
 		w.Roots[u] = cur.RootOf(u)
@@ -172,6 +252,9 @@ func Step(cur WorkloadBinding, found bool, b WorkloadBind) (BindStep, error) {
 		if b.Leaf {
 			return out, nil
 		}
+		if err := charge(&out, b, runGPUs); err != nil {
+			return BindStep{}, err
+		}
 	}
 	if !slices.Contains(w.UIDs, b.UID) {
 		if len(w.UIDs) >= MaxWorkloadUIDs {
@@ -182,6 +265,39 @@ func Step(cur WorkloadBinding, found bool, b WorkloadBind) (BindStep, error) {
 		out.AddUID, out.AddRoot = b.UID, root
 	}
 	return out, nil
+}
+
+// charge applies a child's charge to out (Step's rule).
+func charge(out *BindStep, b WorkloadBind, runGPUs int) error {
+	w := &out.Binding
+	name := b.Identity
+	if name == "" {
+		name = b.UID
+	}
+	i := slices.IndexFunc(w.Charges, func(c WorkloadCharge) bool { return c.OwnerUID == b.OwnerUID && c.Name == name })
+	c := WorkloadCharge{OwnerUID: b.OwnerUID, Name: name, UID: b.UID, GPUs: b.GPUs}
+	switch {
+	case i < 0 && b.GPUs == 0:
+		return nil
+	case i >= 0 && w.Charges[i].UID == b.UID:
+		if b.GPUs <= w.Charges[i].GPUs {
+			return nil
+		}
+	}
+	held := w.ChargedGPUs(b.OwnerUID)
+	if i >= 0 {
+		held -= w.Charges[i].GPUs
+	}
+	if held+c.GPUs > runGPUs {
+		return &WorkloadGPUsError{OwnerUID: b.OwnerUID, Held: held, GPUs: c.GPUs, RunGPUs: runGPUs}
+	}
+	if i >= 0 {
+		w.Charges[i] = c
+	} else {
+		w.Charges = append(w.Charges, c)
+	}
+	out.Charge = &c
+	return nil
 }
 
 // RootOf is the root uid uid descends from: Roots[uid], else (a uid bound
@@ -243,6 +359,13 @@ func (b WorkloadBind) Validate() error {
 		}
 	} else if p := idProblem(b.OwnerUID); p != "" {
 		return bad("OwnerUID", p)
+	} else if b.Identity != "" {
+		if p := textProblem(b.Identity); p != "" {
+			return bad("Identity", p)
+		}
+	}
+	if b.GPUs < 0 {
+		return bad("GPUs", "is negative")
 	}
 	if b.At.IsZero() {
 		return bad("At", "is zero")

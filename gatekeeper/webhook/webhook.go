@@ -553,15 +553,25 @@ func (h *Handler) bind(ctx context.Context, req *admissionv1.AdmissionRequest, r
 		}
 		b.OwnerUID, b.Leaf = rv.ownerUID, true
 	default:
-		b.OwnerUID = rv.ownerUID
+		// A child workload is charged what the policy counted for it,
+		// under its own name (the generated one, not the prefix): the
+		// ledger sums the owner's children against the run's GPUs.
+		b.OwnerUID, b.GPUs = rv.ownerUID, int(min(d.GPUs, ledger.MaxGPUs))
+		b.Identity = req.Kind.Group + "/" + req.Kind.Kind + "/" + req.Namespace + "/" + rv.name
 	}
 	// Not cancelled with the review: a bind the ledger committed must be
 	// answered, or the apiserver retries into WORKLOAD_TICKET_BOUND.
 	_, err := h.opts.Workloads.BindWorkload(context.WithoutCancel(ctx), b)
 	sink, crossed := errors.AsType[*ledger.SinkBoundError](err)
+	over, overGPUs := errors.AsType[*ledger.WorkloadGPUsError](err)
 	switch {
 	case err == nil:
 		return nil
+	case overGPUs:
+		return deny(api.CodeWorkloadGPUsExceedRun, fmt.Sprintf("%d GPUs requested beside the %d GPUs its controller's other "+
+			"children hold, %d admitted: a child's GPUs stay charged until the run ends (a RayService's zero-downtime upgrade "+
+			"needs a run for both clusters; or delete the old child first: re-created under its name it takes its charge over, "+
+			"and a RayService deleted and re-created starts afresh)", over.GPUs, over.Held, over.RunGPUs))
 	case crossed && sink.Job != nil:
 		return deny(api.CodeWorkloadTicketBound, fmt.Sprintf("the ticket's run already started job %s of scheduler %s outside Kubernetes; "+
 			"one ticket, one workload", sink.Job.JobID, sink.Job.Scheduler))

@@ -1,7 +1,7 @@
 // Package bolt is the embedded ledger.Store: one bbolt file, every write
 // transaction fsynced before it returns (docs/architecture.md §3).
 //
-// Layout (schema 7), every record JSON-encoded unless said otherwise:
+// Layout (schema 8), every record JSON-encoded unless said otherwise:
 //
 //	meta           "schema"              → "2"
 //	confirmations  ref                   → confirmation record (token dropped when swept)
@@ -16,7 +16,8 @@
 //	                                       usage and the capacity check
 //	bookings       booking               → booking record (bound account, released)
 //	revocations    kind NUL subject      → revocation record, until its expiry
-//	workloads      run_id                → workload binding record (identity, uids)
+//	workloads      run_id                → workload binding record (identity, uids,
+//	                                       child charges)
 //	entruns        entitlement jti NUL run_id → empty; the runs admitted under an
 //	                                       entitlement, for its revocation
 //	runevents      run_id NUL seq (8-byte BE) → run event (a transition: an
@@ -41,7 +42,11 @@
 // a stage advance that grew the run to a larger stage); the migration
 // writes each run's create event's from its record (no run of schema 6
 // grew), and the version keeps an older binary, whose capacity check and
-// fsck know of no grown run, off the file.
+// fsck know of no grown run, off the file. Schema 8 adds to workload
+// records the GPUs their child workloads hold (charges, optional: no child
+// was charged before); the migration only bumps the version, which keeps
+// an older binary, which would drop the charges when it rewrote a binding,
+// off the file.
 //
 // Schema 1 lacked liveruns: Open migrates such a file to schema 2 in one
 // transaction, building the index from bookingruns and the run records (an
@@ -93,7 +98,7 @@ const DefaultMaxBatchDelay = time.Millisecond
 // schemaVersion is written on first open and checked on every open, so a
 // binary never reads a layout it does not know; schema 1 files are migrated
 // (see the package doc).
-const schemaVersion = "7"
+const schemaVersion = "8"
 
 // SchemaVersion is the file layout this binary writes and reads
 // (schemaVersion), for the start-up log line and /readyz.
@@ -294,6 +299,12 @@ func Open(path string, opts Options) (*Store, error) {
 				return fmt.Errorf("migrating schema 6 to 7: %w", err)
 			}
 			applied = append(applied, migrationStep{6, 7, "GPUs on run events (stages that grow their run)"})
+			fallthrough
+		case string(v) == "7":
+			// Schema 8 adds child charges to workload records, optional:
+			// no child was charged before. The version guards an older
+			// binary, which would drop them when it rewrote a binding.
+			applied = append(applied, migrationStep{7, 8, "GPUs charged to child workloads"})
 			return meta.Put(keySchema, []byte(schemaVersion))
 		case string(v) != schemaVersion:
 			return fmt.Errorf("schema version %q, this binary reads %q", v, schemaVersion)
@@ -848,6 +859,9 @@ func (s *Store) Check(ctx context.Context) (ledger.CheckReport, error) {
 		}
 		if runs != rep.Runs {
 			bad("run index has %d entries for %d train.create admissions", runs, rep.Runs)
+		}
+		if err := checkCharges(tx, bad); err != nil {
+			return err
 		}
 		return checkRunLife(tx, bad)
 	})

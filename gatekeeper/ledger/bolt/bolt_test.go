@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -505,6 +506,13 @@ func downgradeTo(t *testing.T, path string, to int) {
 		return err
 	}
 	rawUpdate(t, path, func(tx *bbolt.Tx) error {
+		// schema 8 → 7: no charges on workload bindings
+		if err := strip(tx.Bucket(bucketWorkloads), nil, "charges"); err != nil {
+			return err
+		}
+		if to == 7 {
+			return tx.Bucket(bucketMeta).Put(keySchema, []byte("7"))
+		}
 		// schema 7 → 6: no GPUs on events
 		if err := strip(tx.Bucket(bucketRunEvents), nil, "gpus"); err != nil {
 			return err
@@ -611,7 +619,8 @@ func TestMigrateSchema1(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
 	steps := []string{"from=1 to=2 name=\"live runs index\"", "from=2 to=3 name=\"run life (events, bookings bound, entitlement index)\"",
 		"from=3 to=4 name=\"runs by account index\"", "from=4 to=5 name=\"scheduler jobs bucket\"",
-		"from=5 to=6 name=\"eval report deadlines on runs\"", "from=6 to=7 name=\"GPUs on run events (stages that grow their run)\""}
+		"from=5 to=6 name=\"eval report deadlines on runs\"", "from=6 to=7 name=\"GPUs on run events (stages that grow their run)\"",
+		"from=7 to=8 name=\"GPUs charged to child workloads\""}
 	if len(lines) != len(steps) {
 		t.Fatalf("migration log:\n%s\nwant %d lines", logs.String(), len(steps))
 	}
@@ -765,7 +774,8 @@ func TestMigrateSchema5(t *testing.T) {
 	}
 	defer s.Close()
 	if want := fmt.Sprintf("level=INFO msg=\"ledger migration applied\" store=bbolt path=%[1]s from=5 to=6 name=\"eval report deadlines on runs\"\n"+
-		"level=INFO msg=\"ledger migration applied\" store=bbolt path=%[1]s from=6 to=7 name=\"GPUs on run events (stages that grow their run)\"\n",
+		"level=INFO msg=\"ledger migration applied\" store=bbolt path=%[1]s from=6 to=7 name=\"GPUs on run events (stages that grow their run)\"\n"+
+		"level=INFO msg=\"ledger migration applied\" store=bbolt path=%[1]s from=7 to=8 name=\"GPUs charged to child workloads\"\n",
 		path); logs.String() != want {
 		t.Fatalf("migration log %q, want %q", logs.String(), want)
 	}
@@ -826,6 +836,105 @@ func TestMigrateSchema6(t *testing.T) {
 		}
 	}
 	verify(t, s)
+}
+
+// TestMigrateSchema7: a schema 7 file (workload bindings without charges)
+// opens as schema 8: its binding reads back as before with no charge; an
+// older binary is kept off the file; the child bound before the upgrade
+// is charged at its next bind, and a second child that would pass the
+// run's GPUs with it is refused.
+func TestMigrateSchema7(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	t0 := time.Now().UTC().Truncate(time.Second)
+	// A run of one GPU.
+	a := ledgertest.AdmissionOf(ledgertest.Deposit(t, s, "jti-7", t0, 10*time.Minute), "k7", t0)
+	if _, _, err := s.Commit(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	at := a.CreatedAt.Add(time.Second)
+	const js = "jobset.x-k8s.io/JobSet/team-a/train"
+	for _, b := range []ledger.WorkloadBind{
+		{RunID: a.RunID, Identity: js, UID: "js-1", At: at},
+		{RunID: a.RunID, Identity: "batch/Job/team-a/train-a", UID: "job-a", OwnerUID: "js-1", GPUs: 1, At: at},
+	} {
+		if _, err := s.BindWorkload(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	downgradeTo(t, path, 7)
+	if s, err = Open(path, Options{}); err != nil {
+		t.Fatalf("Open(schema 7): %v", err)
+	}
+	defer s.Close()
+	got, err := s.WorkloadBinding(ctx, a.RunID)
+	if err != nil || got.Identity != js || !slices.Equal(got.UIDs, []string{"js-1", "job-a"}) || len(got.Charges) != 0 {
+		t.Fatalf("binding after migration = %+v, %v; want js-1, job-a and no charge", got, err)
+	}
+	if _, err := s.Check(ctx); err != nil {
+		t.Fatalf("Check after migration: %v", err)
+	}
+	child := ledger.WorkloadBind{RunID: a.RunID, Identity: "batch/Job/team-a/train-a", UID: "job-a", OwnerUID: "js-1", GPUs: 1, At: at}
+	if got, err = s.BindWorkload(ctx, child); err != nil || len(got.Charges) != 1 || got.Charges[0].UID != "job-a" {
+		t.Fatalf("the child's next bind = %+v, %v; want it charged", got, err)
+	}
+	child.Identity, child.UID = "batch/Job/team-a/train-b", "job-b"
+	if _, err := s.BindWorkload(ctx, child); !errors.Is(err, ledger.ErrWorkloadGPUsExceed) {
+		t.Fatalf("a second child of 1 GPU on a run of 1: %v, want ErrWorkloadGPUsExceed", err)
+	}
+}
+
+// TestCheckFindsOvercharge: Check reports the children of one owner
+// charged more GPUs than their run holds, and a charge whose uid is not of
+// its binding (ledger.CheckCharges).
+func TestCheckFindsOvercharge(t *testing.T) {
+	s := openTemp(t)
+	ctx := t.Context()
+	t0 := time.Now().UTC().Truncate(time.Second)
+	a := ledgertest.AdmissionOf(ledgertest.Deposit(t, s, "jti-over", t0, 10*time.Minute), "k-over", t0) // 1 GPU
+	if _, _, err := s.Commit(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []ledger.WorkloadBind{
+		{RunID: a.RunID, Identity: "jobset.x-k8s.io/JobSet/team-a/train", UID: "js-1", At: t0},
+		{RunID: a.RunID, Identity: "batch/Job/team-a/train-a", UID: "job-a", OwnerUID: "js-1", GPUs: 1, At: t0},
+	} {
+		if _, err := s.BindWorkload(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Check(ctx); err != nil {
+		t.Fatalf("Check on a sound ledger = %v", err)
+	}
+	err := s.db.Update(func(tx *bbolt.Tx) error {
+		b := tx.Bucket(bucketWorkloads)
+		var rec workloadRecord
+		if err := json.Unmarshal(b.Get([]byte(a.RunID)), &rec); err != nil {
+			return err
+		}
+		rec.Charges[0].GPUs, rec.Charges[0].UID = 5, "ghost"
+		v, err := json.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(a.RunID), v)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Check(ctx)
+	for _, want := range []string{"the children of js-1 are charged 5 GPUs, the run holds 1", "of uid ghost under js-1 is not of the binding's uids"} {
+		if !errors.Is(err, ledger.ErrInconsistent) || !strings.Contains(err.Error(), want) {
+			t.Errorf("Check = %v, want ErrInconsistent saying %q", err, want)
+		}
+	}
 }
 
 // TestMigrateSchema3: a schema 3 file (no account index) opens as schema 4

@@ -16,12 +16,22 @@ import (
 // workloadRecord is a run's binding. Roots and Active were added with
 // the active root (issue 22); a record without them reads as every uid
 // under the first (ledger.WorkloadBinding.RootOf) and no active root.
+// Charges were added in schema 8; a record without them charges nothing.
 type workloadRecord struct {
 	Identity string            `json:"identity"`
 	UIDs     []string          `json:"uids"`
 	Roots    map[string]string `json:"roots,omitempty"`
 	Active   string            `json:"active,omitempty"`
+	Charges  []chargeRecord    `json:"charges,omitempty"`
 	BoundAt  time.Time         `json:"bound_at"`
+}
+
+// chargeRecord is a ledger.WorkloadCharge.
+type chargeRecord struct {
+	Owner string `json:"owner"`
+	Name  string `json:"name"`
+	UID   string `json:"uid"`
+	GPUs  int    `json:"gpus"`
 }
 
 func (r workloadRecord) binding(runID string) ledger.WorkloadBinding {
@@ -32,11 +42,24 @@ func (r workloadRecord) binding(runID string) ledger.WorkloadBinding {
 		roots[u] = w.RootOf(u)
 	}
 	w.Roots = roots
+	for _, c := range r.Charges {
+		w.Charges = append(w.Charges, ledger.WorkloadCharge{OwnerUID: c.Owner, Name: c.Name, UID: c.UID, GPUs: c.GPUs})
+	}
 	return w
 }
 
+func newWorkloadRecord(w ledger.WorkloadBinding) workloadRecord {
+	r := workloadRecord{Identity: w.Identity, UIDs: w.UIDs, Roots: w.Roots, Active: w.Active, BoundAt: w.BoundAt}
+	for _, c := range w.Charges {
+		r.Charges = append(r.Charges, chargeRecord{Owner: c.OwnerUID, Name: c.Name, UID: c.UID, GPUs: c.GPUs})
+	}
+	return r
+}
+
 // BindWorkload implements ledger.Workloads: ledger.Step in one bbolt
-// write transaction, after the run's record says it may take work.
+// write transaction (a child charged against the run record's GPUs), after
+// the run's record says it may take work. The single writer serializes
+// two children of one owner charged at once.
 func (s *Store) BindWorkload(ctx context.Context, b ledger.WorkloadBind) (ledger.WorkloadBinding, error) {
 	if err := b.Validate(); err != nil {
 		return ledger.WorkloadBinding{}, err
@@ -58,7 +81,7 @@ func (s *Store) BindWorkload(ctx context.Context, b ledger.WorkloadBind) (ledger
 				return fmt.Errorf("corrupt workload record: %w", err)
 			}
 		}
-		step, err := ledger.Step(rec.binding(b.RunID), v != nil, b)
+		step, err := ledger.Step(rec.binding(b.RunID), v != nil, b, run.GPUs)
 		if err != nil {
 			if errors.Is(err, ledger.ErrWorkloadBound) && b.OwnerUID == "" {
 				out = step.Binding
@@ -82,8 +105,7 @@ func (s *Store) BindWorkload(ctx context.Context, b ledger.WorkloadBind) (ledger
 			j := job.binding(b.RunID)
 			return abort(&ledger.SinkBoundError{Job: &j})
 		}
-		next := workloadRecord{Identity: out.Identity, UIDs: out.UIDs, Roots: out.Roots, Active: out.Active, BoundAt: out.BoundAt}
-		raw, err := json.Marshal(next)
+		raw, err := json.Marshal(newWorkloadRecord(out))
 		if err != nil {
 			return err
 		}
@@ -93,6 +115,31 @@ func (s *Store) BindWorkload(ctx context.Context, b ledger.WorkloadBind) (ledger
 		return out, err
 	}
 	return out, nil
+}
+
+// checkCharges asks ledger.CheckCharges of every binding, against its
+// run's GPUs (for Check).
+func checkCharges(tx *bbolt.Tx, bad func(string, ...any)) error {
+	recs := tx.Bucket(bucketRunRecs)
+	return tx.Bucket(bucketWorkloads).ForEach(func(k, v []byte) error {
+		var rec workloadRecord
+		if err := json.Unmarshal(v, &rec); err != nil {
+			bad("workload binding %s: %v", k, err)
+			return nil
+		}
+		if len(rec.Charges) == 0 {
+			return nil
+		}
+		run, err := getRun(recs, string(k))
+		if err != nil {
+			bad("workload binding %s: %v", k, err)
+			return nil
+		}
+		for _, p := range ledger.CheckCharges(rec.binding(string(k)), run.GPUs) {
+			bad("%s", p)
+		}
+		return nil
+	})
 }
 
 // WorkloadBinding implements ledger.Workloads.

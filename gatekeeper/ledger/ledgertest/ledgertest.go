@@ -132,6 +132,8 @@ var cases = []struct {
 	{"WorkloadActiveRoot", testWorkloadActiveRoot},
 	{"WorkloadGeneratedName", testWorkloadGeneratedName},
 	{"WorkloadRunStateInBind", testWorkloadRunStateInBind},
+	{"WorkloadCharges", testWorkloadCharges},
+	{"RaceWorkloadCharges", testRaceWorkloadCharges},
 	{"ReportDeadline", testReportDeadline},
 	{"RecordReport", testRecordReport},
 	{"DirectHalt", testDirectHalt},

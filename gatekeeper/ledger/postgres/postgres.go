@@ -943,7 +943,7 @@ func normalizeAdmission(a ledger.Admission) ledger.Admission {
 // agreement, foreign keys); Check verifies what spans tables: every
 // consumed confirmation has the admission that consumed it and every
 // admission's confirmation is consumed by it, for its account, action and
-// jti. It reads in one REPEATABLE READ transaction, so it sees one snapshot
+// jti; the charges of every workload binding (ledger.CheckCharges). It reads in one REPEATABLE READ transaction, so it sees one snapshot
 // while replicas keep committing.
 func (s *Store) Check(ctx context.Context) (ledger.CheckReport, error) {
 	var rep ledger.CheckReport
@@ -986,6 +986,18 @@ func (s *Store) Check(ctx context.Context) (ledger.CheckReport, error) {
 		UNION ALL
 		SELECT 'confirmation ' || ref || ': available without a token'
 		FROM {s}.confirmations WHERE state = 'available' AND token IS NULL
+		UNION ALL
+		-- ledger.CheckCharges, in SQL.
+		(SELECT 'run ' || c.run_id || ': the children of ' || c.owner_uid || ' are charged ' || sum(c.gpus) ||
+			' GPUs, the run holds ' || r.gpus
+		FROM {s}.workload_charges c JOIN {s}.runs r ON r.run_id = c.run_id
+		GROUP BY c.run_id, c.owner_uid, r.gpus HAVING sum(c.gpus) > r.gpus)
+		UNION ALL
+		SELECT 'run ' || c.run_id || ': charge ' || c.name || ' of uid ' || c.uid || ' under ' || c.owner_uid ||
+			' is not of the binding''s uids'
+		FROM {s}.workload_charges c
+		WHERE NOT EXISTS (SELECT 1 FROM {s}.workload_uids u WHERE u.run_id = c.run_id AND u.uid = c.uid)
+			OR NOT EXISTS (SELECT 1 FROM {s}.workload_uids u WHERE u.run_id = c.run_id AND u.uid = c.owner_uid)
 		LIMIT 20`))
 	if err != nil {
 		return rep, s.fault(ctx, "check", err)

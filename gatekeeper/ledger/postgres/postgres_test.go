@@ -647,7 +647,8 @@ func TestCapacityRaceTwoReplicas(t *testing.T) {
 // revocation and a halt, creates racing their entitlement's revocation, an
 // advance racing a halt, a halt racing a passing report, restarts at a
 // stage's report deadline racing its report, a stage advance that grows
-// its run racing creates for the booking's last GPUs; Check finds every
+// its run racing creates for the booking's last GPUs, child workloads
+// racing for the run's last GPUs; Check finds every
 // event admissible and no booking over its GPUs afterwards.
 func TestRunRacesTwoReplicas(t *testing.T) {
 	t.Parallel()
@@ -673,6 +674,7 @@ func TestRunRacesTwoReplicas(t *testing.T) {
 		ledgertest.RaceJobBind(t, stores, fmt.Sprintf("bk_jb2_%d", n), n)
 		ledgertest.RaceGrowCreate(t, stores, fmt.Sprintf("bk_gc2_%d", n), n)
 		ledgertest.RaceJobWorkloadBind(t, stores, fmt.Sprintf("bk_jw2_%d", n), n)
+		ledgertest.RaceWorkloadCharges(t, stores, fmt.Sprintf("bk_wc2_%d", n), n)
 	}
 	if _, err := a.Check(t.Context()); err != nil {
 		t.Fatalf("Check: %v", err)
@@ -727,6 +729,7 @@ func TestMigrateSchema5(t *testing.T) {
 			DROP COLUMN plan_storage_quota_gib;
 		DROP INDEX {s}.runs_account_idx;
 		DROP TABLE {s}.run_jobs;
+		DROP TABLE {s}.workload_charges;
 		ALTER TABLE {s}.workload_bindings DROP COLUMN active_uid;
 		ALTER TABLE {s}.workload_uids DROP COLUMN root_uid;
 		DROP TABLE {s}.restore_hold;
@@ -806,6 +809,7 @@ func TestMigrateSchema13(t *testing.T) {
 		}
 	}
 	_, err = s.pool.Exec(t.Context(), strings.ReplaceAll(`
+		DROP TABLE {s}.workload_charges;
 		ALTER TABLE {s}.run_events DROP CONSTRAINT run_events_gpus_check, DROP COLUMN gpus;
 		DELETE FROM {s}.schema_migrations WHERE version >= 14;`, "{s}", schema))
 	if err != nil {
@@ -864,6 +868,46 @@ func TestCheckFindsRunStateFaults(t *testing.T) {
 	}
 	_, err = s.Check(ctx)
 	for _, want := range []string{"on run " + a.RunID + " has no event", "is not the train.create"} {
+		if !errors.Is(err, ledger.ErrInconsistent) || !strings.Contains(err.Error(), want) {
+			t.Errorf("Check = %v, want ErrInconsistent saying %q", err, want)
+		}
+	}
+}
+
+// TestCheckFindsOvercharge: Check reports the children of one owner
+// charged more GPUs than their run holds, and a charge whose uid is not
+// of its binding (ledger.CheckCharges, in SQL).
+func TestCheckFindsOvercharge(t *testing.T) {
+	t.Parallel()
+	opts := testOptions(t)
+	s := open(t, opts)
+	defer s.Close()
+	ctx := t.Context()
+	c := confirmation("acct_1")
+	if err := s.DepositConfirmation(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	a := admissionFor(c, "k1") // a run of 1 GPU
+	if _, _, err := s.Commit(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []ledger.WorkloadBind{
+		{RunID: a.RunID, Identity: "jobset.x-k8s.io/JobSet/team-a/train", UID: "js-1", At: a.CreatedAt},
+		{RunID: a.RunID, Identity: "batch/Job/team-a/train-a", UID: "job-a", OwnerUID: "js-1", GPUs: 1, At: a.CreatedAt},
+	} {
+		if _, err := s.BindWorkload(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Check(ctx); err != nil {
+		t.Fatalf("Check on a sound ledger = %v", err)
+	}
+	schema := pgx.Identifier{opts.Schema}.Sanitize()
+	if _, err := s.pool.Exec(ctx, `UPDATE `+schema+`.workload_charges SET gpus = 5, uid = 'ghost' WHERE run_id = $1`, a.RunID); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Check(ctx)
+	for _, want := range []string{"the children of js-1 are charged 5 GPUs, the run holds 1", "of uid ghost under js-1 is not of the binding's uids"} {
 		if !errors.Is(err, ledger.ErrInconsistent) || !strings.Contains(err.Error(), want) {
 			t.Errorf("Check = %v, want ErrInconsistent saying %q", err, want)
 		}

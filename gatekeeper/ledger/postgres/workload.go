@@ -13,9 +13,9 @@ import (
 )
 
 // workloadQueries are the statements of the Workloads methods (migrations
-// 0003 and 0011), qualified with the schema.
+// 0003, 0011 and 0015), qualified with the schema.
 type workloadQueries struct {
-	insertBinding, binding, lockBinding, setActive, insertUID, uids string
+	insertBinding, binding, lockBinding, setActive, insertUID, uids, charges, putCharge string
 }
 
 func newWorkloadQueries(schema string) workloadQueries {
@@ -27,6 +27,10 @@ func newWorkloadQueries(schema string) workloadQueries {
 		setActive:     r.Replace(`UPDATE {s}.workload_bindings SET active_uid = $2 WHERE run_id = $1`),
 		insertUID:     r.Replace(`INSERT INTO {s}.workload_uids (run_id, uid, added_at, root_uid) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`),
 		uids:          r.Replace(`SELECT uid, root_uid FROM {s}.workload_uids WHERE run_id = $1 ORDER BY seq`),
+		charges:       r.Replace(`SELECT owner_uid, name, uid, gpus FROM {s}.workload_charges WHERE run_id = $1 ORDER BY seq`),
+		// A charge taken over or raised keeps its place (seq).
+		putCharge: r.Replace(`INSERT INTO {s}.workload_charges (run_id, owner_uid, name, uid, gpus, charged_at) VALUES ($1, $2, $3, $4, $5, $6)
+			ON CONFLICT (run_id, owner_uid, name) DO UPDATE SET uid = EXCLUDED.uid, gpus = EXCLUDED.gpus, charged_at = EXCLUDED.charged_at`),
 	}
 }
 
@@ -34,8 +38,10 @@ func newWorkloadQueries(schema string) workloadQueries {
 // run's row read FOR SHARE must allow work when the step writes). A root's
 // binding row is inserted if absent; the binding row is then locked, so two
 // replicas binding one run serialize on it and the second sees the first's
-// identity and active root. A step that writes then takes the run's sink
-// lock (lockRunSinks) and is refused when the run started a scheduler job.
+// identity, active root and charges (two children of one owner charged at
+// once serialize there too, each against the run's gpus as its transaction
+// reads them). A step that writes then takes the run's sink lock
+// (lockRunSinks) and is refused when the run started a scheduler job.
 func (s *Store) BindWorkload(ctx context.Context, b ledger.WorkloadBind) (ledger.WorkloadBinding, error) {
 	if err := b.Validate(); err != nil {
 		return ledger.WorkloadBinding{}, err
@@ -61,10 +67,13 @@ func (s *Store) BindWorkload(ctx context.Context, b ledger.WorkloadBind) (ledger
 			if cur.UIDs, cur.Roots, err = s.workloadUIDs(qctx, tx, b.RunID); err != nil {
 				return err
 			}
+			if cur.Charges, err = s.workloadCharges(qctx, tx, b.RunID); err != nil {
+				return err
+			}
 		}
 		// The row a root inserted above is the binding Step would create:
 		// read back, it is found with no uids yet.
-		step, err := ledger.Step(cur, found, b)
+		step, err := ledger.Step(cur, found, b, run.GPUs)
 		if err != nil {
 			out = step.Binding
 			return refuse(err)
@@ -94,6 +103,11 @@ func (s *Store) BindWorkload(ctx context.Context, b ledger.WorkloadBind) (ledger
 		}
 		if step.AddUID != "" {
 			if _, err := tx.Exec(qctx, s.wq.insertUID, b.RunID, step.AddUID, at, step.AddRoot); err != nil {
+				return err
+			}
+		}
+		if c := step.Charge; c != nil {
+			if _, err := tx.Exec(qctx, s.wq.putCharge, b.RunID, c.OwnerUID, c.Name, c.UID, c.GPUs, at); err != nil {
 				return err
 			}
 		}
@@ -136,6 +150,25 @@ func (s *Store) workloadUIDs(ctx context.Context, q interface {
 	return uids, roots, nil
 }
 
+// workloadCharges reads a binding's charges in order.
+func (s *Store) workloadCharges(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, runID string) ([]ledger.WorkloadCharge, error) {
+	rows, err := q.Query(ctx, s.wq.charges, runID)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ledger.WorkloadCharge, error) {
+		var c ledger.WorkloadCharge
+		err := r.Scan(&c.OwnerUID, &c.Name, &c.UID, &c.GPUs)
+		return c, err
+	})
+	if err != nil || len(cs) == 0 {
+		return nil, err
+	}
+	return cs, nil
+}
+
 // WorkloadBinding implements ledger.Workloads.
 func (s *Store) WorkloadBinding(ctx context.Context, runID string) (ledger.WorkloadBinding, error) {
 	out := ledger.WorkloadBinding{RunID: runID}
@@ -145,7 +178,10 @@ func (s *Store) WorkloadBinding(ctx context.Context, runID string) (ledger.Workl
 		}
 		out.BoundAt = out.BoundAt.UTC()
 		var err error
-		out.UIDs, out.Roots, err = s.workloadUIDs(qctx, conn, runID)
+		if out.UIDs, out.Roots, err = s.workloadUIDs(qctx, conn, runID); err != nil {
+			return err
+		}
+		out.Charges, err = s.workloadCharges(qctx, conn, runID)
 		return err
 	})
 	switch {

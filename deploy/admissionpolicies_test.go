@@ -459,6 +459,10 @@ func TestPodDeletionGraceBounded(t *testing.T) {
 			ns: "team-a", nsLabels: enforced, name: "train-0", obj: e, user: "alice", groups: tenant, options: &metav1.CreateOptions{}}
 	}
 	with := func(r apiRequest, f func(*apiRequest)) apiRequest { f(&r); return r }
+	withGrace := func(pod map[string]any, s int64) map[string]any {
+		pod["spec"].(map[string]any)["terminationGracePeriodSeconds"] = s
+		return pod
+	}
 	cases := []struct {
 		name   string
 		r      apiRequest
@@ -473,6 +477,10 @@ func TestPodDeletionGraceBounded(t *testing.T) {
 		{"DELETE now", del(ticketedPod(true, nil, nil), &metav1.DeleteOptions{GracePeriodSeconds: grace(0)}), ""},
 		{"DELETE without a grace period", del(ticketedPod(true, nil, nil), &metav1.DeleteOptions{}), ""},
 		{"DELETE with no options", del(ticketedPod(true, nil, nil), nil), ""},
+		{"DELETE of a Pod admitted before the bound, at its own grace", del(withGrace(ticketedPod(true, nil, nil), 3600),
+			&metav1.DeleteOptions{GracePeriodSeconds: grace(3600)}), ""},
+		{"DELETE of a Pod admitted before the bound, above its own grace", del(withGrace(ticketedPod(true, nil, nil), 3600),
+			&metav1.DeleteOptions{GracePeriodSeconds: grace(3601)}), "asks for gracePeriodSeconds 3601, above 600"},
 		{"DELETE of a Pod without a ticket", del(ticketedPod(false, nil, nil), &metav1.DeleteOptions{GracePeriodSeconds: grace(86400)}), ""},
 		{"eviction without options", evict(nil), ""},
 		{"eviction at the bound", evict(map[string]any{"gracePeriodSeconds": max}), ""},

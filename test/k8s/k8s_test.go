@@ -402,27 +402,42 @@ func TestWorkloadBoundary(t *testing.T) {
 		}
 		// A deleted Pod keeps its GPUs for its grace period while the Job
 		// controller replaces it: a tenant may not ask for longer than the
-		// bundle's bound, by DELETE or by eviction (dry runs: the Pod stays).
+		// bundle's bound, by DELETE or by eviction (dry runs: the Pod
+		// stays). The apiserver deletes a Pod on no node at once, whatever
+		// was asked, so this Pod is bound to a node.
+		onNode := gpuPod("train-1", run.Data.Ticket, created.UID, 8)
+		onNode.Spec.NodeName = "gpu-node-0"
+		if _, err := controller.CoreV1().Pods(nsA).Create(ctx, onNode, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("the Job's Pod on a node: %v", err)
+		}
+		t.Cleanup(func() {
+			now := int64(0)
+			_ = cs.CoreV1().Pods(nsA).Delete(context.Background(), "train-1", metav1.DeleteOptions{GracePeriodSeconds: &now})
+		})
 		day, bound := int64(86400), int64(600)
 		dry := []string{metav1.DryRunAll}
-		del := func(grace int64) error {
-			return tenant.CoreV1().Pods(nsA).Delete(ctx, "train-0", metav1.DeleteOptions{GracePeriodSeconds: &grace, DryRun: dry})
+		del := func(grace *int64) error {
+			return tenant.CoreV1().Pods(nsA).Delete(ctx, "train-1", metav1.DeleteOptions{GracePeriodSeconds: grace, DryRun: dry})
 		}
-		evict := func(grace int64) error {
-			return tenant.PolicyV1().Evictions(nsA).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "train-0"},
-				DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: &grace, DryRun: dry}})
+		evict := func(grace *int64) error {
+			return tenant.PolicyV1().Evictions(nsA).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "train-1", Namespace: nsA},
+				DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: grace, DryRun: dry}})
 		}
-		eventually(t, func() error { return del(day) }, "itogate-pod-deletion", "WORKLOAD_DELETE_GRACE_TOO_LONG")
-		wantPolicyDenied(t, del(day), "itogate-pod-deletion", "WORKLOAD_DELETE_GRACE_TOO_LONG")
-		wantPolicyDenied(t, evict(day), "itogate-pod-deletion", "WORKLOAD_DELETE_GRACE_TOO_LONG")
-		if err := del(bound); err != nil {
-			t.Fatalf("a delete within the bound: %v", err)
+		eventually(t, func() error { return del(&day) }, "itogate-pod-deletion", "WORKLOAD_DELETE_GRACE_TOO_LONG")
+		wantPolicyDenied(t, del(&day), "itogate-pod-deletion", "WORKLOAD_DELETE_GRACE_TOO_LONG")
+		wantPolicyDenied(t, evict(&day), "itogate-pod-deletion", "WORKLOAD_DELETE_GRACE_TOO_LONG")
+		for what, try := range map[string]func() error{
+			"a delete within the bound":    func() error { return del(&bound) },
+			"a delete at the Pod's own":    func() error { return del(nil) },
+			"an eviction within the bound": func() error { return evict(&bound) },
+			"an eviction at the Pod's own": func() error { return evict(nil) },
+		} {
+			if err := try(); err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
 		}
-		if err := evict(bound); err != nil {
-			t.Fatalf("an eviction within the bound: %v", err)
-		}
-		if _, err := pods.Get(ctx, "train-0", metav1.GetOptions{}); err != nil {
-			t.Fatalf("the Pod is gone after dry runs: %v", err)
+		if p, err := pods.Get(ctx, "train-1", metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
+			t.Fatalf("the Pod changed after dry runs: %v %v", p, err)
 		}
 	})
 	t.Run("tenant-made child Job and Pod", func(t *testing.T) {

@@ -87,13 +87,13 @@ pod_sets := [s |
 # node's size.
 _request_amount(q, null) := _qty(q)
 
+_request_amount(q, limit) := max([0, _qty(q) - _qty(limit)]) if limit != null
+
 # The counted GPUs of one Pod over the resources rs: the quantities' amounts
 # added up, or with init containers their effective requests.
 _per_pod(spec, qs, rs) := sum([q.amount | some q in qs; q.r in rs]) if count(_inits(spec)) == 0
 
 else := sum([_effective(spec, r) | some r in rs])
-
-_request_amount(q, limit) := max([0, _qty(q) - _qty(limit)]) if limit != null
 
 # Where a pod set is, for messages: "spec.template.spec".
 _where(s) := concat(".", array.concat(s.base.where, s.path))

@@ -46,6 +46,7 @@ type resourceModel struct {
 	} `json:"device_env"`
 	DeviceMountPaths         []string `json:"device_mount_paths"`
 	DeviceAnnotationPrefixes []string `json:"device_annotation_prefixes"`
+	DeviceAnnotationKeys     []string `json:"device_annotation_keys"`
 	MaxCount                 int64    `json:"max_count"`
 }
 
@@ -68,11 +69,14 @@ type resourceModel struct {
 //   - gpu-<resource>.<group>, one per kind with pod templates: a CREATE
 //     or UPDATE (or pods/ephemeralcontainers) is sent when the object or
 //     any pod template the table finds in it carries the ticket annotation
-//     or a device annotation prefix, or any container (init and ephemeral
-//     included) asks for a GPU resource of the model (names and prefixes,
+//     or a device annotation (a key of device_annotation_keys, a key under a
+//     device_annotation_prefixes entry, or the entry without its trailing
+//     slash), or any container (init and ephemeral included) asks for a GPU resource of the model (names and prefixes,
 //     the `not` exceptions ignored, and every DRA extended resource) by
 //     request or limit, sets a device variable (any value), is privileged
-//     or mounts a path holding a device mount path's last segment, or the
+//     or mounts a path holding a device mount path's last segment (the
+//     policy matches the cleaned path by string prefix, and cleaning keeps
+//     every segment it does not drop whole, so such a path holds it), or the
 //     Pod names any DRA claim or has any hostPath volume.
 //
 // DRA claims and templates, DELETE and any kind the table lacks are always
@@ -117,9 +121,15 @@ func MatchConditions(bundle fs.FS) ([]admissionregistrationv1.MatchCondition, er
 			fmt.Sprintf("(\"resourceClaims\" in %s && size(%s.resourceClaims) > 0)", s, s),
 			fmt.Sprintf("(\"volumes\" in %s && %s.volumes.exists(v, \"hostPath\" in v))", s, s))...)
 	}
+	keys := slices.Clone(model.DeviceAnnotationKeys)
+	for _, p := range model.DeviceAnnotationPrefixes {
+		if k := strings.TrimSuffix(p, "/"); k != "" && !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
 	annotated := func(m string) string {
 		return fmt.Sprintf("(\"annotations\" in %s && %s.annotations.exists(a, %s))", m, m,
-			or("a == "+g.lit(table.TicketAnnotation), g.any("a", nil, model.DeviceAnnotationPrefixes)))
+			or("a == "+g.lit(table.TicketAnnotation), g.any("a", keys, model.DeviceAnnotationPrefixes)))
 	}
 	ticket := func(o string) string {
 		return fmt.Sprintf("((\"metadata\" in %s && \"annotations\" in %s.metadata && %s in %s.metadata.annotations) ? %s.metadata.annotations[%s] : \"\")",

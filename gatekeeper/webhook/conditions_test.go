@@ -260,7 +260,8 @@ func counted() []feature {
 		addContainer(spec, n, map[string]any{"securityContext": map[string]any{"privileged": true}})
 	})
 	for _, p := range []string{"/var/run/nvidia-container-devices", "/run/nvidia-container-devices/gpu0",
-		"/var//run/./nvidia-container-devices/", "/var/run/nvidia-container-devices/all"} {
+		"/var//run/./nvidia-container-devices/", "/var/run/nvidia-container-devices/all",
+		"/var/run/nvidia-container-devicesall", "/var/run/x/../nvidia-container-devices/all", "var/run/nvidia-container-devices/0"} {
 		add("device mount "+p, func(spec, _ map[string]any, n int) {
 			addContainer(spec, n, map[string]any{"volumeMounts": []any{map[string]any{"name": "v", "mountPath": p}}})
 		})
@@ -271,10 +272,15 @@ func counted() []feature {
 			spec["volumes"] = []any{map[string]any{"name": "h", "hostPath": map[string]any{"path": p}}}
 		})
 	}
-	add("CDI annotation", func(spec, meta map[string]any, n int) {
-		addContainer(spec, n, map[string]any{})
-		meta["annotations"] = map[string]any{"cdi.k8s.io/gpu": "nvidia.com/gpu=all"}
-	})
+	// Only the annotation: a prefix's key, a prefix without its slash, an
+	// exact key.
+	for _, k := range []string{"cdi.k8s.io/gpu", "nvidia.cdi.k8s.io/container.c0", "nvidia.cdi.k8s.io", "devices.noderesource.dev",
+		"cdi-devices.nri.io/pod", "io.kubernetes.cri-o.Devices"} {
+		add("annotation "+k, func(spec, meta map[string]any, n int) {
+			addContainer(spec, n, map[string]any{})
+			meta["annotations"] = map[string]any{k: "nvidia.com/gpu=all"}
+		})
+	}
 	add("DRA claim template", func(spec, _ map[string]any, n int) {
 		addContainer(spec, n, map[string]any{})
 		spec["resourceClaims"] = []any{map[string]any{"name": "g", "resourceClaimTemplateName": "eight-gpus"}}
@@ -423,7 +429,8 @@ func TestMatchConditions(t *testing.T) {
 
 // TestMatchConditionsFollowTheModel: names an operator adds to the
 // bundle's resource model (a GPU resource name and prefix, a device
-// variable, a device mount path, a device annotation prefix) are refused
+// variable, a device mount path, a device annotation prefix, with and
+// without its slash, and key) are refused
 // by the policy of that bundle and sent by the conditions generated from
 // it; the shipped conditions, generated from the shipped model, do not
 // send them.
@@ -439,6 +446,7 @@ func TestMatchConditionsFollowTheModel(t *testing.T) {
 	edited = bundletest.Edited(t, edited, webhook.ResourceModelPath, `"HABANA_VISIBLE_DEVICES"`, `"HABANA_VISIBLE_DEVICES", "NEURON_RT_VISIBLE_DEVICES"`)
 	edited = bundletest.Edited(t, edited, webhook.ResourceModelPath, `"/run/nvidia-container-devices"`, `"/run/nvidia-container-devices", "/opt/npu-device-list"`)
 	edited = bundletest.Edited(t, edited, webhook.ResourceModelPath, `"cdi.k8s.io/"`, `"cdi.k8s.io/", "devices.example.io/"`)
+	edited = bundletest.Edited(t, edited, webhook.ResourceModelPath, `"io.kubernetes.cri-o.Devices"`, `"io.kubernetes.cri-o.Devices", "npu.example.io"`)
 	engine, err := policy.New(t.Context(), policy.Options{Bundle: edited, Deadline: patience.Deadline})
 	if err != nil {
 		t.Fatal(err)
@@ -470,6 +478,14 @@ func TestMatchConditionsFollowTheModel(t *testing.T) {
 		{"devices.example.io/ annotation", func(spec, meta map[string]any) {
 			addContainer(spec, 0, map[string]any{})
 			meta["annotations"] = map[string]any{"devices.example.io/npu": "all"}
+		}},
+		{"devices.example.io annotation", func(spec, meta map[string]any) {
+			addContainer(spec, 1, map[string]any{})
+			meta["annotations"] = map[string]any{"devices.example.io": "all"}
+		}},
+		{"npu.example.io annotation", func(spec, meta map[string]any) {
+			addContainer(spec, 2, map[string]any{})
+			meta["annotations"] = map[string]any{"npu.example.io": "all"}
 		}},
 	} {
 		for _, key := range []string{"/Pod", "batch/Job", "kubeflow.org/PyTorchJob", "ray.io/RayCluster"} {

@@ -496,6 +496,17 @@ func TestCountedPaths(t *testing.T) {
 	priv := container("t", map[string]any{"nvidia.com/gpu": "8"})
 	priv["securityContext"] = map[string]any{"privileged": true}
 	wantAllowed(t, pods("whole-node", podSpec(priv)))
+	// 8 MIG slices are 8 GPUs of the ticket but hold no node: privileged, refused.
+	mig := container("t", map[string]any{"nvidia.com/mig-1g.10gb": "8"})
+	mig["securityContext"] = map[string]any{"privileged": true}
+	wantDenied(t, pods("mig-privileged", podSpec(mig)), "WORKLOAD_GPU_ACCESS_UNCOUNTED")
+	// The toolkit's device list by plain string prefix, and an NRI device annotation.
+	list := container("t", map[string]any{"nvidia.com/gpu": "4"})
+	list["volumeMounts"] = []any{map[string]any{"name": "null", "mountPath": "/var/run/nvidia-container-devicesall"}}
+	wantDenied(t, pods("device-list", podSpec(list)), "WORKLOAD_GPU_ACCESS_UNCOUNTED")
+	annotated := childPod("nri", f.ticket, podSpec(container("t", map[string]any{"nvidia.com/gpu": "4"})))
+	annotated["metadata"].(map[string]any)["annotations"].(map[string]any)["devices.noderesource.dev"] = "- path: /dev/nvidia0"
+	wantDenied(t, post(t, f.h, "", "v1", "Pod", annotated, false), "WORKLOAD_GPU_ACCESS_UNCOUNTED")
 
 	// A claim template: its devices are counted when it is created.
 	tpl := func(name string, exactly map[string]any) map[string]any {

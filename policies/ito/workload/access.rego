@@ -2,19 +2,22 @@ package ito.workload
 
 # GPU access without a count: ways a container reaches a node's GPUs that
 # the scheduler does not count (data.ito.config.workload: device_env,
-# device_mount_paths, host_device_paths, device_annotation_prefixes;
-# privileged containers). They are refused in a controlled namespace unless
-# the Pod holds a whole node by its ticket: it asks for the ticket's
-# gpus_per_node by count, so the node has no other GPU to reach.
+# device_mount_paths, host_device_paths, device_annotation_prefixes and
+# device_annotation_keys; privileged containers). They are refused in a
+# controlled namespace unless the Pod holds a whole node by its ticket: it
+# asks for the ticket's gpus_per_node whole devices (gpu_resources.whole)
+# by count, so the node has no other GPU to reach.
 
 import data.ito.lib
 
-# The Pod holds a whole node by its ticket: its counted GPUs are the
-# ticket's gpus_per_node.
-_holds_node(per_pod) if {
+# The Pod holds a whole node by its ticket: its counted whole devices (a
+# pod set's "whole") are the ticket's gpus_per_node. MIG slices, shared
+# replicas and DRA claims do not count: 8 slices of one GPU leave 7 GPUs
+# of an 8-GPU node to reach.
+_holds_node(whole) if {
 	_ticket_ok
-	per_pod > 0
-	per_pod == _claims.gpus_per_node
+	whole > 0
+	whole == _claims.gpus_per_node
 }
 
 # METADATA
@@ -22,17 +25,21 @@ _holds_node(per_pod) if {
 # description: >-
 #   A container reaches GPUs the scheduler does not count: a device variable
 #   of the container runtime (NVIDIA_VISIBLE_DEVICES and the like, other than
-#   void/none/empty), a privileged container, a mount of the NVIDIA toolkit's
-#   device-list directory, a hostPath at, under or above a GPU device node, a
-#   CDI device annotation, or a DRA adminAccess request of a GPU class.
-#   Refused unless the Pod holds a whole node by its ticket (a claim or claim
-#   template never does); ephemeral containers are checked when added.
+#   void/none/empty), a privileged container, a mount whose cleaned path
+#   starts with the NVIDIA toolkit's device-list directory (plain string
+#   prefix, as the toolkit matches it), a hostPath at, under or above a GPU
+#   device node, a device-injecting annotation (CDI, NRI, CRI-O), or a DRA
+#   adminAccess request of a GPU class. Refused unless the Pod holds a whole
+#   node by its ticket: the ticket's gpus_per_node whole devices (a MIG
+#   slice, a shared replica, a claim or claim template never count);
+#   ephemeral containers are checked when added.
 # custom:
 #   code: WORKLOAD_GPU_ACCESS_UNCOUNTED
 #   gate: workload
 #   fix: >-
 #     Ask for GPUs by count (resources or a DRA claim template) and drop the
-#     variable, privilege or mount; or request the ticket's gpus_per_node to hold the node.
+#     variable, privilege, mount or annotation; or request the ticket's gpus_per_node
+#     whole GPUs (nvidia.com/gpu and the like) to hold the node.
 deny contains v if {
 	some m in _uncounted
 	v := lib.violation(rego.metadata.rule(), m)
@@ -47,7 +54,7 @@ _uncounted contains sprintf("%v: container %v is privileged", [_where(s), lib.sh
 	some s in pod_sets
 	some c in s.containers
 	c.securityContext.privileged == true
-	not _holds_node(s.per_pod)
+	not _holds_node(s.whole)
 }
 
 _uncounted contains sprintf("%v: container %v sets %v%v", [_where(s), lib.show(c.name), e.name, _env_value(e)]) if {
@@ -57,7 +64,7 @@ _uncounted contains sprintf("%v: container %v sets %v%v", [_where(s), lib.show(c
 	some e in c.env
 	e.name in _model.device_env.names
 	_env_reaches(e)
-	not _holds_node(s.per_pod)
+	not _holds_node(s.whole)
 }
 
 _uncounted contains sprintf("%v: container %v mounts %v", [_where(s), lib.show(c.name), m.mountPath]) if {
@@ -65,10 +72,8 @@ _uncounted contains sprintf("%v: container %v mounts %v", [_where(s), lib.show(c
 	some s in pod_sets
 	some c in s.containers
 	some m in c.volumeMounts
-	p := _clean(m.mountPath)
-	some d in _model.device_mount_paths
-	_within(p, d)
-	not _holds_node(s.per_pod)
+	_device_mount(_clean(m.mountPath))
+	not _holds_node(s.whole)
 }
 
 _uncounted contains sprintf("%v: volume %v mounts host path %v", [_where(s), lib.show(v.name), v.hostPath.path]) if {
@@ -76,15 +81,14 @@ _uncounted contains sprintf("%v: volume %v mounts host path %v", [_where(s), lib
 	some s in pod_sets
 	some v in s.spec.volumes
 	_host_device_path(_clean(v.hostPath.path))
-	not _holds_node(s.per_pod)
+	not _holds_node(s.whole)
 }
 
 _uncounted contains sprintf("%v: annotation %v injects devices", [_where(s), k]) if {
 	some s in pod_sets
 	some k, _ in s.annotations
-	some prefix in _model.device_annotation_prefixes
-	startswith(k, prefix)
-	not _holds_node(s.per_pod)
+	_device_annotation(k)
+	not _holds_node(s.whole)
 }
 
 _uncounted contains m if {
@@ -104,6 +108,27 @@ _env_value(e) := " from a reference" if e.valueFrom
 
 _env_value(e) := sprintf("=%v", [object.get(e, "value", "")]) if not e.valueFrom
 
+# A mount path (cleaned) the toolkit reads as a device request: it starts
+# with a device-list directory as a string (/var/run/nvidia-container-devicesall
+# requests "all").
+_device_mount(p) if {
+	some d in _model.device_mount_paths
+	startswith(p, _clean(d))
+}
+
+_device_annotation(k) if k in _model.device_annotation_keys
+
+_device_annotation(k) if {
+	some prefix in _model.device_annotation_prefixes
+	startswith(k, prefix)
+}
+
+# A prefix without its slash is a key too (devices.nri.io).
+_device_annotation(k) if {
+	some prefix in _model.device_annotation_prefixes
+	k == trim_suffix(prefix, "/")
+}
+
 # A host path at or under a device prefix (/dev/nvidia0), or above one
 # (/dev, /).
 _host_device_path(p) if {
@@ -113,18 +138,27 @@ _host_device_path(p) if {
 
 _host_device_path(p) if {
 	some d in _model.host_device_paths
-	_within(d, p)
+	startswith(d, concat("", [trim_suffix(p, "/"), "/"]))
 }
 
-# p is d or below it.
-_within(p, d) if p == d
-
-_within(p, d) if startswith(p, concat("", [trim_suffix(d, "/"), "/"]))
-
-# A path with repeated slashes and "." segments removed, without a trailing
-# slash (the apiserver refuses ".." in a hostPath).
-_clean(p) := "/" if regex.replace(regex.replace(p, `/(\./)+`, "/"), `/+`, "/") == "/"
-
-_clean(p) := trim_suffix(regex.replace(regex.replace(concat("", [p, "/"]), `/(\./)+`, "/"), `/+`, "/"), "/") if {
-	regex.replace(regex.replace(p, `/(\./)+`, "/"), `/+`, "/") != "/"
+# A path as Go's path.Clean writes it, from "/" (the kubelet makes a
+# relative mountPath absolute): repeated slashes and "." segments dropped,
+# each ".." removing the segment before it (at the root, nothing), no
+# trailing slash. The apiserver refuses ".." in a hostPath, not in a
+# mountPath. A segment stays unless a later ".." removes it: unless the
+# depth (segments minus "..") falls back to its own before the end.
+_clean(p) := concat("/", ["", concat("/", kept)]) if {
+	segs := [x | some x in split(p, "/"); not x in {"", "."}]
+	depth := [sum([_step(x) | some x in array.slice(segs, 0, k)]) | some k in numbers.range(0, count(segs))]
+	kept := [x |
+		some i, x in segs
+		x != ".."
+		every k in numbers.range(i + 1, count(segs)) {
+			depth[k] > depth[i]
+		}
+	]
 }
+
+_step("..") := -1
+
+_step(x) := 1 if x != ".."

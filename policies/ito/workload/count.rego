@@ -26,7 +26,8 @@ gpus := sum([n | some s in pod_sets; n := s.replicas * s.charged]) + sum([s.gpus
 #   One entry per pod template of the object, from the table's paths for its
 #   kind (group/Kind): {"base", "path", "spec", "annotations", "containers",
 #   "replicas", "factors", "quantities" (the GPU quantities of its
-#   containers), "per_pod" (counted GPUs of one Pod), "claims" (names a DRA
+#   containers), "per_pod" (counted GPUs of one Pod), "whole" (of those, the
+#   whole devices: gpu_resources.whole), "claims" (names a DRA
 #   claim template), "charged" (what one Pod is charged)}. The findings'
 #   messages are built from an entry only when there is a finding.
 pod_sets := [s |
@@ -53,9 +54,8 @@ pod_sets := [s |
 			amount := _request_amount(q, object.get(c.resources, ["limits", r], null))
 		],
 	)
-	fast := sum([q.amount | some q in qs; q.class == "gpu"])
-	slow := [_effective(spec, r) | count(inits) > 0; some r in {q.r | some q in qs; q.class == "gpu"}]
-	per_pod := sum(array.concat([fast | count(inits) == 0], slow))
+	per_pod := _per_pod(spec, qs, {q.r | some q in qs; q.class == "gpu"})
+	whole := _per_pod(spec, qs, {q.r | some q in qs; q.class == "gpu"; q.r in _model.gpu_resources.whole})
 	claims := count([1 |
 		some c in object.get(spec, "resourceClaims", [])
 		object.get(c, "resourceClaimTemplateName", "") != ""
@@ -71,6 +71,7 @@ pod_sets := [s |
 		"factors": factors,
 		"quantities": qs,
 		"per_pod": per_pod,
+		"whole": whole,
 		"claims": claims,
 		"charged": max(array.concat([per_pod], [n | claims; _ticket_ok; n := input.ticket.claims.gpus_per_node])),
 	}
@@ -87,6 +88,12 @@ pod_sets := [s |
 _request_amount(q, null) := _qty(q)
 
 _request_amount(q, limit) := max([0, _qty(q) - _qty(limit)]) if limit != null
+
+# The counted GPUs of one Pod over the resources rs: the quantities' amounts
+# added up, or with init containers their effective requests.
+_per_pod(spec, qs, rs) := sum([q.amount | some q in qs; q.r in rs]) if count(_inits(spec)) == 0
+
+else := sum([_effective(spec, r) | some r in rs])
 
 # Where a pod set is, for messages: "spec.template.spec".
 _where(s) := concat(".", array.concat(s.base.where, s.path))

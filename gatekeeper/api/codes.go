@@ -451,7 +451,7 @@ var registry = []Entry{
 		"POST /v1/tickets/verify: the ticket does not verify (signature, key, typ, issuer, audience, claims) or was not issued for train.create.",
 		"Refuse the job; use the ticket exactly as itogate returned it (data.ticket, or its renewal)."),
 	entry(CodeTicketExpired, "ticket", http.StatusForbidden, server,
-		"POST /v1/tickets/verify: the ticket is past its exp (plus leeway). Tickets live minutes (tickets.lifetime); the holder renews them while the run may run.",
+		"POST /v1/tickets/verify: the ticket is at or past its exp (no leeway: the offline window is at most tickets.lifetime). Tickets live minutes (tickets.lifetime); the holder renews them while the run may run.",
 		"Renew the ticket (POST /v1/runs/{run_id}/ticket, itogate ticket renew) and submit the job with the new one."),
 	entry(CodeTicketJobBound, "ticket", http.StatusForbidden, server,
 		"POST /v1/tickets/verify with a job_id: the run's tickets already started another scheduler job (another job id, or the same id from another scheduler identity), or its ticket already created a Kubernetes workload (the message names it); one ticket, one job. Nothing was written.",

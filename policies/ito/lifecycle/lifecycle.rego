@@ -405,14 +405,17 @@ deny contains v if {
 # METADATA
 # title: Eval failed
 # description: >-
-#   A result is below its min or above its max. A failed eval gate stops the
-#   stage: there is no override.
+#   A result is below its min or above its max. A failed eval gate halts
+#   the run (the ledger records the failed evals): its restarts, stage
+#   advances, later reports and new workloads are RUN_HALTED, and there is
+#   no override.
 # custom:
 #   code: EVAL_FAILED
 #   gate: lifecycle
 #   fix: >-
-#     Stay in the current stage (or restart from a checkpoint) until the
-#     stage's evals pass; a failed gate has no override.
+#     The run is halted: cancel and clean it up (train.cancel,
+#     train.cleanup), fix what failed, and admit a new run from a
+#     checkpoint that passes; a failed gate has no override.
 deny contains v if {
 	_action == "train.stage.advance"
 	some msg in _eval_failures

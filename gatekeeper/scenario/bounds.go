@@ -90,6 +90,21 @@ func (r *Runner) OtherAccountCreate(ctx context.Context, m Manifest) (Answer, er
 	return parse(resp)
 }
 
+// Cancel admits a train.cancel of runID (on Booking, of a run of m) under
+// key, with a fresh entitlement and its own deposited confirmation.
+func (r *Runner) Cancel(ctx context.Context, m Manifest, runID, key string) (Answer, error) {
+	ref, err := r.Confirm(ctx, "train.cancel", "", "0.00", runID)
+	if err != nil {
+		return Answer{}, err
+	}
+	ent, err := r.EntitlementFor(m, nil)
+	if err != nil {
+		return Answer{}, err
+	}
+	return r.Admit(ctx, api.AdmissionRequest{Action: "train.cancel", BookingID: Booking,
+		IdempotencyKey: key, EntitlementToken: ent, ConfirmationRef: ref, RunID: runID})
+}
+
 // SchedulerToken mints a development scheduler bearer token (the online
 // ticket check's caller).
 func (r *Runner) SchedulerToken() (string, error) {
@@ -207,7 +222,8 @@ const (
 // run stays in pretrain), then its budget's restarts from step 500, each
 // with its own confirmation (admitted), and one more, past the budget
 // (denied RESTART_BUDGET_EXCEEDED, naming the figures); GET
-// /v1/runs/{run_id} then says live in pretrain with the budget's restarts.
+// /v1/runs/{run_id} then says live in pretrain with the budget's restarts,
+// and a cancel ends it.
 func (r *Runner) BoundsLife(ctx context.Context) []Result {
 	var out []Result
 	add := func(res Result) { out = append(out, res) }
@@ -258,6 +274,10 @@ func (r *Runner) BoundsLife(ctx context.Context) []Result {
 			}
 			return ""
 		}))
+	// Its GPUs go back to the demo's booking, so that the demo can run
+	// again on the same server (--server) within the booking.
+	a, err = r.Cancel(ctx, m, runID, r.Key("cancel-bounds"))
+	add(check("bounds: cancel", Expect{Status: 200}, a, err))
 	return out
 }
 

@@ -210,15 +210,7 @@ func (r *Runner) RunLife(ctx context.Context) []Result {
 	add(check("run life: advance of the halted run to sft (a passing report now does not help)",
 		Expect{Status: 403, Codes: []string{"RUN_HALTED"}}, a, err))
 
-	ref, err := r.Confirm(ctx, "train.cancel", "", "0.00", runID)
-	if err == nil {
-		var ent string
-		ent, err = r.EntitlementFor(m, nil)
-		if err == nil {
-			a, err = r.Admit(ctx, api.AdmissionRequest{Action: "train.cancel", BookingID: Booking,
-				IdempotencyKey: r.Key("cancel"), EntitlementToken: ent, ConfirmationRef: ref, RunID: runID})
-		}
-	}
+	a, err = r.Cancel(ctx, m, runID, r.Key("cancel"))
 	add(check("run life: cancel", Expect{Status: 200}, a, err))
 	add(r.runStatus(ctx, "run life: GET /v1/runs/{run_id} says cancelled", runID, func(st api.RunStatus) string {
 		if st.State != api.RunCancelled || st.EndedBy != api.TrainCancel || len(st.Events) == 0 {
@@ -295,14 +287,7 @@ func (r *Runner) RevokedLife(ctx context.Context) []Result {
 			return ""
 		}))
 
-	ref, err := r.Confirm(ctx, "train.cancel", "", "0.00", runID)
-	if err == nil {
-		var ent string
-		if ent, err = r.EntitlementFor(m, nil); err == nil {
-			a, err = r.Admit(ctx, api.AdmissionRequest{Action: "train.cancel", BookingID: Booking,
-				IdempotencyKey: r.Key("cancel-revoked"), EntitlementToken: ent, ConfirmationRef: ref, RunID: runID})
-		}
-	}
+	a, err = r.Cancel(ctx, m, runID, r.Key("cancel-revoked"))
 	add(check("revoked run: cancel (teardown stays admissible)", Expect{Status: 200}, a, err))
 	return out
 }
@@ -366,14 +351,7 @@ func (r *Runner) DirectHaltLife(ctx context.Context) []Result {
 			}
 			return ""
 		}))
-	ref, err := r.Confirm(ctx, "train.cancel", "", "0.00", runID)
-	if err == nil {
-		var ent string
-		if ent, err = r.EntitlementFor(m, nil); err == nil {
-			a, err = r.Admit(ctx, api.AdmissionRequest{Action: "train.cancel", BookingID: Booking,
-				IdempotencyKey: r.Key("cancel-direct-halt"), EntitlementToken: ent, ConfirmationRef: ref, RunID: runID})
-		}
-	}
+	a, err = r.Cancel(ctx, m, runID, r.Key("cancel-direct-halt"))
 	add(check("direct halt: cancel (teardown stays admissible)", Expect{Status: 200}, a, err))
 	return out
 }

@@ -116,6 +116,17 @@ func (r *Runner) Run(ctx context.Context, cases []FixtureCase) []Result {
 	for _, res := range r.DirectHaltLife(ctx) {
 		add(res)
 	}
+	// 10d. A run whose booking is revoked after admission: its advance, its
+	// ticket renewal and the scheduler's check of its ticket are refused
+	// with the revocation's code.
+	for _, res := range r.BookingRevokedLife(ctx) {
+		add(res)
+	}
+	// 10e. A run held to its bounds: a long-context stage that does not
+	// raise the sequence length, restarts up to its budget and one past it.
+	for _, res := range r.BoundsLife(ctx) {
+		add(res)
+	}
 
 	// 11. Every fixture manifest with its expected decision.
 	for _, fc := range cases {

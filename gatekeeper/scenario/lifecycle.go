@@ -131,11 +131,13 @@ func (r *Runner) RestartRequest(ctx context.Context, m Manifest, runID string, s
 	}, nil
 }
 
-// RunLife drives one run through its life: create, a stage advance with
-// passing evals, a restart from a checkpoint with its own confirmation, a
-// restart from a step its checkpoint plan never writes (denied), a stage
-// advance with a failed eval (denied, and the run halted; there is no
-// override field to send), a restart of the halted run (denied), a cancel,
+// RunLife drives one run through its life: create, another account's
+// train.create naming the run's booking (denied BOOKING_ACCOUNT_MISMATCH,
+// the run untouched), a stage advance with passing evals, a restart from a
+// checkpoint with its own confirmation, a restart from a step its
+// checkpoint plan never writes (denied), a stage advance with a failed eval
+// (denied, and the run halted; there is no override field to send), a
+// restart and an advance of the halted run (denied RUN_HALTED), a cancel,
 // and a restart of the cancelled run (denied).
 func (r *Runner) RunLife(ctx context.Context) []Result {
 	var out []Result
@@ -158,13 +160,16 @@ func (r *Runner) RunLife(ctx context.Context) []Result {
 		return out
 	}
 
+	a, err := r.OtherAccountCreate(ctx, m)
+	add(check("run life: another account names this booking ("+Booking+") in its train.create",
+		Expect{Status: 403, Codes: []string{"BOOKING_ACCOUNT_MISMATCH"}}, a, err))
+
 	report, err := r.EvalReport(runID, "pretrain", digest, "ito-battery-pretrain-2026.10",
 		map[string]float64{"mmlu_5shot": 0.31, "hellaswag_acc": 0.42})
-	var a Answer
 	if err == nil {
 		a, err = send(r.AdvanceRequest(ctx, m, runID, "long_context", report))
 	}
-	res := check("run life: advance to long_context (evals pass)", Expect{Status: 200}, a, err)
+	res := check("run life: advance to long_context (evals pass; the run stayed live)", Expect{Status: 200}, a, err)
 	res.Detail = "state " + string(a.Data.State)
 	add(res)
 
@@ -197,16 +202,15 @@ func (r *Runner) RunLife(ctx context.Context) []Result {
 
 	a, err = send(r.RestartRequest(ctx, m, runID, 1000))
 	add(check("run life: restart of the halted run", Expect{Status: 403, Codes: []string{"RUN_HALTED"}}, a, err))
-
-	ref, err := r.Confirm(ctx, "train.cancel", "", "0.00", runID)
+	report, err = r.EvalReport(runID, "long_context", digest, "ito-battery-long-context-2026.10",
+		map[string]float64{"ruler_32k": 0.62, "mmlu_5shot": 0.33})
 	if err == nil {
-		var ent string
-		ent, err = r.EntitlementFor(m, nil)
-		if err == nil {
-			a, err = r.Admit(ctx, api.AdmissionRequest{Action: "train.cancel", BookingID: Booking,
-				IdempotencyKey: r.Key("cancel"), EntitlementToken: ent, ConfirmationRef: ref, RunID: runID})
-		}
+		a, err = send(r.AdvanceRequest(ctx, m, runID, "sft", report))
 	}
+	add(check("run life: advance of the halted run to sft (a passing report now does not help)",
+		Expect{Status: 403, Codes: []string{"RUN_HALTED"}}, a, err))
+
+	a, err = r.Cancel(ctx, m, runID, r.Key("cancel"))
 	add(check("run life: cancel", Expect{Status: 200}, a, err))
 	add(r.runStatus(ctx, "run life: GET /v1/runs/{run_id} says cancelled", runID, func(st api.RunStatus) string {
 		if st.State != api.RunCancelled || st.EndedBy != api.TrainCancel || len(st.Events) == 0 {
@@ -264,23 +268,8 @@ func (r *Runner) RevokedLife(ctx context.Context) []Result {
 		return out
 	}
 
-	res := Result{Name: "revoked run: the revoker revokes the entitlement it was admitted under", Expected: "201 revoked"}
-	tok, err := r.RevokerToken()
-	var status int
-	var body string
-	if err == nil {
-		status, body, err = r.Post(ctx, "/v1/revocations", tok, map[string]any{"kind": "entitlement", "subject": jti,
-			"expires_at": r.now().Add(time.Hour).Unix(), "reason": "demo: the backend withdrew the entitlement"})
-	}
-	switch {
-	case err != nil:
-		res.Got = "error: " + err.Error()
-	case status != 201:
-		res.Got = fmt.Sprintf("%d %s", status, body)
-	default:
-		res.Got, res.Pass = res.Expected, true
-	}
-	add(res)
+	add(r.revoke(ctx, "revoked run: the revoker revokes the entitlement it was admitted under", "entitlement", jti,
+		"demo: the backend withdrew the entitlement"))
 
 	var a Answer
 	req, err := r.RestartRequest(ctx, m, runID, 500)
@@ -298,14 +287,7 @@ func (r *Runner) RevokedLife(ctx context.Context) []Result {
 			return ""
 		}))
 
-	ref, err := r.Confirm(ctx, "train.cancel", "", "0.00", runID)
-	if err == nil {
-		var ent string
-		if ent, err = r.EntitlementFor(m, nil); err == nil {
-			a, err = r.Admit(ctx, api.AdmissionRequest{Action: "train.cancel", BookingID: Booking,
-				IdempotencyKey: r.Key("cancel-revoked"), EntitlementToken: ent, ConfirmationRef: ref, RunID: runID})
-		}
-	}
+	a, err = r.Cancel(ctx, m, runID, r.Key("cancel-revoked"))
 	add(check("revoked run: cancel (teardown stays admissible)", Expect{Status: 200}, a, err))
 	return out
 }
@@ -369,14 +351,7 @@ func (r *Runner) DirectHaltLife(ctx context.Context) []Result {
 			}
 			return ""
 		}))
-	ref, err := r.Confirm(ctx, "train.cancel", "", "0.00", runID)
-	if err == nil {
-		var ent string
-		if ent, err = r.EntitlementFor(m, nil); err == nil {
-			a, err = r.Admit(ctx, api.AdmissionRequest{Action: "train.cancel", BookingID: Booking,
-				IdempotencyKey: r.Key("cancel-direct-halt"), EntitlementToken: ent, ConfirmationRef: ref, RunID: runID})
-		}
-	}
+	a, err = r.Cancel(ctx, m, runID, r.Key("cancel-direct-halt"))
 	add(check("direct halt: cancel (teardown stays admissible)", Expect{Status: 200}, a, err))
 	return out
 }

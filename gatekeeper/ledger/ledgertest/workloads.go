@@ -3,6 +3,7 @@ package ledgertest
 import (
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -259,47 +260,77 @@ func testWorkloadGeneratedName(t *testing.T, f *fixture) {
 }
 
 // testWorkloadRunStateInBind: BindWorkload asks RunRecord.MayWork in its
-// own transaction, so a halt or an end committed after the webhook read
-// the run refuses a bind that would write (the typed error) and writes
-// nothing; a bind that writes nothing is not refused.
+// own transaction, so a halt, a revocation (of the run's booking or of
+// the entitlement it was admitted under) or an end committed after the
+// webhook read the run refuses a bind that would write (the typed error)
+// and writes nothing: no uid, no active root, no child charge; a bind that
+// writes nothing is not refused.
 func testWorkloadRunStateInBind(t *testing.T, f *fixture) {
 	w := f.workloads()
-	a := f.createUnder("acct_42", "bk_wl", "halted", "ent-w")
-	at := a.CreatedAt.Add(time.Minute)
-	const job = "batch/Job/team-a/halted"
-	if _, err := w.BindWorkload(f.ctx, ledger.WorkloadBind{RunID: a.RunID, Identity: job, UID: "uid-1", At: at}); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := f.s.HaltRun(f.ctx, halt(a.RunID, "bk_wl", at)); err != nil {
-		t.Fatal(err)
-	}
-	for name, b := range map[string]ledger.WorkloadBind{
-		"root":  {RunID: a.RunID, Identity: job, UID: "uid-2", At: at.Add(time.Second)},
-		"child": {RunID: a.RunID, UID: "pod-1", OwnerUID: "uid-1", Leaf: true, At: at.Add(time.Second)},
-	} {
-		_, err := w.BindWorkload(f.ctx, b)
-		if _, ok := errors.AsType[*ledger.RunHaltedError](err); !ok {
-			t.Fatalf("BindWorkload(%s) of a halted run: %v, want a RunHaltedError", name, err)
+	const job = "batch/Job/team-a/stopped"
+	revokedBy := func(kind ledger.RevocationKind, subject string) func(error) bool {
+		return func(err error) bool {
+			re, ok := errors.AsType[*ledger.RevocationError](err)
+			return ok && errors.Is(err, ledger.ErrRevoked) && re.Revocation.Kind == kind && re.Revocation.Subject == subject
 		}
 	}
-	// The bound object again (an UPDATE, as teardown makes): nothing new, no refusal.
-	got, err := w.BindWorkload(f.ctx, ledger.WorkloadBind{RunID: a.RunID, Identity: job, UID: "uid-1", At: at.Add(time.Second)})
-	if err != nil {
-		t.Fatalf("re-bind of the bound object of a halted run: %v", err)
-	}
-	wantBinding(t, got, job, "uid-1")
-	if got, err = w.WorkloadBinding(f.ctx, a.RunID); err != nil {
-		t.Fatal(err)
-	}
-	wantBinding(t, got, job, "uid-1")
-	if got.Active != "" {
-		t.Fatalf("Active %q after refused binds", got.Active)
+	for _, tc := range []struct {
+		name, booking, ent string
+		stop               func(run string, at time.Time)
+		refused            func(error) bool
+	}{
+		{"halted", "bk_wl", "ent-w",
+			func(run string, at time.Time) {
+				if _, _, err := f.s.HaltRun(f.ctx, halt(run, "bk_wl", at)); err != nil {
+					t.Fatal(err)
+				}
+			},
+			func(err error) bool {
+				_, ok := errors.AsType[*ledger.RunHaltedError](err)
+				return ok && errors.Is(err, ledger.ErrRunHalted)
+			}},
+		{"booking revoked", "bk_wl_rb", "ent-wb",
+			func(_ string, at time.Time) { f.revoke(ledger.RevokeBooking, "bk_wl_rb", at) },
+			revokedBy(ledger.RevokeBooking, "bk_wl_rb")},
+		{"entitlement revoked", "bk_wl_re", "ent-wr",
+			func(_ string, at time.Time) { f.revoke(ledger.RevokeEntitlement, "ent-wr", at) },
+			revokedBy(ledger.RevokeEntitlement, "ent-wr")},
+	} {
+		a := f.createUnder("acct_42", tc.booking, strings.ReplaceAll(tc.name, " ", "-"), tc.ent)
+		at := a.CreatedAt.Add(time.Minute)
+		if _, err := w.BindWorkload(f.ctx, ledger.WorkloadBind{RunID: a.RunID, Identity: job, UID: "uid-1", At: at}); err != nil {
+			t.Fatal(err)
+		}
+		tc.stop(a.RunID, at)
+		for what, b := range map[string]ledger.WorkloadBind{
+			"root":          {RunID: a.RunID, Identity: job, UID: "uid-2", At: at.Add(time.Second)},
+			"child":         {RunID: a.RunID, UID: "pod-1", OwnerUID: "uid-1", Leaf: true, At: at.Add(time.Second)},
+			"charged child": {RunID: a.RunID, Identity: "batch/Job/team-a/worker", UID: "child-1", OwnerUID: "uid-1", GPUs: 8, At: at.Add(time.Second)},
+		} {
+			if _, err := w.BindWorkload(f.ctx, b); !tc.refused(err) {
+				t.Fatalf("BindWorkload(%s) of a %s run: %v, want its typed refusal", what, tc.name, err)
+			}
+		}
+		// The bound object again (an UPDATE, as teardown makes): nothing new, no refusal.
+		got, err := w.BindWorkload(f.ctx, ledger.WorkloadBind{RunID: a.RunID, Identity: job, UID: "uid-1", At: at.Add(time.Second)})
+		if err != nil {
+			t.Fatalf("re-bind of the bound object of a %s run: %v", tc.name, err)
+		}
+		wantBinding(t, got, job, "uid-1")
+		if got, err = w.WorkloadBinding(f.ctx, a.RunID); err != nil {
+			t.Fatal(err)
+		}
+		wantBinding(t, got, job, "uid-1")
+		if got.Active != "" {
+			t.Fatalf("%s run: Active %q after refused binds", tc.name, got.Active)
+		}
+		wantCharges(t, tc.name+" run after refused binds", got)
 	}
 
 	ended := f.createUnder("acct_42", "bk_wl", "ended", "ent-w")
 	end := ended.CreatedAt.Add(time.Minute)
 	f.commit(f.lifecycle("acct_42", api.TrainCancel, "bk_wl", ended.RunID, "cancel-ended", end))
-	_, err = w.BindWorkload(f.ctx, ledger.WorkloadBind{RunID: ended.RunID, Identity: job, UID: "uid-9", At: end.Add(time.Second)})
+	_, err := w.BindWorkload(f.ctx, ledger.WorkloadBind{RunID: ended.RunID, Identity: job, UID: "uid-9", At: end.Add(time.Second)})
 	wantErr(t, "BindWorkload(cancelled run)", err, ledger.ErrRunEnded)
 	if _, err := w.WorkloadBinding(f.ctx, ended.RunID); !errors.Is(err, ledger.ErrNotFound) {
 		t.Fatalf("a refused bind of a cancelled run left a binding: %v", err)

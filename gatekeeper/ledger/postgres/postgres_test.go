@@ -646,10 +646,11 @@ func TestCapacityRaceTwoReplicas(t *testing.T) {
 // on two stores (replicas) sharing one schema: restarts racing a booking
 // revocation and a halt, creates racing their entitlement's revocation, an
 // advance racing a halt, a halt racing a passing report, restarts at a
-// stage's report deadline racing its report, a stage advance that grows
-// its run racing creates for the booking's last GPUs, child workloads
-// racing for the run's last GPUs; Check finds every
-// event admissible and no booking over its GPUs afterwards.
+// stage's report deadline racing its report, advances of one run from one
+// stage racing each other, a stage advance that grows its run racing
+// creates for the booking's last GPUs, child workloads racing for the
+// run's last GPUs; Check finds every event admissible and no booking over
+// its GPUs afterwards.
 func TestRunRacesTwoReplicas(t *testing.T) {
 	t.Parallel()
 	opts := testOptions(t)
@@ -668,6 +669,7 @@ func TestRunRacesTwoReplicas(t *testing.T) {
 	}
 	for _, n := range []int{2, 10, 30} {
 		ledgertest.RaceReportRestart(t, stores, fmt.Sprintf("bk_rpr2_%d", n), n)
+		ledgertest.ConcurrentStageAdvances(t, stores, fmt.Sprintf("bk_csa2_%d", n), n)
 	}
 	for _, n := range []int{2, 10, 30} {
 		ledgertest.RaceRestartBudget(t, stores, fmt.Sprintf("bk_rb2_%d", n), n, 1+n/3)

@@ -27,12 +27,15 @@ _holds_node(whole) if {
 #   of the container runtime (NVIDIA_VISIBLE_DEVICES and the like, other than
 #   void/none/empty), a privileged container, a mount whose cleaned path
 #   starts with the NVIDIA toolkit's device-list directory (plain string
-#   prefix, as the toolkit matches it), a hostPath at, under or above a GPU
-#   device node, a device-injecting annotation (CDI, NRI, CRI-O), or a DRA
-#   adminAccess request of a GPU class. Refused unless the Pod holds a whole
-#   node by its ticket: the ticket's gpus_per_node whole devices (a MIG
-#   slice, a shared replica, a claim or claim template never count);
-#   ephemeral containers are checked when added.
+#   prefix, as the toolkit matches it), a hostPath at, under, above or on a
+#   route to a GPU device node, a device-injecting annotation (CDI, NRI,
+#   CRI-O), or a DRA adminAccess request of a GPU class. Refused unless the
+#   Pod holds a whole node by its ticket: the ticket's gpus_per_node whole
+#   devices (a MIG slice, a shared replica, a claim or claim template never
+#   count), and then only a CDI annotation; host device or mount injection
+#   (NRI, CRI-O) and a mount or host path too long or deep to judge are
+#   refused whatever the Pod holds. Ephemeral containers are checked when
+#   added.
 # custom:
 #   code: WORKLOAD_GPU_ACCESS_UNCOUNTED
 #   gate: workload
@@ -84,11 +87,43 @@ _uncounted contains sprintf("%v: volume %v mounts host path %v", [_where(s), lib
 	not _holds_node(s.whole)
 }
 
+# A path too long or too deep to clean is not judged: refused, whatever
+# the Pod holds (no mount or host path of a real workload is).
+_uncounted contains sprintf("%v: container %v mounts a path of %v bytes, too long or deep to judge (at most %v bytes, %v segments)", [
+	_where(s), lib.show(c.name), count(m.mountPath), _max_path_bytes, _max_path_segments,
+]) if {
+	input.review.keys.volumeMounts == true
+	some s in pod_sets
+	some c in s.containers
+	some m in c.volumeMounts
+	_unjudged_path(m.mountPath)
+}
+
+_uncounted contains sprintf("%v: volume %v mounts a host path of %v bytes, too long or deep to judge (at most %v bytes, %v segments)", [
+	_where(s), lib.show(v.name), count(v.hostPath.path), _max_path_bytes, _max_path_segments,
+]) if {
+	input.review.keys.hostPath == true
+	some s in pod_sets
+	some v in s.spec.volumes
+	_unjudged_path(v.hostPath.path)
+}
+
 _uncounted contains sprintf("%v: annotation %v injects devices", [_where(s), k]) if {
 	some s in pod_sets
 	some k, _ in s.annotations
 	_device_annotation(k)
+	_node_holder_annotation(k)
 	not _holds_node(s.whole)
+}
+
+# Device and mount injection that is not a GPU's (the NRI device-injector's
+# and CRI-O's host devices and mounts) reaches the host: refused whatever
+# the Pod holds.
+_uncounted contains sprintf("%v: annotation %v injects host devices or mounts", [_where(s), k]) if {
+	some s in pod_sets
+	some k, _ in s.annotations
+	_device_annotation(k)
+	not _node_holder_annotation(k)
 }
 
 _uncounted contains m if {
@@ -129,6 +164,19 @@ _device_annotation(k) if {
 	k == trim_suffix(prefix, "/")
 }
 
+# A device annotation a Pod holding its whole node may carry: CDI
+# injection of the node's GPUs (whole_node_annotation_prefixes, a prefix
+# without its slash a key too).
+_node_holder_annotation(k) if {
+	some prefix in _model.whole_node_annotation_prefixes
+	startswith(k, prefix)
+}
+
+_node_holder_annotation(k) if {
+	some prefix in _model.whole_node_annotation_prefixes
+	k == trim_suffix(prefix, "/")
+}
+
 # A host path at or under a device prefix (/dev/nvidia0), or above one
 # (/dev, /).
 _host_device_path(p) if {
@@ -141,14 +189,41 @@ _host_device_path(p) if {
 	startswith(d, concat("", [trim_suffix(p, "/"), "/"]))
 }
 
+# Cleaning is quadratic in Rego: a path is cleaned only up to these bounds
+# (Linux's PATH_MAX; no real mount is that deep), beyond them refused
+# unjudged.
+_max_path_bytes := 4096
+
+_max_path_segments := 32
+
+_unjudged_path(p) if count(p) > _max_path_bytes
+
+_unjudged_path(p) if {
+	count(p) <= _max_path_bytes
+	count(_segments(p)) > _max_path_segments
+}
+
+_segments(p) := [x | some x in split(p, "/"); not x in {"", "."}]
+
 # A path as Go's path.Clean writes it, from "/" (the kubelet makes a
 # relative mountPath absolute): repeated slashes and "." segments dropped,
 # each ".." removing the segment before it (at the root, nothing), no
-# trailing slash. The apiserver refuses ".." in a hostPath, not in a
-# mountPath. A segment stays unless a later ".." removes it: unless the
-# depth (segments minus "..") falls back to its own before the end.
+# trailing slash; undefined beyond the bounds above. The apiserver refuses
+# ".." in a hostPath, not in a mountPath. Without "..", the segments as
+# they are; with it, a segment stays unless a later ".." removes it: unless
+# the depth (segments minus "..") falls back to its own before the end.
+_clean(p) := concat("/", ["", concat("/", segs)]) if {
+	count(p) <= _max_path_bytes
+	segs := _segments(p)
+	count(segs) <= _max_path_segments
+	not ".." in segs
+}
+
 _clean(p) := concat("/", ["", concat("/", kept)]) if {
-	segs := [x | some x in split(p, "/"); not x in {"", "."}]
+	count(p) <= _max_path_bytes
+	segs := _segments(p)
+	count(segs) <= _max_path_segments
+	".." in segs
 	depth := [sum([_step(x) | some x in array.slice(segs, 0, k)]) | some k in numbers.range(0, count(segs))]
 	kept := [x |
 		some i, x in segs

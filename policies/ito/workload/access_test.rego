@@ -24,16 +24,12 @@ test_uncounted_access[name] if {
 		"host /dev": {"pod": {"volumes": [{"name": "d", "hostPath": {"path": "/dev/"}}]}},
 		"host /": {"pod": {"volumes": [{"name": "d", "hostPath": {"path": "/"}}]}},
 		"host //dev//dri/./card0": {"pod": {"volumes": [{"name": "d", "hostPath": {"path": "//dev//dri/./card0"}}]}},
+		"host /dev/char/195:0 (udev's link to nvidia0)": {"pod": {"volumes": [{"name": "d", "hostPath": {"path": "/dev/char/195:0"}}]}},
+		"host /proc/1/root/dev": {"pod": {"volumes": [{"name": "d", "hostPath": {"path": "/proc/1/root/dev"}}]}},
 		"CDI annotation": {"meta": {"annotations": {"cdi.k8s.io/gpu": "nvidia.com/gpu=all"}}},
 		"NVIDIA NRI plugin annotation": {"meta": {"annotations": {"nvidia.cdi.k8s.io/container.a": "nvidia.com/gpu=all"}}},
 		"a prefix without its slash": {"meta": {"annotations": {"nvidia.cdi.k8s.io": "nvidia.com/gpu=all"}}},
-		"NRI device injector, every container": {"meta": {"annotations": {"devices.noderesource.dev": "- path: /dev/nvidia0"}}},
-		"NRI device injector, deprecated": {"meta": {"annotations": {"devices.nri.io/container.a": "- path: /dev/nvidia0"}}},
-		"NRI CDI devices": {"meta": {"annotations": {"cdi-devices.nri.io/pod": "- nvidia.com/gpu=all"}}},
-		"NRI mounts": {"meta": {"annotations": {"mounts.noderesource.dev/container.a": "- source: /dev/null"}}},
 		"CDI device injector NRI plugin": {"meta": {"annotations": {"cdi.nri.io/container.a": "nvidia.com/gpu=all"}}},
-		"CRI-O devices": {"meta": {"annotations": {"devices.crio.io": "/dev/nvidia0"}}},
-		"CRI-O devices, an exact key": {"meta": {"annotations": {"io.kubernetes.cri-o.Devices": "/dev/nvidia0"}}},
 	}
 	c := object.union({"name": "a", "image": "i"}, object.get(tc, "c", {}))
 	some gpus, want in {4: {"WORKLOAD_GPU_ACCESS_UNCOUNTED"}, 8: set()}
@@ -68,6 +64,39 @@ test_counted_or_harmless[name] if {
 	got := _codes(patch)
 	print(name, "got", got)
 	got == set()
+}
+
+# Host device and mount injection that is not a GPU's, and paths too long or
+# deep to judge: refused on a 4-GPU Pod and on one holding its whole node.
+test_refused_whatever_the_pod_holds[name] if {
+	deep := concat("/", ["", concat("/", [sprintf("s%v", [i]) | some i in numbers.range(1, 33)])])
+	long := concat("", ["/", concat("", ["a" | some _ in numbers.range(1, 4096)])])
+	some name, tc in {
+		"NRI device injector, every container": {"meta": {"annotations": {"devices.noderesource.dev": "- path: /dev/nvidia0"}}},
+		"NRI device injector, deprecated": {"meta": {"annotations": {"devices.nri.io/container.a": "- path: /dev/nvidia0"}}},
+		"NRI CDI devices": {"meta": {"annotations": {"cdi-devices.nri.io/pod": "- nvidia.com/gpu=all"}}},
+		"NRI mounts": {"meta": {"annotations": {"mounts.noderesource.dev/container.a": "- source: /"}}},
+		"CRI-O devices": {"meta": {"annotations": {"devices.crio.io": "/dev/sda"}}},
+		"CRI-O devices, an exact key": {"meta": {"annotations": {"io.kubernetes.cri-o.Devices": "/dev/sda"}}},
+		"a mount path of 33 segments": {"c": {"volumeMounts": [{"name": "v", "mountPath": deep}]}},
+		"a mount path of 4097 bytes": {"c": {"volumeMounts": [{"name": "v", "mountPath": long}]}},
+		"a host path of 33 segments": {"pod": {"volumes": [{"name": "d", "hostPath": {"path": deep}}]}},
+	}
+	c := object.union({"name": "a", "image": "i"}, object.get(tc, "c", {}))
+	some gpus in [4, 8]
+	spec := object.union({"containers": [object.union(c, {"resources": {"limits": {"nvidia.com/gpu": gpus}}})]}, object.get(tc, "pod", {}))
+	patch := array.concat(_pod_with(spec), [_set("/review/object/metadata", object.union({"name": "p"}, object.get(tc, "meta", {})))])
+	got := _codes(patch)
+	print(name, gpus, "got", got)
+	got == {"WORKLOAD_GPU_ACCESS_UNCOUNTED"}
+}
+
+# The bounds: 32 segments and 4096 bytes are still cleaned.
+test_clean_bounds if {
+	workload._clean(concat("/", ["", concat("/", ["s" | some _ in numbers.range(1, 32)])])) == concat("/", ["", concat("/", ["s" | some _ in numbers.range(1, 32)])])
+	not workload._clean(concat("/", ["", concat("/", ["s" | some _ in numbers.range(1, 33)])]))
+	count(workload._clean(concat("", ["/", concat("", ["a" | some _ in numbers.range(1, 4095)])]))) == 4096
+	not workload._clean(concat("", ["/", concat("", ["a" | some _ in numbers.range(1, 4096)])]))
 }
 
 # Cleaning a path as Go's path.Clean does, from "/".

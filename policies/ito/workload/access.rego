@@ -89,8 +89,8 @@ _uncounted contains sprintf("%v: volume %v mounts host path %v", [_where(s), lib
 
 # A path too long or too deep to clean is not judged: refused, whatever
 # the Pod holds (no mount or host path of a real workload is).
-_uncounted contains sprintf("%v: container %v mounts a path of %v bytes, too long or deep to judge (at most %v bytes, %v segments)", [
-	_where(s), lib.show(c.name), count(m.mountPath), _max_path_bytes, _max_path_segments,
+_uncounted contains sprintf("%v: container %v mounts a path of %v bytes, %v", [
+	_where(s), lib.show(c.name), count(m.mountPath), _unjudged_note,
 ]) if {
 	input.review.keys.volumeMounts == true
 	some s in pod_sets
@@ -99,8 +99,8 @@ _uncounted contains sprintf("%v: container %v mounts a path of %v bytes, too lon
 	_unjudged_path(m.mountPath)
 }
 
-_uncounted contains sprintf("%v: volume %v mounts a host path of %v bytes, too long or deep to judge (at most %v bytes, %v segments)", [
-	_where(s), lib.show(v.name), count(v.hostPath.path), _max_path_bytes, _max_path_segments,
+_uncounted contains sprintf("%v: volume %v mounts a host path of %v bytes, %v", [
+	_where(s), lib.show(v.name), count(v.hostPath.path), _unjudged_note,
 ]) if {
 	input.review.keys.hostPath == true
 	some s in pod_sets
@@ -195,6 +195,11 @@ _host_device_path(p) if {
 _max_path_bytes := 4096
 
 _max_path_segments := 32
+
+_unjudged_note := sprintf(
+	"too long or deep to judge (at most %v bytes, %v segments)",
+	[_max_path_bytes, _max_path_segments],
+)
 
 _unjudged_path(p) if count(p) > _max_path_bytes
 

@@ -531,9 +531,11 @@ func TestBaseBuildsAlone(t *testing.T) {
 		"PodDisruptionBudget/itogate", "Service/itogate", "Service/itogate-webhook", "ServiceAccount/itogate",
 		"ValidatingAdmissionPolicy/itogate-gpu-tolerations",
 		"ValidatingAdmissionPolicy/itogate-namespace-labels", "ValidatingAdmissionPolicy/itogate-pod-deletion",
+		"ValidatingAdmissionPolicy/itogate-pod-device-annotations",
 		"ValidatingAdmissionPolicy/itogate-ticketed-pods", "ValidatingAdmissionPolicy/itogate-workload-delete",
 		"ValidatingAdmissionPolicyBinding/itogate-gpu-tolerations", "ValidatingAdmissionPolicyBinding/itogate-namespace-labels",
-		"ValidatingAdmissionPolicyBinding/itogate-pod-deletion", "ValidatingAdmissionPolicyBinding/itogate-ticketed-pods",
+		"ValidatingAdmissionPolicyBinding/itogate-pod-deletion", "ValidatingAdmissionPolicyBinding/itogate-pod-device-annotations",
+		"ValidatingAdmissionPolicyBinding/itogate-ticketed-pods",
 		"ValidatingAdmissionPolicyBinding/itogate-workload-delete",
 		"ValidatingWebhookConfiguration/itogate"}
 	if !slices.Equal(kinds, want) {

@@ -120,25 +120,28 @@ func MaxGraceSeconds(bundle fs.FS) (int64, error) {
 // (_device_annotation): prefixes, a key under which injects devices
 // (device_annotation_prefixes), and keys that do (device_annotation_keys,
 // and every prefix without its trailing slash), each sorted, without
-// duplicates or empty strings. A bundle listing neither is an error: it
-// would leave the apiserver's DeviceAnnotationsPolicy guarding nothing.
+// duplicates. A bundle listing neither is an error, as is an empty prefix
+// (the policy would take every annotation for one) or key: the apiserver's
+// DeviceAnnotationsPolicy would not guard what the policy refuses.
 func DeviceAnnotations(bundle fs.FS) (prefixes, keys []string, err error) {
 	m, err := readDeploymentModel(bundle)
 	if err != nil {
 		return nil, nil, fmt.Errorf("device annotations: %w", err)
 	}
 	for _, p := range m.DeviceAnnotationPrefixes {
-		if p != "" {
-			prefixes = append(prefixes, p)
+		if p == "" {
+			return nil, nil, fmt.Errorf("device annotations: %s: an empty device_annotation_prefixes entry", ResourceModelPath)
 		}
+		prefixes = append(prefixes, p)
 		if k := strings.TrimSuffix(p, "/"); k != "" {
 			keys = append(keys, k)
 		}
 	}
 	for _, k := range m.DeviceAnnotationKeys {
-		if k != "" {
-			keys = append(keys, k)
+		if k == "" {
+			return nil, nil, fmt.Errorf("device annotations: %s: an empty device_annotation_keys entry", ResourceModelPath)
 		}
+		keys = append(keys, k)
 	}
 	if len(prefixes) == 0 && len(keys) == 0 {
 		return nil, nil, fmt.Errorf("device annotations: %s lists no device_annotation_prefixes or device_annotation_keys", ResourceModelPath)

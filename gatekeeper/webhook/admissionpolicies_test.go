@@ -146,9 +146,9 @@ func TestPodDeletionGraceFollowsTheBundle(t *testing.T) {
 // devicePrefixes and deviceKeys are the bundle's device_annotation_prefixes
 // and device_annotation_keys, each prefix also a key without its trailing
 // slash (as the policy's _device_annotation reads them), sorted, without
-// duplicates, as CEL string literals; a bundle listing neither, or a name
-// that is not printable ASCII, is an error, never a policy that guards
-// nothing by accident.
+// duplicates, as CEL string literals; a bundle listing neither, an empty
+// entry or a name that is not printable ASCII is an error, never a policy
+// that guards less than the webhook refuses by accident.
 func TestDeviceAnnotationsFollowTheBundle(t *testing.T) {
 	bundle := withModel(t, "device_annotation_prefixes", []any{"z.example/", "cdi.k8s.io/", "o'x.example/", "cdi.k8s.io/"})
 	raw, err := fs.ReadFile(bundle, webhook.ResourceModelPath)
@@ -198,6 +198,8 @@ func TestDeviceAnnotationsFollowTheBundle(t *testing.T) {
 			return fstest.MapFS{webhook.ResourceModelPath: {Data: b}}
 		}(), "lists no device_annotation_prefixes or device_annotation_keys"},
 		"a prefix not printable": {withModel(t, "device_annotation_prefixes", []any{"cdi.k8s.io/\n"}), "device annotation prefix"},
+		"an empty prefix":        {withModel(t, "device_annotation_prefixes", []any{"cdi.k8s.io/", ""}), "an empty device_annotation_prefixes entry"},
+		"an empty key":           {withModel(t, "device_annotation_keys", []any{""}), "an empty device_annotation_keys entry"},
 		"a key not printable":    {withModel(t, "device_annotation_keys", []any{"dev\u00e9"}), "device annotation key"},
 	} {
 		if _, err := webhook.AdmissionPolicies(deploy.AdmissionPolicies, tc.bundle); err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -61,9 +61,11 @@ type resourceModel struct {
 //   - not-a-system-namespace: never a kube-* namespace.
 //   - changes-what-runs: an UPDATE of an object (no subresource) is sent
 //     unless its spec is the stored one's (a top-level suspend set to true
-//     excepted), with the same ticket annotation and ownerReferences: a
-//     finalizer, label or annotation change, or a suspend, goes through
-//     without itogate (the policy allows those too, teardown).
+//     excepted), with the same ticket annotation and ownerReferences, and,
+//     of a Pod, no device annotation (as below) added or changed in value:
+//     a finalizer, label or other annotation change, a device annotation's
+//     removal, or a suspend, goes through without itogate (the policy
+//     allows those too, teardown).
 //   - scale-up: a <kind>/scale UPDATE is sent unless it lowers or keeps a
 //     count within 0…max_count.
 //   - gpu-<resource>.<group>, one per kind with pod templates: a CREATE
@@ -142,9 +144,18 @@ func MatchConditions(bundle fs.FS) ([]admissionregistrationv1.MatchCondition, er
 		"object.spec.all(k, k in oldObject.spec ? (object.spec[k] == oldObject.spec[k] || (k == \"suspend\" && object.spec[k] == true)) : (k == \"suspend\" && object.spec[k] == true)) && " +
 		"oldObject.spec.all(k, k in object.spec))) && " + ticket("object") + " == " + ticket("oldObject") + " && " +
 		owners("object") + " == " + owners("oldObject") + ")"
+	// A Pod UPDATE that adds a device annotation or changes its value: the
+	// kubelet and NRI plugins read them again when the sandbox is re-created.
+	anns := func(o string) string {
+		return fmt.Sprintf("((\"metadata\" in %s && \"annotations\" in %s.metadata) ? %s.metadata.annotations : {})", o, o, o)
+	}
+	devicesSet := fmt.Sprintf("(request.resource.group == \"\" && request.resource.resource == \"pods\" && "+
+		"%s.exists(a, %s && !(a in %s && %s[a] == %s[a])))",
+		anns("object"), g.any("a", keys, model.DeviceAnnotationPrefixes), anns("oldObject"), anns("oldObject"), anns("object"))
 	out := []admissionregistrationv1.MatchCondition{
 		{Name: "not-a-system-namespace", Expression: `!request.namespace.startsWith("kube-")`},
-		{Name: "changes-what-runs", Expression: "request.operation != \"UPDATE\" || " + subResource + " != \"\" || !" + same},
+		{Name: "changes-what-runs", Expression: "request.operation != \"UPDATE\" || " + subResource + " != \"\" || !" + same +
+			"\n|| " + devicesSet},
 		{Name: "scale-up", Expression: fmt.Sprintf(subResource+" != \"scale\" || !(\"spec\" in object && \"replicas\" in object.spec && "+
 			"\"spec\" in oldObject && \"replicas\" in oldObject.spec && object.spec.replicas >= 0 && "+
 			"object.spec.replicas <= oldObject.spec.replicas && oldObject.spec.replicas <= %d)", model.MaxCount)},

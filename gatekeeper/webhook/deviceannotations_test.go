@@ -80,8 +80,10 @@ func TestReviewDeviceAnnotationAddedByUpdate(t *testing.T) {
 // by the whole policy, never passed as a teardown (a cancelled run's Pod is
 // refused WORKLOAD_RUN_NOT_LIVE, though it holds a whole node and may carry
 // the annotation). Removing one, or any other annotation change, stays a
-// teardown: not sent, and allowed when sent. A decider that cannot tell
-// device annotations takes every added annotation for one.
+// teardown: not sent, and allowed when sent; another change of a Pod is
+// not sent (the rules route Pod UPDATEs for device annotations alone). A
+// decider that cannot tell device annotations takes every added
+// annotation for one.
 func TestDeviceAnnotationUpdateIsNoTeardown(t *testing.T) {
 	f := newFixture(t)
 	conds, err := webhook.MatchConditions(policies.Bundle())
@@ -121,6 +123,13 @@ func TestDeviceAnnotationUpdateIsNoTeardown(t *testing.T) {
 		if resp.Allowed != c.allow || (!c.allow && !strings.HasPrefix(resp.Result.Message, "WORKLOAD_RUN_NOT_LIVE: ")) {
 			t.Errorf("%s: %+v, want allowed %v (else WORKLOAD_RUN_NOT_LIVE)", c.name, resp.Result, c.allow)
 		}
+	}
+	// Pod UPDATEs are routed for device annotations alone: another change
+	// of a Pod (its image) is not sent, as before.
+	image := deepCopy(stored)
+	image["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)["image"] = "t:2"
+	if m.sent(t, update(image)) {
+		t.Error("a Pod's image change is sent")
 	}
 	// Not a Pod: a Job's own annotations inject nothing; its pod template's
 	// are its spec, sent anyway.

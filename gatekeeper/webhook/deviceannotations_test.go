@@ -4,8 +4,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/itocompute/itogate/gatekeeper/bundle/bundletest"
 	"github.com/itocompute/itogate/gatekeeper/policy"
 	"github.com/itocompute/itogate/gatekeeper/webhook"
+	"github.com/itocompute/itogate/internal/patience"
 	"github.com/itocompute/itogate/policies"
 )
 
@@ -152,4 +154,46 @@ func TestDeviceAnnotationUpdateIsNoTeardown(t *testing.T) {
 		t.Errorf("an opaque decider: another annotation added: %+v, want WORKLOAD_RUN_NOT_LIVE", resp.Result)
 	}
 	wantAllowed(t, decide(t, h, update(withAnnotations(stored, "cdi.k8s.io/x", ""))))
+}
+
+// TestDeviceAnnotationUpdatesFollowTheModel: a device annotation prefix an
+// operator adds to the bundle's resource model is sent on a Pod UPDATE by
+// the conditions generated from it, and is no teardown to its engine; the
+// shipped conditions and the embedded engine do not take it for one.
+func TestDeviceAnnotationUpdatesFollowTheModel(t *testing.T) {
+	edited := bundletest.Edited(t, policies.Bundle(), webhook.ResourceModelPath, `"cdi.k8s.io/"`, `"cdi.k8s.io/", "devices.example.io/"`)
+	engine, err := policy.New(t.Context(), policy.Options{Bundle: edited, Deadline: patience.Deadline})
+	if err != nil {
+		t.Fatal(err)
+	}
+	embedded, err := policy.New(t.Context(), policy.Options{Bundle: policies.Bundle(), Deadline: patience.Deadline})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]bool{"devices.example.io/x": true, "devices.example.io": true, "example.io/devices": false} {
+		if got := engine.DeviceAnnotation(key); got != want {
+			t.Errorf("edited engine: DeviceAnnotation(%q) %v, want %v", key, got, want)
+		}
+		if embedded.DeviceAnnotation(key) {
+			t.Errorf("embedded engine: DeviceAnnotation(%q) true", key)
+		}
+	}
+	conds, err := webhook.MatchConditions(edited)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shipped, err := webhook.MatchConditions(policies.Bundle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := pod("team-a", "p", "uid-p", "", "", 0)
+	stored["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)["resources"] = map[string]any{}
+	r := rq{group: "", version: "v1", kind: "Pod", resource: "pods", op: "UPDATE", ns: "team-a",
+		obj: withAnnotations(stored, "devices.example.io/pod", "- path: /dev/npu0"), old: stored}
+	if !newMatcher(t, conds).sent(t, r) {
+		t.Error("the edited model's device annotation is not sent")
+	}
+	if newMatcher(t, shipped).sent(t, r) {
+		t.Error("the shipped conditions send an annotation the shipped model does not list")
+	}
 }

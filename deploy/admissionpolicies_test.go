@@ -509,3 +509,133 @@ func TestPodDeletionGraceBounded(t *testing.T) {
 		t.Fatal("a tenant's DELETE of a ticketed Pod in an enforced namespace did not match the policy")
 	}
 }
+
+// TestPodDeviceAnnotationsGuarded: the kubelet passes a Pod's current
+// annotations to the runtime whenever it re-creates the Pod's sandbox, and
+// NRI plugins read them at every container start, so a device-injecting
+// annotation added to a running Pod gives it devices the scheduler never
+// counted (the security review's reproduction: kubectl annotate pod p
+// nvidia.cdi.k8s.io/container.c=nvidia.com/gpu=all, stock edit role, never
+// sent to the webhook). itogate-pod-device-annotations refuses an UPDATE of
+// any Pod in an enforced namespace that adds one (a key under a prefix, a
+// prefix without its slash, a listed key) or changes its value, to anyone
+// but a cluster admin; removing one and every other annotation go on.
+func TestPodDeviceAnnotationsGuarded(t *testing.T) {
+	vaps, bindings := shippedPolicies(t)
+	p, b := vaps[webhook.DeviceAnnotationsPolicy], bindings[webhook.DeviceAnnotationsPolicy]
+	if p == nil || b == nil {
+		t.Fatalf("%s is not shipped", webhook.DeviceAnnotationsPolicy)
+	}
+	enforced := map[string]string{"itogate.io/enforce": "true"}
+	update := func(old, obj map[string]any) apiRequest {
+		return apiRequest{version: "v1", kind: "Pod", resource: "pods", op: admission.Update, ns: "team-a", nsLabels: enforced,
+			name: "train-0", obj: obj, old: old, user: "alice", groups: []string{"team-a", "system:authenticated"},
+			options: &metav1.UpdateOptions{}}
+	}
+	ann := func(kv ...string) map[string]any {
+		m := map[string]any{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	// A Pod without a ticket: a CPU Pod, its annotations only.
+	cpuPod := func(annotations map[string]any) map[string]any {
+		pod := ticketedPod(false, nil, annotations)
+		pod["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)["resources"] = map[string]any{}
+		return pod
+	}
+	with := func(r apiRequest, f func(*apiRequest)) apiRequest { f(&r); return r }
+	const all = "nvidia.com/gpu=all"
+	cases := []struct {
+		name   string
+		r      apiRequest
+		refuse string // "" admitted; else a substring of the message after the code
+	}{
+		{"a CDI key under a prefix added to a ticketed Pod", update(ticketedPod(true, nil, nil),
+			ticketedPod(true, nil, ann("nvidia.cdi.k8s.io/container.trainer", all))), "annotation nvidia.cdi.k8s.io/container.trainer"},
+		{"an NRI key under a prefix added", update(ticketedPod(true, nil, nil),
+			ticketedPod(true, nil, ann("devices.noderesource.dev/pod", "- path: /dev/nvidia0"))), "devices.noderesource.dev/pod"},
+		{"a generic CDI key added", update(ticketedPod(true, nil, nil), ticketedPod(true, nil, ann("cdi.k8s.io/x", all))), "cdi.k8s.io/x"},
+		{"a prefix without its slash added", update(ticketedPod(true, nil, nil),
+			ticketedPod(true, nil, ann("devices.nri.io", "- path: /dev/nvidia0"))), "devices.nri.io"},
+		{"a listed key added", update(ticketedPod(true, nil, nil),
+			ticketedPod(true, nil, ann("io.kubernetes.cri-o.Devices", "/dev/nvidia0"))), "io.kubernetes.cri-o.Devices"},
+		{"a CDI key added to a Pod without a ticket", update(cpuPod(nil), cpuPod(ann("cdi.k8s.io/x", all))), "pod train-0"},
+		{"a Pod without annotations gets one", update(func() map[string]any {
+			pod := cpuPod(nil)
+			delete(pod["metadata"].(map[string]any), "annotations")
+			return pod
+		}(), cpuPod(ann("cdi.k8s.io/x", all))), "cdi.k8s.io/x"},
+		{"a device annotation's value changed", update(ticketedPod(true, nil, ann("cdi.k8s.io/x", "nvidia.com/gpu=0")),
+			ticketedPod(true, nil, ann("cdi.k8s.io/x", all))), "cdi.k8s.io/x"},
+		{"a device annotation removed", update(ticketedPod(true, nil, ann("cdi.k8s.io/x", "nvidia.com/gpu=0")),
+			ticketedPod(true, nil, nil)), ""},
+		{"a device annotation kept, another added", update(ticketedPod(true, nil, ann("cdi.k8s.io/x", "nvidia.com/gpu=0")),
+			ticketedPod(true, nil, ann("cdi.k8s.io/x", "nvidia.com/gpu=0", "example.com/note", "x"))), ""},
+		{"an unrelated annotation added", update(ticketedPod(true, nil, nil), ticketedPod(true, nil, ann("example.com/note", "x"))), ""},
+		{"a look-alike key (no prefix match)", update(cpuPod(nil), cpuPod(ann("example.com/cdi.k8s.io", all))), ""},
+		{"a cluster admin adds one", with(update(ticketedPod(true, nil, nil), ticketedPod(true, nil, ann("cdi.k8s.io/x", all))),
+			func(r *apiRequest) { r.user, r.groups = "root", []string{"system:masters"} }), ""},
+		{"a namespace admin adds one", with(update(ticketedPod(true, nil, nil), ticketedPod(true, nil, ann("cdi.k8s.io/x", all))),
+			func(r *apiRequest) {
+				r.user, r.groups = "ops", []string{"itogate:namespace-admins", "system:authenticated"}
+			}), ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v := evaluate(t, p, b, tc.r)
+			switch {
+			case tc.refuse == "" && v.refused:
+				t.Fatalf("refused: %s", v.message)
+			case tc.refuse != "" && !v.refused:
+				t.Fatalf("admitted (matched %v), want WORKLOAD_DEVICE_ANNOTATION_GUARDED", v.matched)
+			case tc.refuse != "" && (v.reason != metav1.StatusReasonForbidden ||
+				!strings.HasPrefix(v.message, "WORKLOAD_DEVICE_ANNOTATION_GUARDED: ") || !strings.Contains(v.message, tc.refuse)):
+				t.Fatalf("refused %s %q, want Forbidden WORKLOAD_DEVICE_ANNOTATION_GUARDED with %q", v.reason, v.message, tc.refuse)
+			}
+		})
+	}
+	// Not matched outside an enforced namespace, nor for anything but a Pod
+	// UPDATE; matched for a tenant's UPDATE in one (a policy that never
+	// applied would admit every case above).
+	add := update(ticketedPod(true, nil, nil), ticketedPod(true, nil, ann("cdi.k8s.io/x", all)))
+	for _, labels := range []map[string]string{nil, {"itogate.io/enforce": "warn"}, {"itogate.io/enforce": "exempt"}} {
+		if v := evaluate(t, p, b, with(add, func(r *apiRequest) { r.nsLabels = labels })); v.matched || v.refused {
+			t.Errorf("namespace labels %v: matched %v refused %v, want the policy not to apply", labels, v.matched, v.refused)
+		}
+	}
+	create := with(add, func(r *apiRequest) { r.op, r.old, r.options = admission.Create, nil, &metav1.CreateOptions{} })
+	if v := evaluate(t, p, b, create); v.matched {
+		t.Error("a Pod CREATE matched: the webhook judges it")
+	}
+	if v := evaluate(t, p, b, add); !v.matched {
+		t.Fatal("a tenant's Pod UPDATE in an enforced namespace did not match the policy")
+	}
+}
+
+// TestReviewNoPolicyGuardsDeviceAnnotations (security review finding, its
+// reproduction kept): a tenant's UPDATE adding a device-injecting
+// annotation to a ticketed Pod in an enforced namespace is refused by a
+// shipped policy, whichever it is.
+func TestReviewNoPolicyGuardsDeviceAnnotations(t *testing.T) {
+	vaps, bindings := shippedPolicies(t)
+	old := ticketedPod(true, nil, nil)
+	for _, key := range []string{"nvidia.cdi.k8s.io/container.trainer", "devices.noderesource.dev/pod", "cdi.k8s.io/x"} {
+		upd := ticketedPod(true, nil, map[string]any{key: "nvidia.com/gpu=all"})
+		refused := false
+		for name, p := range vaps {
+			b := bindings[name]
+			if b == nil {
+				continue
+			}
+			v := evaluate(t, p, b, apiRequest{version: "v1", kind: "Pod", resource: "pods", op: admission.Update, ns: "team-a",
+				nsLabels: map[string]string{"itogate.io/enforce": "true"}, name: "train-0", obj: upd, old: old,
+				user: "alice", groups: []string{"team-a", "system:authenticated"}})
+			refused = refused || v.refused
+		}
+		if !refused {
+			t.Errorf("a tenant's UPDATE adding %s to a ticketed Pod: no shipped policy refuses it", key)
+		}
+	}
+}

@@ -280,8 +280,9 @@ func TestWebhookFailsClosed(t *testing.T) {
 // table is routed to the webhook with the verbs that change what runs (a
 // kind in the table but not in the rules would never be checked): CREATE,
 // UPDATE unless its spec is immutable (a DRA claim or template), UPDATE of
-// its scale subresource when the table says it has one, and UPDATE of
-// pods/ephemeralcontainers.
+// its scale subresource when the table says it has one, UPDATE of
+// pods/ephemeralcontainers, and UPDATE of pods (the matchConditions send
+// one only when it sets a device annotation).
 func TestWebhookCoversTheBundleKinds(t *testing.T) {
 	raw, err := fs.ReadFile(policies.Bundle(), "ito/tables/workloads/data.json")
 	if err != nil {
@@ -297,7 +298,7 @@ func TestWebhookCoversTheBundleKinds(t *testing.T) {
 	if err := json.Unmarshal(raw, &table); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"/pods/ephemeralcontainers UPDATE"}
+	want := []string{"/pods/ephemeralcontainers UPDATE", "/pods UPDATE"}
 	for key, k := range table.Kinds {
 		group, _, _ := strings.Cut(key, "/")
 		if k.Resource == "" {
@@ -531,9 +532,11 @@ func TestBaseBuildsAlone(t *testing.T) {
 		"PodDisruptionBudget/itogate", "Service/itogate", "Service/itogate-webhook", "ServiceAccount/itogate",
 		"ValidatingAdmissionPolicy/itogate-gpu-tolerations",
 		"ValidatingAdmissionPolicy/itogate-namespace-labels", "ValidatingAdmissionPolicy/itogate-pod-deletion",
+		"ValidatingAdmissionPolicy/itogate-pod-device-annotations",
 		"ValidatingAdmissionPolicy/itogate-ticketed-pods", "ValidatingAdmissionPolicy/itogate-workload-delete",
 		"ValidatingAdmissionPolicyBinding/itogate-gpu-tolerations", "ValidatingAdmissionPolicyBinding/itogate-namespace-labels",
-		"ValidatingAdmissionPolicyBinding/itogate-pod-deletion", "ValidatingAdmissionPolicyBinding/itogate-ticketed-pods",
+		"ValidatingAdmissionPolicyBinding/itogate-pod-deletion", "ValidatingAdmissionPolicyBinding/itogate-pod-device-annotations",
+		"ValidatingAdmissionPolicyBinding/itogate-ticketed-pods",
 		"ValidatingAdmissionPolicyBinding/itogate-workload-delete",
 		"ValidatingWebhookConfiguration/itogate"}
 	if !slices.Equal(kinds, want) {

@@ -52,9 +52,11 @@ func newWebhookCmd(stdout io.Writer) *cobra.Command {
 		Long: "Print deploy/kubernetes/base/admissionpolicies.yaml with the values it takes from the policy bundle\n" +
 			"(the embedded bundle, or --bundle DIR): the controller identities of itogate-ticketed-pods from\n" +
 			"controllers.users, so the apiserver lets the same identities change a ticketed Pod's labels and\n" +
-			"ownerReferences that the webhook trusts to create children; and the grace bound of itogate-pod-deletion\n" +
-			"from max_termination_grace_seconds, so a DELETE or an eviction keeps the bound pod templates are held to.\n" +
-			"Regenerate it whenever either changes.",
+			"ownerReferences that the webhook trusts to create children; the grace bound of itogate-pod-deletion\n" +
+			"from max_termination_grace_seconds, so a DELETE or an eviction keeps the bound pod templates are held to;\n" +
+			"and the device annotation prefixes and keys of itogate-pod-device-annotations from\n" +
+			"device_annotation_prefixes and device_annotation_keys, so no one but a cluster admin adds to a running\n" +
+			"Pod an annotation the webhook refuses at admission. Regenerate it whenever any of them changes.",
 		Args: cobra.NoArgs,
 		RunE: func(_ *cobra.Command, _ []string) error {
 			var bundle fs.FS = policies.Bundle()

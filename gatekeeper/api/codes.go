@@ -160,6 +160,7 @@ const (
 	CodeWorkloadPodMetadataGuarded        Code = "WORKLOAD_POD_METADATA_GUARDED"
 	CodeWorkloadGPUTolerationUncontrolled Code = "WORKLOAD_GPU_TOLERATION_UNCONTROLLED"
 	CodeWorkloadDeleteGraceTooLong        Code = "WORKLOAD_DELETE_GRACE_TOO_LONG"
+	CodeWorkloadDeviceAnnotationGuarded   Code = "WORKLOAD_DEVICE_ANNOTATION_GUARDED"
 
 	// The client's own refusals (itogate train, itogate status).
 	CodeClientInput     Code = "CLIENT_INPUT_INVALID"
@@ -489,6 +490,9 @@ var registry = []Entry{
 	entry(CodeWorkloadDeleteGraceTooLong, "workload", http.StatusForbidden, cluster,
 		"The apiserver's ValidatingAdmissionPolicy itogate-pod-deletion refused, in a namespace with itogate.io/enforce=true and from someone other than a cluster admin, a DELETE of a Pod carrying itogate.io/ticket, or an eviction of any Pod, whose gracePeriodSeconds is above the bundle's max_termination_grace_seconds (a DELETE also above the Pod's own terminationGracePeriodSeconds): the deleted Pod would keep its GPUs that long while its controller starts a replacement on the same ticket.",
 		"Delete or evict without gracePeriodSeconds (the Pod's own terminationGracePeriodSeconds, which the webhook bounds) or with one at or below the bound."),
+	entry(CodeWorkloadDeviceAnnotationGuarded, "workload", http.StatusForbidden, cluster,
+		"The apiserver's ValidatingAdmissionPolicy itogate-pod-device-annotations refused, in a namespace with itogate.io/enforce=true and from someone other than a cluster admin, an UPDATE of a Pod (ticketed or not) that adds a device-injecting annotation (CDI, NRI, CRI-O: a key the bundle's device_annotation_keys lists, a key under a device_annotation_prefixes entry, or the entry without its trailing slash) or changes its value: the kubelet and NRI plugins read a Pod's annotations again when its sandbox is re-created, and would give the running Pod devices the scheduler never counted. Removing one is allowed.",
+		"Put device annotations in the Pod (or its workload's pod template) at creation, where the webhook judges them; a Pod holding a whole node by its ticket may carry them. A cluster admin (system:masters or the group itogate:namespace-admins) may change them."),
 
 	entry(CodeClientInput, "client", 0, client,
 		"A client command (itogate train, status, runs, revoke) refused a flag or file before sending anything.",

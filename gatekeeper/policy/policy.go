@@ -157,6 +157,7 @@ type Engine struct {
 	workload rego.PreparedEvalQuery
 	report   rego.PreparedEvalQuery // ReportQuery
 	keys     reviewKeys             // what DecideWorkload puts in input.review.keys
+	devices  deviceAnnotations      // what DeviceAnnotation answers from
 	revision string
 	digest   string
 	expires  time.Time
@@ -230,7 +231,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		now = time.Now
 	}
 	e := &Engine{facts: facts, base: facts, query: pq, workload: wq, report: rq, keys: readReviewKeys(b, WorkloadQuery), revision: revision, digest: digest,
-		expires: opts.Expires, now: now, deadline: d}
+		devices: readDeviceAnnotations(b.Data), expires: opts.Expires, now: now, deadline: d}
 	// The layout search (a deny's fix, plans), from the same tables; its
 	// proposals are confirmed by the bundle's own rules (ConfirmQuery).
 	if facts != nil {

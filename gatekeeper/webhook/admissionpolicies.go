@@ -27,6 +27,7 @@ var AdmissionPolicyCodes = map[string]api.Code{
 	TicketedPodsPolicy:         api.CodeWorkloadPodMetadataGuarded,
 	"itogate-gpu-tolerations":  api.CodeWorkloadGPUTolerationUncontrolled,
 	PodDeletionPolicy:          api.CodeWorkloadDeleteGraceTooLong,
+	DeviceAnnotationsPolicy:    api.CodeWorkloadDeviceAnnotationGuarded,
 }
 
 // The policies AdmissionPolicies generates a variable of, and those
@@ -34,12 +35,19 @@ var AdmissionPolicyCodes = map[string]api.Code{
 // ownerReferences and ticket annotation from anyone but a listed
 // controller or a cluster admin (ControllersVariable: the controller
 // identities); PodDeletionPolicy refuses a Pod DELETE or eviction asking
-// for a longer grace period than the bundle allows (MaxGraceVariable).
+// for a longer grace period than the bundle allows (MaxGraceVariable);
+// DeviceAnnotationsPolicy refuses a Pod UPDATE that adds a device-injecting
+// annotation or changes its value (DeviceAnnotationPrefixesVariable and
+// DeviceAnnotationKeysVariable: the bundle's device_annotation_prefixes and
+// device_annotation_keys).
 const (
-	TicketedPodsPolicy  = "itogate-ticketed-pods"
-	ControllersVariable = "controllers"
-	PodDeletionPolicy   = "itogate-pod-deletion"
-	MaxGraceVariable    = "maxGraceSeconds"
+	TicketedPodsPolicy               = "itogate-ticketed-pods"
+	ControllersVariable              = "controllers"
+	PodDeletionPolicy                = "itogate-pod-deletion"
+	MaxGraceVariable                 = "maxGraceSeconds"
+	DeviceAnnotationsPolicy          = "itogate-pod-device-annotations"
+	DeviceAnnotationPrefixesVariable = "devicePrefixes"
+	DeviceAnnotationKeysVariable     = "deviceKeys"
 )
 
 // deploymentModel is what AdmissionPolicies reads of data.ito.config.workload.
@@ -48,6 +56,8 @@ type deploymentModel struct {
 		Users map[string]string `json:"users"`
 	} `json:"controllers"`
 	MaxTerminationGraceSeconds json.RawMessage `json:"max_termination_grace_seconds"`
+	DeviceAnnotationPrefixes   []string        `json:"device_annotation_prefixes"`
+	DeviceAnnotationKeys       []string        `json:"device_annotation_keys"`
 }
 
 func readDeploymentModel(bundle fs.FS) (deploymentModel, error) {
@@ -105,6 +115,42 @@ func MaxGraceSeconds(bundle fs.FS) (int64, error) {
 	return n, nil
 }
 
+// DeviceAnnotations are the bundle's device-injecting Pod annotations
+// (data.ito.config.workload, ResourceModelPath), as the policy reads them
+// (_device_annotation): prefixes, a key under which injects devices
+// (device_annotation_prefixes), and keys that do (device_annotation_keys,
+// and every prefix without its trailing slash), each sorted, without
+// duplicates. A bundle listing neither is an error, as is an empty prefix
+// (the policy would take every annotation for one) or key: the apiserver's
+// DeviceAnnotationsPolicy would not guard what the policy refuses.
+func DeviceAnnotations(bundle fs.FS) (prefixes, keys []string, err error) {
+	m, err := readDeploymentModel(bundle)
+	if err != nil {
+		return nil, nil, fmt.Errorf("device annotations: %w", err)
+	}
+	for _, p := range m.DeviceAnnotationPrefixes {
+		if p == "" {
+			return nil, nil, fmt.Errorf("device annotations: %s: an empty device_annotation_prefixes entry", ResourceModelPath)
+		}
+		prefixes = append(prefixes, p)
+		if k := strings.TrimSuffix(p, "/"); k != "" {
+			keys = append(keys, k)
+		}
+	}
+	for _, k := range m.DeviceAnnotationKeys {
+		if k == "" {
+			return nil, nil, fmt.Errorf("device annotations: %s: an empty device_annotation_keys entry", ResourceModelPath)
+		}
+		keys = append(keys, k)
+	}
+	if len(prefixes) == 0 && len(keys) == 0 {
+		return nil, nil, fmt.Errorf("device annotations: %s lists no device_annotation_prefixes or device_annotation_keys", ResourceModelPath)
+	}
+	slices.Sort(prefixes)
+	slices.Sort(keys)
+	return slices.Compact(prefixes), slices.Compact(keys), nil
+}
+
 // AdmissionPolicies is the admission policies file (YAML, a stream of
 // ValidatingAdmissionPolicies and bindings, comments kept) with the
 // variables it generates from the bundle set: ControllersVariable of
@@ -112,29 +158,44 @@ func MaxGraceSeconds(bundle fs.FS) (int64, error) {
 // the apiserver lets the same identities change a ticketed Pod's ownership
 // that the webhook trusts to create children, and MaxGraceVariable of
 // PodDeletionPolicy to MaxGraceSeconds(bundle), so a DELETE keeps the
-// bound the policy holds pod templates to. It is what `itogate webhook
-// policies` prints and deploy/kubernetes ships. An identity must be
-// printable ASCII; a template without exactly one of each policy's
-// variable is an error.
+// bound the policy holds pod templates to; and
+// DeviceAnnotationPrefixesVariable and DeviceAnnotationKeysVariable of
+// DeviceAnnotationsPolicy to the CEL lists of DeviceAnnotations(bundle), so
+// the apiserver guards on a running Pod the annotations the policy refuses
+// at admission. It is what `itogate webhook policies` prints and
+// deploy/kubernetes ships. An identity, prefix or key must be printable
+// ASCII; a template without exactly one of each policy's variable is an
+// error.
 func AdmissionPolicies(template []byte, bundle fs.FS) ([]byte, error) {
 	ids, err := ControllerIdentities(bundle)
 	if err != nil {
 		return nil, err
 	}
-	lits := make([]string, len(ids))
-	for i, id := range ids {
-		if !printable(id) || id == "" {
-			return nil, fmt.Errorf("admission policies: controller identity %q is not printable ASCII", id)
-		}
-		lits[i] = "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(id) + "'"
+	controllers, err := celStrings("controller identity", ids)
+	if err != nil {
+		return nil, err
 	}
 	grace, err := MaxGraceSeconds(bundle)
 	if err != nil {
 		return nil, err
 	}
+	prefixes, keys, err := DeviceAnnotations(bundle)
+	if err != nil {
+		return nil, err
+	}
+	prefixList, err := celStrings("device annotation prefix", prefixes)
+	if err != nil {
+		return nil, err
+	}
+	keyList, err := celStrings("device annotation key", keys)
+	if err != nil {
+		return nil, err
+	}
 	gen := []generated{
-		{TicketedPodsPolicy, ControllersVariable, "[" + strings.Join(lits, ", ") + "]"},
+		{TicketedPodsPolicy, ControllersVariable, controllers},
 		{PodDeletionPolicy, MaxGraceVariable, strconv.FormatInt(grace, 10)},
+		{DeviceAnnotationsPolicy, DeviceAnnotationPrefixesVariable, prefixList},
+		{DeviceAnnotationsPolicy, DeviceAnnotationKeysVariable, keyList},
 	}
 
 	var docs []*yaml.Node
@@ -175,6 +236,20 @@ func AdmissionPolicies(template []byte, bundle fs.FS) ([]byte, error) {
 		return nil, fmt.Errorf("admission policies: %w", err)
 	}
 	return out.Bytes(), nil
+}
+
+// celStrings is ss as a CEL list of single-quoted string literals; what
+// names each for an error. A string that is empty or not printable ASCII
+// is an error.
+func celStrings(what string, ss []string) (string, error) {
+	lits := make([]string, len(ss))
+	for i, s := range ss {
+		if !printable(s) || s == "" {
+			return "", fmt.Errorf("admission policies: %s %q is not printable ASCII", what, s)
+		}
+		lits[i] = "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+	}
+	return "[" + strings.Join(lits, ", ") + "]", nil
 }
 
 // generated is one variable of one policy AdmissionPolicies writes: its

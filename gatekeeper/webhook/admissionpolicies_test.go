@@ -3,6 +3,7 @@ package webhook_test
 import (
 	"encoding/json"
 	"io/fs"
+	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -137,6 +138,72 @@ func TestPodDeletionGraceFollowsTheBundle(t *testing.T) {
 		if _, err := webhook.AdmissionPolicies(deploy.AdmissionPolicies, withModel(t, "max_termination_grace_seconds", v)); err == nil ||
 			!strings.Contains(err.Error(), "max grace seconds") {
 			t.Errorf("%s: %v, want a max grace seconds error", name, err)
+		}
+	}
+}
+
+// TestDeviceAnnotationsFollowTheBundle: itogate-pod-device-annotations'
+// devicePrefixes and deviceKeys are the bundle's device_annotation_prefixes
+// and device_annotation_keys, each prefix also a key without its trailing
+// slash (as the policy's _device_annotation reads them), sorted, without
+// duplicates, as CEL string literals; a bundle listing neither, an empty
+// entry or a name that is not printable ASCII is an error, never a policy
+// that guards less than the webhook refuses by accident.
+func TestDeviceAnnotationsFollowTheBundle(t *testing.T) {
+	bundle := withModel(t, "device_annotation_prefixes", []any{"z.example/", "cdi.k8s.io/", "o'x.example/", "cdi.k8s.io/"})
+	raw, err := fs.ReadFile(bundle, webhook.ResourceModelPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var model map[string]any
+	if err := json.Unmarshal(raw, &model); err != nil {
+		t.Fatal(err)
+	}
+	model["device_annotation_keys"] = []any{"io.kubernetes.cri-o.Devices", "cdi.k8s.io"}
+	if raw, err = json.Marshal(model); err != nil {
+		t.Fatal(err)
+	}
+	bundle = fstest.MapFS{webhook.ResourceModelPath: {Data: raw}}
+	out, err := webhook.AdmissionPolicies(deploy.AdmissionPolicies, bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"- name: devicePrefixes\n      expression: \"['cdi.k8s.io/', 'o\\\\'x.example/', 'z.example/']\"\n",
+		"- name: deviceKeys\n      expression: \"['cdi.k8s.io', 'io.kubernetes.cri-o.Devices', 'o\\\\'x.example', 'z.example']\"\n",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Fatalf("the generated policies do not hold %q:\n%s", want, out)
+		}
+	}
+	// The embedded bundle's lists, as the policy reads them.
+	prefixes, keys, err := webhook.DeviceAnnotations(policies.Bundle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(prefixes, "nvidia.cdi.k8s.io/") || !slices.Contains(keys, "io.kubernetes.cri-o.Devices") ||
+		!slices.Contains(keys, "devices.nri.io") || slices.Contains(keys, "devices.nri.io/") {
+		t.Fatalf("embedded device annotations: prefixes %v, keys %v", prefixes, keys)
+	}
+	for name, tc := range map[string]struct {
+		bundle fs.FS
+		want   string
+	}{
+		"neither list": {func() fs.FS {
+			m := map[string]any{}
+			_ = json.Unmarshal(raw, &m)
+			delete(m, "device_annotation_prefixes")
+			delete(m, "device_annotation_keys")
+			b, _ := json.Marshal(m)
+			return fstest.MapFS{webhook.ResourceModelPath: {Data: b}}
+		}(), "lists no device_annotation_prefixes or device_annotation_keys"},
+		"a prefix not printable": {withModel(t, "device_annotation_prefixes", []any{"cdi.k8s.io/\n"}), "device annotation prefix"},
+		"an empty prefix":        {withModel(t, "device_annotation_prefixes", []any{"cdi.k8s.io/", ""}), "an empty device_annotation_prefixes entry"},
+		"an empty key":           {withModel(t, "device_annotation_keys", []any{""}), "an empty device_annotation_keys entry"},
+		"a key not printable":    {withModel(t, "device_annotation_keys", []any{"dev\u00e9"}), "device annotation key"},
+	} {
+		if _, err := webhook.AdmissionPolicies(deploy.AdmissionPolicies, tc.bundle); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error with %q", name, err, tc.want)
 		}
 	}
 }

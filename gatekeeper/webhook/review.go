@@ -32,8 +32,14 @@ type review struct {
 	// teardown: an UPDATE of the object itself that changes nothing that
 	// runs (onlyStops: the spec is the stored one's but for suspend members
 	// set to true; the same ticket annotation and controller): a finalizer,
-	// label or annotation change, or a suspend.
+	// label or annotation change, or a suspend. A Pod's that adds or
+	// changes a device annotation is none (review drops it, podAnnotationsSet).
 	teardown bool
+	// podAnnotationsSet: of a Pod UPDATE, the annotation keys the new
+	// object has that the stored one lacks or has with another value. The
+	// kubelet and NRI plugins read a Pod's annotations again when its
+	// sandbox is re-created, so one that injects devices changes what runs.
+	podAnnotationsSet []string
 }
 
 // subresourceScale is the scale subresource (<kind>/scale), whose review
@@ -82,6 +88,9 @@ func newReview(req *admissionv1.AdmissionRequest) (review, error) {
 		}
 		rv.teardown = req.SubResource == "" && om.ticket == m.ticket && om.ownerUID == m.ownerUID &&
 			onlyStops(old["spec"], obj["spec"])
+		if req.SubResource == "" && req.Resource.Group == "" && req.Resource.Resource == "pods" {
+			rv.podAnnotationsSet = annotationsSet(old, obj)
+		}
 	}
 	if rv.name == "" {
 		rv.name = req.Name
@@ -99,6 +108,24 @@ func newReview(req *admissionv1.AdmissionRequest) (review, error) {
 		rv.identity = req.Kind.Group + "/" + req.Kind.Kind + "/" + req.Namespace + "/" + m.generateName + ledger.GeneratedIdentitySuffix
 	}
 	return rv, nil
+}
+
+// annotationsSet is the metadata.annotations keys of next that prev lacks
+// or has with another value (removed ones are not: they only take away).
+func annotationsSet(prev, next map[string]any) []string {
+	annotations := func(o map[string]any) map[string]any {
+		md, _ := o["metadata"].(map[string]any)
+		a, _ := md["annotations"].(map[string]any)
+		return a
+	}
+	p := annotations(prev)
+	var set []string
+	for k, v := range annotations(next) {
+		if pv, ok := p[k]; !ok || pv != v {
+			set = append(set, k)
+		}
+	}
+	return set
 }
 
 // onlyStops: next is prev but for members named "suspend" that are true in

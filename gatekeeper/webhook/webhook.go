@@ -79,6 +79,30 @@ type Decider interface {
 	DecideWorkload(ctx context.Context, input map[string]any) (policy.WorkloadDecision, error)
 }
 
+// deviceAnnotator is what a Decider may also know (*policy.Engine does):
+// whether its bundle takes a Pod annotation key to inject devices into
+// containers (device_annotation_prefixes, device_annotation_keys).
+type deviceAnnotator interface {
+	DeviceAnnotation(key string) bool
+}
+
+// setsDeviceAnnotation: one of the annotation keys an UPDATE set (added or
+// changed) injects devices, as d's bundle says. Without d, or a d that
+// cannot tell, every key is taken to: the policy judges the UPDATE
+// instead of letting it pass as a teardown.
+func setsDeviceAnnotation(d Decider, set []string) bool {
+	da, ok := d.(deviceAnnotator)
+	if !ok {
+		return len(set) > 0
+	}
+	for _, k := range set {
+		if da.DeviceAnnotation(k) {
+			return true
+		}
+	}
+	return false
+}
+
 // TicketVerifier verifies admission tickets (*ticket.Verifier). A ticket
 // past its exp still verifies, reporting expired: the ticket authorizes the
 // first bind of a run's workload only while it is fresh, and the Pods the
@@ -424,11 +448,14 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest,
 	if err != nil {
 		return h.finish(req, rv, nil, deny(api.CodeReviewInvalid, err.Error()), start)
 	}
+	decider := h.opts.Policy()
+	if rv.teardown && setsDeviceAnnotation(decider, rv.podAnnotationsSet) {
+		rv.teardown = false // the policy judges the annotations
+	}
 	input, facts, out := h.facts(ctx, req, rv, now)
 	if out != nil {
 		return h.finish(req, rv, facts, out, start)
 	}
-	decider := h.opts.Policy()
 	if decider == nil {
 		return h.finish(req, rv, facts, deny(api.CodePolicyNotReady, "no verified policy bundle is active"), start)
 	}

@@ -440,6 +440,52 @@ func TestWorkloadBoundary(t *testing.T) {
 			t.Fatalf("the Pod changed after dry runs: %v %v", p, err)
 		}
 	})
+	t.Run("device annotation added to a running Pod", func(t *testing.T) {
+		// The kubelet and NRI plugins read a Pod's annotations again when
+		// its sandbox is re-created: a tenant adds no device-injecting one
+		// to a running Pod, ticketed or not. A cluster admin passes the
+		// apiserver's policy, and the webhook judges the change.
+		if _, err := pods.Create(ctx, podWith("annotated", "", corev1.ResourceList{corev1.ResourceCPU: qty(1)}),
+			metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		patch := func(c *kubernetes.Clientset, name, body string, dry bool) error {
+			opts := metav1.PatchOptions{}
+			if dry {
+				opts.DryRun = []string{metav1.DryRunAll}
+			}
+			_, err := c.CoreV1().Pods(nsA).Patch(ctx, name, types.MergePatchType, []byte(body), opts)
+			return err
+		}
+		annotate := func(key, value string) string {
+			return fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, key, value)
+		}
+		const policy, code = "itogate-pod-device-annotations", "WORKLOAD_DEVICE_ANNOTATION_GUARDED"
+		cdi := annotate("nvidia.cdi.k8s.io/container.trainer", "nvidia.com/gpu=all")
+		eventually(t, func() error { return patch(tenant, "annotated", cdi, true) }, policy, code)
+		err := patch(tenant, "annotated", cdi, false)
+		wantPolicyDenied(t, err, policy, code)
+		if !strings.Contains(err.Error(), "device-injecting annotation nvidia.cdi.k8s.io/container.trainer") {
+			t.Fatalf("err %v, want the annotation named", err)
+		}
+		for _, key := range []string{"devices.noderesource.dev/pod", "cdi.k8s.io/x", "io.kubernetes.cri-o.Devices"} {
+			wantPolicyDenied(t, patch(tenant, "annotated", annotate(key, "nvidia.com/gpu=all"), false), policy, code)
+		}
+		if created != nil {
+			wantPolicyDenied(t, patch(tenant, "train-0", cdi, false), policy, code)
+		}
+		if err := patch(tenant, "annotated", annotate("note", "slow node"), false); err != nil {
+			t.Fatalf("an ordinary annotation: %v", err)
+		}
+		// The admin's (a dry run): not a teardown for the webhook, which
+		// refuses a device annotation on a Pod holding no whole node.
+		wantForbidden(t, patch(cs, "annotated", cdi, true), "WORKLOAD_GPU_ACCESS_UNCOUNTED")
+		p, err := pods.Get(ctx, "annotated", metav1.GetOptions{})
+		if err != nil || p.Annotations["note"] != "slow node" || p.Annotations["nvidia.cdi.k8s.io/container.trainer"] != "" ||
+			p.Annotations["cdi.k8s.io/x"] != "" {
+			t.Fatalf("the Pod's annotations: %v %v", p.Annotations, err)
+		}
+	})
 	t.Run("tenant-made child Job and Pod", func(t *testing.T) {
 		if created == nil {
 			t.Skip("no Job")

@@ -48,7 +48,7 @@ func TestReadReviewKeys(t *testing.T) {
 	}
 }
 
-// TestShippedBundleReviewKeys: the shipped workload rules test five member
+// TestShippedBundleReviewKeys: the shipped workload rules test six member
 // names, and DecideWorkload gives exactly those of them the object has.
 func TestShippedBundleReviewKeys(t *testing.T) {
 	b, _, err := ReadFS(policies.Bundle())
@@ -56,7 +56,7 @@ func TestShippedBundleReviewKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := readReviewKeys(b, WorkloadQuery)
-	want := []string{"env", "hostPath", "privileged", "resourceClaimName", "volumeMounts"}
+	want := []string{"env", "hostPath", "privileged", "resourceClaimName", "terminationGracePeriodSeconds", "volumeMounts"}
 	if got := slices.Sorted(maps.Keys(k.names)); k.all || !slices.Equal(got, want) {
 		t.Fatalf("all=%v names=%v, want %v", k.all, got, want)
 	}

@@ -405,6 +405,12 @@ func TestCommitDeadline(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Commit past its deadline = %v, want DeadlineExceeded", err)
 	}
+	// The cancel request pgx sends at the deadline reaches the server
+	// asynchronously: on a loaded machine a rollback now could free the
+	// lock first and the statement would commit — an outcome Commit's
+	// contract allows (ErrUnavailable: unknown), not the one pinned here.
+	// So wait until the server has ended the statement the holder blocks.
+	waitNotBlocking(t, opts.DSN, holder.PgConn().PID())
 	_ = tx.Rollback(t.Context())
 	time.Sleep(300 * time.Millisecond) // time enough for an abandoned statement to commit
 	if got, err := s.Confirmation(t.Context(), c.Ref); err != nil || got.State != ledger.ConfirmationAvailable {
@@ -418,6 +424,33 @@ func TestCommitDeadline(t *testing.T) {
 	_, _, err = s.Commit(ctx, admissionFor(c, "k1"))
 	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ledger.ErrUnavailable) {
 		t.Fatalf("Commit with an expired ctx = %v", err)
+	}
+}
+
+// waitNotBlocking waits, up to patience.Deadline, until no backend waits
+// on a lock the backend pid holds (pg_blocking_pids), polling on a
+// connection of its own: pg_stat_activity is one snapshot per transaction.
+func waitNotBlocking(t *testing.T, dsn string, pid uint32) {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	deadline := time.Now().Add(patience.Deadline)
+	for {
+		var n int
+		if err := conn.QueryRow(t.Context(),
+			"SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))", int32(pid)).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d statements still wait on backend %d after %v", n, pid, patience.Deadline)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

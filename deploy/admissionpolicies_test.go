@@ -491,16 +491,7 @@ func TestPodDeletionGraceBounded(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			v := evaluate(t, p, b, tc.r)
-			switch {
-			case tc.refuse == "" && v.refused:
-				t.Fatalf("refused: %s", v.message)
-			case tc.refuse != "" && !v.refused:
-				t.Fatalf("admitted (matched %v), want WORKLOAD_DELETE_GRACE_TOO_LONG", v.matched)
-			case tc.refuse != "" && (v.reason != metav1.StatusReasonForbidden ||
-				!strings.HasPrefix(v.message, "WORKLOAD_DELETE_GRACE_TOO_LONG: ") || !strings.Contains(v.message, tc.refuse)):
-				t.Fatalf("refused %s %q, want Forbidden WORKLOAD_DELETE_GRACE_TOO_LONG with %q", v.reason, v.message, tc.refuse)
-			}
+			wantVerdict(t, evaluate(t, p, b, tc.r), "WORKLOAD_DELETE_GRACE_TOO_LONG", tc.refuse)
 		})
 	}
 	// The delete cases that must match did: a policy that never applied
@@ -584,16 +575,7 @@ func TestPodDeviceAnnotationsGuarded(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			v := evaluate(t, p, b, tc.r)
-			switch {
-			case tc.refuse == "" && v.refused:
-				t.Fatalf("refused: %s", v.message)
-			case tc.refuse != "" && !v.refused:
-				t.Fatalf("admitted (matched %v), want WORKLOAD_DEVICE_ANNOTATION_GUARDED", v.matched)
-			case tc.refuse != "" && (v.reason != metav1.StatusReasonForbidden ||
-				!strings.HasPrefix(v.message, "WORKLOAD_DEVICE_ANNOTATION_GUARDED: ") || !strings.Contains(v.message, tc.refuse)):
-				t.Fatalf("refused %s %q, want Forbidden WORKLOAD_DEVICE_ANNOTATION_GUARDED with %q", v.reason, v.message, tc.refuse)
-			}
+			wantVerdict(t, evaluate(t, p, b, tc.r), "WORKLOAD_DEVICE_ANNOTATION_GUARDED", tc.refuse)
 		})
 	}
 	// Not matched outside an enforced namespace, nor for anything but a Pod
@@ -637,5 +619,20 @@ func TestReviewNoPolicyGuardsDeviceAnnotations(t *testing.T) {
 		if !refused {
 			t.Errorf("a tenant's UPDATE adding %s to a ticketed Pod: no shipped policy refuses it", key)
 		}
+	}
+}
+
+// wantVerdict: v is admitted when refuse is empty, else a Forbidden
+// refusal whose message starts with code and holds refuse.
+func wantVerdict(t *testing.T, v verdict, code, refuse string) {
+	t.Helper()
+	switch {
+	case refuse == "" && v.refused:
+		t.Fatalf("refused: %s", v.message)
+	case refuse != "" && !v.refused:
+		t.Fatalf("admitted (matched %v), want %s", v.matched, code)
+	case refuse != "" && (v.reason != metav1.StatusReasonForbidden ||
+		!strings.HasPrefix(v.message, code+": ") || !strings.Contains(v.message, refuse)):
+		t.Fatalf("refused %s %q, want Forbidden %s with %q", v.reason, v.message, code, refuse)
 	}
 }

@@ -17,24 +17,10 @@ import (
 // controllers.users replaced by users (nil: the key removed).
 func withControllers(t *testing.T, users map[string]string) fs.FS {
 	t.Helper()
-	raw, err := fs.ReadFile(policies.Bundle(), webhook.ResourceModelPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var model map[string]any
-	if err := json.Unmarshal(raw, &model); err != nil {
-		t.Fatal(err)
-	}
 	if users == nil {
-		delete(model, "controllers")
-	} else {
-		model["controllers"] = map[string]any{"users": users}
+		return withModel(t, "controllers", nil)
 	}
-	out, err := json.Marshal(model)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fstest.MapFS{webhook.ResourceModelPath: {Data: out}}
+	return withModel(t, "controllers", map[string]any{"users": users})
 }
 
 // TestAdmissionPoliciesFollowTheBundle: the controller identities of

@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -105,6 +106,16 @@ func (r *Runner) Cancel(ctx context.Context, m Manifest, runID, key string) (Ans
 		IdempotencyKey: key, EntitlementToken: ent, ConfirmationRef: ref, RunID: runID})
 }
 
+// schedulerClient is a client of the development scheduler (SchedulerToken
+// its bearer), the caller of the online ticket check.
+func (r *Runner) schedulerClient() (*client.Client, error) {
+	bearer, err := r.SchedulerToken()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(client.Options{BaseURL: r.base, Bearer: bearer, Attempts: 1, Timeout: 5 * time.Minute})
+}
+
 // SchedulerToken mints a development scheduler bearer token (the online
 // ticket check's caller).
 func (r *Runner) SchedulerToken() (string, error) {
@@ -178,11 +189,7 @@ func (r *Runner) BookingRevokedLife(ctx context.Context) []Result {
 	add(check("revoked booking: ticket renewal (POST /v1/runs/{run_id}/ticket)",
 		Expect{Status: 403, Codes: []string{"ENTITLEMENT_REVOKED"}}, a, err))
 
-	bearer, err := r.SchedulerToken()
-	var sched *client.Client
-	if err == nil {
-		sched, err = client.New(client.Options{BaseURL: r.base, Bearer: bearer, Attempts: 1, Timeout: 5 * time.Minute})
-	}
+	sched, err := r.schedulerClient()
 	if err == nil {
 		if resp, err = sched.CheckTicket(ctx, ticket, ""); err == nil {
 			a, err = parse(resp)
@@ -216,8 +223,18 @@ const (
 	wallClock      = 21600
 )
 
-// BoundsLife drives a run held to its bounds: a curriculum with no
-// long_context settings, so its advance into long_context would train at
+// The scheduler job ids of BoundsLife's online checks: its run's ticket
+// starts the first, and is refused the second.
+const (
+	boundJob = "slurm-4711"
+	otherJob = "slurm-4712"
+)
+
+// BoundsLife drives a run held to its bounds: the scheduler's online check
+// of its ticket (POST /v1/tickets/verify) binds it to job boundJob (live)
+// and refuses it job otherJob (TICKET_JOB_BOUND, naming the bound job and
+// its scheduler: one ticket, one job); a curriculum with no long_context
+// settings, so its advance into long_context would train at
 // pretrain's 8192-token sequences (denied STAGE_SEQUENCE_NOT_RAISED; the
 // run stays in pretrain), then its budget's restarts from step 500, each
 // with its own confirmation (admitted), and one more, past the budget
@@ -233,13 +250,26 @@ func (r *Runner) BoundsLife(ctx context.Context) []Result {
 	}
 	created, _, err := r.Create(ctx, m, r.Key("bounds"))
 	add(check("bounds: create (a curriculum with no long_context settings)", Expect{Status: 200}, created, err))
-	runID := created.Data.RunID
+	runID, ticket := created.Data.RunID, created.Data.Ticket
 	if runID == "" {
 		return out
 	}
+	sched, err := r.schedulerClient()
+	add(r.jobCheck(ctx, "bounds: the scheduler's online check binds its ticket to job "+boundJob,
+		sched, err, ticket, boundJob))
+	var a Answer
+	if err == nil {
+		var resp client.Response
+		if resp, err = sched.CheckTicket(ctx, ticket, otherJob); err == nil {
+			a, err = parse(resp)
+		}
+	}
+	add(checkSays("bounds: the same ticket for a second job, "+otherJob,
+		Expect{Status: 403, Codes: []string{"TICKET_JOB_BOUND"}},
+		"the run's tickets already started job "+boundJob+" of scheduler dev-scheduler; one ticket, one job", a, err))
+
 	report, err := r.EvalReport(runID, "pretrain", manifest.Digest(m.Raw), "ito-battery-pretrain-2026.10",
 		map[string]float64{"mmlu_5shot": 0.31, "hellaswag_acc": 0.42})
-	var a Answer
 	if err == nil {
 		var req api.AdmissionRequest
 		if req, err = r.AdvanceRequest(ctx, m, runID, "long_context", report); err == nil {
@@ -281,13 +311,99 @@ func (r *Runner) BoundsLife(ctx context.Context) []Result {
 	return out
 }
 
-// checkSays is check that also wants the answer's one violation to say
-// exactly says; the message is the row's detail.
+// FitLife drives a run whose next stage does not fit its GPUs: a
+// curriculum whose long_context trains at 131072 tokens without
+// activation checkpointing, so its advance into long_context (evals pass)
+// is denied MEMORY_ESTIMATE_EXCEEDS_GPU with the parallelism gate's fix;
+// GET /v1/runs/{run_id} then says live in pretrain (the deny consumed
+// nothing), and a cancel ends it.
+func (r *Runner) FitLife(ctx context.Context) []Result {
+	var out []Result
+	add := func(res Result) { out = append(out, res) }
+	m, err := r.CurriculumWith(map[string]any{"long_context": map[string]any{
+		"objective":   map[string]any{"sequence_length": 131072},
+		"parallelism": map[string]any{"activation_checkpointing": "none"},
+	}})
+	if err != nil {
+		return []Result{{Name: "fit: manifest", Got: err.Error()}}
+	}
+	created, _, err := r.Create(ctx, m, r.Key("fit"))
+	add(check("fit: create (long_context at 131072 tokens, no activation checkpointing)",
+		Expect{Status: 200}, created, err))
+	runID := created.Data.RunID
+	if runID == "" {
+		return out
+	}
+	report, err := r.EvalReport(runID, "pretrain", manifest.Digest(m.Raw), "ito-battery-pretrain-2026.10",
+		map[string]float64{"mmlu_5shot": 0.31, "hellaswag_acc": 0.42})
+	var a Answer
+	if err == nil {
+		var req api.AdmissionRequest
+		if req, err = r.AdvanceRequest(ctx, m, runID, "long_context", report); err == nil {
+			a, err = r.Admit(ctx, req)
+		}
+	}
+	res := check("fit: advance to long_context, whose layout does not fit the GPU's memory (evals pass)",
+		Expect{Status: 403, Codes: []string{"MEMORY_ESTIMATE_EXCEEDS_GPU"}}, a, err)
+	if res.Pass {
+		if v := a.Error.Violations[0]; v.Fix == "" {
+			res.Pass, res.Got = false, res.Got+" without a fix"
+		} else {
+			res.Detail = v.Fix
+		}
+	}
+	add(res)
+	add(r.runStatus(ctx, "fit: GET /v1/runs/{run_id} says live in pretrain, the denied advance not counted", runID,
+		func(st api.RunStatus) string {
+			if st.State != api.RunLive || st.Stage != "pretrain" {
+				return fmt.Sprintf("state %s in %s", st.State, st.Stage)
+			}
+			return ""
+		}))
+	// Its GPUs go back to the demo's booking (see BoundsLife).
+	a, err = r.Cancel(ctx, m, runID, r.Key("cancel-fit"))
+	add(check("fit: cancel", Expect{Status: 200}, a, err))
+	return out
+}
+
+// jobCheck is a demo row in which sched (made with err) checks ticket
+// online for job (POST /v1/tickets/verify); it passes when the answer is
+// 200, live and bound to job.
+func (r *Runner) jobCheck(ctx context.Context, name string, sched *client.Client, err error, ticket, job string) Result {
+	res := Result{Name: name, Expected: "200 live, job " + job}
+	var resp client.Response
+	if err == nil {
+		resp, err = sched.CheckTicket(ctx, ticket, job)
+	}
+	var env api.Envelope[api.TicketCheck]
+	if err == nil && json.Unmarshal(resp.Body, &env) != nil {
+		err = fmt.Errorf("HTTP %d: not an envelope", resp.Status)
+	}
+	switch d := env.Data; {
+	case err != nil:
+		res.Got = "error: " + err.Error()
+	case resp.Status != 200 || !d.Live || d.JobID != job:
+		res.Got = fmt.Sprintf("%d live %t, job %q", resp.Status, d.Live, d.JobID)
+		if env.Error != nil {
+			res.Got += " " + string(env.Error.Code)
+		}
+	default:
+		res.Got, res.Pass, res.Detail = res.Expected, true, "state "+string(d.State)
+	}
+	return res
+}
+
+// checkSays is check that also wants the answer's one violation (or, when
+// it has none, its error) to say exactly says; the message is the row's
+// detail.
 func checkSays(name string, want Expect, says string, got Answer, err error) Result {
 	res := check(name, want, got, err)
 	var msg string
-	if got.Error != nil && len(got.Error.Violations) == 1 {
+	switch {
+	case got.Error != nil && len(got.Error.Violations) == 1:
 		msg = got.Error.Violations[0].Message
+	case got.Error != nil && len(got.Error.Violations) == 0:
+		msg = got.Error.Message
 	}
 	res.Detail = msg
 	if res.Pass && msg != says {

@@ -122,9 +122,15 @@ func (r *Runner) Run(ctx context.Context, cases []FixtureCase) []Result {
 	for _, res := range r.BookingRevokedLife(ctx) {
 		add(res)
 	}
-	// 10e. A run held to its bounds: a long-context stage that does not
-	// raise the sequence length, restarts up to its budget and one past it.
+	// 10e. A run held to its bounds: its ticket bound to one scheduler job
+	// and refused a second, a long-context stage that does not raise the
+	// sequence length, restarts up to its budget and one past it.
 	for _, res := range r.BoundsLife(ctx) {
+		add(res)
+	}
+	// 10f. A run whose next stage does not fit its GPUs' memory: the
+	// advance is denied with the fix, and the run stays in its stage.
+	for _, res := range r.FitLife(ctx) {
 		add(res)
 	}
 

@@ -345,12 +345,12 @@ func (r *Runner) FitLife(ctx context.Context) []Result {
 	}
 	res := check("fit: advance to long_context, whose layout does not fit the GPU's memory (evals pass)",
 		Expect{Status: 403, Codes: []string{"MEMORY_ESTIMATE_EXCEEDS_GPU"}}, a, err)
-	if res.Pass {
-		if v := a.Error.Violations[0]; v.Fix == "" {
-			res.Pass, res.Got = false, res.Got+" without a fix"
-		} else {
-			res.Detail = v.Fix
-		}
+	switch {
+	case !res.Pass:
+	case len(a.Error.Violations) != 1 || a.Error.Violations[0].Fix == "":
+		res.Pass, res.Got = false, res.Got+" without a violation that names a fix"
+	default:
+		res.Detail = a.Error.Violations[0].Fix
 	}
 	add(res)
 	add(r.runStatus(ctx, "fit: GET /v1/runs/{run_id} says live in pretrain, the denied advance not counted", runID,

@@ -110,8 +110,7 @@ _uncounted contains sprintf("%v: volume %v mounts a host path of %v bytes, %v", 
 
 _uncounted contains sprintf("%v: annotation %v injects devices", [_where(s), k]) if {
 	some s in pod_sets
-	some k, _ in s.annotations
-	_device_annotation(k)
+	some k in _device_annotations(s)
 	_node_holder_annotation(k)
 	not _holds_node(s.whole)
 }
@@ -121,8 +120,7 @@ _uncounted contains sprintf("%v: annotation %v injects devices", [_where(s), k])
 # the Pod holds.
 _uncounted contains sprintf("%v: annotation %v injects host devices or mounts", [_where(s), k]) if {
 	some s in pod_sets
-	some k, _ in s.annotations
-	_device_annotation(k)
+	some k in _device_annotations(s)
 	not _node_holder_annotation(k)
 }
 
@@ -151,26 +149,26 @@ _device_mount(p) if {
 	startswith(p, _clean(d))
 }
 
-_device_annotation(k) if k in _model.device_annotation_keys
-
-_device_annotation(k) if {
-	some prefix in _model.device_annotation_prefixes
-	startswith(k, prefix)
+# The device annotations of a pod set, each key looked at once: a key of
+# device_annotation_keys or a prefix without its slash, or a key under a
+# prefix (one builtin call a key: every Pod carries annotations).
+_device_annotations(s) := {k |
+	some k, _ in s.annotations
+	_device_annotation(k)
 }
 
-# A prefix without its slash is a key too (devices.nri.io).
-_device_annotation(k) if {
-	some prefix in _model.device_annotation_prefixes
-	k == trim_suffix(prefix, "/")
+_device_annotation(k) if k in _device_annotation_exact
+
+_device_annotation(k) if strings.any_prefix_match(k, _model.device_annotation_prefixes)
+
+_device_annotation_exact := {k | some k in _model.device_annotation_keys} | {trim_suffix(p, "/") |
+	some p in _model.device_annotation_prefixes
 }
 
 # A device annotation a Pod holding its whole node may carry: CDI
 # injection of the node's GPUs (whole_node_annotation_prefixes, a prefix
 # without its slash a key too).
-_node_holder_annotation(k) if {
-	some prefix in _model.whole_node_annotation_prefixes
-	startswith(k, prefix)
-}
+_node_holder_annotation(k) if strings.any_prefix_match(k, _model.whole_node_annotation_prefixes)
 
 _node_holder_annotation(k) if {
 	some prefix in _model.whole_node_annotation_prefixes

@@ -67,10 +67,16 @@ func TestReviewDeviceAnnotationAddedByUpdate(t *testing.T) {
 			if !m.sent(t, r) {
 				t.Errorf("%s: UPDATE adding %s is not sent to the webhook", c.name, key)
 			}
+			// CDI names the node's GPUs; the NRI and CRI-O keys inject any
+			// host device or mount.
+			says := "annotation " + key + " injects host devices or mounts"
+			if strings.Contains(key, "cdi.k8s.io") {
+				says = "annotation " + key + " injects devices"
+			}
 			resp := decide(t, f.h, r)
 			if resp.Allowed || resp.Result == nil ||
 				!strings.HasPrefix(resp.Result.Message, "WORKLOAD_GPU_ACCESS_UNCOUNTED: ") ||
-				!strings.Contains(resp.Result.Message, "annotation "+key+" injects devices") {
+				!strings.Contains(resp.Result.Message, says) {
 				t.Errorf("%s: UPDATE adding %s: %+v, want WORKLOAD_GPU_ACCESS_UNCOUNTED naming it", c.name, key, resp.Result)
 			}
 		}
@@ -113,7 +119,7 @@ func TestDeviceAnnotationUpdateIsNoTeardown(t *testing.T) {
 		r           rq
 		sent, allow bool
 	}{
-		{"device annotation added", update(withAnnotations(stored, "devices.noderesource.dev/pod", "- path: /dev/nvidia0")), true, false},
+		{"device annotation added", update(withAnnotations(stored, "cdi.nri.io/container.t", "nvidia.com/gpu=all")), true, false},
 		{"device annotation changed", update(withAnnotations(stored, "cdi.k8s.io/x", "nvidia.com/gpu=all")), true, false},
 		{"device annotation removed", update(withAnnotations(stored, "cdi.k8s.io/x", "")), false, true},
 		{"another annotation added", update(withAnnotations(stored, "example.com/note", "cancelled")), false, true},

@@ -100,38 +100,28 @@ func (r *Runner) Run(ctx context.Context, cases []FixtureCase) []Result {
 	}
 	add(check("no caller token", Expect{Status: http.StatusUnauthorized, Codes: []string{"CALLER_UNAUTHENTICATED"}}, a, err))
 
-	// 10. A run's life: create, stage advances (evals pass; an eval fails,
-	// no override), restart from a checkpoint, cancel, restart refused.
-	for _, res := range r.RunLife(ctx) {
-		add(res)
-	}
-	// 10b. A run whose entitlement is revoked after admission: its restart
-	// is denied with the revocation's code, its status says revoked, its
-	// cancel is admitted.
-	for _, res := range r.RevokedLife(ctx) {
-		add(res)
-	}
-	// 10c. A run the eval authority halts by posting a failing report
-	// directly, its holder never asking to advance.
-	for _, res := range r.DirectHaltLife(ctx) {
-		add(res)
-	}
-	// 10d. A run whose booking is revoked after admission: its advance, its
-	// ticket renewal and the scheduler's check of its ticket are refused
-	// with the revocation's code.
-	for _, res := range r.BookingRevokedLife(ctx) {
-		add(res)
-	}
-	// 10e. A run held to its bounds: its ticket bound to one scheduler job
-	// and refused a second, a long-context stage that does not raise the
-	// sequence length, restarts up to its budget and one past it.
-	for _, res := range r.BoundsLife(ctx) {
-		add(res)
-	}
-	// 10f. A run whose next stage does not fit its GPUs' memory: the
-	// advance is denied with the fix, and the run stays in its stage.
-	for _, res := range r.FitLife(ctx) {
-		add(res)
+	// 10. Runs' lives, each a list of rows:
+	//   a. create, stage advances (evals pass; an eval fails, no override),
+	//      restart from a checkpoint, cancel, restart refused;
+	//   b. a run whose entitlement is revoked after admission: its restart
+	//      is denied with the revocation's code, its status says revoked,
+	//      its cancel is admitted;
+	//   c. a run the eval authority halts by posting a failing report
+	//      directly, its holder never asking to advance;
+	//   d. a run whose booking is revoked after admission: its advance, its
+	//      ticket renewal and the scheduler's check of its ticket are
+	//      refused with the revocation's code;
+	//   e. a run held to its bounds: its ticket bound to one scheduler job
+	//      and refused a second, a long-context stage that does not raise
+	//      the sequence length, restarts up to its budget and one past it;
+	//   f. a run whose next stage does not fit its GPUs' memory: the advance
+	//      is denied with the fix, and the run stays in its stage.
+	for _, life := range []func(context.Context) []Result{
+		r.RunLife, r.RevokedLife, r.DirectHaltLife, r.BookingRevokedLife, r.BoundsLife, r.FitLife,
+	} {
+		for _, res := range life(ctx) {
+			add(res)
+		}
 	}
 
 	// 11. Every fixture manifest with its expected decision.

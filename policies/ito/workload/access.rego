@@ -14,8 +14,9 @@ import data.ito.lib
 # pod set's "whole") are the ticket's gpus_per_node. MIG slices, shared
 # replicas and DRA claims do not count: 8 slices of one GPU leave 7 GPUs
 # of an 8-GPU node to reach.
-_holds_node(whole) if {
+_holds_node(s) if {
 	_ticket_ok
+	whole := _whole(s)
 	whole > 0
 	whole == _claims.gpus_per_node
 }
@@ -57,7 +58,7 @@ _uncounted contains sprintf("%v: container %v is privileged", [_where(s), lib.sh
 	some s in pod_sets
 	some c in s.containers
 	c.securityContext.privileged == true
-	not _holds_node(s.whole)
+	not _holds_node(s)
 }
 
 _uncounted contains sprintf("%v: container %v sets %v%v", [_where(s), lib.show(c.name), e.name, _env_value(e)]) if {
@@ -67,7 +68,7 @@ _uncounted contains sprintf("%v: container %v sets %v%v", [_where(s), lib.show(c
 	some e in c.env
 	e.name in _model.device_env.names
 	_env_reaches(e)
-	not _holds_node(s.whole)
+	not _holds_node(s)
 }
 
 _uncounted contains sprintf("%v: container %v mounts %v", [_where(s), lib.show(c.name), m.mountPath]) if {
@@ -75,8 +76,10 @@ _uncounted contains sprintf("%v: container %v mounts %v", [_where(s), lib.show(c
 	some s in pod_sets
 	some c in s.containers
 	some m in c.volumeMounts
-	_device_mount(_clean(m.mountPath))
-	not _holds_node(s.whole)
+	some d in _device_mount_dirs
+	contains(m.mountPath, d.last)
+	startswith(_clean(m.mountPath), d.clean)
+	not _holds_node(s)
 }
 
 _uncounted contains sprintf("%v: volume %v mounts host path %v", [_where(s), lib.show(v.name), v.hostPath.path]) if {
@@ -84,7 +87,7 @@ _uncounted contains sprintf("%v: volume %v mounts host path %v", [_where(s), lib
 	some s in pod_sets
 	some v in s.spec.volumes
 	_host_device_path(_clean(v.hostPath.path))
-	not _holds_node(s.whole)
+	not _holds_node(s)
 }
 
 # A path too long or too deep to clean is not judged: refused, whatever
@@ -108,19 +111,30 @@ _uncounted contains sprintf("%v: volume %v mounts a host path of %v bytes, %v", 
 	_unjudged_path(v.hostPath.path)
 }
 
-_uncounted contains sprintf("%v: annotation %v injects devices", [_where(s), k]) if {
+# A device annotation: the CDI ones allowed on a Pod holding its whole
+# node; device and mount injection that is not a GPU's (the NRI
+# device-injector's and CRI-O's host devices and mounts) reaches the host,
+# refused whatever the Pod holds. Each key of a pod set looked at once.
+_uncounted contains m if {
 	some s in pod_sets
-	some k in _device_annotations(s)
-	_node_holder_annotation(k)
-	not _holds_node(s.whole)
+	some k, _ in s.annotations
+	strings.any_prefix_match(concat("", [k, "/"]), _model.device_annotation_prefixes)
+	m := _annotation_finding(s, k)
 }
 
-# Device and mount injection that is not a GPU's (the NRI device-injector's
-# and CRI-O's host devices and mounts) reaches the host: refused whatever
-# the Pod holds.
-_uncounted contains sprintf("%v: annotation %v injects host devices or mounts", [_where(s), k]) if {
+_uncounted contains m if {
 	some s in pod_sets
-	some k in _device_annotations(s)
+	some k in _model.device_annotation_keys
+	s.annotations[k]
+	m := _annotation_finding(s, k)
+}
+
+_annotation_finding(s, k) := sprintf("%v: annotation %v injects devices", [_where(s), k]) if {
+	_node_holder_annotation(k)
+	not _holds_node(s)
+}
+
+_annotation_finding(s, k) := sprintf("%v: annotation %v injects host devices or mounts", [_where(s), k]) if {
 	not _node_holder_annotation(k)
 }
 
@@ -141,39 +155,30 @@ _env_value(e) := " from a reference" if e.valueFrom
 
 _env_value(e) := sprintf("=%v", [object.get(e, "value", "")]) if not e.valueFrom
 
-# A mount path (cleaned) the toolkit reads as a device request: it starts
-# with a device-list directory as a string (/var/run/nvidia-container-devicesall
-# requests "all").
-_device_mount(p) if {
+# A mount path the toolkit reads as a device request: cleaned, it starts
+# with a device-list directory (cleaned) as a string
+# (/var/run/nvidia-container-devicesall requests "all"). Cleaning only
+# drops segments, so a path without the directory's last segment as a
+# substring ("last") cannot: most mounts are never cleaned.
+_device_mount_dirs := [{"clean": c, "last": _last_segment(c)} |
 	some d in _model.device_mount_paths
-	startswith(p, _clean(d))
-}
+	c := _clean(d)
+]
 
-# The device annotations of a pod set, each key looked at once: a key of
-# device_annotation_keys or a prefix without its slash, or a key under a
-# prefix (one builtin call a key: every Pod carries annotations).
-_device_annotations(s) := {k |
-	some k, _ in s.annotations
-	_device_annotation(k)
-}
+_last_segment(p) := segs[count(segs) - 1] if {
+	segs := _segments(p)
+	count(segs) > 0
+} else := ""
 
-_device_annotation(k) if k in _device_annotation_exact
-
-_device_annotation(k) if strings.any_prefix_match(k, _model.device_annotation_prefixes)
-
-_device_annotation_exact := {k | some k in _model.device_annotation_keys} | {trim_suffix(p, "/") |
-	some p in _model.device_annotation_prefixes
-}
+# A device annotation (the two rules above): a key of
+# device_annotation_keys, under a prefix of device_annotation_prefixes, or
+# a prefix without its slash (k + "/" starts with a prefix exactly then).
+# One builtin call a key, no function call: every Pod carries annotations.
 
 # A device annotation a Pod holding its whole node may carry: CDI
 # injection of the node's GPUs (whole_node_annotation_prefixes, a prefix
 # without its slash a key too).
-_node_holder_annotation(k) if strings.any_prefix_match(k, _model.whole_node_annotation_prefixes)
-
-_node_holder_annotation(k) if {
-	some prefix in _model.whole_node_annotation_prefixes
-	k == trim_suffix(prefix, "/")
-}
+_node_holder_annotation(k) if strings.any_prefix_match(concat("", [k, "/"]), _model.whole_node_annotation_prefixes)
 
 # A host path at or under a device prefix (/dev/nvidia0), or above one
 # (/dev, /).
@@ -202,6 +207,7 @@ _unjudged_note := sprintf(
 _unjudged_path(p) if count(p) > _max_path_bytes
 
 _unjudged_path(p) if {
+	strings.count(p, "/") >= _max_path_segments # fewer slashes, fewer segments
 	count(p) <= _max_path_bytes
 	count(_segments(p)) > _max_path_segments
 }

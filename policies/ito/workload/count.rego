@@ -9,8 +9,6 @@ import data.ito.lib
 
 _model := data.ito.config.workload
 
-_max_count := _model.max_count
-
 # METADATA
 # title: GPUs requested
 # description: >-
@@ -24,38 +22,46 @@ gpus := sum([n | some s in pod_sets; n := s.replicas * s.charged]) + sum([s.gpus
 # title: Pod sets
 # description: >-
 #   One entry per pod template of the object, from the table's paths for its
-#   kind (group/Kind): {"base", "path", "spec", "annotations", "containers",
-#   "replicas", "factors", "quantities" (the GPU quantities of its
-#   containers), "per_pod" (counted GPUs of one Pod), "whole" (of those, the
-#   whole devices: gpu_resources.whole), "claims" (names a DRA
-#   claim template), "charged" (what one Pod is charged)}. The findings'
-#   messages are built from an entry only when there is a finding.
+#   kind (group/Kind): {"base", "path", "spec", "annotations", "containers"
+#   (every container a Pod can run: init, app, ephemeral), "replicas",
+#   "factors", "quantities" (the extended-resource quantities of its
+#   containers, each with its class, count "n" and "amount"), "per_pod"
+#   (counted GPUs of one Pod), "claims" (names a DRA claim template),
+#   "charged" (what one Pod is charged)}. A pod set's whole devices (_whole)
+#   are computed only when an access finding asks. Every review evaluates
+#   this (every Pod of every job): it calls as few functions as it can,
+#   each call being dearer in OPA than the expressions around it.
 pod_sets := [s |
 	some set in _kind.pod_sets
 	some b in _bases(set)
 	spec := object.get(b.base, set.path, {})
 	factors := [_factor(b, f) | some f in set.replicas]
-	inits := object.get(spec, "initContainers", [])
-	apps := object.get(spec, "containers", [])
-	containers := array.concat(array.concat(inits, apps), object.get(spec, "ephemeralContainers", []))
+	containers := [c |
+		some l in ["initContainers", "containers", "ephemeralContainers"]
+		some c in object.get(spec, l, [])
+	]
 	qs := array.concat(
-		[{"r": r, "q": q, "c": c.name, "field": "limits", "class": class, "amount": amount} |
+		[{"r": r, "q": q, "c": c.name, "field": "limits", "class": class, "n": n, "amount": n} |
 			some c in containers
 			some r, q in c.resources.limits
 			contains(r, "/")
 			class := _resource_class(r)
-			amount := _qty(q)
+			n := _qty(q)
 		],
-		[{"r": r, "q": q, "c": c.name, "field": "requests", "class": class, "amount": amount} |
+		[{"r": r, "q": q, "c": c.name, "field": "requests", "class": class, "n": n, "amount": amount} |
 			some c in containers
 			some r, q in c.resources.requests
 			contains(r, "/")
 			class := _resource_class(r)
-			amount := _request_amount(q, object.get(c.resources, ["limits", r], null))
+			n := _qty(q)
+			amount := max([0, n - _qty(object.get(c.resources, ["limits", r], 0))])
 		],
 	)
-	per_pod := _per_pod(spec, qs, {q.r | some q in qs; q.class == "gpu"})
-	whole := _per_pod(spec, qs, {q.r | some q in qs; q.class == "gpu"; q.r in _model.gpu_resources.whole})
+	inits := count(object.get(spec, "initContainers", []))
+	per_pod := sum([q.amount | inits == 0; some q in qs; q.class == "gpu"]) + sum([_effective(spec, r) |
+		inits > 0
+		some r in {q.r | some q in qs; q.class == "gpu"}
+	])
 	claims := count([1 |
 		some c in object.get(spec, "resourceClaims", [])
 		object.get(c, "resourceClaimTemplateName", "") != ""
@@ -71,11 +77,13 @@ pod_sets := [s |
 		"factors": factors,
 		"quantities": qs,
 		"per_pod": per_pod,
-		"whole": whole,
 		"claims": claims,
 		"charged": max(array.concat([per_pod], [n | claims; _ticket_ok; n := input.ticket.claims.gpus_per_node])),
 	}
 ]
+
+# A pod set's whole devices: its counted GPUs of gpu_resources.whole.
+_whole(s) := _per_pod(s.spec, s.quantities, _model.gpu_resources.whole)
 
 # A quantity's "amount" is what it adds to its container: a limit its
 # count, a request what it asks above the limit (its count without one), so
@@ -85,24 +93,30 @@ pod_sets := [s |
 # up. A Pod whose DRA claim templates this review cannot see reaches at most
 # its node's GPUs: "charged" max(counted, gpus_per_node) once a ticket says a
 # node's size.
-_request_amount(q, null) := _qty(q)
-
-_request_amount(q, limit) := max([0, _qty(q) - _qty(limit)]) if limit != null
-
 # The counted GPUs of one Pod over the resources rs: the quantities' amounts
 # added up, or with init containers their effective requests.
-_per_pod(spec, qs, rs) := sum([q.amount | some q in qs; q.r in rs]) if count(_inits(spec)) == 0
+_per_pod(spec, qs, only) := sum([q.amount | some q in qs; _counted(q, only)]) if not spec.initContainers
 
-else := sum([_effective(spec, r) | some r in rs])
+else := sum([_effective(spec, r) | some r in {q.r | some q in qs; _counted(q, only)}])
+
+# A quantity counted among the GPUs of "only": every GPU resource
+# ("any"), or the resources listed.
+_counted(q, "any") if q.class == "gpu"
+
+_counted(q, only) if {
+	only != "any"
+	q.class == "gpu"
+	q.r in only
+}
 
 # Where a pod set is, for messages: "spec.template.spec".
 _where(s) := concat(".", array.concat(s.base.where, s.path))
 
 _bases(set) := [{"base": e, "key": k, "where": array.concat(set.each, [sprintf("%v", [k])])} |
-	some k, e in object.get(_obj, set.each, [])
+	some k, e in object.get(input.review.object, set.each, [])
 ] if set.each
 
-else := [{"base": _obj, "key": "", "where": []}]
+_bases(set) := [{"base": input.review.object, "key": "", "where": []}] if not set.each
 
 # A replica factor: the largest of the values present at its "max" paths
 # (relative to the pod set's base), at its "max_root" paths (from the
@@ -141,7 +155,7 @@ _count_ok(x) if {
 	is_number(x)
 	x == floor(x)
 	x >= 0
-	x <= _max_count
+	x <= _model.max_count
 }
 
 _count(x) := x if _count_ok(x)
@@ -155,14 +169,14 @@ _qty_ok(q) if _count_ok(q)
 _qty_ok(q) if {
 	is_string(q)
 	regex.match(`^[0-9]+[kMGTPE]?$`, q)
-	units.parse(q) <= _max_count
+	units.parse(q) <= _model.max_count
 }
 
 _qty(q) := q if {
 	is_number(q)
 	q == floor(q)
 	q >= 0
-	q <= _max_count
+	q <= _model.max_count
 } else := units.parse(q) if {
 	_qty_ok(q)
 } else := 0
@@ -175,8 +189,7 @@ _inits(spec) := object.get(spec, "initContainers", [])
 # extended resource of a device class in neither list); undefined for the
 # others.
 _resource_class(r) := "gpu" if {
-	some p in _model.gpu_resources.prefixes
-	startswith(r, p)
+	strings.any_prefix_match(r, _model.gpu_resources.prefixes)
 	not r in _model.gpu_resources.not
 } else := "gpu" if {
 	r in _model.gpu_resources.names
@@ -221,6 +234,7 @@ _count_invalid contains sprintf("%v: container %v %v %v is %v", [_where(s), lib.
 	some s in pod_sets
 	some q in s.quantities
 	q.class == "gpu"
+	q.n == 0 # a valid quantity counts (_qty); 0 is either
 	not _qty_ok(q.q)
 }
 

@@ -145,5 +145,5 @@ _count_unknown contains _named_claim(s, i, c) if {
 	some s in pod_sets
 	some i, c in object.get(s.spec, "resourceClaims", [])
 	object.get(c, "resourceClaimName", "") != ""
-	not _holds_node(s.whole)
+	not _holds_node(s)
 }

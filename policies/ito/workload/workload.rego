@@ -102,11 +102,8 @@ _table := data.ito.tables.workloads
 
 _obj := input.review.object
 
-_kind_key := concat("/", [input.review.kind.group, input.review.kind.kind])
-
-_kind := object.get(_table.kinds, _kind_key, {})
-
-_sub_resource := object.get(input.review, "sub_resource", "")
+# The kind's table entry ({} for kinds not in the table), by group/Kind.
+_kind := object.get(_table.kinds, concat("/", [input.review.kind.group, input.review.kind.kind]), {})
 
 _claims := object.get(input.ticket, "claims", {})
 
@@ -156,7 +153,7 @@ requests_gpus if {
 # use it) and not to a subresource (change.rego decides those).
 _gated if {
 	requests_gpus
-	_sub_resource == ""
+	input.review.sub_resource == ""
 	not _kind.claim_sets
 	not _teardown
 }
@@ -174,8 +171,6 @@ bind := "none" if {
 } else := "root"
 
 _is_child if input.object_ref.owner_uid != ""
-
-_controllers := data.ito.config.workload.controllers.users
 
 _ticket_ok if {
 	input.ticket.verified == true
@@ -489,7 +484,7 @@ deny contains v if {
 deny contains v if {
 	_is_child
 	_gated
-	not _controllers[input.review.user]
+	not _model.controllers.users[input.review.user]
 	v := lib.violation(rego.metadata.rule(), sprintf(
 		"%v is not a workload controller (data.ito.config.workload.controllers): it cannot create a child of another object",
 		[lib.show(object.get(input.review, "user", ""))],

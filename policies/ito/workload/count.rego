@@ -33,7 +33,13 @@ gpus := sum([n | some s in pod_sets; n := s.replicas * s.charged]) + sum([s.gpus
 #   each call being dearer in OPA than the expressions around it.
 pod_sets := [s |
 	some set in _kind.pod_sets
-	some b in _bases(set)
+	some b in array.concat(
+		[{"base": e, "key": k, "where": array.concat(set.each, [sprintf("%v", [k])])} |
+			set.each
+			some k, e in object.get(input.review.object, set.each, [])
+		],
+		[{"base": input.review.object, "key": "", "where": []} | not set.each],
+	)
 	spec := object.get(b.base, set.path, {})
 	factors := [_factor(b, f) | some f in set.replicas]
 	containers := [c |
@@ -111,12 +117,6 @@ _counted(q, only) if {
 
 # Where a pod set is, for messages: "spec.template.spec".
 _where(s) := concat(".", array.concat(s.base.where, s.path))
-
-_bases(set) := [{"base": e, "key": k, "where": array.concat(set.each, [sprintf("%v", [k])])} |
-	some k, e in object.get(input.review.object, set.each, [])
-] if set.each
-
-_bases(set) := [{"base": input.review.object, "key": "", "where": []}] if not set.each
 
 # A replica factor: the largest of the values present at its "max" paths
 # (relative to the pod set's base), at its "max_root" paths (from the
@@ -266,7 +266,9 @@ deny contains v if {
 _admitted_gpus := g if {
 	_run_matches
 	g := input.run.gpus
-	lib.is_count(g)
+	is_number(g) # lib.is_count, inline: every review asks
+	g >= 1
+	g == floor(g)
 } else := _claims.world_size
 
 _charge_note := " (a Pod naming a DRA claim template counts as a whole node)" if {

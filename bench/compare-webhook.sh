@@ -5,7 +5,8 @@
 #
 #   OLD and NEW (default HEAD) are exported with git archive (a dirty tree is
 #   not measured) and their gatekeeper/webhook test binaries built. Per round
-#   and side: BenchmarkWebhookPodReview (verify=each and verify=cached) and
+#   and side: BenchmarkWebhookPodReview (verify=each and verify=cached),
+#   BenchmarkWebhookTrainingPodReview (a commit without it shows no row) and
 #   the OPA peer, at -cpu 1, reporting cpu-s/review (process CPU, GC
 #   included), B/op and allocs/op. The summary gives medians over the rounds
 #   and the ratio NEW/OLD (< 1: NEW is cheaper).
@@ -38,7 +39,7 @@ for r in $(seq 1 "$ROUNDS"); do
   echo "== round $r/$ROUNDS (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
   for side in old new; do
     (cd "$TMP/$side/gatekeeper/webhook" && "$TMP/$side.test" -test.run '^$' \
-      -test.bench 'BenchmarkWebhookPodReview|BenchmarkOPAPeerPodReview' \
+      -test.bench 'BenchmarkWebhookPodReview|BenchmarkWebhookTrainingPodReview|BenchmarkOPAPeerPodReview' \
       -test.benchtime "$BT" -test.cpu 1 -test.benchmem) |
       grep -E '^Benchmark' | sed "s/^/$side /" >> "$RAW"
   done

@@ -107,6 +107,83 @@ func BenchmarkWebhookPodReview(b *testing.B) {
 	}
 }
 
+// trainingPod is benchPod as the Job controller creates a Pod of a real
+// multi-node training job and the apiserver sends it: GPU, CPU, memory and
+// RDMA quantities as strings in requests (defaulted from the limits) and
+// limits, launcher environment, shared memory, a checkpoint volume and
+// the service account token mounted, the Job's labels and annotations, a
+// grace period and a GPU toleration. Every access check of the workload
+// policy that a member of it triggers (env, volumeMounts, the grace period)
+// runs, as it does on such Pods.
+func trainingPod(f *fixture) []byte {
+	p := pod("team-a", "train-0", "p0", "uid-job", f.ticket, 8)
+	md := p["metadata"].(map[string]any)
+	md["labels"] = map[string]any{"batch.kubernetes.io/controller-uid": "uid-job", "batch.kubernetes.io/job-name": "train",
+		"batch.kubernetes.io/job-completion-index": "0", "controller-uid": "uid-job", "job-name": "train"}
+	md["annotations"].(map[string]any)["batch.kubernetes.io/job-completion-index"] = "0"
+	md["annotations"].(map[string]any)["kubectl.kubernetes.io/default-container"] = "trainer"
+	qty := map[string]any{"nvidia.com/gpu": "8", "cpu": "96", "memory": "1600Gi", "rdma/ib": "8"}
+	p["spec"] = map[string]any{
+		"containers": []any{map[string]any{
+			"name": "trainer", "image": "nvcr.io/nvidia/pytorch:25.01-py3",
+			"command": []any{"torchrun"}, "args": []any{"--nnodes=2", "--nproc-per-node=8", "train.py"},
+			"env": []any{
+				map[string]any{"name": "MASTER_ADDR", "value": "train-0.train"},
+				map[string]any{"name": "MASTER_PORT", "value": "29500"},
+				map[string]any{"name": "NCCL_DEBUG", "value": "WARN"},
+				map[string]any{"name": "POD_NAME", "valueFrom": map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.name"}}},
+			},
+			"resources":       map[string]any{"limits": qty, "requests": qty},
+			"securityContext": map[string]any{"capabilities": map[string]any{"add": []any{"IPC_LOCK"}}},
+			"volumeMounts": []any{
+				map[string]any{"name": "dshm", "mountPath": "/dev/shm"},
+				map[string]any{"name": "ckpt", "mountPath": "/checkpoints"},
+				map[string]any{"name": "kube-api-access-x", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true},
+			},
+		}},
+		"volumes": []any{
+			map[string]any{"name": "dshm", "emptyDir": map[string]any{"medium": "Memory", "sizeLimit": "256Gi"}},
+			map[string]any{"name": "ckpt", "persistentVolumeClaim": map[string]any{"claimName": "ckpt"}},
+			map[string]any{"name": "kube-api-access-x", "projected": map[string]any{"sources": []any{
+				map[string]any{"serviceAccountToken": map[string]any{"path": "token", "expirationSeconds": 3607}}}}},
+		},
+		"restartPolicy": "Never", "terminationGracePeriodSeconds": 30, "serviceAccountName": "default",
+		"tolerations": []any{map[string]any{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}},
+	}
+	return reviewBody("", "v1", "Pod", p, false)
+}
+
+// BenchmarkWebhookTrainingPodReview is BenchmarkWebhookPodReview's
+// verify=cached on trainingPod: what the Pods of a real job cost after the
+// first.
+func BenchmarkWebhookTrainingPodReview(b *testing.B) {
+	f := newFixture(b)
+	wantAllowed(b, post(b, f.h, "batch", "v1", "Job", job("team-a", "train", "uid-job", f.ticket, 2, 8), false))
+	opts := f.opts
+	tv, err := ticket.NewVerifier(ticket.VerifierOptions{Issuer: trust.DevTicketIssuer, Keys: f.keys.KeySet(),
+		CacheEntries: verify.CacheEntriesFor(verify.PurposeTicket)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	opts.Tickets = tv
+	h, err := webhook.New(opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := trainingPod(f)
+	serve := func() *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPost, "/validate", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	wantReviewAllowed(b, serve().Body.Bytes())
+	var last *httptest.ResponseRecorder
+	measure(b, func() { last = serve() })
+	wantReviewAllowed(b, last.Body.Bytes())
+}
+
 // peerPolicy is the same decision for a Pod as a Gatekeeper/OPA user
 // writes it: OPA's io.jwt.decode_verify checks the ticket (signature with
 // the same public JWKS, iss, aud, exp at the same clock), then typ and

@@ -92,6 +92,9 @@ _uncounted contains sprintf("%v: volume %v mounts host path %v", [_where(s), lib
 
 # A path too long or too deep to clean is not judged: refused, whatever
 # the Pod holds (no mount or host path of a real workload is).
+# Two rules without a function call (every real Pod mounts its service
+# account token): too long, or possibly too deep (fewer slashes, fewer
+# segments) and then too deep.
 _uncounted contains sprintf("%v: container %v mounts a path of %v bytes, %v", [
 	_where(s), lib.show(c.name), count(m.mountPath), _unjudged_note,
 ]) if {
@@ -99,6 +102,17 @@ _uncounted contains sprintf("%v: container %v mounts a path of %v bytes, %v", [
 	some s in pod_sets
 	some c in s.containers
 	some m in c.volumeMounts
+	count(m.mountPath) > _max_path_bytes
+}
+
+_uncounted contains sprintf("%v: container %v mounts a path of %v bytes, %v", [
+	_where(s), lib.show(c.name), count(m.mountPath), _unjudged_note,
+]) if {
+	input.review.keys.volumeMounts == true
+	some s in pod_sets
+	some c in s.containers
+	some m in c.volumeMounts
+	strings.count(m.mountPath, "/") >= _max_path_segments
 	_unjudged_path(m.mountPath)
 }
 
@@ -160,15 +174,18 @@ _env_value(e) := sprintf("=%v", [object.get(e, "value", "")]) if not e.valueFrom
 # (/var/run/nvidia-container-devicesall requests "all"). Cleaning only
 # drops segments, so a path without the directory's last segment as a
 # substring ("last") cannot: most mounts are never cleaned.
-_device_mount_dirs := [{"clean": c, "last": _last_segment(c)} |
+# Every review with a mount asks, so a directory without ".." (as
+# shipped) is cleaned inline, with no function call; "last" is "" for "/".
+_device_mount_dirs := [{
+	"clean": concat("/", ["", concat("/", kept)]),
+	"last": concat("", array.slice(kept, count(kept) - 1, count(kept))),
+} |
 	some d in _model.device_mount_paths
-	c := _clean(d)
+	segs := [x | some x in split(d, "/"); not x in {"", "."}]
+	count(d) <= _max_path_bytes
+	count(segs) <= _max_path_segments
+	some kept in array.concat([segs | not ".." in segs], [_segments(_clean(d)) | ".." in segs])
 ]
-
-_last_segment(p) := segs[count(segs) - 1] if {
-	segs := _segments(p)
-	count(segs) > 0
-} else := ""
 
 # A device annotation (the two rules above): a key of
 # device_annotation_keys, under a prefix of device_annotation_prefixes, or

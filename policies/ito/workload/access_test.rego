@@ -205,3 +205,23 @@ test_whole_node_needs_a_valid_ticket if {
 		"WORKLOAD_TICKET_INVALID", "WORKLOAD_GPU_ACCESS_UNCOUNTED",
 	}
 }
+
+# The device-list directories are data an operator may write loosely: a
+# directory with "..", a trailing slash or repeated slashes is cleaned
+# before mounts are matched against it, and "/" refuses every mount
+# (the mounts' pre-filter, a directory's last segment, is "" for it).
+test_device_mount_dirs_are_cleaned[name] if {
+	some name, tc in {
+		"through ..": {"dirs": ["/opt/x/../../run/nvidia-container-devices"], "path": "/run/nvidia-container-devicesall", "want": {"WORKLOAD_GPU_ACCESS_UNCOUNTED"}},
+		"trailing slash": {"dirs": ["//run//nvidia-container-devices/"], "path": "/run/nvidia-container-devicesall", "want": {"WORKLOAD_GPU_ACCESS_UNCOUNTED"}},
+		"the root": {"dirs": ["/"], "path": "/data", "want": {"WORKLOAD_GPU_ACCESS_UNCOUNTED"}},
+		"the root through ..": {"dirs": ["/a/.."], "path": "/data", "want": {"WORKLOAD_GPU_ACCESS_UNCOUNTED"}},
+		"elsewhere": {"dirs": ["/opt/x/../../run/nvidia-container-devices"], "path": "/opt/nvidia-container-devices", "want": set()},
+	}
+	model := json.patch(data.ito.config.workload, [{"op": "replace", "path": "/device_mount_paths", "value": tc.dirs}])
+	spec := {"containers": [object.union(_c("a", {"nvidia.com/gpu": 4}), {"volumeMounts": [{"name": "v", "mountPath": tc.path}]})]}
+	d := workload.decision with input as _input(_pod_with(spec)) with data.ito.config.workload as model
+	got := {v.code | some v in d.violations}
+	print(name, "got", got)
+	got == tc.want
+}

@@ -177,8 +177,13 @@ _qty(q) := q if {
 	q == floor(q)
 	q >= 0
 	q <= _model.max_count
-} else := units.parse(q) if {
-	_qty_ok(q)
+} else := n if {
+	# _qty_ok's string case, inline: every GPU quantity the apiserver
+	# sends is a string
+	is_string(q)
+	regex.match(`^[0-9]+[kMGTPE]?$`, q)
+	n := units.parse(q)
+	n <= _model.max_count
 } else := 0
 
 _inits(spec) := object.get(spec, "initContainers", [])
@@ -193,10 +198,16 @@ _resource_class(r) := "gpu" if {
 	not r in _model.gpu_resources.not
 } else := "gpu" if {
 	r in _model.gpu_resources.names
-} else := "gpu" if {
-	_gpu_class(_dra_class(r))
+} else := _dra_resource_class(_dra_class(r)) if {
+	# only a DRA extended resource goes on: most names (rdma/ib,
+	# example.com/...) stop here, at no further call
+	startswith(r, _dra.extended_resource_prefix)
+}
+
+_dra_resource_class(c) := "gpu" if {
+	_gpu_class(c)
 } else := "unknown" if {
-	not _known_class(_dra_class(r))
+	not _known_class(c)
 }
 
 # One container's amount of r: the larger of its request and limit.

@@ -81,6 +81,7 @@ test_refused_whatever_the_pod_holds[name] if {
 		"a mount path of 33 segments": {"c": {"volumeMounts": [{"name": "v", "mountPath": deep}]}},
 		"a mount path of 4097 bytes": {"c": {"volumeMounts": [{"name": "v", "mountPath": long}]}},
 		"a host path of 33 segments": {"pod": {"volumes": [{"name": "d", "hostPath": {"path": deep}}]}},
+		"a host path of 4097 bytes": {"pod": {"volumes": [{"name": "d", "hostPath": {"path": long}}]}},
 	}
 	c := object.union({"name": "a", "image": "i"}, object.get(tc, "c", {}))
 	some gpus in [4, 8]

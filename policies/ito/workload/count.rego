@@ -99,18 +99,15 @@ _whole(s) := _per_pod(s.spec, s.quantities, _model.gpu_resources.whole)
 # up. A Pod whose DRA claim templates this review cannot see reaches at most
 # its node's GPUs: "charged" max(counted, gpus_per_node) once a ticket says a
 # node's size.
-# The counted GPUs of one Pod over the resources rs: the quantities' amounts
+
+# The counted GPUs of one Pod over the resources "only": the quantities' amounts
 # added up, or with init containers their effective requests.
 _per_pod(spec, qs, only) := sum([q.amount | some q in qs; _counted(q, only)]) if not spec.initContainers
 
 else := sum([_effective(spec, r) | some r in {q.r | some q in qs; _counted(q, only)}])
 
-# A quantity counted among the GPUs of "only": every GPU resource
-# ("any"), or the resources listed.
-_counted(q, "any") if q.class == "gpu"
-
+# A quantity counted among the GPUs of "only" (resource names).
 _counted(q, only) if {
-	only != "any"
 	q.class == "gpu"
 	q.r in only
 }

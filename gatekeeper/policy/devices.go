@@ -10,8 +10,10 @@ type deviceAnnotations struct {
 }
 
 // readDeviceAnnotations reads the lists from bundle data; a list that is
-// absent, or a member that is no string, adds nothing (the policy's
-// _device_annotation matches nothing for it either).
+// absent, or a member that is no string, adds nothing (the policy's device
+// annotation rules, ito.workload's access.rego, match nothing for a key
+// that is no string, and a prefix that is none fails their evaluation:
+// every review is denied).
 func readDeviceAnnotations(data map[string]any) deviceAnnotations {
 	d := deviceAnnotations{keys: map[string]bool{}}
 	ito, _ := data["ito"].(map[string]any)
@@ -34,8 +36,8 @@ func readDeviceAnnotations(data map[string]any) deviceAnnotations {
 }
 
 // DeviceAnnotation reports whether the bundle takes Pod annotation key to
-// inject devices into containers, as its policy does (ito.workload
-// _device_annotation): a key of device_annotation_keys, a key under a
+// inject devices into containers, as its policy does (ito.workload's
+// device annotation rules): a key of device_annotation_keys, a key under a
 // device_annotation_prefixes entry, or the entry without its trailing
 // slash. The webhook asks it of an annotation an UPDATE adds or changes:
 // such an UPDATE is no teardown, the policy judges it.

@@ -125,10 +125,13 @@ _uncounted contains sprintf("%v: volume %v mounts a host path of %v bytes, %v", 
 	_unjudged_path(v.hostPath.path)
 }
 
-# A device annotation: the CDI ones allowed on a Pod holding its whole
-# node; device and mount injection that is not a GPU's (the NRI
-# device-injector's and CRI-O's host devices and mounts) reaches the host,
-# refused whatever the Pod holds. Each key of a pod set looked at once.
+# A device annotation: a key under a prefix of device_annotation_prefixes
+# or a prefix without its slash (k + "/" starts with a prefix exactly
+# then), or a key of device_annotation_keys; one builtin call a key and no
+# function call, for every Pod carries annotations. The CDI ones are
+# allowed on a Pod holding its whole node; device and mount injection that
+# is not a GPU's (the NRI device-injector's and CRI-O's host devices and
+# mounts) reaches the host, refused whatever the Pod holds.
 _uncounted contains m if {
 	some s in pod_sets
 	some k, _ in s.annotations
@@ -186,11 +189,6 @@ _device_mount_dirs := [{
 	count(segs) <= _max_path_segments
 	some kept in array.concat([segs | not ".." in segs], [_segments(_clean(d)) | ".." in segs])
 ]
-
-# A device annotation (the two rules above): a key of
-# device_annotation_keys, under a prefix of device_annotation_prefixes, or
-# a prefix without its slash (k + "/" starts with a prefix exactly then).
-# One builtin call a key, no function call: every Pod carries annotations.
 
 # A device annotation a Pod holding its whole node may carry: CDI
 # injection of the node's GPUs (whole_node_annotation_prefixes, a prefix

@@ -153,7 +153,7 @@ requests_gpus if {
 # use it) and not to a subresource (change.rego decides those).
 _gated if {
 	requests_gpus
-	input.review.sub_resource == ""
+	object.get(input.review, "sub_resource", "") == ""
 	not _kind.claim_sets
 	not _teardown
 }

@@ -231,3 +231,12 @@ test_gpu_cap_message_names_the_run_s_gpus if {
 	d := _decide(array.concat(_four_pods, [_set("/run/gpus", 24)]))
 	[v.message | some v in d.violations; v.code == "WORKLOAD_GPUS_EXCEED_TICKET"] == ["32 GPUs requested, 24 admitted"]
 }
+
+# An input without review.sub_resource (an input Go would not write, or a
+# reviewer's) is a review of the main resource: the ticket checks apply.
+test_gated_without_sub_resource if {
+	inp := json.patch(_input([_set("/ticket", {"present": false, "changed": false})]), [{"op": "remove", "path": "/review/sub_resource"}])
+	d := workload.decision with input as inp
+	{v.code | some v in d.violations} == {"WORKLOAD_TICKET_MISSING"}
+	d.bind == "root"
+}

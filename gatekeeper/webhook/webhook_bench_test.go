@@ -72,39 +72,50 @@ func benchPod(f *fixture) []byte {
 // (verify.CacheEntriesFor(PurposeTicket)), as for the other Pods of a
 // job, which all present the same ticket.
 func BenchmarkWebhookPodReview(b *testing.B) {
-	f := newFixture(b)
-	// The Job binds the run first, so its Pods are the run's workload.
-	wantAllowed(b, post(b, f.h, "batch", "v1", "Job", job("team-a", "train", "uid-job", f.ticket, 2, 8), false))
-	cachedOpts := f.opts
-	tv, err := ticket.NewVerifier(ticket.VerifierOptions{Issuer: trust.DevTicketIssuer, Keys: f.keys.KeySet(),
-		CacheEntries: verify.CacheEntriesFor(verify.PurposeTicket)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	cachedOpts.Tickets = tv
-	cached, err := webhook.New(cachedOpts)
-	if err != nil {
-		b.Fatal(err)
-	}
+	f, cached := boundJob(b)
 	body := benchPod(f)
 	for _, c := range []struct {
 		name string
 		h    *webhook.Handler
 	}{{"verify=each", f.h}, {"verify=cached", cached}} {
-		b.Run(c.name, func(b *testing.B) {
-			serve := func() *httptest.ResponseRecorder {
-				rec := httptest.NewRecorder()
-				req := httptest.NewRequest(http.MethodPost, "/validate", bytes.NewReader(body))
-				req.Header.Set("Content-Type", "application/json")
-				c.h.ServeHTTP(rec, req)
-				return rec
-			}
-			wantReviewAllowed(b, serve().Body.Bytes())
-			var last *httptest.ResponseRecorder
-			measure(b, func() { last = serve() })
-			wantReviewAllowed(b, last.Body.Bytes())
-		})
+		b.Run(c.name, func(b *testing.B) { measureReview(b, c.h, body) })
 	}
+}
+
+// boundJob is the fixture with its run's Job bound (so the benchmarks'
+// Pods are the run's workload), and a handler beside f.h whose ticket
+// verifier caches as `itogate webhook` configures it.
+func boundJob(b *testing.B) (*fixture, *webhook.Handler) {
+	f := newFixture(b)
+	wantAllowed(b, post(b, f.h, "batch", "v1", "Job", job("team-a", "train", "uid-job", f.ticket, 2, 8), false))
+	opts := f.opts
+	tv, err := ticket.NewVerifier(ticket.VerifierOptions{Issuer: trust.DevTicketIssuer, Keys: f.keys.KeySet(),
+		CacheEntries: verify.CacheEntriesFor(verify.PurposeTicket)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	opts.Tickets = tv
+	cached, err := webhook.New(opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return f, cached
+}
+
+// measureReview measures h's review of body, checking it is allowed
+// before and after.
+func measureReview(b *testing.B, h *webhook.Handler, body []byte) {
+	serve := func() *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPost, "/validate", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	wantReviewAllowed(b, serve().Body.Bytes())
+	var last *httptest.ResponseRecorder
+	measure(b, func() { last = serve() })
+	wantReviewAllowed(b, last.Body.Bytes())
 }
 
 // trainingPod is benchPod as the Job controller creates a Pod of a real
@@ -157,31 +168,8 @@ func trainingPod(f *fixture) []byte {
 // verify=cached on trainingPod: what the Pods of a real job cost after the
 // first.
 func BenchmarkWebhookTrainingPodReview(b *testing.B) {
-	f := newFixture(b)
-	wantAllowed(b, post(b, f.h, "batch", "v1", "Job", job("team-a", "train", "uid-job", f.ticket, 2, 8), false))
-	opts := f.opts
-	tv, err := ticket.NewVerifier(ticket.VerifierOptions{Issuer: trust.DevTicketIssuer, Keys: f.keys.KeySet(),
-		CacheEntries: verify.CacheEntriesFor(verify.PurposeTicket)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	opts.Tickets = tv
-	h, err := webhook.New(opts)
-	if err != nil {
-		b.Fatal(err)
-	}
-	body := trainingPod(f)
-	serve := func() *httptest.ResponseRecorder {
-		rec := httptest.NewRecorder()
-		req := httptest.NewRequest(http.MethodPost, "/validate", bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		h.ServeHTTP(rec, req)
-		return rec
-	}
-	wantReviewAllowed(b, serve().Body.Bytes())
-	var last *httptest.ResponseRecorder
-	measure(b, func() { last = serve() })
-	wantReviewAllowed(b, last.Body.Bytes())
+	f, cached := boundJob(b)
+	measureReview(b, cached, trainingPod(f))
 }
 
 // peerPolicy is the same decision for a Pod as a Gatekeeper/OPA user

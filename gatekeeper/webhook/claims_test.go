@@ -181,3 +181,35 @@ func TestWebhookClaim_DocumentedLimits(t *testing.T) {
 		t.Errorf("webhook.MaxHeaderBytes %d, documented 64 KiB", webhook.MaxHeaderBytes)
 	}
 }
+
+// TestContainerListNotAnArrayFailsClosed: a pod spec whose container list
+// is null, an object or a string (a custom resource's template the
+// apiserver did not prune) is no decision: the policy's evaluation fails
+// and the review is denied POLICY_EVALUATION_FAILED, binding nothing;
+// never are its other containers' GPUs judged without it. Found by a
+// differential review of the workload policy's rewrite for speed, one of
+// whose drafts skipped such a list and allowed the Pod.
+func TestContainerListNotAnArrayFailsClosed(t *testing.T) {
+	f := newFixture(t)
+	gpu := map[string]any{"name": "a", "image": "i", "securityContext": map[string]any{"privileged": true},
+		"resources": map[string]any{"limits": map[string]any{"nvidia.com/gpu": "8"}}}
+	for name, spec := range map[string]map[string]any{
+		"ephemeralContainers null": {"containers": []any{gpu}, "ephemeralContainers": nil},
+		"containers null":          {"initContainers": []any{gpu}, "containers": nil},
+		"initContainers an object": {"initContainers": map[string]any{"x": gpu}, "containers": []any{gpu}},
+		"containers a string":      {"initContainers": []any{gpu}, "containers": "x"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := pod("team-a", "p-"+strings.ReplaceAll(name, " ", "-"), "uid-"+name, "", f.ticket, 8)
+			p["spec"] = spec
+			r := post(t, f.h, "", "v1", "Pod", p, false)
+			if r.Allowed || r.Result == nil || r.Result.Code != http.StatusServiceUnavailable ||
+				!strings.HasPrefix(r.Result.Message, string(api.CodePolicyEvaluationFailed)+": ") {
+				t.Fatalf("answered %+v, want denied 503 led by %s", r.Result, api.CodePolicyEvaluationFailed)
+			}
+			if _, err := f.store.WorkloadBinding(t.Context(), f.runID); !errors.Is(err, ledger.ErrNotFound) {
+				t.Fatalf("binding after the denied review: %v, want none", err)
+			}
+		})
+	}
+}

@@ -226,3 +226,28 @@ test_device_mount_dirs_are_cleaned[name] if {
 	print(name, "got", got)
 	got == tc.want
 }
+
+# Found by a differential review of the workload policy's rewrite for speed
+# (each decided otherwise by one of its drafts): an empty initContainers
+# list is no init container (the whole devices count the ephemeral
+# container's GPU: 9 of gpus_per_node 8 hold no node), and an exact device
+# annotation key counts whatever its value, false too.
+test_rewrite_regressions[name] if {
+	priv := object.union(_c("a", {"nvidia.com/gpu": "8"}), {"securityContext": {"privileged": true}})
+	some name, tc in {
+		"empty initContainers, a GPU in an ephemeral container": {
+			"patch": _pod_with({"initContainers": [], "containers": [priv], "ephemeralContainers": [_c("dbg", {"nvidia.com/gpu": "1"})]}),
+			"want": {"WORKLOAD_GPU_ACCESS_UNCOUNTED", "WORKLOAD_POD_GPUS_EXCEED_NODE"},
+		},
+		"an exact device annotation key valued false": {
+			"patch": array.concat(
+				_pod_with({"containers": [_c("a", {"nvidia.com/gpu": 8})]}),
+				[_set("/review/object/metadata", {"name": "p", "annotations": {"io.kubernetes.cri-o.Devices": false}})],
+			),
+			"want": {"WORKLOAD_GPU_ACCESS_UNCOUNTED"},
+		},
+	}
+	got := _codes(tc.patch)
+	print(name, "got", got)
+	got == tc.want
+}

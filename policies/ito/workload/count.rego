@@ -42,10 +42,13 @@ pod_sets := [s |
 	)
 	spec := object.get(b.base, set.path, {})
 	factors := [_factor(b, f) | some f in set.replicas]
-	containers := [c |
-		some l in ["initContainers", "containers", "ephemeralContainers"]
-		some c in object.get(spec, l, [])
-	]
+
+	# (array.concat, not a comprehension: a list that is no array, null
+	# included, fails the evaluation closed instead of being skipped)
+	containers := array.concat(
+		array.concat(object.get(spec, "initContainers", []), object.get(spec, "containers", [])),
+		object.get(spec, "ephemeralContainers", []),
+	)
 	qs := array.concat(
 		[{"r": r, "q": q, "c": c.name, "field": "limits", "class": class, "n": n, "amount": n} |
 			some c in containers
@@ -102,7 +105,7 @@ _whole(s) := _per_pod(s.spec, s.quantities, _model.gpu_resources.whole)
 
 # The counted GPUs of one Pod over the resources "only": the quantities' amounts
 # added up, or with init containers their effective requests.
-_per_pod(spec, qs, only) := sum([q.amount | some q in qs; _counted(q, only)]) if not spec.initContainers
+_per_pod(spec, qs, only) := sum([q.amount | some q in qs; _counted(q, only)]) if count(_inits(spec)) == 0
 
 else := sum([_effective(spec, r) | some r in {q.r | some q in qs; _counted(q, only)}])
 

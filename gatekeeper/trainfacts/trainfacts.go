@@ -1,7 +1,8 @@
 // Package trainfacts computes, once per decision, the training facts the
 // admission policy judges a train.create by (and a train.stage.advance, by
-// the effective manifest of the stage it enters: StageManifest): the
-// manifest's parallel layout
+// the effective manifest of the stage it enters: StageManifest): which of
+// the fields the gates compute with are missing or ill-typed (of the
+// manifest as written), the manifest's parallel layout
 // and its figures (data-parallel degree, microbatches, tokens per GPU,
 // model-state, activation and total memory per GPU, pipeline bubble,
 // data-parallel communication against compute), the checkpoint model
@@ -36,7 +37,7 @@ import (
 // of input.facts. A bundle whose data.ito.config.facts.model_version is
 // another is refused (New), and a decision whose input carries facts of
 // another version fails closed (policy.Engine.Decide).
-const Version = 3
+const Version = 4
 
 // ErrVersion: the bundle was written for another facts model.
 var ErrVersion = errors.New("trainfacts: the bundle expects another facts model")
@@ -52,6 +53,7 @@ type Model struct {
 	tiers   []string // storage table names, sorted
 	budget  budgetConfig
 	creds   credentialConfig
+	fields  []manifestField
 	fixer   Fixer
 }
 
@@ -99,6 +101,7 @@ func New(data map[string]any) (*Model, error) {
 	m.readCheckpoint(&r, r.obj(cfg, "checkpoint"), r.obj(tables, "storage"))
 	m.readBudget(&r, r.obj(cfg, "budget"))
 	m.readCredentials(&r, r.obj(r.obj(cfg, "data"), "credentials"))
+	m.readManifest(&r, r.obj(cfg, "manifest"))
 	if r.err != nil {
 		return nil, r.err
 	}
@@ -110,13 +113,13 @@ func (m *Model) Version() int { return Version }
 
 // Compute returns input.facts for a policy input document (its manifest,
 // entitlement and now; docs/policy-input.md): the version and the
-// credential scan (of the manifest as written), and for a train.create the
-// parallelism, checkpoint and budget facts of the manifest, for a
-// train.stage.advance those of the effective manifest of the stage it
-// enters (StageManifest; the fixer gets that manifest too). A strict
-// built-in error the
-// Rego reference would raise (a division by zero) is returned as an error:
-// the decision fails closed.
+// credential scan (of the manifest as written), and for a train.create and
+// a train.stage.advance the field check of the manifest as written and the
+// parallelism, checkpoint and budget facts of the manifest (for the
+// advance, of the effective manifest of the stage it enters:
+// StageManifest; the fixer gets that manifest too). A strict built-in
+// error the Rego reference would raise (a division by zero) is returned as
+// an error: the decision fails closed.
 func (m *Model) Compute(doc map[string]any) (map[string]any, error) {
 	manifest, hasManifest := doc["manifest"]
 	// the credential scan for every action (the log mask reads the data
@@ -129,6 +132,10 @@ func (m *Model) Compute(doc map[string]any) (map[string]any, error) {
 	if action, _ := at(doc, "request", "action"); action != "train.create" && action != StageAction {
 		return out, nil
 	}
+	// the field check of the manifest as written (the manifest gate judges
+	// input.manifest, an advance too); the figures below are of the
+	// effective manifest
+	out["manifest"] = m.invalidFields(manifest)
 	doc = stageDoc(doc)
 	in := newInput(doc)
 	c := &regonum.Calc{}

@@ -12,13 +12,15 @@ import data.ito.budget
 import data.ito.checkpoint
 import data.ito.datasets
 import data.ito.lib
+import data.ito.manifest
 import data.ito.parallelism
 
 # METADATA
 # title: Facts reference
 # description: >-
-#   {version, credentials, parallelism, checkpoint, budget} for
-#   train.create and train.stage.advance (the advance's of the effective
+#   {version, credentials, manifest, parallelism, checkpoint, budget} for
+#   train.create and train.stage.advance (manifest, the field check, of the
+#   manifest as written; the others, for the advance, of the effective
 #   manifest of the stage it enters, lib.train_manifest), {version,
 #   credentials} for any other action (the credential scan, of the manifest
 #   as written, feeds the log mask whatever the action; the other gates that
@@ -27,6 +29,7 @@ import data.ito.parallelism
 reference := {
 	"version": data.ito.config.facts.model_version,
 	"credentials": datasets.facts_reference,
+	"manifest": manifest.facts_reference,
 	"parallelism": parallelism.facts_reference,
 	"checkpoint": checkpoint.facts_reference,
 	"budget": budget.facts_reference,

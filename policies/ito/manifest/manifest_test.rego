@@ -158,16 +158,15 @@ test_revision_message_withholds_secrets if {
 	]
 }
 
-# The fast check (_are_fields_ok) must fail whenever one field is ill-typed, and
-# the deny must then name that field: each field of _fields, made invalid on its
-# own (a model.moe field inside an otherwise empty model.moe).
+# Each field of the bundle's list, made invalid on its own (a model.moe field
+# inside an otherwise empty model.moe), is named by the deny with its kind's text.
 test_each_invalid_field_is_named[name] if {
-	some field in manifest._fields
+	some field in data.ito.config.manifest.fields
 	name := concat("/", field.path)
 	inp := json.patch(_base, [_set_field(field.path, _invalid_value[field.kind])])
-	not manifest._are_fields_ok with input as inp
 	messages := {v.message | some v in manifest.deny with input as inp}
-	sprintf("manifest field /%s is %s", [name, manifest._expectation[field.kind]]) in messages
+	sprintf("manifest field /%s is %s", [name, manifest._expectations[field.kind]]) in messages
+	manifest.facts_reference.invalid_fields == [{"path": field.path, "kind": field.kind}] with input as inp
 }
 
 _invalid_value := {
@@ -180,14 +179,77 @@ _set_field(path, value) := _set(concat("/", array.concat([""], array.concat(["ma
 
 else := _set(concat("/", ["", "manifest", path[0], path[1]]), {path[2]: value})
 
-test_fast_field_check_passes_valid_manifests[name] if {
+test_field_check_passes_valid_manifests[name] if {
 	some name, inp in {"base": _base, "moe": json.patch(_base, [_set("/manifest/model/moe", {"experts": 8, "top_k": 2})])}
-	manifest._are_fields_ok with input as inp
+	manifest.facts_reference == {"invalid_fields": []} with input as inp
 }
 
-# 8.0 is a whole number but not written as one: the fast check leaves it to the field-by-field check, which accepts it
-test_count_written_as_a_decimal_passes if {
-	inp := json.patch(_base, [_set("/manifest/hardware/nodes", 8.0)])
-	not manifest._are_fields_ok with input as inp
-	count({v | some v in manifest.deny with input as inp; v.code == "MANIFEST_FIELD_INVALID"}) == 0
+# 8.0 and 1e1 are whole numbers written otherwise; a kind_values number matches by value
+test_numbers_by_value_pass if {
+	inp := json.patch(_base, [
+		_set("/manifest/hardware/nodes", 8.0), _set("/manifest/model/layers", 1e1),
+		_set("/manifest/parallelism/zero_stage", 1.0),
+		_set("/manifest/parallelism/pipeline_split", {"stage_layers": [4, 0, 3.0]}),
+	])
+	manifest.facts_reference == {"invalid_fields": []} with input as inp
+}
+
+# A manifest that is not an object: every required field is missing, in the list's order.
+test_manifest_not_an_object if {
+	some m in ["x", [], null]
+	inp := json.patch(_base, [_set("/manifest", m)])
+	[concat("/", f.path) | some f in manifest.facts_reference.invalid_fields with input as inp] == [
+		"model/parameters", "model/layers", "model/hidden_size", "model/attention_heads", "model/kv_heads",
+		"model/vocab_size", "objective/sequence_length", "objective/global_batch_size",
+		"objective/micro_batch_size", "hardware/nodes", "hardware/gpus_per_node", "parallelism/tensor",
+		"parallelism/pipeline", "hardware/gpu_type", "hardware/fabric", "hardware/region",
+		"parallelism/precision", "data",
+	]
+}
+
+# With facts, the gate reads Go's check, not the reference: a field Go found
+# invalid is denied on a manifest the reference passes.
+test_reads_the_facts if {
+	facts := {"version": 4, "manifest": {"invalid_fields": [{"path": ["model", "layers"], "kind": "count"}]}}
+	inp := json.patch(_base, [_set("/facts", facts)])
+	[v.message | some v in manifest.deny with input as inp; v.code == "MANIFEST_FIELD_INVALID"] == [
+		"manifest field /model/layers is missing or not a positive integer",
+	]
+}
+
+# Facts without the field check (another facts model) deny: no field passes unchecked.
+test_facts_without_the_check_deny if {
+	inp := json.patch(_base, [_set("/facts", {"version": 4})])
+	[v.message | some v in manifest.deny with input as inp; v.code == "MANIFEST_FIELD_INVALID"] == [
+		"manifest field /(unchecked: input.facts has no manifest part) is not checked",
+	]
+}
+
+# A kind the bundle lists in kind_values has a message made from its values.
+test_listed_kind_message if {
+	fields := array.concat(data.ito.config.manifest.fields, [{"path": ["model", "flavor"], "kind": "flavor"}])
+	values := object.union(data.ito.config.manifest.kind_values, {"flavor": ["plain", 2, null]})
+	inp := json.patch(_base, [_set("/manifest/model/flavor", "spicy")])
+	msgs := [v.message |
+		some v in manifest.deny with input as inp
+			with data.ito.config.manifest.fields as fields
+			with data.ito.config.manifest.kind_values as values
+		v.code == "MANIFEST_FIELD_INVALID"
+	]
+	msgs == ["manifest field /model/flavor is not one of \"plain\", 2, null"]
+	ok := json.patch(_base, [_set("/manifest/model/flavor", 2.0)])
+	manifest.facts_reference.invalid_fields == [] with input as ok
+		with data.ito.config.manifest.fields as fields
+		with data.ito.config.manifest.kind_values as values
+}
+
+# A count of 2^64 or more (beyond the manifest schema's 1e18) is not a count to
+# lib.is_count, which every gate's count guard uses (OPA's floor of it is
+# inexact): the field check refuses it rather than let the gates skip the rules
+# that read it.
+test_count_beyond_float_precision_is_invalid if {
+	inp := json.patch(_base, [_set("/manifest/model/hidden_size", 123456789012345678901234567890)])
+	[v.message | some v in manifest.deny with input as inp; v.code == "MANIFEST_FIELD_INVALID"] == [
+		"manifest field /model/hidden_size is missing or not a positive integer",
+	]
 }

@@ -1,0 +1,81 @@
+# The field check: which fields the gates compute with are missing or ill-typed (MANIFEST_FIELD_INVALID).
+# Part of package ito.manifest (see manifest.rego for the gate).
+package ito.manifest
+
+import data.ito.lib
+
+# The gate reads the check's result from _f: Go's input.facts.manifest
+# (gatekeeper/trainfacts, once per decision with this bundle's field list),
+# or, for an input without facts (opa test, opa eval), facts_reference, the
+# check below. TestFactsMatchReference holds Go's facts byte-identical to it.
+_f := f if {
+	f := input.facts.manifest
+} else := facts_reference if {
+	not input.facts
+}
+
+# METADATA
+# title: Manifest field check (Rego reference)
+# description: >-
+#   invalid_fields: each entry {path, kind} of data.ito.config.manifest.fields,
+#   in that order, whose value in input.manifest (null when absent or when a
+#   step of its path is not an object) is not of its kind: what Go computes
+#   as input.facts.manifest (trainfacts, Model.invalidFields).
+facts_reference := {"invalid_fields": [{"path": field.path, "kind": field.kind} |
+	some field in data.ito.config.manifest.fields
+	not _is_kind(field.kind, lib.value_at(input, array.concat(["manifest"], field.path), null))
+]}
+
+# A kind of kind_values: one of the values listed (null: the field may be absent).
+_is_kind(kind, x) if x in data.ito.config.manifest.kind_values[kind]
+
+_is_kind(kind, x) if {
+	kind in {"count", "optional_count"}
+	lib.is_count(x)
+}
+
+_is_kind(kind, x) if {
+	kind in {"optional_count", "positive_number", "array", "layer_counts", "optional_object"}
+	x == null
+}
+
+_is_kind(kind, x) if {
+	kind == "string"
+	is_string(x)
+	x != ""
+}
+
+_is_kind(kind, x) if {
+	kind == "positive_number"
+	is_number(x)
+	x > 0
+}
+
+_is_kind(kind, x) if {
+	kind == "datasets"
+	is_array(x)
+	count(x) > 0
+	every d in x {
+		is_object(d)
+	}
+}
+
+_is_kind(kind, x) if {
+	kind == "array"
+	is_array(x)
+}
+
+_is_kind(kind, x) if {
+	kind == "layer_counts"
+	is_array(x)
+	every n in x {
+		is_number(n)
+		n >= 0
+		n == floor(n)
+	}
+}
+
+_is_kind(kind, x) if {
+	kind == "optional_object"
+	is_object(x)
+}

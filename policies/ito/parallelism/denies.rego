@@ -59,7 +59,7 @@ deny contains v if {
 }
 
 _world_size_problems contains {"message": message, "fix": fix} if {
-	_world_mismatch(_layout)
+	(_layout.nodes * _gpn) % ((_layout.tp * _layout.pp) * _layout.cp) != 0
 	message := sprintf("world size %d (%d × %d GPUs) is not divisible by tp×pp×cp = %d×%d×%d = %d", [
 		_world_size, _nodes, _gpn, _layout.tp, _layout.pp, _layout.cp, _model_parallel(_layout),
 	])
@@ -95,7 +95,7 @@ _gcd(a, b) := max({d | some d in numbers.range(1, min([a, b])); a % d == 0; b % 
 #   gate: parallelism
 #   fix: Computed per deny - tensor parallel inside the node, pipeline or data parallel across nodes.
 deny contains v if {
-	_tp_exceeds_domain(_layout)
+	_layout.tp > _domain
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf("tensor parallel %d exceeds the NVLink domain of %d GPUs on %s", [_layout.tp, _domain, _hw.gpu_type]),
@@ -119,7 +119,7 @@ deny contains v if {
 }
 
 _heads_problems contains {"message": message, "fix": fix} if {
-	_heads_indivisible(_layout)
+	_heads % _layout.tp != 0
 	message := sprintf("%d attention heads are not divisible by tp=%d", [_heads, _layout.tp])
 	fix := _with_fix(sprintf("use a tp that divides the attention heads (%s)", [_divisors_text(_heads)]))
 }
@@ -141,7 +141,7 @@ _divisors_text(n) := concat(", ", [sprintf("%d", [d]) | some d in numbers.range(
 #   gate: parallelism
 #   fix: Computed per deny - a tp that divides the kv heads or is a multiple of them.
 deny contains v if {
-	_kv_incompatible(_layout)
+	not _is_kv_compatible(_layout.tp)
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf("%d kv heads and tp=%d: neither divides the other", [_kv_heads, _layout.tp]),
@@ -186,7 +186,7 @@ _ep_problems contains {"message": message, "fix": "choose ep×etp dividing dp×c
 #   gate: parallelism
 #   fix: Computed per deny - an ep that divides the number of experts.
 deny contains v if {
-	_experts_indivisible(_layout)
+	_experts % _layout.ep != 0
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf("%d experts are not divisible by ep=%d", [_experts, _layout.ep]),
@@ -220,8 +220,9 @@ deny contains v if {
 #   gate: parallelism
 #   fix: Computed per deny - a cp that divides the sequence into 2·cp chunks, or a rounded sequence length.
 deny contains v if {
-	_cp_seq_indivisible(_layout)
 	cp := _layout.cp
+	cp > 1
+	_seq % (2 * cp) != 0
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf("sequence length %d is not divisible by 2×cp = %d", [_seq, 2 * cp]),
@@ -240,7 +241,7 @@ deny contains v if {
 #   gate: parallelism
 #   fix: Computed per deny - fewer pipeline or virtual stages.
 deny contains v if {
-	_pp_exceeds_layers(_layout)
+	_layout.pp * _layout.v > _layers + _cfg.extra_pipeline_stages
 	limit := _layers + _cfg.extra_pipeline_stages
 	v := lib.violation_fix(
 		rego.metadata.rule(),
@@ -267,7 +268,7 @@ deny contains v if {
 #     Computed per deny - a pp (and v) that divides the layers, or declare
 #     the uneven split in parallelism.pipeline_split.
 deny contains v if {
-	_layers_indivisible(_layout)
+	_layers_indivisible_at(_layout.pp, _layout.v)
 	not _has_stage_layers
 	v := lib.violation_fix(
 		rego.metadata.rule(),
@@ -291,7 +292,7 @@ deny contains v if {
 #   gate: parallelism
 #   fix: Computed per deny - list pp stage layer counts that sum to the layers.
 deny contains v if {
-	_layers_indivisible(_layout)
+	_layers_indivisible_at(_layout.pp, _layout.v)
 	_has_stage_layers
 	v := lib.violation_fix(
 		rego.metadata.rule(),
@@ -316,7 +317,7 @@ deny contains v if {
 warn contains v if {
 	not _is_megatron
 	_layout.pp > 1
-	not _pp_exceeds_layers(_layout)
+	not _layout.pp * _layout.v > _layers + _cfg.extra_pipeline_stages
 	imbalance := _f.stage_imbalance
 	imbalance > _cfg.pipeline_unbalanced_above
 	v := lib.violation(rego.metadata.rule(), sprintf(
@@ -336,7 +337,7 @@ warn contains v if {
 #   gate: parallelism
 #   fix: Computed per deny - set pipeline_schedule to interleaved with virtual_stages > 1, or virtual_stages to 1.
 deny contains v if {
-	_schedule_invalid(_layout)
+	_schedule_invalid
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf("pipeline_schedule %s with virtual_stages %d (pp=%d)", [_layout.schedule, _layout.v, _layout.pp]),
@@ -392,7 +393,9 @@ deny contains v if {
 #   gate: parallelism
 #   fix: Use ZeRO stage 1 with pipeline parallelism, or pp=1.
 deny contains v if {
-	_zero23_with_pp(_layout)
+	_engine == "deepspeed"
+	_layout.zero_stage >= 2
+	_layout.pp > 1
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf("DeepSpeed ZeRO stage %d with pp=%d", [_layout.zero_stage, _layout.pp]),
@@ -408,7 +411,9 @@ deny contains v if {
 #   gate: parallelism
 #   fix: Computed per deny - bf16 on this GPU, or a GPU with FP8.
 deny contains v if {
-	_fp8_unsupported(_layout)
+	_layout.precision == "fp8"
+	_gpu
+	not "fp8" in _gpu.precisions
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf("fp8 on %s (%s), which has no FP8 tensor cores", [_hw.gpu_type, _gpu.arch]),
@@ -426,8 +431,10 @@ _gpus_with(precision) := sort([name | some name, gpu in _gpus; precision in gpu.
 #   gate: parallelism
 #   fix: Computed per deny - fp8 or bf16 on this GPU, or a GPU with block-scaled formats.
 deny contains v if {
-	_mxfp8_unsupported(_layout)
 	precision := _layout.precision
+	precision in {"mxfp8", "nvfp4"}
+	_gpu
+	not precision in _gpu.precisions
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf("%s on %s (%s), which does not support it", [precision, _hw.gpu_type, _gpu.arch]),
@@ -443,7 +450,9 @@ deny contains v if {
 #   gate: parallelism
 #   fix: Computed per deny - fp16 with loss scaling on this GPU, or an Ampere-or-newer GPU.
 deny contains v if {
-	_bf16_unsupported(_layout)
+	_layout.precision == "bf16"
+	_gpu
+	not "bf16" in _gpu.precisions
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf("bf16 on %s (%s), which has no bf16 support", [_hw.gpu_type, _gpu.arch]),

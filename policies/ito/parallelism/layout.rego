@@ -3,12 +3,10 @@
 package ito.parallelism
 
 # ---------------------------------------------------------------------------
-# Layout arithmetic (functions of a layout; scalar helpers are memoized by OPA
-# per argument tuple, which keeps the fix search cheap). Each function of a
-# layout hands its fields to a scalar helper (_x_at) that holds the formula:
-# the fix search calls the helpers directly, since a layout object built in a
-# loop costs an allocation per field, again for every memoization key and
-# every field read.
+# Layout arithmetic, as functions of a layout: the formulas of the facts
+# reference (facts.rego), which Go's facts model reproduces exactly. A
+# function of a layout hands its fields to a scalar helper (_x_at) that holds
+# the formula, where another formula needs it for other values.
 
 _world(l) := l.nodes * _gpn
 
@@ -60,16 +58,16 @@ _schedule_at(v) := "interleaved" if {
 	s != "interleaved"
 } else := "1f1b"
 
-# interleaving needs v > 1, and v > 1 is interleaving
-_schedule_invalid(l) if {
-	l.schedule == "interleaved"
-	l.v == 1
-	l.pp > 1
+# interleaving needs v > 1, and v > 1 is interleaving (the manifest's layout)
+_schedule_invalid if {
+	_layout.schedule == "interleaved"
+	_layout.v == 1
+	_layout.pp > 1
 }
 
-_schedule_invalid(l) if {
-	l.v > 1
-	l.schedule != "interleaved"
+_schedule_invalid if {
+	_layout.v > 1
+	_layout.schedule != "interleaved"
 }
 
 _bubble(l) := _bubble_of(l.schedule, l.pp, l.v, _microbatches(l))

@@ -10,11 +10,10 @@
 #   (data.ito.config.parallelism, data.ito.tables.*).
 #
 #   A layout is an object {nodes, tp, pp, cp, ep, v, mbs, zero_stage,
-#   checkpointing, precision}. Every hard rule is a predicate of a layout
-#   (_tp_exceeds_domain(l), _states_exceed(l), ...), used for the manifest's
-#   own layout (the deny rules in rules.rego) and for every candidate of the fix
-#   search, so a suggested fix passes exactly the rules that judged the
-#   manifest.
+#   checkpointing, precision}. The hard rules (denies.rego) judge the
+#   manifest's own layout and its facts; Go's layout search proposes fixes
+#   and plans that the same rules confirm (confirm, fix.rego), so a
+#   suggested fix passes exactly the rules that judged the manifest.
 #
 #   W = nodes × gpus_per_node; dp = W / (tp·pp·cp); m = gbs / (mbs·dp).
 #   Model-state bytes per parameter over a sharding group of N ranks:

@@ -524,35 +524,16 @@ test_no_fix_layout_on_allow if {
 	not parallelism._fix with input as json.patch(_base, [_gpu("TPU-v5p")])
 }
 
-# Every hard deny has its predicate in _fails_any, so the search can never
-# suggest a layout that a deny rule would refuse: each case with a layout deny
-# fails _fails_any, each case without one passes it.
-test_fails_any_covers_every_hard_deny[name] if {
-	some name, tc in _layout_denied_cases
+# The narrow query Go confirms each proposed layout with names exactly the
+# gate's denies: each case's codes, sorted (a fix or plan it passes has no deny).
+test_confirm_names_every_deny[name] if {
+	some name, tc in _cases
 	inp := json.patch(_base, tc.patch)
-	parallelism._fails_any(parallelism._layout) with input as inp
+	parallelism.confirm.deny == sort(tc.want) with input as inp with parallelism._fix_text as "(fix)"
 }
-
-test_fails_any_passes_without_a_hard_deny[name] if {
-	some name, tc in _layout_allowed_cases
-	inp := json.patch(_base, tc.patch)
-	not parallelism._fails_any(parallelism._layout) with input as inp
-}
-
-# cases _fails_any cannot judge: no table row, a declared dp (not a knob), the model's own figures
-_not_layout_cases := {
-	"unknown gpu", "gpu type missing", "unknown fabric", "heads on an unknown gpu", "declared dp wrong",
-	"hidden not divisible by heads", "moe top_k above the experts", "moe expert parameters above the total",
-	"moe active parameters above the total",
-}
-
-_layout_denied_cases := {name: tc | some name, tc in _cases; not name in _not_layout_cases; count(tc.want) > 0}
-
-_layout_allowed_cases := {name: tc | some name, tc in _cases; not name in _not_layout_cases; count(tc.want) == 0}
 
 test_declared_dp_is_not_a_layout_failure if {
 	inp := json.patch(_base, [_par("data", 32)])
-	not parallelism._fails_any(parallelism._layout) with input as inp
 	[v.code | some v in parallelism.deny with input as inp] == ["WORLD_SIZE_MISMATCH"]
 }
 
@@ -578,8 +559,8 @@ test_messages[name] if {
 }
 
 # GLM-4.5-Air (hidden 4096, 96 heads of head_dim 128, 8 kv heads): with
-# model.head_dim the hidden size need not be a multiple of the heads, and the
-# layout search stays on (the model is consistent); without it, it must.
+# model.head_dim the hidden size need not be a multiple of the heads; without
+# it, it must.
 test_head_dim_lets_heads_times_head_dim_differ_from_hidden if {
 	glm := [
 		_set("/manifest/model/attention_heads", 96), _set("/manifest/model/kv_heads", 8),
@@ -588,10 +569,8 @@ test_head_dim_lets_heads_times_head_dim_differ_from_hidden if {
 	with_dim := json.patch(_base, glm)
 	codes := {v.code | some v in parallelism.deny} with input as with_dim with parallelism._fix_text as "(fix)"
 	not "TP_HEADS_INDIVISIBLE" in codes
-	parallelism._is_model_consistent with input as with_dim
 	without := json.patch(_base, array.slice(glm, 0, 2))
 	"TP_HEADS_INDIVISIBLE" in {v.code | some v in parallelism.deny} with input as without with parallelism._fix_text as "(fix)"
-	not parallelism._is_model_consistent with input as without
 }
 
 # A routed token keeps the MLP activations of each of its top_k experts (and
@@ -676,14 +655,6 @@ test_layers_fix_names_embedding_and_loss_accounting if {
 		" (pipeline_split.embedding_stage and loss_stage: 128 = 8×8×2)",
 	])
 	parallelism._accounting_text(5, 1) == "" with input as inp # neither 127 nor 128 splits over 5
-}
-
-# The search's rare paths, forced with bundle data or mocked levels.
-
-test_fails_any_on_the_bubble_alone if {
-	# with the default thresholds a bubble above 0.5 implies too few microbatches (m < pp - 1)
-	inp := json.patch(_base, [_par("pipeline", 2), _par("data", 32)])
-	parallelism._fails_any(parallelism._layout) with input as inp with data.ito.config.parallelism.bubble_deny_above as 0.1
 }
 
 # The fix as data and text: Go's search (gatekeeper/plan, its own tests)
@@ -771,4 +742,15 @@ test_estimates_are_the_per_key_rules[name] if {
 	est := parallelism.estimates with input as inp with parallelism._fix as _a_fix
 	est == {k: v | some k, v in parallelism._estimates} with input as inp with parallelism._fix as _a_fix
 	count(est) >= 18
+}
+
+# An explicit per-stage layout must list one count per stage and place every layer (any engine);
+# the message withholds the list (lib.show shows scalars only).
+test_stage_layers_must_place_every_layer if {
+	inp := json.patch(_base, [_par("pipeline", 2), _par("data", 32), _par("pipeline_split", {"stage_layers": [16, 15]})])
+	[v.message | some v in parallelism.deny with input as inp with parallelism._fix_text as "(fix)"] == [
+		"pipeline_split.stage_layers (withheld) does not place 32 layers on pp=2 stages",
+	]
+	ok := json.patch(_base, [_par("pipeline", 2), _par("data", 32), _par("pipeline_split", {"stage_layers": [17, 15]})])
+	not "PP_LAYERS_INDIVISIBLE" in {v.code | some v in parallelism.deny} with input as ok
 }

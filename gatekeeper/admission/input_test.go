@@ -271,6 +271,19 @@ func TestInputSchema(t *testing.T) {
 			in := scenario.OfflineInput(raw, doc, nil, nil, now, embeddedFacts())
 			in["facts"] = errFacts
 			check("offline, "+name+" with the facts of a string checkpoint", in)
+			// a field the gates compute with, ill-typed (the schema refuses
+			// it; the policy still judges it): the field check names it
+			zero := maps.Clone(doc)
+			model := maps.Clone(doc["model"].(map[string]any))
+			model["layers"] = json.Number("0")
+			zero["model"] = model
+			in = scenario.OfflineInput(raw, zero, nil, nil, now, embeddedFacts())
+			got, _ := json.Marshal(in["facts"].(map[string]any)["manifest"])
+			if want := `{"invalid_fields":[{"kind":"count","path":["model","layers"]}]}`; string(got) != want {
+				t.Errorf("field check of model.layers 0: %s, want %s", got, want)
+			}
+			in["manifest"] = doc // the facts' shape is what is checked here
+			check("offline, "+name+" with the facts of model.layers 0", in)
 		}
 	}
 

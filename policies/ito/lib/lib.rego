@@ -83,23 +83,20 @@ is_teardown if data.ito.config.actions[input.request.action].effect == "end_run"
 #   Builds {code, gate, message[, fix]} from the calling rule's METADATA
 #   (rego.metadata.rule()), so a code is written in exactly one place.
 #   The fix is custom.fix when the METADATA has one.
-violation(meta, message) := object.union(
-	{"code": meta.custom.code, "gate": meta.custom.gate, "message": message},
-	_fix_of(meta.custom),
-)
+violation(meta, message) := {
+	"code": meta.custom.code, "gate": meta.custom.gate, "message": message,
+	"fix": meta.custom.fix,
+} if {
+	is_string(object.get(meta.custom, "fix", null))
+} else := {"code": meta.custom.code, "gate": meta.custom.gate, "message": message}
 
 # METADATA
 # title: Violation with a computed fix
 # description: Like violation, with a fix computed by the rule (overrides custom.fix).
-violation_fix(meta, message, fix) := object.union(
-	{"code": meta.custom.code, "gate": meta.custom.gate, "message": message},
-	{"fix": fix},
-)
-
-# (`not f(x.y)` is not true when x.y is undefined: OPA moves the ref out of the negation)
-_fix_of(custom) := {"fix": custom.fix} if is_string(object.get(custom, "fix", null))
-
-_fix_of(custom) := {} if not is_string(object.get(custom, "fix", null))
+violation_fix(meta, message, fix) := {
+	"code": meta.custom.code, "gate": meta.custom.gate, "message": message,
+	"fix": fix,
+}
 
 # METADATA
 # title: Decimal string to scaled integer

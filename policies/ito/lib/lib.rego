@@ -133,7 +133,16 @@ _units := {1: 10, 2: 100, 3: 1000, 4: 10000, 5: 100000, 6: 1000000}
 # METADATA
 # title: USD string to micro-USD
 # description: Exact integer micro-USD of a decimal USD string ("2.49" -> 2490000); undefined when malformed.
-micro_usd(s) := scaled(s, 6)
+micro_usd(s) := n if {
+	# scaled(s, 6) written out (the pattern is _decimal_patterns[6]): no function
+	# call or rule reference per amount
+	is_string(s)
+	[[_, whole, fraction]] := regex.find_all_string_submatch_n(`^(0|[1-9][0-9]{0,11})(?:\.([0-9]{1,6}))?$`, s, 1)
+	n := (to_number(whole) * 1000000) + (to_number(concat("", [
+		"1",
+		substring(concat("", [fraction, "000000"]), 0, 6),
+	])) - 1000000)
+}
 
 # METADATA
 # title: Number to centi-units

@@ -104,7 +104,10 @@ _restart_estimates if {
 
 _sorted(findings) := [f | some t in sort([[f.code, f.message, f] | some f in findings]); f := t[2]]
 
-_is_known_action if input.request.action in lib.actions
+# a key of the action table (input.request.action in lib.actions, without building that set)
+_is_known_action if {
+	_ = data.ito.config.actions[input.request.action]
+}
 
 # (lib.is_train_create and lib.runs_training_gates are written out below: a
 # comparison on input costs less than a reference to another rule)

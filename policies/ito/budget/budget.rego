@@ -92,13 +92,13 @@ incremental_micro_usd := _f.incremental_micro_usd
 # title: Budget estimates
 # description: Numbers for the decision's estimates (integers in micro-USD, strings in USD rounded up to the cent).
 estimates := {
-	"gpu_hours": _f.gpu_hours, "compute_cost_micro_usd": compute_micro_usd, "compute_cost_usd": _f.compute_usd,
-	"lost_gpu_hours": _f.lost_gpu_hours, "lost_work_cost_micro_usd": lost_work_micro_usd,
-	"lost_work_cost_usd": _f.lost_work_usd, "storage_cost_micro_usd": storage_micro_usd,
-	"storage_cost_usd": _f.storage_usd, "egress_gib": _f.egress_gib, "egress_cost_micro_usd": egress_micro_usd,
-	"egress_cost_usd": _f.egress_usd, "total_cost_micro_usd": total_micro_usd, "total_cost_usd": _f.total_usd,
-	"incremental_cost_micro_usd": incremental_micro_usd, "incremental_cost_usd": _f.incremental_usd,
-	"past_term_seconds": past_term_seconds,
+	"gpu_hours": _f.gpu_hours, "compute_cost_micro_usd": _f.compute_micro_usd, "compute_cost_usd": _f.compute_usd,
+	"lost_gpu_hours": _f.lost_gpu_hours, "lost_work_cost_micro_usd": _f.lost_work_micro_usd,
+	"lost_work_cost_usd": _f.lost_work_usd, "storage_cost_micro_usd": _f.storage_micro_usd,
+	"storage_cost_usd": _f.storage_usd, "egress_gib": _f.egress_gib, "egress_cost_micro_usd": _f.egress_micro_usd,
+	"egress_cost_usd": _f.egress_usd, "total_cost_micro_usd": _f.total_micro_usd, "total_cost_usd": _f.total_usd,
+	"incremental_cost_micro_usd": _f.incremental_micro_usd, "incremental_cost_usd": _f.incremental_usd,
+	"past_term_seconds": _f.past_term_seconds,
 } if _f
 
 # with a fact missing, one rule per key (_estimates below): only its key is left out

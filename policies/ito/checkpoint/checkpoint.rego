@@ -121,15 +121,15 @@ _needed_gib := _f.needed_gib
 # title: Checkpoint estimates
 # description: Sizes (GiB), times (seconds) and the lost-work share, rounded to 2 decimals, for train.create.
 estimates := {
-	"checkpoint_size_gib": _f.rounded.size_gib, "checkpoint_storage_tier": _tier_name,
+	"checkpoint_size_gib": _f.rounded.size_gib, "checkpoint_storage_tier": _f.tier,
 	"checkpoint_write_seconds": _f.rounded.write_seconds, "checkpoint_resume_seconds": _f.rounded.resume_seconds,
-	"checkpoint_detection_seconds": detection_seconds, "checkpoint_interval_seconds": _f.rounded.interval_seconds,
+	"checkpoint_detection_seconds": _f.detection_seconds, "checkpoint_interval_seconds": _f.rounded.interval_seconds,
 	"checkpoint_lost_seconds_per_failure": _f.rounded.lost_seconds,
 	"checkpoint_lost_fraction": _f.rounded.lost_fraction, "expected_goodput": _f.rounded.goodput,
 	"checkpoint_failure_rate_source": _f.failure_rate_source,
 	"checkpoint_write_bandwidth_source": _f.write_bandwidth_source,
-	"checkpoint_remote_write_gib": remote_write_gib, "checkpoint_needed_gib": _needed_whole_gib,
-	"checkpoint_quota_gib": _quota_whole_gib,
+	"checkpoint_remote_write_gib": _f.remote_write_gib, "checkpoint_needed_gib": ceil(_f.needed_gib),
+	"checkpoint_quota_gib": floor(_f.quota_gib),
 } if _f
 
 # with a fact missing, one rule per key (_estimates below): only its key is left out

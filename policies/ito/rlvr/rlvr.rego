@@ -12,8 +12,6 @@ package ito.rlvr
 
 import data.ito.lib
 
-_m := input.manifest
-
 _cfg := data.ito.config.rlvr
 
 _rl := lib.value_at(input, ["manifest", "rlvr"], null)

@@ -77,10 +77,12 @@ estimates := object.union(
 	object.union(object.union(parallelism.estimates, budget.estimates), booking.estimates),
 	object.union(checkpoint.estimates, lifecycle.stage_estimates),
 ) if {
-	lib.is_train_create
+	input.request.action == "train.create"
 }
 
-estimates := object.union(checkpoint.estimates, lifecycle.stage_estimates) if _is_advance
+estimates := object.union(checkpoint.estimates, lifecycle.stage_estimates) if {
+	input.request.action == "train.stage.advance"
+}
 
 estimates := lifecycle.estimates if {
 	input.request.action == "train.restart"
@@ -88,8 +90,8 @@ estimates := lifecycle.estimates if {
 }
 
 estimates := {} if {
-	not lib.is_train_create
-	not _is_advance
+	not input.request.action == "train.create"
+	not input.request.action == "train.stage.advance"
 	not _restart_estimates
 }
 
@@ -102,8 +104,13 @@ _restart_estimates if {
 
 _sorted(findings) := [f | some t in sort([[f.code, f.message, f] | some f in findings]); f := t[2]]
 
-_is_known_action if input.request.action in lib.actions
+# a key of the action table (input.request.action in lib.actions, without building that set)
+_is_known_action if {
+	_ = data.ito.config.actions[input.request.action]
+}
 
+# (lib.is_train_create and lib.runs_training_gates are written out below: a
+# comparison on input costs less than a reference to another rule)
 _violations contains v if {
 	_is_known_action
 	some v in entitlement.deny
@@ -123,22 +130,22 @@ _violations contains v if {
 # when any one of them is missing, which would silently drop every gate in it.
 # Go also refuses to activate a bundle that lacks a gate (policy.New).
 _violations contains v if {
-	lib.runs_training_gates
+	input.request.action in {"train.create", "train.stage.advance"}
 	some v in budget.deny
 }
 
 _violations contains v if {
-	lib.runs_training_gates
+	input.request.action in {"train.create", "train.stage.advance"}
 	some v in booking.deny
 }
 
 _violations contains v if {
-	lib.is_train_create
+	input.request.action == "train.create"
 	some v in datasets.deny
 }
 
 _violations contains v if {
-	lib.runs_training_gates
+	input.request.action in {"train.create", "train.stage.advance"}
 	some v in parallelism.deny
 }
 
@@ -148,17 +155,17 @@ _violations contains v if {
 }
 
 _violations contains v if {
-	lib.runs_training_gates
+	input.request.action in {"train.create", "train.stage.advance"}
 	some v in checkpoint.deny
 }
 
 _violations contains v if {
-	lib.is_train_create
+	input.request.action == "train.create"
 	some v in datachecks.deny
 }
 
 _violations contains v if {
-	lib.is_train_create
+	input.request.action == "train.create"
 	some v in rlvr.deny
 }
 
@@ -175,22 +182,22 @@ _has_manifest if _is_advance
 _violations contains v if some v in deny
 
 _warnings contains v if {
-	lib.runs_training_gates
+	input.request.action in {"train.create", "train.stage.advance"}
 	some v in budget.warn
 }
 
 _warnings contains v if {
-	lib.is_train_create
+	input.request.action == "train.create"
 	some v in datasets.warn
 }
 
 _warnings contains v if {
-	lib.runs_training_gates
+	input.request.action in {"train.create", "train.stage.advance"}
 	some v in parallelism.warn
 }
 
 _warnings contains v if {
-	lib.runs_training_gates
+	input.request.action in {"train.create", "train.stage.advance"}
 	some v in checkpoint.warn
 }
 

@@ -19,14 +19,28 @@ import data.ito.lib
 # schemas/input.json, which requires it).
 _booking := input.ledger.booking
 
-_world_size := input.manifest.hardware.nodes * input.manifest.hardware.gpus_per_node if {
-	lib.is_count(input.manifest.hardware.nodes)
-	lib.is_count(input.manifest.hardware.gpus_per_node)
+# (both counts: lib.is_count written out)
+_world_size := nodes * gpus_per_node if {
+	nodes := input.manifest.hardware.nodes
+	is_number(nodes)
+	nodes >= 1
+	nodes == floor(nodes)
+	gpus_per_node := input.manifest.hardware.gpus_per_node
+	is_number(gpus_per_node)
+	gpus_per_node >= 1
+	gpus_per_node == floor(gpus_per_node)
 }
 
-_booked := input.entitlement.gpu.nodes * input.entitlement.gpu.gpus_per_node if {
-	lib.is_count(input.entitlement.gpu.nodes)
-	lib.is_count(input.entitlement.gpu.gpus_per_node)
+# (both counts: lib.is_count written out)
+_booked := nodes * gpus_per_node if {
+	nodes := input.entitlement.gpu.nodes
+	is_number(nodes)
+	nodes >= 1
+	nodes == floor(nodes)
+	gpus_per_node := input.entitlement.gpu.gpus_per_node
+	is_number(gpus_per_node)
+	gpus_per_node >= 1
+	gpus_per_node == floor(gpus_per_node)
 }
 
 # METADATA
@@ -49,7 +63,7 @@ held_gpus := h if {
 #   gate: booking
 #   fix: Cancel or clean up one of the named runs, or wait until one ends, then ask again.
 deny contains v if {
-	lib.is_train_create
+	input.request.action == "train.create"
 	_world_size <= _booked # a run larger than the booking is ENTITLEMENT_TOPOLOGY_MISMATCH
 	held_gpus + _world_size > _booked
 	v := lib.violation(rego.metadata.rule(), sprintf(
@@ -166,8 +180,8 @@ _usage_text := sprintf(" (%d booked, %d held by live runs)", [_booked, held_gpus
 #   gate: booking
 #   fix: Book again; a released booking does not come back.
 deny contains v if {
-	lib.is_train_create
-	_booking.released == true
+	input.ledger.booking.released == true
+	input.request.action == "train.create"
 	v := lib.violation(rego.metadata.rule(), "the booking was released; no run is admitted on it")
 }
 

@@ -92,13 +92,13 @@ incremental_micro_usd := _f.incremental_micro_usd
 # title: Budget estimates
 # description: Numbers for the decision's estimates (integers in micro-USD, strings in USD rounded up to the cent).
 estimates := {
-	"gpu_hours": _f.gpu_hours, "compute_cost_micro_usd": compute_micro_usd, "compute_cost_usd": _f.compute_usd,
-	"lost_gpu_hours": _f.lost_gpu_hours, "lost_work_cost_micro_usd": lost_work_micro_usd,
-	"lost_work_cost_usd": _f.lost_work_usd, "storage_cost_micro_usd": storage_micro_usd,
-	"storage_cost_usd": _f.storage_usd, "egress_gib": _f.egress_gib, "egress_cost_micro_usd": egress_micro_usd,
-	"egress_cost_usd": _f.egress_usd, "total_cost_micro_usd": total_micro_usd, "total_cost_usd": _f.total_usd,
-	"incremental_cost_micro_usd": incremental_micro_usd, "incremental_cost_usd": _f.incremental_usd,
-	"past_term_seconds": past_term_seconds,
+	"gpu_hours": _f.gpu_hours, "compute_cost_micro_usd": _f.compute_micro_usd, "compute_cost_usd": _f.compute_usd,
+	"lost_gpu_hours": _f.lost_gpu_hours, "lost_work_cost_micro_usd": _f.lost_work_micro_usd,
+	"lost_work_cost_usd": _f.lost_work_usd, "storage_cost_micro_usd": _f.storage_micro_usd,
+	"storage_cost_usd": _f.storage_usd, "egress_gib": _f.egress_gib, "egress_cost_micro_usd": _f.egress_micro_usd,
+	"egress_cost_usd": _f.egress_usd, "total_cost_micro_usd": _f.total_micro_usd, "total_cost_usd": _f.total_usd,
+	"incremental_cost_micro_usd": _f.incremental_micro_usd, "incremental_cost_usd": _f.incremental_usd,
+	"past_term_seconds": _f.past_term_seconds,
 } if _f
 
 # with a fact missing, one rule per key (_estimates below): only its key is left out
@@ -183,9 +183,9 @@ deny contains v if {
 	)
 }
 
-_missing_estimates contains "total" if not total_micro_usd
+_missing_estimates contains "total" if not _f.total_micro_usd
 
-_missing_estimates contains "incremental" if not incremental_micro_usd
+_missing_estimates contains "incremental" if not _f.incremental_micro_usd
 
 # METADATA
 # title: Estimated cost above the ceiling
@@ -197,7 +197,7 @@ _missing_estimates contains "incremental" if not incremental_micro_usd
 #   gate: budget
 #   fix: Raise budget.ceiling_usd to the estimate, or shorten the run (hours, GPUs, checkpoints, remote data).
 deny contains v if {
-	total_micro_usd > _f.ceiling_micro_usd
+	_f.total_micro_usd > _f.ceiling_micro_usd
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf(
@@ -226,7 +226,7 @@ deny contains v if {
 #   gate: budget
 #   fix: Raise budget.max_incremental_usd, end the run by the term end, keep fewer checkpoints, or stage remote data.
 deny contains v if {
-	incremental_micro_usd > _f.max_incremental_micro_usd
+	_f.incremental_micro_usd > _f.max_incremental_micro_usd
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf(
@@ -257,7 +257,7 @@ deny contains v if {
 #   gate: budget
 #   fix: Lower max_wall_clock_hours so the run ends by the term end, or extend the booking.
 deny contains v if {
-	past_term_seconds > 0
+	_f.past_term_seconds > 0
 	v := lib.violation(
 		rego.metadata.rule(),
 		sprintf("at its wall-clock limit the run ends %d s after the booking term", [past_term_seconds]),

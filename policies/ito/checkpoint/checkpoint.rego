@@ -121,15 +121,15 @@ _needed_gib := _f.needed_gib
 # title: Checkpoint estimates
 # description: Sizes (GiB), times (seconds) and the lost-work share, rounded to 2 decimals, for train.create.
 estimates := {
-	"checkpoint_size_gib": _f.rounded.size_gib, "checkpoint_storage_tier": _tier_name,
+	"checkpoint_size_gib": _f.rounded.size_gib, "checkpoint_storage_tier": _f.tier,
 	"checkpoint_write_seconds": _f.rounded.write_seconds, "checkpoint_resume_seconds": _f.rounded.resume_seconds,
-	"checkpoint_detection_seconds": detection_seconds, "checkpoint_interval_seconds": _f.rounded.interval_seconds,
+	"checkpoint_detection_seconds": _f.detection_seconds, "checkpoint_interval_seconds": _f.rounded.interval_seconds,
 	"checkpoint_lost_seconds_per_failure": _f.rounded.lost_seconds,
 	"checkpoint_lost_fraction": _f.rounded.lost_fraction, "expected_goodput": _f.rounded.goodput,
 	"checkpoint_failure_rate_source": _f.failure_rate_source,
 	"checkpoint_write_bandwidth_source": _f.write_bandwidth_source,
-	"checkpoint_remote_write_gib": remote_write_gib, "checkpoint_needed_gib": _needed_whole_gib,
-	"checkpoint_quota_gib": _quota_whole_gib,
+	"checkpoint_remote_write_gib": _f.remote_write_gib, "checkpoint_needed_gib": ceil(_f.needed_gib),
+	"checkpoint_quota_gib": floor(_f.quota_gib),
 } if _f
 
 # with a fact missing, one rule per key (_estimates below): only its key is left out
@@ -180,8 +180,8 @@ _estimates["checkpoint_quota_gib"] := _quota_whole_gib
 #   code: CHECKPOINT_STORAGE_TIER_UNKNOWN
 #   gate: checkpoint
 deny contains v if {
-	_has_policy
 	not _tier
+	_has_policy
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf("checkpoint storage tier %s is not in the storage table", [lib.show(object.get(
@@ -218,7 +218,7 @@ deny contains v if {
 #   code: CHECKPOINT_DETECTION_TOO_SLOW
 #   gate: checkpoint
 deny contains v if {
-	detection_seconds > _cfg.failure_detection_max_seconds
+	_f.detection_seconds > data.ito.config.checkpoint.failure_detection_max_seconds
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf("a failure is detected after %v s, above the %v s limit", [
@@ -239,7 +239,7 @@ deny contains v if {
 #   code: CHECKPOINT_RESUME_TOO_SLOW
 #   gate: checkpoint
 deny contains v if {
-	resume_seconds > _cfg.resume_max_seconds
+	_f.resume_seconds > data.ito.config.checkpoint.resume_max_seconds
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf("resuming takes %v s (%v GiB from %s), above the %v s limit", [
@@ -272,7 +272,7 @@ _faster_tier_fix := concat("", [
 #   code: CHECKPOINT_WRITE_EXCEEDS_INTERVAL
 #   gate: checkpoint
 deny contains v if {
-	write_seconds > interval_seconds
+	_f.write_seconds > _f.interval_seconds
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf("writing a checkpoint takes %v s but one is due every %v s", [
@@ -293,7 +293,7 @@ deny contains v if {
 #   code: CHECKPOINT_SYNC_OVERHEAD_HIGH
 #   gate: checkpoint
 deny contains v if {
-	_stall_seconds > _cfg.sync_overhead_deny_fraction * interval_seconds
+	_f.stall_seconds > data.ito.config.checkpoint.sync_overhead_deny_fraction * _f.interval_seconds
 	v := lib.violation_fix(rego.metadata.rule(), _stall_message, _stall_fix)
 }
 
@@ -305,8 +305,8 @@ deny contains v if {
 #   gate: checkpoint
 #   level: warn
 warn contains v if {
-	_stall_seconds > _cfg.sync_overhead_warn_fraction * interval_seconds
-	_stall_seconds <= _cfg.sync_overhead_deny_fraction * interval_seconds
+	_f.stall_seconds > data.ito.config.checkpoint.sync_overhead_warn_fraction * _f.interval_seconds
+	_f.stall_seconds <= data.ito.config.checkpoint.sync_overhead_deny_fraction * _f.interval_seconds
 	v := lib.violation_fix(rego.metadata.rule(), _stall_message, _stall_fix)
 }
 
@@ -328,7 +328,7 @@ _stall_fix := sprintf(
 #   code: CHECKPOINT_LOST_WORK_HIGH
 #   gate: checkpoint
 deny contains v if {
-	lost_fraction > _cfg.lost_work_deny_fraction
+	_f.lost_fraction > data.ito.config.checkpoint.lost_work_deny_fraction
 	v := lib.violation_fix(rego.metadata.rule(), _lost_message, _lost_fix)
 }
 
@@ -340,8 +340,8 @@ deny contains v if {
 #   gate: checkpoint
 #   level: warn
 warn contains v if {
-	lost_fraction > _cfg.lost_work_warn_fraction
-	lost_fraction <= _cfg.lost_work_deny_fraction
+	_f.lost_fraction > data.ito.config.checkpoint.lost_work_warn_fraction
+	_f.lost_fraction <= data.ito.config.checkpoint.lost_work_deny_fraction
 	v := lib.violation_fix(rego.metadata.rule(), _lost_message, _lost_fix)
 }
 
@@ -431,7 +431,7 @@ _max_gpus := floor(((_limit * _f.gpu_hours_between_failures) * 3600) / _one_step
 #   code: CHECKPOINT_CAPACITY_EXCEEDED
 #   gate: checkpoint
 deny contains v if {
-	_needed_whole_gib + _held_gib > _quota_whole_gib
+	ceil(_f.needed_gib) + _held_gib > floor(_f.quota_gib)
 	v := lib.violation_fix(rego.metadata.rule(), _capacity_message, sprintf(
 		"lower checkpoint.retention to at most %d, or get a larger storage quota",
 		[max([0, floor((_quota_whole_gib - _held_gib) / size_gib)])],
@@ -458,7 +458,7 @@ _capacity_message := sprintf("keeping %d checkpoints of %v GiB needs %v GiB, abo
 #   level: warn
 #   fix: Keep checkpoints in the booking's region (checkpoint.storage_region).
 warn contains v if {
-	storage_region != input.entitlement.region
+	_f.storage_region != input.entitlement.region
 	v := lib.violation(rego.metadata.rule(), sprintf(
 		"checkpoints go to region %s, the booking is in %s (%v GiB cross regions)",
 		[lib.show(storage_region), lib.show(input.entitlement.region), remote_write_gib],

@@ -39,7 +39,7 @@ _store_problems contains sprintf("store %s is %s storage, not the declared tier 
 ]) if {
 	store := _matching_stores[0]
 	is_string(store.tier)
-	store.tier != _tier_name
+	store.tier != _f.tier
 }
 
 _store_problems contains sprintf("store %s is in region %s, not the declared region %s", [
@@ -47,7 +47,7 @@ _store_problems contains sprintf("store %s is in region %s, not the declared reg
 ]) if {
 	store := _matching_stores[0]
 	is_string(store.region)
-	store.region != storage_region
+	store.region != _f.storage_region
 }
 
 _store_prefixes_text := concat(", ", [lib.show(s.uri_prefix) | some s in _stores]) if count(_stores) > 0
@@ -90,7 +90,7 @@ _store_fix := sprintf("set checkpoint.storage_uri under one of %s (and storage_t
 #   fix: Use a storage_uri whose scheme the tier serves, or the tier of that store.
 deny contains v if {
 	_has_policy
-	schemes := data.ito.tables.storage[_tier_name].schemes
+	schemes := data.ito.tables.storage[_f.tier].schemes
 	not _scheme_served(schemes)
 	v := lib.violation_fix(
 		rego.metadata.rule(),

@@ -12,15 +12,9 @@ package ito.confirmation
 import data.ito.budget
 import data.ito.lib
 
-_conf := input.confirmation
-
 _cfg := data.ito.config.confirmation
 
 _now := lib.value_at(input, ["now"], null)
-
-# The clock leeway Go verified the token with (trust.confirmation.leeway):
-# the one tolerance for exp. Absent, none.
-_leeway := lib.value_at(input, ["leeway_seconds", "confirmation"], 0)
 
 _action := lib.value_at(input, ["request", "action"], null)
 
@@ -64,8 +58,8 @@ deny contains v if {
 }
 
 _is_same_action if {
-	is_string(_conf.act)
-	_conf.act == _action
+	is_string(input.confirmation.act)
+	input.confirmation.act == input.request.action
 }
 
 # METADATA
@@ -81,9 +75,9 @@ deny contains v if {
 }
 
 _is_same_account if {
-	is_string(_conf.sub)
-	_conf.sub != ""
-	_conf.sub == input.caller.account
+	is_string(input.confirmation.sub)
+	input.confirmation.sub != ""
+	input.confirmation.sub == input.caller.account
 }
 
 # METADATA
@@ -99,9 +93,9 @@ deny contains v if {
 }
 
 _is_same_booking if {
-	is_string(_conf.booking_id)
-	_conf.booking_id != ""
-	_conf.booking_id == input.request.booking_id
+	is_string(input.confirmation.booking_id)
+	input.confirmation.booking_id != ""
+	input.confirmation.booking_id == input.request.booking_id
 }
 
 # METADATA
@@ -114,14 +108,15 @@ _is_same_booking if {
 #   gate: confirmation
 #   fix: Get the exact manifest you submit confirmed; any byte change needs a new confirmation.
 deny contains v if {
-	lib.is_train_create
+	input.request.action == "train.create"
 	not _is_same_manifest
 	v := lib.violation(rego.metadata.rule(), "the confirmation was issued for a different manifest (digest differs)")
 }
 
+# lib.is_digest inline
 _is_same_manifest if {
-	lib.is_digest(input.manifest_digest)
-	_conf.manifest_digest == input.manifest_digest
+	regex.match(`^sha256:[0-9a-f]{64}$`, input.manifest_digest)
+	input.confirmation.manifest_digest == input.manifest_digest
 }
 
 # METADATA
@@ -134,14 +129,14 @@ _is_same_manifest if {
 #   gate: confirmation
 #   fix: Use the confirmation issued for the run you are cancelling or cleaning up.
 deny contains v if {
-	not lib.is_train_create
+	not input.request.action == "train.create"
 	some message in _run_problems
 	v := lib.violation(rego.metadata.rule(), message)
 }
 
 # A confirmation without run_id is for no run (booking.release): "".
 _run_problems contains "the confirmation is for a different run than the request" if {
-	not object.get(_conf, "run_id", "") == input.request.run_id
+	not object.get(input.confirmation, "run_id", "") == input.request.run_id
 }
 
 _run_problems contains sprintf("%v must name the run it acts on (request.run_id is empty)", [lib.show(_action)]) if {
@@ -164,7 +159,7 @@ _has_run_id if {
 #   gate: confirmation
 #   fix: Clean up without releases_booking, then release the booking with its own booking.release confirmation.
 deny contains v if {
-	_action == "train.cleanup"
+	input.request.action == "train.cleanup"
 	not input.request.releases_booking == false
 	v := lib.violation(
 		rego.metadata.rule(),
@@ -189,9 +184,9 @@ deny contains v if {
 }
 
 _is_short_lived if {
-	is_number(_conf.iat)
-	is_number(_conf.exp)
-	_conf.exp - _conf.iat <= _cfg.max_lifetime_seconds
+	is_number(input.confirmation.iat)
+	is_number(input.confirmation.exp)
+	input.confirmation.exp - input.confirmation.iat <= data.ito.config.confirmation.max_lifetime_seconds
 }
 
 # METADATA
@@ -211,10 +206,14 @@ deny contains v if {
 	]))
 }
 
+# (now absent is null, which every number is above)
 _is_unexpired if {
-	is_number(_conf.exp)
-	is_number(_leeway)
-	_conf.exp + _leeway > _now
+	is_number(input.confirmation.exp)
+
+	# the clock leeway Go verified the token with (trust.confirmation.leeway); absent, none
+	leeway := object.get(input, ["leeway_seconds", "confirmation"], 0)
+	is_number(leeway)
+	input.confirmation.exp + leeway > object.get(input, "now", null)
 }
 
 # METADATA
@@ -229,7 +228,11 @@ deny contains v if {
 	v := lib.violation(rego.metadata.rule(), "the confirmation's cost_usd is not a plain decimal USD string")
 }
 
-_has_cost if lib.micro_usd(_conf.cost_usd)
+# lib.micro_usd's grammar: defined exactly when this matches
+_has_cost if {
+	is_string(input.confirmation.cost_usd)
+	regex.match(`^(0|[1-9][0-9]{0,11})(?:\.([0-9]{1,6}))?$`, input.confirmation.cost_usd)
+}
 
 # METADATA
 # title: Confirmed cost below the estimate
@@ -244,12 +247,12 @@ _has_cost if lib.micro_usd(_conf.cost_usd)
 #     Get a confirmation for at least the estimated cost (expected lost work
 #     included), or shrink the run (hours, GPUs, checkpoints).
 deny contains v if {
-	lib.is_train_create
-	confirmed := lib.micro_usd(_conf.cost_usd)
+	input.request.action == "train.create"
+	confirmed := lib.micro_usd(input.confirmation.cost_usd)
 	confirmed < budget.total_micro_usd
 	v := lib.violation(rego.metadata.rule(), sprintf(
 		"the confirmation covers %s USD; the run is estimated at %s USD (%s USD of it expected lost work)",
-		[_conf.cost_usd, lib.usd(budget.total_micro_usd), lib.usd(budget.lost_work_micro_usd)],
+		[input.confirmation.cost_usd, lib.usd(budget.total_micro_usd), lib.usd(budget.lost_work_micro_usd)],
 	))
 }
 
@@ -264,7 +267,7 @@ deny contains v if {
 #   gate: confirmation
 #   fix: Get a train.restart confirmation for the checkpoint step you restart from.
 deny contains v if {
-	_action == "train.restart"
+	input.request.action == "train.restart"
 	not _is_same_checkpoint
 	v := lib.violation(rego.metadata.rule(), sprintf(
 		"the confirmation is for checkpoint step %s, the restart asks for %s",
@@ -276,7 +279,7 @@ deny contains v if {
 }
 
 _is_same_checkpoint if {
-	is_number(_conf.checkpoint_step)
-	_conf.checkpoint_step >= 0
-	_conf.checkpoint_step == input.request.checkpoint_step
+	is_number(input.confirmation.checkpoint_step)
+	input.confirmation.checkpoint_step >= 0
+	input.confirmation.checkpoint_step == input.request.checkpoint_step
 }

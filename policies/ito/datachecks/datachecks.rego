@@ -23,7 +23,7 @@ _datasets := d if {
 
 _catalog_entry(d) := entry if {
 	is_string(d.uri)
-	some entry in _cfg.catalog
+	some entry in data.ito.config.datachecks.catalog
 	startswith(d.uri, entry.uri_prefix)
 }
 
@@ -101,8 +101,8 @@ _is_large if run_tokens >= _cfg.ladder_required_from_tokens
 #   gate: datachecks
 #   fix: Record the dataset's sha256 content digest in data[].digest.
 deny contains v if {
-	_is_large
 	some i in _custom
+	_is_large
 	not lib.is_digest(lib.value_at(_datasets[i], ["digest"], ""))
 	v := lib.violation(rego.metadata.rule(), sprintf("custom dataset data[%d] has no sha256 content digest", [i]))
 }
@@ -124,8 +124,8 @@ _decision_for(digest) := [r | some r in _decisions; r.claims.dataset_digest == d
 #   code: DATA_LADDER_DECISION_MISSING
 #   gate: datachecks
 deny contains v if {
-	_is_large
 	some i in _custom
+	_is_large
 	digest := _datasets[i].digest
 	lib.is_digest(digest)
 	count(_decision_for(digest)) == 0
@@ -148,8 +148,8 @@ deny contains v if {
 #   gate: datachecks
 #   fix: Fix or replace the dataset and run the ladder again; only a "proceed" decision admits a large run.
 deny contains v if {
-	_is_large
 	some i in _custom
+	_is_large
 	some r in _decision_for(_datasets[i].digest)
 	not lib.value_at(r, ["claims", "outcome"], null) == "proceed"
 	v := lib.violation(rego.metadata.rule(), sprintf("the ladder decision for data[%d] is %s, not \"proceed\"", [
@@ -165,8 +165,8 @@ deny contains v if {
 #   gate: datachecks
 #   fix: Run the ladder again on the dataset as it is now.
 deny contains v if {
-	_is_large
 	some i in _custom
+	_is_large
 	some r in _decision_for(_datasets[i].digest)
 	not _is_recent(r.claims)
 	v := lib.violation(rego.metadata.rule(), sprintf(

@@ -41,7 +41,9 @@ _has_decontamination(d) if {
 	d.decontamination.eval_suite_version != ""
 	is_string(d.decontamination.method)
 	d.decontamination.method != ""
-	lib.is_digest(d.decontamination.report_digest)
+
+	# lib.is_digest
+	regex.match(`^sha256:[0-9a-f]{64}$`, d.decontamination.report_digest)
 }
 
 # METADATA
@@ -54,8 +56,11 @@ _has_decontamination(d) if {
 #   gate: data
 deny contains v if {
 	some i, d in _datasets
+	not [d.decontamination.eval_suite, d.decontamination.eval_suite_version] == [
+		data.ito.config.data.eval_suite,
+		data.ito.config.data.eval_suite_version,
+	]
 	_has_decontamination(d)
-	not _is_current_suite(d.decontamination)
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf("dataset data[%d] was decontaminated against %s %s, not %s %s", [
@@ -67,11 +72,6 @@ deny contains v if {
 			_cfg.eval_suite, _cfg.eval_suite_version,
 		]),
 	)
-}
-
-_is_current_suite(dc) if {
-	dc.eval_suite == _cfg.eval_suite
-	dc.eval_suite_version == _cfg.eval_suite_version
 }
 
 # METADATA
@@ -96,7 +96,7 @@ deny contains v if {
 
 _is_license_allowed(d) if {
 	is_string(d.license)
-	lower(d.license) in _cfg.allowed_licenses
+	lower(d.license) in data.ito.config.data.allowed_licenses
 }
 
 # METADATA
@@ -109,7 +109,7 @@ _is_license_allowed(d) if {
 deny contains v if {
 	some i, d in _datasets
 	not d.pii == false
-	not _cfg.pii_allowed == true
+	not data.ito.config.data.pii_allowed == true
 	v := lib.violation(rego.metadata.rule(), sprintf("dataset data[%d] may contain PII (pii is not false)", [i]))
 }
 

@@ -14,17 +14,9 @@ package ito.entitlement
 import data.ito.checkpoint
 import data.ito.lib
 
-_ent := input.entitlement
-
 _cfg := data.ito.config.entitlement
 
-_hw := input.manifest.hardware
-
 _now := lib.value_at(input, ["now"], null)
-
-# The clock leeway Go verified the token with (trust.entitlement.leeway):
-# the one tolerance for exp and a future iat. Absent, none.
-_leeway := lib.value_at(input, ["leeway_seconds", "entitlement"], 0)
 
 # METADATA
 # title: Entitlement not verified
@@ -49,7 +41,8 @@ deny contains v if {
 #   gate: entitlement
 #   fix: Complete the booking first; an expired, revoked, released or incomplete booking cannot host runs.
 deny contains v if {
-	not _is_state_ok
+	not input.entitlement.booking_state == "completed"
+	not _is_teardown_state_ok
 	state := lib.value_at(input, ["entitlement", "booking_state"], null)
 	v := lib.violation(rego.metadata.rule(), sprintf("booking %v is in state %v, not \"completed\"", [
 		lib.show(lib.value_at(input, ["entitlement", "booking_id"], null)),
@@ -65,8 +58,8 @@ deny contains v if {
 #   gate: entitlement
 #   fix: Book capacity that is eligible for training, or ask the desk to enable training on this booking.
 deny contains v if {
+	not input.entitlement.training_eligible == true
 	not lib.is_teardown
-	not _ent.training_eligible == true
 	v := lib.violation(rego.metadata.rule(), "the booking is not eligible for training (training_eligible is not true)")
 }
 
@@ -90,10 +83,13 @@ deny contains v if {
 
 _is_fresh if {
 	is_number(input.now)
-	is_number(_ent.iat)
-	is_number(_leeway)
-	input.now - _ent.iat <= _cfg.max_age_seconds
-	_ent.iat - input.now <= _leeway
+	is_number(input.entitlement.iat)
+
+	# the clock leeway Go verified the token with (trust.entitlement.leeway); absent, none
+	leeway := object.get(input, ["leeway_seconds", "entitlement"], 0)
+	is_number(leeway)
+	input.now - input.entitlement.iat <= data.ito.config.entitlement.max_age_seconds
+	input.entitlement.iat - input.now <= leeway
 }
 
 # METADATA
@@ -114,9 +110,12 @@ deny contains v if {
 }
 
 _is_unexpired if {
-	is_number(_ent.exp)
-	is_number(_leeway)
-	_ent.exp + _leeway > input.now
+	is_number(input.entitlement.exp)
+
+	# the clock leeway Go verified the token with (trust.entitlement.leeway); absent, none
+	leeway := object.get(input, ["leeway_seconds", "entitlement"], 0)
+	is_number(leeway)
+	input.entitlement.exp + leeway > input.now
 }
 
 # METADATA
@@ -132,9 +131,9 @@ deny contains v if {
 }
 
 _is_same_booking if {
-	is_string(_ent.booking_id)
-	_ent.booking_id != ""
-	_ent.booking_id == input.request.booking_id
+	is_string(input.entitlement.booking_id)
+	input.entitlement.booking_id != ""
+	input.entitlement.booking_id == input.request.booking_id
 }
 
 # METADATA
@@ -150,9 +149,9 @@ deny contains v if {
 }
 
 _is_same_account if {
-	is_string(_ent.sub)
-	_ent.sub != ""
-	_ent.sub == input.caller.account
+	is_string(input.entitlement.sub)
+	input.entitlement.sub != ""
+	input.entitlement.sub == input.caller.account
 }
 
 # METADATA
@@ -174,25 +173,24 @@ deny contains v if {
 }
 
 _is_within_term if {
-	is_number(_ent.term.start)
-	is_number(_ent.term.end)
-	_ent.term.start <= input.now
-	input.now < _ent.term.end
+	is_number(input.entitlement.term.start)
+	is_number(input.entitlement.term.end)
+	input.entitlement.term.start <= input.now
+	input.now < input.entitlement.term.end
 }
 
 # Teardown may come after the term ended, never before it started.
 _is_within_term if {
 	lib.is_teardown
-	is_number(_ent.term.start)
-	is_number(_ent.term.end)
-	_ent.term.start <= input.now
+	is_number(input.entitlement.term.start)
+	is_number(input.entitlement.term.end)
+	input.entitlement.term.start <= input.now
 }
 
-_is_state_ok if _ent.booking_state == "completed"
-
-_is_state_ok if {
+# Teardown may act on a booking that ended.
+_is_teardown_state_ok if {
+	input.entitlement.booking_state in {"expired", "released", "revoked"}
 	lib.is_teardown
-	_ent.booking_state in {"expired", "released", "revoked"}
 }
 
 # METADATA
@@ -207,7 +205,11 @@ deny contains v if {
 	v := lib.violation(rego.metadata.rule(), "price_per_gpu_hour_usd is not a plain decimal USD string")
 }
 
-_has_price if lib.micro_usd(_ent.price_per_gpu_hour_usd)
+# lib.micro_usd's grammar: defined exactly when this matches
+_has_price if {
+	is_string(input.entitlement.price_per_gpu_hour_usd)
+	regex.match(`^(0|[1-9][0-9]{0,11})(?:\.([0-9]{1,6}))?$`, input.entitlement.price_per_gpu_hour_usd)
+}
 
 # METADATA
 # title: Booked topology does not carry the manifest
@@ -220,7 +222,8 @@ _has_price if lib.micro_usd(_ent.price_per_gpu_hour_usd)
 #   gate: entitlement
 #   fix: Set hardware.gpu_type, nodes and gpus_per_node to what the booking provides.
 deny contains v if {
-	lib.is_train_create
+	input.request.action == "train.create"
+	not _topology_matches
 	some field in ["type", "nodes", "gpus_per_node"]
 	not _topology_field_matches(field)
 	v := lib.violation(rego.metadata.rule(), sprintf("manifest hardware %v is %v but the booking has %v", [
@@ -232,16 +235,37 @@ deny contains v if {
 
 _manifest_field := {"type": "gpu_type", "nodes": "nodes", "gpus_per_node": "gpus_per_node"}
 
-_topology_field_matches(field) if {
-	field != "nodes"
-	booked := _ent.gpu[field]
-	booked == _hw[_manifest_field[field]]
+# every field matches (_topology_field_matches of each, in one body)
+_topology_matches if {
+	input.entitlement.gpu.type == input.manifest.hardware.gpu_type
+	input.entitlement.gpu.gpus_per_node == input.manifest.hardware.gpus_per_node
+	booked := input.entitlement.gpu.nodes
+	nodes := input.manifest.hardware.nodes
+	is_number(booked)
+	booked >= 1
+	booked == floor(booked)
+	is_number(nodes)
+	nodes >= 1
+	nodes == floor(nodes)
+	nodes <= booked
 }
 
+_topology_field_matches(field) if {
+	field != "nodes"
+	input.entitlement.gpu[field] == input.manifest.hardware[_manifest_field[field]]
+}
+
+# both counts (lib.is_count), the run's within the booking's
 _topology_field_matches("nodes") if {
-	lib.is_count(_ent.gpu.nodes)
-	lib.is_count(_hw.nodes)
-	_hw.nodes <= _ent.gpu.nodes
+	booked := input.entitlement.gpu.nodes
+	nodes := input.manifest.hardware.nodes
+	is_number(booked)
+	booked >= 1
+	booked == floor(booked)
+	is_number(nodes)
+	nodes >= 1
+	nodes == floor(nodes)
+	nodes <= booked
 }
 
 # METADATA
@@ -252,7 +276,7 @@ _topology_field_matches("nodes") if {
 #   gate: entitlement
 #   fix: Set hardware.region to the booking's region, or book capacity in the region you need.
 deny contains v if {
-	lib.is_train_create
+	input.request.action == "train.create"
 	not _is_same_region
 	v := lib.violation(rego.metadata.rule(), sprintf("manifest region %v differs from the booking's region %v", [
 		lib.show(lib.value_at(input, ["manifest", "hardware", "region"], null)),
@@ -261,8 +285,8 @@ deny contains v if {
 }
 
 _is_same_region if {
-	is_string(_ent.region)
-	_ent.region == _hw.region
+	is_string(input.entitlement.region)
+	input.entitlement.region == input.manifest.hardware.region
 }
 
 # METADATA
@@ -273,7 +297,7 @@ _is_same_region if {
 #   gate: entitlement
 #   fix: Set hardware.fabric to the booking's fabric type.
 deny contains v if {
-	lib.is_train_create
+	input.request.action == "train.create"
 	not _is_same_fabric
 	v := lib.violation(rego.metadata.rule(), sprintf("manifest fabric %v differs from the booking's fabric %v", [
 		lib.show(lib.value_at(input, ["manifest", "hardware", "fabric"], null)),
@@ -282,8 +306,8 @@ deny contains v if {
 }
 
 _is_same_fabric if {
-	is_string(_ent.fabric.type)
-	_ent.fabric.type == _hw.fabric
+	is_string(input.entitlement.fabric.type)
+	input.entitlement.fabric.type == input.manifest.hardware.fabric
 }
 
 # METADATA
@@ -305,7 +329,7 @@ _is_same_fabric if {
 #     (Claims) describes, with values within the bundle's bounds, or leave
 #     the claim out (bundle data is then used).
 deny contains v if {
-	lib.runs_training_gates
+	input.request.action in {"train.create", "train.stage.advance"}
 	checkpoint.telemetry_status == "malformed"
 	v := lib.violation(rego.metadata.rule(), sprintf(
 		concat("", [
@@ -335,10 +359,10 @@ _telemetry_cfg := data.ito.config.checkpoint.telemetry
 #   gate: entitlement
 #   fix: The canonical backend must send telemetry measured within the bundle's max age, or leave the claim out.
 deny contains v if {
-	lib.runs_training_gates
+	input.request.action in {"train.create", "train.stage.advance"}
 	checkpoint.telemetry_status == "stale"
 	v := lib.violation(rego.metadata.rule(), sprintf(
 		"the entitlement's telemetry was measured %d s before now, above the %d s limit",
-		[input.now - _ent.telemetry.measured_at, _telemetry_cfg.max_age_seconds],
+		[input.now - input.entitlement.telemetry.measured_at, _telemetry_cfg.max_age_seconds],
 	))
 }

@@ -8,8 +8,6 @@ package ito.idempotency
 
 import data.ito.lib
 
-_cfg := data.ito.config.idempotency
-
 _ledger := lib.value_at(input, ["ledger", "idempotency"], null)
 
 # METADATA
@@ -22,15 +20,15 @@ _ledger := lib.value_at(input, ["ledger", "idempotency"], null)
 #   gate: idempotency
 #   fix: Use a new idempotency key for a new request; reuse a key only to retry the identical request.
 deny contains v if {
-	not _is_key_usable
+	not input.ledger.idempotency.seen == false
+	not _is_same_request_again
 	v := lib.violation(rego.metadata.rule(), _conflict_message)
 }
 
-_is_key_usable if _ledger.seen == false
-
-_is_key_usable if {
-	_ledger.seen == true
-	_ledger.same_request == true
+# a key the ledger has not seen (seen == false) is usable too
+_is_same_request_again if {
+	input.ledger.idempotency.seen == true
+	input.ledger.idempotency.same_request == true
 }
 
 default _conflict_message := "the idempotency ledger facts (seen, same_request) are missing or not booleans"
@@ -56,5 +54,5 @@ deny contains v if {
 
 _is_key_valid if {
 	is_string(input.request.idempotency_key)
-	regex.match(_cfg.key_pattern, input.request.idempotency_key)
+	regex.match(data.ito.config.idempotency.key_pattern, input.request.idempotency_key)
 }

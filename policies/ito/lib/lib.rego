@@ -83,23 +83,20 @@ is_teardown if data.ito.config.actions[input.request.action].effect == "end_run"
 #   Builds {code, gate, message[, fix]} from the calling rule's METADATA
 #   (rego.metadata.rule()), so a code is written in exactly one place.
 #   The fix is custom.fix when the METADATA has one.
-violation(meta, message) := object.union(
-	{"code": meta.custom.code, "gate": meta.custom.gate, "message": message},
-	_fix_of(meta.custom),
-)
+violation(meta, message) := {
+	"code": meta.custom.code, "gate": meta.custom.gate, "message": message,
+	"fix": meta.custom.fix,
+} if {
+	is_string(object.get(meta.custom, "fix", null))
+} else := {"code": meta.custom.code, "gate": meta.custom.gate, "message": message}
 
 # METADATA
 # title: Violation with a computed fix
 # description: Like violation, with a fix computed by the rule (overrides custom.fix).
-violation_fix(meta, message, fix) := object.union(
-	{"code": meta.custom.code, "gate": meta.custom.gate, "message": message},
-	{"fix": fix},
-)
-
-# (`not f(x.y)` is not true when x.y is undefined: OPA moves the ref out of the negation)
-_fix_of(custom) := {"fix": custom.fix} if is_string(object.get(custom, "fix", null))
-
-_fix_of(custom) := {} if not is_string(object.get(custom, "fix", null))
+violation_fix(meta, message, fix) := {
+	"code": meta.custom.code, "gate": meta.custom.gate, "message": message,
+	"fix": fix,
+}
 
 # METADATA
 # title: Decimal string to scaled integer
@@ -136,7 +133,16 @@ _units := {1: 10, 2: 100, 3: 1000, 4: 10000, 5: 100000, 6: 1000000}
 # METADATA
 # title: USD string to micro-USD
 # description: Exact integer micro-USD of a decimal USD string ("2.49" -> 2490000); undefined when malformed.
-micro_usd(s) := scaled(s, 6)
+micro_usd(s) := n if {
+	# scaled(s, 6) written out (the pattern is _decimal_patterns[6]): no function
+	# call or rule reference per amount
+	is_string(s)
+	[[_, whole, fraction]] := regex.find_all_string_submatch_n(`^(0|[1-9][0-9]{0,11})(?:\.([0-9]{1,6}))?$`, s, 1)
+	n := (to_number(whole) * 1000000) + (to_number(concat("", [
+		"1",
+		substring(concat("", [fraction, "000000"]), 0, 6),
+	])) - 1000000)
+}
 
 # METADATA
 # title: Number to centi-units

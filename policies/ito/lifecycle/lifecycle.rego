@@ -49,8 +49,10 @@ else := []
 # objective.stage followed by the post-training recipe
 _named_stages := _m.stages if is_array(_m.stages)
 
-_named_stages := array.concat([_m.objective.stage], _post_training_stages) if {
-	not is_array(lib.value_at(input, ["manifest", "stages"], null))
+_named_stages := array.concat([stage], _post_training_stages) if {
+	# (defined: the manifest is an object)
+	stage := input.manifest.objective.stage
+	not is_array(object.get(input.manifest, "stages", null))
 }
 
 # METADATA
@@ -60,16 +62,12 @@ _named_stages := array.concat([_m.objective.stage], _post_training_stages) if {
 #   (["sft", "sft", "dpo"] is ["sft", "dpo"]): `stages` when the manifest
 #   has it, else objective.stage followed by post_training's stages.
 declared_stages := [s |
-	some i, s in _named_stages
-	_is_new_stage(i, s)
+	named := _named_stages
+	some i, s in named
+
+	# the first, or not the one before it again
+	not named[i - 1] == s
 ]
-
-_is_new_stage(0, _)
-
-_is_new_stage(i, s) if {
-	i > 0
-	_named_stages[i - 1] != s
-}
 
 # METADATA
 # title: Next stage
@@ -90,7 +88,7 @@ next_stage(stage) := declared_stages[i + 1] if {
 #   code: STAGE_ORDER_INVALID
 #   gate: lifecycle
 deny contains v if {
-	lib.is_train_create
+	input.request.action == "train.create"
 	some msg in _order_problems
 	v := lib.violation_fix(rego.metadata.rule(), msg, sprintf("order the stages as %s (any may be left out)", [
 		concat(" -> ", _cfg.stage_order),
@@ -126,8 +124,8 @@ _is_recipe_pair(i) if {
 #   gate: lifecycle
 #   fix: Start `stages` with objective.stage and list every post_training stage in it.
 deny contains v if {
-	lib.is_train_create
-	is_array(_m.stages)
+	is_array(input.manifest.stages)
+	input.request.action == "train.create"
 	some msg in _consistency_problems
 	v := lib.violation(rego.metadata.rule(), msg)
 }
@@ -149,8 +147,6 @@ _consistency_problems contains sprintf("post_training stage %s is not in stages"
 # ---------------------------------------------------------------------------
 # Actions on an admitted run
 
-_is_run_action if lib.steps_run(_action)
-
 _run := input.ledger.run
 
 _is_live if _run.state == "live"
@@ -170,7 +166,7 @@ _is_live if _run.state == "live"
 #     Create a new run; a run that ended or was revoked cannot be advanced or
 #     restarted, only cancelled or cleaned up.
 deny contains v if {
-	_is_run_action
+	data.ito.config.actions[input.request.action].effect == "step_run"
 	not _is_live
 	not _is_halted
 	v := lib.violation(rego.metadata.rule(), sprintf("%s needs a live run; the run is %s", [
@@ -192,7 +188,7 @@ _is_halted if _run.state == "halted"
 #   gate: lifecycle
 #   fix: Cancel or clean up the run; create a new run to train again.
 deny contains v if {
-	_is_run_action
+	data.ito.config.actions[input.request.action].effect == "step_run"
 	_is_halted
 	v := lib.violation(rego.metadata.rule(), sprintf("the run was halted in stage %s: its eval gate failed (%s)", [
 		lib.show(lib.value_at(input, ["ledger", "run", "halt", "stage"], null)),
@@ -210,7 +206,7 @@ deny contains v if {
 #   gate: lifecycle
 #   fix: Send the exact manifest bytes the run was created with.
 deny contains v if {
-	_action == "train.stage.advance"
+	input.request.action == "train.stage.advance"
 	not _is_run_manifest
 	v := lib.violation(rego.metadata.rule(), "the manifest's digest is not the one the run was admitted with")
 }
@@ -233,7 +229,7 @@ _target := lib.value_at(input, ["request", "stage"], null)
 #   code: STAGE_NOT_NEXT
 #   gate: lifecycle
 deny contains v if {
-	_action == "train.stage.advance"
+	input.request.action == "train.stage.advance"
 	_is_run_manifest
 	not _is_next_stage
 	v := lib.violation_fix(
@@ -268,7 +264,7 @@ else := "the run is in its last declared stage: there is no stage to advance to"
 #     Computed per deny - set stage_settings.long_context.objective.sequence_length
 #     above the stage before it, with a layout that fits it.
 deny contains v if {
-	_action == "train.stage.advance"
+	input.request.action == "train.stage.advance"
 	_target == "long_context"
 	some i, s in declared_stages
 	s == _target
@@ -306,7 +302,7 @@ _battery := _cfg.batteries[_current]
 #   gate: lifecycle
 #   fix: Have the eval authority run the stage's battery and send its signed report with the advance.
 deny contains v if {
-	_action == "train.stage.advance"
+	input.request.action == "train.stage.advance"
 	count(_reports) != 1
 	v := lib.violation(rego.metadata.rule(), sprintf("a stage advance needs one eval report, got %d", [count(_reports)]))
 }
@@ -323,7 +319,7 @@ _is_report_verified if _report.verified == true
 #   gate: lifecycle
 #   fix: Send the eval report exactly as the eval authority signed it.
 deny contains v if {
-	_action == "train.stage.advance"
+	input.request.action == "train.stage.advance"
 	count(_reports) == 1
 	not _is_report_verified
 	v := lib.violation(rego.metadata.rule(), "the eval report's signature was not verified")
@@ -339,7 +335,7 @@ deny contains v if {
 #   gate: lifecycle
 #   fix: Get an eval report for this run's current stage, battery and manifest.
 deny contains v if {
-	_action == "train.stage.advance"
+	input.request.action == "train.stage.advance"
 	some msg in _binding_problems
 	v := lib.violation(rego.metadata.rule(), msg)
 }
@@ -393,7 +389,7 @@ else := {}
 #   gate: lifecycle
 #   fix: Run every eval of the stage's battery and the manifest's eval gates; a missing result is a failed gate.
 deny contains v if {
-	_action == "train.stage.advance"
+	input.request.action == "train.stage.advance"
 	_report
 	some e in _required_evals
 	not is_number(object.get(_results, e.metric, null))
@@ -417,7 +413,7 @@ deny contains v if {
 #     train.cleanup), fix what failed, and admit a new run from a
 #     checkpoint that passes; a failed gate has no override.
 deny contains v if {
-	_action == "train.stage.advance"
+	input.request.action == "train.stage.advance"
 	some msg in _eval_failures
 	v := lib.violation(rego.metadata.rule(), msg)
 }
@@ -455,7 +451,7 @@ _eval_failures contains sprintf("%s = %v is above the %s's maximum %v", [e.metri
 #   about the request, so it halts whatever else the request got wrong, and
 #   consumes nothing. Undefined otherwise.
 halt := {"failed_evals": report_verdict.failed_evals} if {
-	_action == "train.stage.advance"
+	input.request.action == "train.stage.advance"
 	_is_live
 	count(report_verdict.problems) == 0
 	count(report_verdict.failed_evals) > 0

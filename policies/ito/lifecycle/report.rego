@@ -9,8 +9,6 @@
 # lifecycle.rego).
 package ito.lifecycle
 
-import data.ito.lib
-
 # METADATA
 # title: Eval report verdict
 # description: >-
@@ -40,9 +38,12 @@ _report_problems contains msg if some msg in _binding_problems
 # The report deadline of the stage a run enters
 
 # the stage a create starts the run in, or an advance moves it to
-_entered_stage := lib.value_at(input, ["manifest", "objective", "stage"], null) if lib.is_train_create
+# (input is an object once it has request.action: object.get is lib.value_at there)
+_entered_stage := object.get(input, ["manifest", "objective", "stage"], null) if {
+	input.request.action == "train.create"
+}
 
-_entered_stage := _target if _action == "train.stage.advance"
+_entered_stage := _target if input.request.action == "train.stage.advance"
 
 # METADATA
 # title: Report deadline of the stage entered

@@ -36,7 +36,7 @@ _is_planned_step if {
 #   code: RESTART_STEP_OFF_PLAN
 #   gate: lifecycle
 deny contains v if {
-	_action == "train.restart"
+	input.request.action == "train.restart"
 	_has_plan
 	not _is_planned_step
 	v := lib.violation_fix(
@@ -110,7 +110,7 @@ _restarts := n if {
 #     Cancel the run and find why it keeps failing; a new run with more
 #     frequent (or asynchronous) checkpoints loses less work per restart.
 deny contains v if {
-	_action == "train.restart"
+	input.request.action == "train.restart"
 	_restarts + 1 > restart_budget
 	v := lib.violation(rego.metadata.rule(), sprintf(
 		concat("", [
@@ -136,6 +136,6 @@ estimates := {
 	"restart_number": _restarts + 1,
 	"restart_lost_seconds": (_restarts + 1) * _plan.lost_seconds_per_restart,
 } if {
-	_action == "train.restart"
+	input.request.action == "train.restart"
 	restart_budget
 }

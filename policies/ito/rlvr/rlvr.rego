@@ -12,21 +12,18 @@ package ito.rlvr
 
 import data.ito.lib
 
-_m := input.manifest
-
 _cfg := data.ito.config.rlvr
 
 _rl := lib.value_at(input, ["manifest", "rlvr"], null)
 
-_post_training_stages contains s.stage if {
-	some s in _m.post_training
+_has_rlvr_stage if input.manifest.objective.stage == "rlvr"
+
+_has_rlvr_stage if {
+	some s in input.manifest.post_training
+	s.stage == "rlvr"
 }
 
-_has_rlvr_stage if _m.objective.stage == "rlvr"
-
-_has_rlvr_stage if "rlvr" in _post_training_stages
-
-_has_rlvr_stage if "rlvr" in _m.stages
+_has_rlvr_stage if "rlvr" in input.manifest.stages
 
 # METADATA
 # title: RLVR recipe missing

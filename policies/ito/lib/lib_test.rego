@@ -220,3 +220,36 @@ test_train_manifest_is_the_stage_s_for_an_advance_only if {
 		"manifest": m,
 	}
 }
+
+# The action helpers read the bundle's action table (equal to Go's api.Actions by test).
+test_action_helpers if {
+	lib.actions == {
+		"train.create", "train.stage.advance", "train.restart", "train.cancel", "train.cleanup",
+		"booking.release",
+	}
+	{a | some a in lib.actions; lib.steps_run(a)} == {"train.stage.advance", "train.restart"}
+	{a | some a in lib.actions; lib.acts_on_run(a)} == {
+		"train.stage.advance", "train.restart", "train.cancel", "train.cleanup",
+	}
+	{a | some a in lib.actions; lib.runs_training_gates with input.request.action as a} == {
+		"train.create", "train.stage.advance",
+	}
+}
+
+# micro_usd writes scaled(s, 6) out (no call per amount): the two agree on
+# well-formed amounts and on every malformed one.
+test_micro_usd_is_scaled_to_six_places[s] if {
+	some s in [
+		"0", "0.0", "1", "2.49", "2.5", "0.000001", "999999999999", "999999999999.999999", "1000000000000",
+		"0.0000001", "01", "1.", ".5", "-1", "1e3", "+1", " 1", "1,000", "$1", "", 1, null,
+	]
+	_or_undefined_micro(s) == _or_undefined_scaled(s)
+}
+
+_or_undefined_micro(s) := n if n := lib.micro_usd(s)
+
+else := "undefined"
+
+_or_undefined_scaled(s) := n if n := lib.scaled(s, 6)
+
+else := "undefined"

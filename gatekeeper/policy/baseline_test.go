@@ -108,8 +108,9 @@ func compareDecisions(t *testing.T, current, baseline *policy.Engine, name strin
 }
 
 // hugeCounts counts decisions that differ only by MANIFEST_FIELD_INVALID
-// findings on count fields holding an integer of 2^64 or more, beyond the
-// manifest schema's maximum (1e18), so never an input the server evaluates.
+// findings on count fields holding an integer of 2^64 or more (those 64 bits
+// of mantissa do not hold: 2^64 + 1, 1.2e29), beyond the manifest schema's
+// maximum (1e18), so never an input the server evaluates.
 // Before facts model 4 the manifest gate's fast check passed a count on its
 // digits, while lib.is_count, the guard every gate computes with, refuses
 // such a number (OPA's floor of it is inexact): the gates then skipped the
@@ -120,7 +121,8 @@ var twoTo64 = new(big.Int).Lsh(big.NewInt(1), 64)
 
 // withoutHugeCountFindings is d without its MANIFEST_FIELD_INVALID findings
 // on fields whose manifest value is an integer of 2^64 or more (allow as
-// the rest gives it); ok when there was at least one.
+// the rest gives it); ok when there was at least one. (Only such a finding
+// is forgiven: one on a value 64 bits of mantissa hold still fails.)
 func withoutHugeCountFindings(in map[string]any, d policy.Decision) (policy.Decision, bool) {
 	out := d
 	out.Violations = nil

@@ -67,9 +67,10 @@ type manifestField struct {
 
 // readManifest reads data.ito.config.manifest: fields, each {"path": [name,
 // ...], "kind": k}, and kind_values, kind → the JSON scalars a field of that
-// kind may hold. A field whose kind is neither a formula kind nor listed in
-// kind_values could never pass: the bundle is refused, as is a value in
-// kind_values that is not a string, number, boolean or null.
+// kind may hold. A field whose kind is neither a formula kind nor a key of
+// kind_values is refused (nothing says what it holds), as is a value in
+// kind_values that is not a string, number, boolean or null. Without a field
+// list nothing is checked here; the manifest gate denies that ("not checked").
 func (m *Model) readManifest(r *reader, cfg map[string]any) {
 	if r.err != nil {
 		return

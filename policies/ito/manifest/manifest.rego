@@ -73,12 +73,14 @@ deny contains v if {
 	]))
 }
 
-# The fields the check found ill-typed, from the facts (facts.rego). Facts
-# without this part (a facts model that does not check fields) deny on their
-# own: nothing here may pass unchecked.
+# The fields the check found ill-typed, from the facts (facts.rego). A check
+# that did not run denies on its own: facts without this part or with another
+# shape, or a bundle that lists no fields (nothing would ever be checked).
 _invalid_fields := fields if {
+	count(data.ito.config.manifest.fields) > 0
 	fields := _f.invalid_fields
-} else := [{"path": ["(unchecked: input.facts has no manifest part)"], "kind": "unchecked"}]
+	is_array(fields)
+} else := [{"path": ["*"], "kind": "unchecked"}]
 
 _expectation(kind) := e if {
 	e := _expectations[kind]
@@ -99,7 +101,7 @@ _expectations := {
 	"array": "not an array",
 	"optional_object": "not an object",
 	"layer_counts": "not an array of whole numbers from 0",
-	"unchecked": "not checked",
+	"unchecked": "not checked (no field list in data.ito.config.manifest.fields, or no field check in input.facts)",
 }
 
 # METADATA

@@ -217,12 +217,30 @@ test_reads_the_facts if {
 	]
 }
 
-# Facts without the field check (another facts model) deny: no field passes unchecked.
-test_facts_without_the_check_deny if {
-	inp := json.patch(_base, [_set("/facts", {"version": 4})])
-	[v.message | some v in manifest.deny with input as inp; v.code == "MANIFEST_FIELD_INVALID"] == [
-		"manifest field /(unchecked: input.facts has no manifest part) is not checked",
-	]
+# A field check that did not run denies: facts without the part (another facts
+# model), a part of another shape, a bundle that lists no fields.
+test_unchecked_fields_deny[name] if {
+	unchecked := [concat("", [
+		"manifest field /* is not checked (no field list in data.ito.config.manifest.fields, ",
+		"or no field check in input.facts)",
+	])]
+	some name, tc in {
+		"facts without the part": {"facts": {"version": 4}, "fields": data.ito.config.manifest.fields},
+		"invalid_fields an object": {
+			"facts": {"version": 4, "manifest": {"invalid_fields": {}}},
+			"fields": data.ito.config.manifest.fields,
+		},
+		"invalid_fields a string": {
+			"facts": {"version": 4, "manifest": {"invalid_fields": "none"}},
+			"fields": data.ito.config.manifest.fields,
+		},
+		"no field list": {"facts": {"version": 4, "manifest": {"invalid_fields": []}}, "fields": []},
+	}
+	inp := json.patch(_base, [_set("/facts", tc.facts)])
+	[v.message |
+		some v in manifest.deny with input as inp with data.ito.config.manifest.fields as tc.fields
+		v.code == "MANIFEST_FIELD_INVALID"
+	] == unchecked
 }
 
 # A kind the bundle lists in kind_values has a message made from its values.
@@ -243,10 +261,10 @@ test_listed_kind_message if {
 		with data.ito.config.manifest.kind_values as values
 }
 
-# A count of 2^64 or more (beyond the manifest schema's 1e18) is not a count to
-# lib.is_count, which every gate's count guard uses (OPA's floor of it is
-# inexact): the field check refuses it rather than let the gates skip the rules
-# that read it.
+# An integer beyond 2^64 that 64 bits of mantissa do not hold (beyond the
+# manifest schema's 1e18) is not a count to lib.is_count, which every gate's
+# count guard uses (OPA's floor of it is inexact): the field check refuses it
+# rather than let the gates skip the rules that read it.
 test_count_beyond_float_precision_is_invalid if {
 	inp := json.patch(_base, [_set("/manifest/model/hidden_size", 123456789012345678901234567890)])
 	[v.message | some v in manifest.deny with input as inp; v.code == "MANIFEST_FIELD_INVALID"] == [

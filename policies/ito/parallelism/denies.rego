@@ -317,7 +317,7 @@ deny contains v if {
 warn contains v if {
 	not _is_megatron
 	_layout.pp > 1
-	not _layout.pp * _layout.v > _layers + _cfg.extra_pipeline_stages
+	not _pp_exceeds_layers_at(_layout.pp, _layout.v)
 	imbalance := _f.stage_imbalance
 	imbalance > _cfg.pipeline_unbalanced_above
 	v := lib.violation(rego.metadata.rule(), sprintf(

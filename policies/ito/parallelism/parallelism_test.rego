@@ -754,3 +754,12 @@ test_stage_layers_must_place_every_layer if {
 	ok := json.patch(_base, [_par("pipeline", 2), _par("data", 32), _par("pipeline_split", {"stage_layers": [17, 15]})])
 	not "PP_LAYERS_INDIVISIBLE" in {v.code | some v in parallelism.deny} with input as ok
 }
+
+# A bundle without extra_pipeline_stages leaves the stage-count deny undefined,
+# and PP_LAYERS_UNBALANCED still warns (its negation goes through a helper).
+test_unbalanced_warn_without_extra_stages if {
+	tc := _cases["unbalanced stages on torchtitan: 32 layers over pp 24"]
+	inp := json.patch(_base, tc.patch)
+	cfg := object.remove(data.ito.config.parallelism, ["extra_pipeline_stages"])
+	{v.code | some v in parallelism.warn} == tc.warn with input as inp with data.ito.config.parallelism as cfg
+}

@@ -9,6 +9,12 @@ package ito.parallelism
 # gatekeeper/plan, proposes layouts that these same denies confirm:
 # data.ito.parallelism.confirm.)
 
+# More pipeline stages than layers (and the extra stages the bundle allows).
+# PP_LAYERS_UNBALANCED negates it through this helper, not the comparison
+# inline: OPA takes arithmetic out of a negation, so without
+# extra_pipeline_stages in the bundle the warn would be dropped, not kept.
+_pp_exceeds_layers_at(pp, v) if pp * v > _layers + _cfg.extra_pipeline_stages
+
 # Megatron builds equal pipeline chunks: L' = L (+1 when the embedding, +1
 # when the loss counts as a layer) must split into pp·v equal chunks, or the
 # declared first/last stage layers must leave an equal split of the rest over

@@ -59,37 +59,34 @@ func (m *Model) readCredentials(r *reader, cfg map[string]any) {
 	}
 	cc := credentialConfig{plain: regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)}
 	var firsts []string
-	if pats, ok := cfg["value_patterns"]; ok {
-		arr, ok := pats.([]any)
-		if !ok {
-			r.fail("credentials.value_patterns is not an array")
+	arr := r.arr(cfg, "value_patterns", "credentials.value_patterns")
+	if r.err != nil {
+		return
+	}
+	for i, p := range arr {
+		o, _ := p.(map[string]any)
+		kind, okKind := o["kind"].(string)
+		all, okAll := o["all"].([]any)
+		if !okKind || !okAll || len(all) == 0 {
+			r.fail("credentials.value_patterns[%d] has no kind or no regex", i)
 			return
 		}
-		for i, p := range arr {
-			o, _ := p.(map[string]any)
-			kind, okKind := o["kind"].(string)
-			all, okAll := o["all"].([]any)
-			if !okKind || !okAll || len(all) == 0 {
-				r.fail("credentials.value_patterns[%d] has no kind or no regex", i)
+		cp := credentialPattern{kind: kind}
+		for _, re := range all {
+			s, ok := re.(string)
+			if !ok {
+				r.fail("credentials.value_patterns[%d] holds a regex that is not a string", i)
 				return
 			}
-			cp := credentialPattern{kind: kind}
-			for _, re := range all {
-				s, ok := re.(string)
-				if !ok {
-					r.fail("credentials.value_patterns[%d] holds a regex that is not a string", i)
-					return
-				}
-				cp.all = append(cp.all, compile(fmt.Sprintf("credentials.value_patterns[%d]", i), s))
-				// a match of the pattern matches each of its regexes: the
-				// keywords of any one of them are the pattern's
-				if kw, ok := requiredLiterals(s); ok && !cp.hasKeywords {
-					cp.keywords, cp.hasKeywords = kw, true
-				}
+			cp.all = append(cp.all, compile(fmt.Sprintf("credentials.value_patterns[%d]", i), s))
+			// a match of the pattern matches each of its regexes: the
+			// keywords of any one of them are the pattern's
+			if kw, ok := requiredLiterals(s); ok && !cp.hasKeywords {
+				cp.keywords, cp.hasKeywords = kw, true
 			}
-			firsts = append(firsts, all[0].(string))
-			cc.patterns = append(cc.patterns, cp)
 		}
+		firsts = append(firsts, all[0].(string))
+		cc.patterns = append(cc.patterns, cp)
 	}
 	cc.lineSafe = true
 	for _, f := range firsts {

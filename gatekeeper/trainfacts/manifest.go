@@ -95,16 +95,8 @@ func (m *Model) readManifest(r *reader, cfg map[string]any) {
 		}
 		lists[kind] = list
 	}
-	raw, has := cfg["fields"]
-	if !has {
-		return
-	}
-	fields, ok := raw.([]any)
-	if !ok {
-		r.fail("manifest.fields is not an array")
-		return
-	}
-	for i, f := range fields {
+	// (a fields value that is not an array fails r and reads as none)
+	for i, f := range r.arr(cfg, "fields", "manifest.fields") {
 		o, _ := f.(map[string]any)
 		kind, okKind := o["kind"].(string)
 		steps, okPath := o["path"].([]any)

@@ -135,3 +135,21 @@ func TestManifestFieldCheck(t *testing.T) {
 		t.Errorf("train.cancel carries a field check: %v", facts["manifest"])
 	}
 }
+
+// The credential patterns must be an array too (the reader's arr, shared
+// with the field list): an object is refused at activation, naming it.
+func TestCredentialPatternsNotAnArrayRefused(t *testing.T) {
+	data := shippedData(t)
+	ito := maps.Clone(data["ito"].(map[string]any))
+	config := maps.Clone(ito["config"].(map[string]any))
+	dataCfg := maps.Clone(config["data"].(map[string]any))
+	creds := maps.Clone(dataCfg["credentials"].(map[string]any))
+	creds["value_patterns"] = map[string]any{"kind": "aws", "all": []any{"AKIA"}}
+	dataCfg["credentials"], config["data"], ito["config"] = creds, dataCfg, config
+	edited := maps.Clone(data)
+	edited["ito"] = ito
+	_, err := trainfacts.New(edited)
+	if want := "credentials.value_patterns is not an array"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %v, want one containing %q", err, want)
+	}
+}

@@ -182,6 +182,20 @@ func (r *reader) obj(m map[string]any, key string) map[string]any {
 	return o
 }
 
+// arr is the array at key (nil when absent); another type fails r, the
+// message naming it as what.
+func (r *reader) arr(m map[string]any, key, what string) []any {
+	v, ok := m[key]
+	if !ok {
+		return nil
+	}
+	a, ok := v.([]any)
+	if !ok {
+		r.fail("%s is not an array", what)
+	}
+	return a
+}
+
 func (r *reader) num(m map[string]any, key string) regonum.Num {
 	v, ok := m[key]
 	if !ok {

@@ -243,7 +243,7 @@ deny contains v if {
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf("resuming takes %v s (%v GiB from %s), above the %v s limit", [
-			lib.round2(resume_seconds), lib.round2(size_gib), _tier_name, _cfg.resume_max_seconds,
+			_f.rounded.resume_seconds, _f.rounded.size_gib, _tier_name, _cfg.resume_max_seconds,
 		]),
 		_faster_tier_fix,
 	)
@@ -276,7 +276,7 @@ deny contains v if {
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf("writing a checkpoint takes %v s but one is due every %v s", [
-			lib.round2(write_seconds), lib.round2(interval_seconds),
+			_f.rounded.write_seconds, _f.rounded.interval_seconds,
 		]),
 		sprintf("raise checkpoint.interval_steps to at least %d, or use a faster storage tier", [
 			ceil(write_seconds / _step_seconds),
@@ -293,7 +293,7 @@ deny contains v if {
 #   code: CHECKPOINT_SYNC_OVERHEAD_HIGH
 #   gate: checkpoint
 deny contains v if {
-	_f.stall_seconds > data.ito.config.checkpoint.sync_overhead_deny_fraction * _f.interval_seconds
+	_f.stall_seconds > _stall_deny_seconds
 	v := lib.violation_fix(rego.metadata.rule(), _stall_message, _stall_fix)
 }
 
@@ -306,12 +306,16 @@ deny contains v if {
 #   level: warn
 warn contains v if {
 	_f.stall_seconds > data.ito.config.checkpoint.sync_overhead_warn_fraction * _f.interval_seconds
-	_f.stall_seconds <= data.ito.config.checkpoint.sync_overhead_deny_fraction * _f.interval_seconds
+	_f.stall_seconds <= _stall_deny_seconds
 	v := lib.violation_fix(rego.metadata.rule(), _stall_message, _stall_fix)
 }
 
+# the stall above the deny fraction of the interval (one product for the deny and the warn)
+_stall_deny_seconds := data.ito.config.checkpoint.sync_overhead_deny_fraction * _f.interval_seconds
+
+# a stall is the write of a synchronous checkpoint, so its rounded figure is write_seconds
 _stall_message := sprintf("each synchronous checkpoint stops training for %v s of every %v s", [
-	lib.round2(_stall_seconds), lib.round2(interval_seconds),
+	_f.rounded.write_seconds, _f.rounded.interval_seconds,
 ])
 
 _stall_fix := sprintf(
@@ -351,8 +355,8 @@ _lost_message := sprintf(
 		" at one failure per %v GPU-hours (%s)",
 	]),
 	[
-		lib.round2(lost_seconds), _world_size, lib.round2(interval_seconds), detection_seconds,
-		lib.round2(resume_seconds), lib.round2(lost_fraction * 100),
+		_f.rounded.lost_seconds, _world_size, _f.rounded.interval_seconds, detection_seconds,
+		_f.rounded.resume_seconds, lib.round2(lost_fraction * 100),
 		lib.round2(_f.gpu_hours_between_failures), _failure_rate_text[_f.failure_rate_source],
 	],
 )
@@ -384,7 +388,7 @@ _lost_fix := text if {
 	]),
 	[
 		lib.round2(_one_step_lost_seconds), lib.round2(_step_seconds), detection_seconds,
-		lib.round2(resume_seconds), lib.round2(_lost_budget_seconds(_limit)), _world_size, _max_gpus,
+		_f.rounded.resume_seconds, lib.round2(_lost_budget_seconds(_limit)), _world_size, _max_gpus,
 	],
 )
 
@@ -439,12 +443,12 @@ deny contains v if {
 }
 
 _capacity_message := sprintf("keeping %d checkpoints of %v GiB needs %v GiB, above the %v GiB quota", [
-	_ckpt.retention, lib.round2(size_gib), lib.round2(_needed_gib), _quota_gib,
+	_ckpt.retention, _f.rounded.size_gib, lib.round2(_needed_gib), _quota_gib,
 ]) if {
 	_held_gib == 0
 } else := sprintf(
 	"keeping %d checkpoints of %v GiB needs %d GiB; with the %d GiB the booking's live runs keep, above the %v GiB quota",
-	[_ckpt.retention, lib.round2(size_gib), _needed_whole_gib, _held_gib, _quota_gib],
+	[_ckpt.retention, _f.rounded.size_gib, _needed_whole_gib, _held_gib, _quota_gib],
 )
 
 # METADATA

@@ -472,7 +472,7 @@ deny contains v if {
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf("model states need %v GB per GPU (%s) + %v GB overhead > %v GB (%v × %v GB %s)", [
-			lib.round2(_f.model_states_gb), _states_terms, _cfg.memory_overhead_gb,
+			_f.rounded.model_states_gb, _states_terms, _cfg.memory_overhead_gb,
 			lib.round2(_states_limit_gb), _cfg.model_states_max_fraction, _gpu.memory_gb, _hw.gpu_type,
 		]),
 		_with_fix("use a GPU with more memory, or a lower bytes_per_param (8-bit optimizer states)"),
@@ -480,7 +480,7 @@ deny contains v if {
 }
 
 _states_terms := sprintf("%v bytes/param × %vB params per GPU", [
-	lib.round2(_f.bytes_per_param), lib.round2(_f.params_per_gpu / 1e9),
+	_f.rounded.bytes_per_param, lib.round2(_f.params_per_gpu / 1e9),
 ]) if {
 	_expert_params == 0
 } else := sprintf(
@@ -489,8 +489,8 @@ _states_terms := sprintf("%v bytes/param × %vB params per GPU", [
 		" experts sharded over %v ranks",
 	]),
 	[
-		lib.round2(_f.bytes_per_param), lib.round2(_f.dense_params_per_gpu / 1e9),
-		lib.round2(_f.expert_bytes_per_param), lib.round2(_f.expert_params_per_gpu / 1e9),
+		_f.rounded.bytes_per_param, lib.round2(_f.dense_params_per_gpu / 1e9),
+		_f.rounded.expert_bytes_per_param, lib.round2(_f.expert_params_per_gpu / 1e9),
 		lib.round2(_f.expert_data_parallel),
 	],
 )

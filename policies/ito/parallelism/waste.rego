@@ -35,7 +35,7 @@ warn contains v if {
 }
 
 _bubble_message(limit) := sprintf("pipeline bubble %v (pp=%d, v=%d, m=%d) is above %v", [
-	lib.round2(_f.bubble), _layout.pp, _layout.v, _f.microbatches, limit,
+	_f.rounded.bubble, _layout.pp, _layout.v, _f.microbatches, limit,
 ])
 
 _bubble_fix := sprintf(
@@ -84,7 +84,7 @@ warn contains v if {
 
 _comm_message(limit) := sprintf("gradient sync takes %v s per step against %v s of compute (R = %v > %v) over %s", [
 	lib.round2(_f.comm_seconds), lib.round2(_f.compute_seconds),
-	lib.round2(_f.comm_ratio), limit, _hw.fabric,
+	_f.rounded.comm_ratio, limit, _hw.fabric,
 ])
 
 # METADATA
@@ -164,7 +164,7 @@ warn contains v if {
 }
 
 _memory_message(limit) := sprintf("estimated %v GB per GPU (states %v + activations %v + overhead %v) > %v GB on %s", [
-	lib.round2(_f.memory_gb), lib.round2(_f.model_states_gb), lib.round2(_f.activations_gb),
+	_f.rounded.memory_gb, _f.rounded.model_states_gb, _f.rounded.activations_gb,
 	_cfg.memory_overhead_gb, lib.round2(limit), _hw.gpu_type,
 ])
 

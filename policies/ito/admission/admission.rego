@@ -73,10 +73,9 @@ warnings := _sorted(_warnings)
 #   where the failure rate came from); for a create or a stage advance
 #   into a stage with a report deadline, stage_report_deadline_seconds
 #   (the lifecycle gate's stage_estimates); empty otherwise.
-estimates := object.union(
-	object.union(object.union(parallelism.estimates, budget.estimates), booking.estimates),
-	object.union(checkpoint.estimates, lifecycle.stage_estimates),
-) if {
+estimates := object.union_n([
+	parallelism.estimates, budget.estimates, booking.estimates, checkpoint.estimates, lifecycle.stage_estimates,
+]) if {
 	input.request.action == "train.create"
 }
 

@@ -89,6 +89,9 @@ _cases := {
 		"patch": [_set("/confirmation/iat", 1764402570), _set("/confirmation/exp", 1764403170)],
 		"want": {"CONFIRMATION_EXPIRED"},
 	},
+	# a clock is part of the check: without one the confirmation is not unexpired
+	"now missing": {"patch": [_remove("/now")], "want": {"CONFIRMATION_EXPIRED"}},
+	"now a string": {"patch": [_set("/now", "1764403200")], "want": {"CONFIRMATION_EXPIRED"}},
 	"cost with a currency sign": {"patch": [_set("/confirmation/cost_usd", "$1000")], "want": {"CONFIRMATION_COST_MALFORMED"}},
 	"cost missing": {"patch": [_remove("/confirmation/cost_usd")], "want": {"CONFIRMATION_COST_MALFORMED"}},
 	"cost one cent below the estimate": {

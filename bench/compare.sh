@@ -15,8 +15,10 @@
 #   Inputs are what itogate builds (bench/loadgen -write-input), for the
 #   fixtures llama3-8b (allow) and llama2-70b-v100-fsdp (deny + fix). The
 #   summary gives medians over the rounds and the ratios OLD/NEW and
-#   OPA/NEW (> 1: NEW is cheaper), and NEW's manifests at the schema's
-#   limits against llama3-8b.
+#   OPA/NEW (> 1: NEW is cheaper), OLD/NEW also round by round (median and
+#   range: on a shared VM a burst inflates one side of one round, and a
+#   side that runs 2.5 times shorter is hit more often), and NEW's
+#   manifests at the schema's limits against llama3-8b.
 #
 #   COMPARE_ROUNDS=5 COMPARE_BENCHTIME=200x OPA_BENCH_COUNT=1
 #   Output: bench/out/compare-<UTC time>/{summary.md,raw.txt}
@@ -105,14 +107,23 @@ def ratio(a, b):
 print(f'# policy cost, {old} vs {new}, one run\n')
 print(f'- {rounds} interleaved rounds; medians; nproc {nproc}; load at the end {load}')
 print('- itogate: BenchmarkDecideCPU -cpu 1 (cpu-ns/op = process CPU incl. GC); opa: `opa bench` (eval) and `opa bench --e2e` (HTTP server)\n')
-print('| fixture | measure | itogate old | itogate new | old/new | opa eval (new bundle) | opa eval/new | opa http (new bundle) | opa http/new |')
-print('|---|---|---:|---:|---:|---:|---:|---:|---:|')
+# old/new within each round (both sides ran minutes apart, so load that
+# comes and goes hits a round's pair alike): median [lowest-highest]
+def paired(tool, fixture, unit):
+    o, n = rows.get(('old', tool, fixture, unit)), rows.get(('new', tool, fixture, unit))
+    if not o or not n or len(o) != len(n) or 0 in n:
+        return '-'
+    rs = sorted(a / b for a, b in zip(o, n))
+    return f'{statistics.median(rs):.2f} [{rs[0]:.2f}-{rs[-1]:.2f}]'
+
+print('| fixture | measure | itogate old | itogate new | old/new | old/new per round | opa eval (new bundle) | opa eval/new | opa http (new bundle) | opa http/new |')
+print('|---|---|---:|---:|---:|---:|---:|---:|---:|---:|')
 for f in ['llama3-8b', 'llama2-70b-v100-fsdp']:
     for unit, label in [('cpu-ns/op', 'CPU µs'), ('ns/op', 'wall µs'), ('allocs/op', 'allocs'), ('B/op', 'KiB')]:
         scale = {'cpu-ns/op': 1e3, 'ns/op': 1e3, 'allocs/op': 1, 'B/op': 1024}[unit]
         o, n = med('old', 'itogate', f, unit), med('new', 'itogate', f, unit)
         oe, oh = med('new', 'opa-eval', f, unit), med('new', 'opa-http', f, unit)
-        print(f'| {f} | {label} | {fmt(o, scale)} | {fmt(n, scale)} | {ratio(o, n)} | {fmt(oe, scale)} | {ratio(oe, n)} | {fmt(oh, scale)} | {ratio(oh, n)} |')
+        print(f'| {f} | {label} | {fmt(o, scale)} | {fmt(n, scale)} | {ratio(o, n)} | {paired("itogate", f, unit)} | {fmt(oe, scale)} | {ratio(oe, n)} | {fmt(oh, scale)} | {ratio(oh, n)} |')
 print()
 print('| OPA on the old bundle | measure | opa eval | opa http |')
 print('|---|---|---:|---:|')

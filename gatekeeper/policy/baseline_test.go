@@ -9,6 +9,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -69,8 +71,8 @@ func TestDecisionsMatchBaseline(t *testing.T) {
 			allows++
 		}
 	}
-	t.Logf("%d base inputs and %d mutations decided identically but for %d exact-money corrections, %d counts beyond 2^64 now refused and %d confirmations without a clock now expired (%d mutations allowed)",
-		len(bases), n, corrected, hugeCounts, clockless, allows)
+	t.Logf("%d base inputs and %d mutations decided identically but for %d exact-money corrections, %d counts beyond 2^64 now refused, %d confirmations without a clock now expired and %d stage layer lists now shown (%d mutations allowed)",
+		len(bases), n, corrected, hugeCounts, clockless, stageLists, allows)
 }
 
 // compareDecisions fails the test when the two engines disagree on in; it
@@ -104,6 +106,10 @@ func compareDecisions(t *testing.T, current, baseline *policy.Engine, name strin
 		}
 		if rest, ok := withoutClocklessExpiry(in, got); ok && comparable(t, rest) == w {
 			clockless++
+			return got.Allow
+		}
+		if shown, ok := withStageListsWithheld(got); ok && comparable(t, shown) == w {
+			stageLists++
 			return got.Allow
 		}
 		t.Fatalf("%s: decisions differ\n got: %s\nwant: %s", name, g, w)
@@ -175,6 +181,29 @@ func withoutClocklessExpiry(in map[string]any, d policy.Decision) (policy.Decisi
 	}
 	out.Allow = len(out.Violations) == 0
 	return out, dropped > 0
+}
+
+// stageLists counts decisions that differ only in PP_LAYERS_INDIVISIBLE's
+// message on a pipeline_split.stage_layers list of counts: the message
+// withheld every list (lib.show shows scalars only) and now shows one that
+// holds only counts.
+var stageLists int
+
+var shownStageList = regexp.MustCompile(`^pipeline_split\.stage_layers \[[0-9.e+,-]*\] does not place `)
+
+// withStageListsWithheld is d with a shown list of counts in that message
+// written back as "(withheld)"; ok when there was one.
+func withStageListsWithheld(d policy.Decision) (policy.Decision, bool) {
+	out := d
+	out.Violations = slices.Clone(d.Violations)
+	changed := false
+	for i, v := range out.Violations {
+		if v.Code == "PP_LAYERS_INDIVISIBLE" && shownStageList.MatchString(v.Message) {
+			out.Violations[i].Message = shownStageList.ReplaceAllString(v.Message, "pipeline_split.stage_layers (withheld) does not place ")
+			changed = true
+		}
+	}
+	return out, changed
 }
 
 func hugeInteger(in map[string]any, pointer string) bool {

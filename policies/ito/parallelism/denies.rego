@@ -297,7 +297,7 @@ deny contains v if {
 	v := lib.violation_fix(
 		rego.metadata.rule(),
 		sprintf("pipeline_split.stage_layers %s does not place %d layers on pp=%d stages", [
-			lib.show(_split.stage_layers), _layers, _layout.pp,
+			_stage_layers_text, _layers, _layout.pp,
 		]),
 		_with_fix(sprintf("list %d stage layer counts summing to %d", [_layout.pp, _layers])),
 	)

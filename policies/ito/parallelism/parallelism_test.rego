@@ -745,10 +745,14 @@ test_estimates_are_the_per_key_rules[name] if {
 }
 
 # An explicit per-stage layout must list one count per stage and place every layer (any engine);
-# the message withholds the list (lib.show shows scalars only).
+# the message shows a list of counts, and withholds a list of anything else.
 test_stage_layers_must_place_every_layer if {
 	inp := json.patch(_base, [_par("pipeline", 2), _par("data", 32), _par("pipeline_split", {"stage_layers": [16, 15]})])
 	[v.message | some v in parallelism.deny with input as inp with parallelism._fix_text as "(fix)"] == [
+		"pipeline_split.stage_layers [16,15] does not place 32 layers on pp=2 stages",
+	]
+	odd := json.patch(_base, [_par("pipeline", 2), _par("data", 32), _par("pipeline_split", {"stage_layers": [16, "sk-live-0123"]})])
+	[v.message | some v in parallelism.deny with input as odd with parallelism._fix_text as "(fix)"] == [
 		"pipeline_split.stage_layers (withheld) does not place 32 layers on pp=2 stages",
 	]
 	ok := json.patch(_base, [_par("pipeline", 2), _par("data", 32), _par("pipeline_split", {"stage_layers": [17, 15]})])

@@ -2,6 +2,8 @@
 # Part of package ito.parallelism (see parallelism.rego for the model and its inputs).
 package ito.parallelism
 
+import data.ito.lib
+
 # ---------------------------------------------------------------------------
 # The parts of the hard rules that are more than a comparison: the deny rules
 # in denies.rego test the manifest's layout (_layout) and its facts (_f)
@@ -50,6 +52,12 @@ _stage_layers := s if {
 		n == floor(n)
 	}
 }
+
+# for the message: counts only can be shown (up to 64); anything else goes
+# through lib.show, which withholds it
+_stage_layers_text := json.marshal(_stage_layers) if count(_stage_layers) <= 64
+
+else := lib.show(_split.stage_layers)
 
 _is_stage_layout_ok(pp) if {
 	count(_stage_layers) == pp

@@ -134,24 +134,25 @@ var twoTo64 = new(big.Int).Lsh(big.NewInt(1), 64)
 // the rest gives it); ok when there was at least one. (Only such a finding
 // is forgiven: one on a value 64 bits of mantissa hold still fails.)
 func withoutHugeCountFindings(in map[string]any, d policy.Decision) (policy.Decision, bool) {
-	out := d
-	out.Violations = nil
-	dropped := 0
-	for _, v := range d.Violations {
+	return withoutFindings(d, func(v api.Finding) bool {
 		var field string
-		if v.Code == "MANIFEST_FIELD_INVALID" {
-			if _, err := fmt.Sscanf(v.Message, "manifest field %s is", &field); err == nil && hugeInteger(in, field) {
-				dropped++
-				continue
-			}
+		_, err := fmt.Sscanf(v.Message, "manifest field %s is", &field)
+		return v.Code == "MANIFEST_FIELD_INVALID" && err == nil && hugeInteger(in, field)
+	})
+}
+
+// withoutFindings is d without the violations drop selects, allow as the
+// rest gives it; ok when it dropped at least one.
+func withoutFindings(d policy.Decision, drop func(api.Finding) bool) (policy.Decision, bool) {
+	out := d
+	out.Violations = []api.Finding{}
+	for _, v := range d.Violations {
+		if !drop(v) {
+			out.Violations = append(out.Violations, v)
 		}
-		out.Violations = append(out.Violations, v)
-	}
-	if out.Violations == nil {
-		out.Violations = []api.Finding{}
 	}
 	out.Allow = len(out.Violations) == 0
-	return out, dropped > 0
+	return out, len(out.Violations) < len(d.Violations)
 }
 
 // clockless counts decisions that differ only by a CONFIRMATION_EXPIRED
@@ -169,18 +170,7 @@ func withoutClocklessExpiry(in map[string]any, d policy.Decision) (policy.Decisi
 	case json.Number, int, int64, float64:
 		return d, false
 	}
-	out := d
-	out.Violations = []api.Finding{}
-	dropped := 0
-	for _, v := range d.Violations {
-		if v.Code == "CONFIRMATION_EXPIRED" {
-			dropped++
-			continue
-		}
-		out.Violations = append(out.Violations, v)
-	}
-	out.Allow = len(out.Violations) == 0
-	return out, dropped > 0
+	return withoutFindings(d, func(v api.Finding) bool { return v.Code == "CONFIRMATION_EXPIRED" })
 }
 
 // stageLists counts decisions that differ only in PP_LAYERS_INDIVISIBLE's

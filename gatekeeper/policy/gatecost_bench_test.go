@@ -1,0 +1,89 @@
+//go:build unix
+
+package policy_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/itocompute/itogate/gatekeeper/admission"
+	"github.com/itocompute/itogate/gatekeeper/policy"
+	"github.com/itocompute/itogate/policies"
+	"github.com/open-policy-agent/opa/v1/rego"
+)
+
+// BenchmarkDecidePhases splits BenchmarkDecideCPU's decision in two: the
+// training facts in Go (for a deny, with the fix search and the Rego
+// confirmation of the proposed layout) and Decide on the finished input
+// (its conversion, the evaluation, reading the result).
+func BenchmarkDecidePhases(b *testing.B) {
+	for _, name := range []string{"llama3-8b", "llama2-70b-v100-fsdp"} {
+		e, err := policy.New(context.Background(), policy.Options{Bundle: policies.Bundle(), Deadline: time.Minute})
+		if err != nil {
+			b.Fatal(err)
+		}
+		in := input(b, name)
+		b.Run(name+"/facts", func(b *testing.B) {
+			b.ReportAllocs()
+			cpu0 := processCPU(b)
+			for b.Loop() {
+				admission.WithFactsCopy(in, e.Facts())
+			}
+			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+		full := admission.WithFactsCopy(in, e.Facts())
+		b.Run(name+"/decide", func(b *testing.B) {
+			b.ReportAllocs()
+			cpu0 := processCPU(b)
+			for b.Loop() {
+				if _, err := e.Decide(context.Background(), full); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+// BenchmarkGateEval evaluates each gate's rules alone on the llama3-8b
+// allow input with its training facts, each query compiled as an Engine
+// compiles its own (policy.Prepare: bundle data read as AST values). `opa
+// bench` on the bundle directory converts bundle data from Go values on
+// every evaluation, so it overstates rules that read tables (the manifest
+// gate's field list: 969 allocations there, 342 here); this is the cost
+// itogate pays. Gates share helper rules, so the parts sum to more than
+// the decision.
+func BenchmarkGateEval(b *testing.B) {
+	bundle, _, err := policy.ReadFS(policies.Bundle())
+	if err != nil {
+		b.Fatal(err)
+	}
+	e, err := policy.New(context.Background(), policy.Options{Bundle: policies.Bundle(), Deadline: time.Minute})
+	if err != nil {
+		b.Fatal(err)
+	}
+	in, err := policy.InputValue(admission.WithFactsCopy(input(b, "llama3-8b"), e.Facts()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, gate := range []string{"admission.decision",
+		"parallelism.deny", "parallelism.warn", "parallelism.estimates", "checkpoint.deny", "checkpoint.warn",
+		"checkpoint.estimates", "budget.deny", "budget.estimates", "entitlement.deny", "confirmation.deny",
+		"booking.deny", "booking.estimates", "datasets.deny", "datasets.warn", "manifest.deny", "lifecycle.deny",
+		"idempotency.deny", "datachecks.deny", "rlvr.deny", "system.log.mask"} {
+		q, err := policy.Prepare(context.Background(), bundle, "x := data.ito."+gate)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(gate, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				rs, err := q.Eval(context.Background(), rego.EvalParsedInput(in))
+				if err != nil || len(rs) != 1 {
+					b.Fatalf("%s: %d results, %v", gate, len(rs), err)
+				}
+			}
+		})
+	}
+}

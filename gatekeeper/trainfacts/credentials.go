@@ -8,6 +8,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	ahocorasick "github.com/BobuSumisu/aho-corasick"
 )
 
 // The credential scan: policies/ito/datasets (its facts.rego). Every string
@@ -35,6 +37,13 @@ type credentialConfig struct {
 	// the secret-key pattern's keywords (requiredLiterals)
 	keyKeywords    []string
 	keyHasKeywords bool
+	// keywordTrie finds every keyword of every pattern in one pass over
+	// the folded strings (nil when no pattern has keywords); owners[k]
+	// are the patterns keyword k belongs to, len(patterns) standing for
+	// the secret-key pattern
+	keywordTrie *ahocorasick.Trie
+	owners      [][]int
+	anyUnkeyed  bool // some value pattern has no keywords: it runs on every string
 	// lineSafe: no pattern uses \A, \z or turns multi-line mode off, so a
 	// string that matches on its own also matches the strings joined by
 	// newlines (ito.datasets' test_patterns_are_line_safe): the joined
@@ -106,24 +115,82 @@ func (m *Model) readCredentials(r *reader, cfg map[string]any) {
 		cc.keyKeywords, cc.keyHasKeywords = requiredLiterals(s)
 		cc.keyLines = compile("credentials.secret_key_pattern", "(?m:"+s+")")
 	}
+	cc.buildKeywordTrie()
 	m.creds = cc
+}
+
+// buildKeywordTrie indexes the keywords of every pattern, and of the
+// secret-key pattern, in one Aho-Corasick automaton (gitleaks' keyword
+// prefilter: a pattern runs only on strings that hold one of its keywords).
+func (cc *credentialConfig) buildKeywordTrie() {
+	ids := map[string]int{}
+	var kws []string
+	add := func(owner int, keywords []string) {
+		for _, k := range keywords {
+			id, ok := ids[k]
+			if !ok {
+				id = len(kws)
+				ids[k] = id
+				kws = append(kws, k)
+				cc.owners = append(cc.owners, nil)
+			}
+			if !slices.Contains(cc.owners[id], owner) {
+				cc.owners[id] = append(cc.owners[id], owner)
+			}
+		}
+	}
+	for i, p := range cc.patterns {
+		if p.hasKeywords {
+			add(i, p.keywords)
+		} else {
+			cc.anyUnkeyed = true
+		}
+	}
+	if cc.keyHasKeywords {
+		add(len(cc.patterns), cc.keyKeywords)
+	}
+	if len(kws) > 0 {
+		cc.keywordTrie = ahocorasick.NewTrieBuilder().AddStrings(kws).Build()
+	}
+}
+
+// keywordHits scans text (folded strings, each ended by a newline; string
+// i is text[bounds[i]:bounds[i+1]-1]) once and returns which owners'
+// keywords each string holds: bit o of row i (words uint64s per row). A
+// keyword occurrence that spans a newline belongs to no string.
+func (cc *credentialConfig) keywordHits(text []byte, bounds []int) (hits []uint64, words int) {
+	words = (len(cc.patterns) + 1 + 63) / 64
+	hits = make([]uint64, (len(bounds)-1)*words)
+	if cc.keywordTrie == nil || len(bounds) < 2 {
+		return hits, words
+	}
+	i := 0
+	cc.keywordTrie.Walk(text, func(end, n, k int64) bool {
+		e := int(end)
+		for bounds[i+1] <= e { // matches come in order of their end
+			i++
+		}
+		if e-int(n)+1 >= bounds[i] && e < bounds[i+1]-1 {
+			for _, o := range cc.owners[k] {
+				hits[i*words+o/64] |= 1 << (o % 64)
+			}
+		}
+		return true
+	})
+	return hits, words
 }
 
 // mayHold is datasets._may_hold_credential: the prefilter over every
 // string joined by newlines, or the secret-key pattern over the keys.
-func (cc *credentialConfig) mayHold(all []string, keys map[string]bool) bool {
-	slices.Sort(all)
-	if cc.lines.MatchString(strings.Join(all, "\n")) {
+func (cc *credentialConfig) mayHold(all []string, isKey func(string) bool) bool {
+	sorted := slices.Sorted(slices.Values(all))
+	if cc.lines.MatchString(strings.Join(sorted, "\n")) {
 		return true
 	}
 	if cc.keyLines == nil {
 		return false
 	}
-	sorted := make([]string, 0, len(keys))
-	for k := range keys {
-		sorted = append(sorted, k)
-	}
-	slices.Sort(sorted)
+	sorted = slices.DeleteFunc(sorted, func(s string) bool { return !isKey(s) })
 	return cc.keyLines.MatchString(strings.Join(sorted, "\n"))
 }
 
@@ -132,32 +199,27 @@ func (cc *credentialConfig) mayHold(all []string, keys map[string]bool) bool {
 // whenever a pattern does: it adds nothing here.) A pattern whose keywords
 // s does not hold cannot match it and is not run.
 func (cc *credentialConfig) kinds(s string) []string {
-	return cc.kindsOf(s, fold(s), nil)
-}
-
-// kindsOf is kinds(s), s folded being folded, trying only the patterns of
-// candidates (all when nil).
-func (cc *credentialConfig) kindsOf(s, folded string, candidates []bool) []string {
+	folded := fold(s)
 	var out []string
-	for i, p := range cc.patterns {
-		if candidates != nil && !candidates[i] {
+	for _, p := range cc.patterns {
+		if p.hasKeywords && !containsAny(folded, p.keywords) || slices.Contains(out, p.kind) {
 			continue
 		}
-		if p.hasKeywords && !containsAny(folded, p.keywords) {
-			continue
-		}
-		match := true
-		for _, re := range p.all {
-			if !re.MatchString(s) {
-				match = false
-				break
-			}
-		}
-		if match && !slices.Contains(out, p.kind) {
+		if p.matches(s) {
 			out = append(out, p.kind)
 		}
 	}
 	return out
+}
+
+// matches reports whether s matches every regex of p.
+func (p *credentialPattern) matches(s string) bool {
+	for _, re := range p.all {
+		if !re.MatchString(s) {
+			return false
+		}
+	}
+	return true
 }
 
 // credentials is datasets._credentials_by_path: JSON pointer → sorted kinds.
@@ -167,16 +229,18 @@ func (m *Model) credentials(manifest any, hasManifest bool) map[string]any {
 	if !hasManifest {
 		return out
 	}
-	// every distinct string value and object key (the sets the prefilter joins)
-	values, keys := map[string]bool{}, map[string]bool{}
+	// every distinct string value and object key (the sets the prefilter
+	// joins): isKey[s] tells whether s is a key (it may be a value too)
+	const valueRole, keyRole = 1, 2
+	roles := make(map[string]uint8, 128)
 	var collect func(v any)
 	collect = func(v any) {
 		switch x := v.(type) {
 		case string:
-			values[x] = true
+			roles[x] |= valueRole
 		case map[string]any:
 			for k, e := range x {
-				keys[k] = true
+				roles[k] |= keyRole
 				collect(e)
 			}
 		case []any:
@@ -186,21 +250,17 @@ func (m *Model) credentials(manifest any, hasManifest bool) map[string]any {
 		}
 	}
 	collect(manifest)
-	all := make([]string, 0, len(values)+len(keys))
-	for s := range values {
+	all := make([]string, 0, len(roles))
+	for s := range roles {
 		all = append(all, s)
 	}
-	for s := range keys {
-		if !values[s] {
-			all = append(all, s)
-		}
-	}
-	if !cc.lineSafe && !cc.mayHold(all, keys) {
+	isKey := func(s string) bool { return roles[s]&keyRole != 0 }
+	if !cc.lineSafe && !cc.mayHold(all, isKey) {
 		return out
 	}
-	// the patterns whose keywords appear anywhere (in the folded strings
-	// joined by newlines: a string holds a keyword only if the text does);
-	// the others cannot match any string and are not tried
+	// every keyword of every pattern, found in one pass over the folded
+	// strings joined by newlines: a pattern is tried on a string only when
+	// the string holds one of its keywords (or the pattern has none)
 	buf := make([]byte, 0, 64*len(all))
 	bounds := make([]int, len(all)+1)
 	for i, s := range all {
@@ -208,25 +268,31 @@ func (m *Model) credentials(manifest any, hasManifest bool) map[string]any {
 		buf = append(buf, '\n')
 		bounds[i+1] = len(buf)
 	}
-	text := string(buf)
-	folded := func(i int) string { return text[bounds[i] : bounds[i+1]-1] }
-	candidates, anyCandidate := make([]bool, len(cc.patterns)), false
-	for i, p := range cc.patterns {
-		candidates[i] = !p.hasKeywords || containsAny(text, p.keywords)
-		anyCandidate = anyCandidate || candidates[i]
-	}
+	hits, words := cc.keywordHits(buf, bounds)
+	holds := func(i, owner int) bool { return hits[i*words+owner/64]&(1<<(owner%64)) != 0 }
 	credStrings := map[string][]string{}
-	if anyCandidate {
-		for i, s := range all {
-			if k := cc.kindsOf(s, folded(i), candidates); len(k) > 0 {
-				credStrings[s] = k
+	for i, s := range all {
+		if !cc.anyUnkeyed && !slices.ContainsFunc(hits[i*words:(i+1)*words], func(w uint64) bool { return w != 0 }) {
+			continue // no pattern can match s
+		}
+		var kinds []string
+		for p := range cc.patterns {
+			pat := &cc.patterns[p]
+			if pat.hasKeywords && !holds(i, p) || slices.Contains(kinds, pat.kind) {
+				continue
 			}
+			if pat.matches(s) {
+				kinds = append(kinds, pat.kind)
+			}
+		}
+		if len(kinds) > 0 {
+			credStrings[s] = kinds
 		}
 	}
 	secretKeys := map[string]bool{}
-	if cc.secretKey != nil && (!cc.keyHasKeywords || containsAny(text, cc.keyKeywords)) {
+	if cc.secretKey != nil {
 		for i, k := range all {
-			if !keys[k] || cc.keyHasKeywords && !containsAny(folded(i), cc.keyKeywords) {
+			if !isKey(k) || cc.keyHasKeywords && !holds(i, len(cc.patterns)) {
 				continue
 			}
 			if cc.secretKey.MatchString(k) {

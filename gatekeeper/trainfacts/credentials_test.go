@@ -1,7 +1,12 @@
 package trainfacts
 
 import (
+	"encoding/json"
+	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -110,6 +115,96 @@ func TestKeywordsSkipNoMatch(t *testing.T) {
 	}
 }
 
+// TestScanMatchesEveryPattern: the scan of a manifest (every keyword found
+// in one pass over its strings joined by newlines) flags exactly the
+// strings that running every pattern on every string flags, as values and
+// as keys (with the secret-key pattern), on batches of samples and random
+// mutations of them: a keyword that spans two strings belongs to neither.
+func TestScanMatchesEveryPattern(t *testing.T) {
+	m := embeddedModel(t)
+	cc := &m.creds
+	brute := func(s string) []string {
+		var out []string
+		for _, p := range cc.patterns {
+			if !slices.ContainsFunc(p.all, func(re *regexp.Regexp) bool { return !re.MatchString(s) }) && !slices.Contains(out, p.kind) {
+				out = append(out, p.kind)
+			}
+		}
+		return out
+	}
+	rng := rand.New(rand.NewPCG(7, 24))
+	runes := []rune(strings.Join(credentialSamples, "") + "ſKK:/@?&=_-. \n")
+	mutate := func(s string) string {
+		r := []rune(s)
+		for range rng.IntN(3) {
+			if len(r) == 0 {
+				break
+			}
+			i := rng.IntN(len(r))
+			switch rng.IntN(3) {
+			case 0:
+				r[i] = runes[rng.IntN(len(runes))]
+			case 1:
+				r = append(r[:i], r[i+1:]...)
+			default:
+				r = slices.Insert(r, i, runes[rng.IntN(len(runes))])
+			}
+		}
+		return string(r)
+	}
+	// halves of keywords, so that two adjacent strings may spell one
+	halves := []string{"s3:/", "/b", "SIG", "=x", "BEAR", "ER abcdefghijklmnopqrstuvwxyz", "eyJ", "ghp", "_x", "-----BEGIN", "api", "_key"}
+	flagged := 0
+	for batch := range 400 {
+		values := make([]any, 0, 40)
+		keyed := map[string]any{}
+		for range 40 {
+			var s string
+			if rng.IntN(4) == 0 {
+				s = halves[rng.IntN(len(halves))]
+			} else {
+				s = mutate(credentialSamples[rng.IntN(len(credentialSamples))])
+			}
+			values = append(values, s)
+			keyed[s] = "x"
+		}
+		got := m.credentials(map[string]any{"v": values, "k": keyed}, true)
+		want := map[string]any{}
+		for i, v := range values {
+			s := v.(string)
+			if k := brute(s); len(k) > 0 {
+				want[fmt.Sprintf("/v/%d", i)] = k
+			}
+		}
+		for s := range keyed {
+			kinds := brute(s)
+			if cc.secretKey.MatchString(s) {
+				kinds = append(kinds, "secret-named field")
+			}
+			if len(kinds) > 0 {
+				p := cc.pointer([]any{"k", s})
+				prev, _ := want[p].([]string)
+				want[p] = append(prev, kinds...)
+			}
+		}
+		for p, k := range want {
+			kinds := slices.Compact(slices.Sorted(slices.Values(k.([]string))))
+			arr := make([]any, len(kinds))
+			for i, x := range kinds {
+				arr[i] = x
+			}
+			want[p] = arr
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("batch %d %q:\nscan          %v\nevery pattern %v", batch, values, got, want)
+		}
+		flagged += len(want)
+	}
+	if flagged < 400*10 {
+		t.Fatalf("only %d places flagged in 400 batches", flagged)
+	}
+}
+
 // BenchmarkCredentials is the credential scan of the llama3-8b fixture's
 // manifest (no credential): the bound is 50 µs.
 func BenchmarkCredentials(b *testing.B) {
@@ -125,5 +220,33 @@ func BenchmarkCredentials(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		m.credentials(manifest, true)
+	}
+}
+
+// BenchmarkCredentialsFixtures is the scan on each manifest of
+// fixtures/manifests, as decoded for a decision (json.Number numbers).
+func BenchmarkCredentialsFixtures(b *testing.B) {
+	m := embeddedModel(b)
+	paths, err := filepath.Glob(filepath.Join("..", "..", "fixtures", "manifests", "*.json"))
+	if err != nil || len(paths) == 0 {
+		b.Fatalf("no fixtures: %v", err)
+	}
+	for _, p := range paths {
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dec := json.NewDecoder(strings.NewReader(string(raw)))
+		dec.UseNumber()
+		var manifest any
+		if err := dec.Decode(&manifest); err != nil {
+			b.Fatal(err)
+		}
+		b.Run(strings.TrimSuffix(filepath.Base(p), ".json"), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				m.credentials(manifest, true)
+			}
+		})
 	}
 }

@@ -47,7 +47,7 @@ func BenchmarkDecidePhases(b *testing.B) {
 }
 
 // BenchmarkGateEval evaluates each gate's rules alone on the llama3-8b
-// allow input with its training facts, each query compiled as an Engine
+// allow and the llama2-70b-v100-fsdp deny inputs with their training facts, each query compiled as an Engine
 // compiles its own (policy.Prepare: bundle data read as AST values). `opa
 // bench` on the bundle directory converts bundle data from Go values on
 // every evaluation, so it overstates rules that read tables (the manifest
@@ -63,27 +63,29 @@ func BenchmarkGateEval(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	in, err := policy.InputValue(admission.WithFactsCopy(input(b, "llama3-8b"), e.Facts()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, gate := range []string{"admission.decision",
-		"parallelism.deny", "parallelism.warn", "parallelism.estimates", "checkpoint.deny", "checkpoint.warn",
-		"checkpoint.estimates", "budget.deny", "budget.estimates", "entitlement.deny", "confirmation.deny",
-		"booking.deny", "booking.estimates", "datasets.deny", "datasets.warn", "manifest.deny", "lifecycle.deny",
-		"idempotency.deny", "datachecks.deny", "rlvr.deny", "system.log.mask"} {
-		q, err := policy.Prepare(context.Background(), bundle, "x := data.ito."+gate)
+	for _, name := range []string{"llama3-8b", "llama2-70b-v100-fsdp"} {
+		in, err := policy.InputValue(admission.WithFactsCopy(input(b, name), e.Facts()))
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Run(gate, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				rs, err := q.Eval(context.Background(), rego.EvalParsedInput(in))
-				if err != nil || len(rs) != 1 {
-					b.Fatalf("%s: %d results, %v", gate, len(rs), err)
-				}
+		for _, gate := range []string{"admission.decision",
+			"parallelism.deny", "parallelism.warn", "parallelism.estimates", "checkpoint.deny", "checkpoint.warn",
+			"checkpoint.estimates", "budget.deny", "budget.estimates", "entitlement.deny", "confirmation.deny",
+			"booking.deny", "booking.estimates", "datasets.deny", "datasets.warn", "manifest.deny", "lifecycle.deny",
+			"idempotency.deny", "datachecks.deny", "rlvr.deny", "system.log.mask", "parallelism._fix_layout", "parallelism._fix_summary", "parallelism._fix_text", "parallelism._layout_summary(input.facts.parallelism.fix.layout, input.facts.parallelism.fix.figures)"} {
+			q, err := policy.Prepare(context.Background(), bundle, "x := data.ito."+gate)
+			if err != nil {
+				b.Fatal(err)
 			}
-		})
+			b.Run(name+"/"+gate, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					rs, err := q.Eval(context.Background(), rego.EvalParsedInput(in))
+					if err != nil || len(rs) != 1 {
+						b.Fatalf("%s: %d results, %v", gate, len(rs), err)
+					}
+				}
+			})
+		}
 	}
 }

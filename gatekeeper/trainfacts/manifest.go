@@ -95,6 +95,7 @@ func (m *Model) readManifest(r *reader, cfg map[string]any) {
 		}
 		lists[kind] = list
 	}
+	m.stages = lists["stage"]
 	// (a fields value that is not an array fails r and reads as none)
 	for i, f := range r.arr(cfg, "fields", "manifest.fields") {
 		o, _ := f.(map[string]any)
@@ -125,19 +126,50 @@ func (m *Model) readManifest(r *reader, cfg map[string]any) {
 // invalidFields is input.facts.manifest for the manifest as written:
 // {"invalid_fields": [{path, kind}, ...]}, the bundle's fields whose value
 // (null when absent or below a value that is not an object) is not of
-// their kind.
+// their kind; then, for each stage of kind_values.stage (in that order)
+// that has stage_settings, settings that are not an object (path
+// stage_settings/<stage>, kind optional_object) or the fields that are of
+// their kind in the manifest and not in the stage's effective manifest
+// (StageManifest), under stage_settings/<stage>: the stage is judged on
+// that manifest when it is entered.
 func (m *Model) invalidFields(manifest any) map[string]any {
 	invalid := []any{}
 	for _, f := range m.fields {
-		x, ok := at(manifest, f.path...)
-		if !ok {
-			x = nil
-		}
-		if !f.holds(x) {
+		if !f.holds(valueAt(manifest, f.path)) {
 			invalid = append(invalid, f.fact)
 		}
 	}
+	settings, hasSettings := objAt(manifest, "stage_settings")
+	for _, stage := range m.stages {
+		name, isName := stage.(string)
+		s, ok := settings[name]
+		if !hasSettings || !isName || !ok {
+			continue
+		}
+		prefix := []any{"stage_settings", name}
+		if _, isObj := s.(map[string]any); !isObj {
+			invalid = append(invalid, map[string]any{"path": prefix, "kind": "optional_object"})
+			continue
+		}
+		effective := StageManifest(manifest.(map[string]any), name)
+		for _, f := range m.fields {
+			if !f.holds(valueAt(effective, f.path)) && f.holds(valueAt(manifest, f.path)) {
+				path := append(slices.Clip(prefix), f.fact["path"].([]any)...)
+				invalid = append(invalid, map[string]any{"path": path, "kind": f.kind})
+			}
+		}
+	}
 	return map[string]any{"invalid_fields": invalid}
+}
+
+// valueAt is the value at path below v, nil when absent or below a value
+// that is not an object (lib.value_at with default null).
+func valueAt(v any, path []string) any {
+	x, ok := at(v, path...)
+	if !ok {
+		return nil
+	}
+	return x
 }
 
 func (f *manifestField) holds(x any) bool {

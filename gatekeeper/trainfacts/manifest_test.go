@@ -120,6 +120,24 @@ func TestManifestFieldCheck(t *testing.T) {
 			m["hardware"] = "8 nodes"
 		}, []string{"hardware/nodes:count", "hardware/gpus_per_node:count", "hardware/gpu_type:string",
 			"hardware/fabric:string", "hardware/region:string"}},
+		{"no objective.stage, stages not an array", func(m map[string]any) {
+			delete(obj(m, "objective"), "stage")
+			m["stages"] = json.Number("5")
+		}, []string{"objective/stage:stage", "stages:array"}},
+		// each stage's settings as the stage will be judged, in
+		// kind_values.stage order; a field wrong in the manifest too is named
+		// once; a key that is not a stage is not looked at
+		{"stage settings", func(m map[string]any) {
+			obj(m, "model")["layers"] = json.Number("0")
+			m["stage_settings"] = map[string]any{
+				"sft":           map[string]any{"parallelism": json.Number("2"), "model": map[string]any{"layers": json.Number("32")}},
+				"midtrain":      map[string]any{"objective": map[string]any{"sequence_length": "x"}},
+				"dpo":           "fast",
+				"ghp_notastage": json.Number("5"),
+			}
+		}, []string{"model/layers:count", "stage_settings/midtrain/objective/sequence_length:count",
+			"stage_settings/sft/parallelism/tensor:count", "stage_settings/sft/parallelism/pipeline:count",
+			"stage_settings/sft/parallelism/precision:precision", "stage_settings/dpo:optional_object"}},
 	} {
 		if got := check(tc.name, tc.edit); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s: invalid fields %q, want %q", tc.name, got, tc.want)

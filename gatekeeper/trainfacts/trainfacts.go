@@ -37,7 +37,7 @@ import (
 // of input.facts. A bundle whose data.ito.config.facts.model_version is
 // another is refused (New), and a decision whose input carries facts of
 // another version fails closed (policy.Engine.Decide).
-const Version = 4
+const Version = 5
 
 // ErrVersion: the bundle was written for another facts model.
 var ErrVersion = errors.New("trainfacts: the bundle expects another facts model")
@@ -54,7 +54,10 @@ type Model struct {
 	budget  budgetConfig
 	creds   credentialConfig
 	fields  []manifestField
-	fixer   Fixer
+	// stages: kind_values.stage, the stages whose stage_settings the field
+	// check looks at, in order
+	stages []any
+	fixer  Fixer
 }
 
 // Fixer proposes the fix of a train.create whose layout the parallelism

@@ -93,6 +93,7 @@ _expectations := {
 	"zero_stage": "not an integer from 0 to 3",
 	"positive_number": "not a positive number",
 	"precision": "missing or not one of fp32, fp16, bf16, fp8, mxfp8, nvfp4",
+	"stage": "missing or not one of pretrain, midtrain, long_context, sft, dpo, rlvr",
 	"checkpointing": "not one of none, selective, full",
 	"grad_precision": "not one of bf16, fp32",
 	"optional_bool": "not a boolean",

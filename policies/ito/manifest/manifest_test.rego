@@ -173,6 +173,7 @@ _invalid_value := {
 	"count": 0, "optional_count": 1.5, "string": "", "zero_stage": 4, "positive_number": 0,
 	"precision": "fp64", "checkpointing": "sometimes", "datasets": [], "array": {}, "optional_object": "x",
 	"grad_precision": "fp16", "optional_bool": "yes", "schedule": "gpipe", "layer_counts": [4, -1],
+	"stage": "pretraining",
 }
 
 _set_field(path, value) := _set(concat("/", array.concat([""], array.concat(["manifest"], path))), value) if count(path) < 3
@@ -203,14 +204,14 @@ test_manifest_not_an_object if {
 		"model/vocab_size", "objective/sequence_length", "objective/global_batch_size",
 		"objective/micro_batch_size", "hardware/nodes", "hardware/gpus_per_node", "parallelism/tensor",
 		"parallelism/pipeline", "hardware/gpu_type", "hardware/fabric", "hardware/region",
-		"parallelism/precision", "data",
+		"parallelism/precision", "objective/stage", "data",
 	]
 }
 
 # With facts, the gate reads Go's check, not the reference: a field Go found
 # invalid is denied on a manifest the reference passes.
 test_reads_the_facts if {
-	facts := {"version": 4, "manifest": {"invalid_fields": [{"path": ["model", "layers"], "kind": "count"}]}}
+	facts := {"version": 5, "manifest": {"invalid_fields": [{"path": ["model", "layers"], "kind": "count"}]}}
 	inp := json.patch(_base, [_set("/facts", facts)])
 	[v.message | some v in manifest.deny with input as inp; v.code == "MANIFEST_FIELD_INVALID"] == [
 		"manifest field /model/layers is missing or not a positive integer",
@@ -225,16 +226,16 @@ test_unchecked_fields_deny[name] if {
 		"or no field check in input.facts)",
 	])]
 	some name, tc in {
-		"facts without the part": {"facts": {"version": 4}, "fields": data.ito.config.manifest.fields},
+		"facts without the part": {"facts": {"version": 5}, "fields": data.ito.config.manifest.fields},
 		"invalid_fields an object": {
-			"facts": {"version": 4, "manifest": {"invalid_fields": {}}},
+			"facts": {"version": 5, "manifest": {"invalid_fields": {}}},
 			"fields": data.ito.config.manifest.fields,
 		},
 		"invalid_fields a string": {
-			"facts": {"version": 4, "manifest": {"invalid_fields": "none"}},
+			"facts": {"version": 5, "manifest": {"invalid_fields": "none"}},
 			"fields": data.ito.config.manifest.fields,
 		},
-		"no field list": {"facts": {"version": 4, "manifest": {"invalid_fields": []}}, "fields": []},
+		"no field list": {"facts": {"version": 5, "manifest": {"invalid_fields": []}}, "fields": []},
 	}
 	inp := json.patch(_base, [_set("/facts", tc.facts)])
 	[v.message |
@@ -269,5 +270,83 @@ test_count_beyond_float_precision_is_invalid if {
 	inp := json.patch(_base, [_set("/manifest/model/hidden_size", 123456789012345678901234567890)])
 	[v.message | some v in manifest.deny with input as inp; v.code == "MANIFEST_FIELD_INVALID"] == [
 		"manifest field /model/hidden_size is missing or not a positive integer",
+	]
+}
+
+# The lifecycle gates compute with objective.stage, stages and each stage's
+# settings: without the schema in front (opa eval), a manifest without
+# objective.stage, with `stages` not an array, or with stage settings of the
+# wrong type was allowed (the stages fell back to the defaults, the settings
+# were ignored or judged only at the advance).
+test_stage_fields_are_checked[name] if {
+	some name, tc in {
+		"no objective.stage": {
+			"patch": [{"op": "remove", "path": "/manifest/objective/stage"}],
+			"want": [{"path": ["objective", "stage"], "kind": "stage"}],
+		},
+		"objective.stage not a stage": {
+			"patch": [_set("/manifest/objective/stage", "finetune")],
+			"want": [{"path": ["objective", "stage"], "kind": "stage"}],
+		},
+		"stages a number": {
+			"patch": [_set("/manifest/stages", 5)],
+			"want": [{"path": ["stages"], "kind": "array"}],
+		},
+		"stage_settings an array": {
+			"patch": [_set("/manifest/stage_settings", ["sft"])],
+			"want": [{"path": ["stage_settings"], "kind": "optional_object"}],
+		},
+		"a stage's settings not an object": {
+			"patch": [_set("/manifest/stage_settings", {"sft": 5})],
+			"want": [{"path": ["stage_settings", "sft"], "kind": "optional_object"}],
+		},
+		"a stage's sequence length a string": {
+			"patch": [_set("/manifest/stage_settings", {"long_context": {"objective": {"sequence_length": "x"}}})],
+			"want": [{"path": ["stage_settings", "long_context", "objective", "sequence_length"], "kind": "count"}],
+		},
+		"a stage's parallelism replaced by a number": {
+			"patch": [_set("/manifest/stage_settings", {"sft": {"parallelism": 2}})],
+			"want": [
+				{"path": ["stage_settings", "sft", "parallelism", "tensor"], "kind": "count"},
+				{"path": ["stage_settings", "sft", "parallelism", "pipeline"], "kind": "count"},
+				{"path": ["stage_settings", "sft", "parallelism", "precision"], "kind": "precision"},
+			],
+		},
+		"stages in kind_values order": {
+			"patch": [_set("/manifest/stage_settings", {
+				"sft": {"hardware": {"nodes": 0}},
+				"midtrain": {"parallelism": {"zero_stage": 7}},
+			})],
+			"want": [
+				{"path": ["stage_settings", "midtrain", "parallelism", "zero_stage"], "kind": "zero_stage"},
+				{"path": ["stage_settings", "sft", "hardware", "nodes"], "kind": "count"},
+			],
+		},
+		# wrong in the manifest and in the stage: named once, for the manifest
+		"wrong in both": {
+			"patch": [
+				_set("/manifest/model/layers", 0),
+				_set("/manifest/stage_settings", {"sft": {"objective": {"sequence_length": 4096}}}),
+			],
+			"want": [{"path": ["model", "layers"], "kind": "count"}],
+		},
+		# a key that is not a stage is never entered, and never shown
+		"a key that is not a stage": {
+			"patch": [_set("/manifest/stage_settings", {"ghp_notastage": 5})],
+			"want": [],
+		},
+		"valid stage settings": {
+			"patch": [_set("/manifest/stage_settings", {"long_context": {"objective": {"sequence_length": 131072}}})],
+			"want": [],
+		},
+	}
+	inp := json.patch(_base, tc.patch)
+	manifest.facts_reference.invalid_fields == tc.want with input as inp
+}
+
+test_stage_settings_message if {
+	inp := json.patch(_base, [_set("/manifest/stage_settings", {"long_context": {"objective": {"sequence_length": "x"}}})])
+	[v.message | some v in manifest.deny with input as inp; v.code == "MANIFEST_FIELD_INVALID"] == [
+		"manifest field /stage_settings/long_context/objective/sequence_length is missing or not a positive integer",
 	]
 }

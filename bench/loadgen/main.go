@@ -448,18 +448,15 @@ func printInput(name string) error {
 	return json.NewEncoder(os.Stdout).Encode(policyInput(raw, doc, time.Unix(1764403200, 0)))
 }
 
-// embeddedFacts is the training-facts model of the embedded bundle (nil,
-// and the input without facts, if it cannot be read).
+// embeddedFacts is the training-facts model of the embedded bundle as the
+// engine wires it, with the fix search and its confirmation (nil, and the
+// input without facts, if the bundle cannot be activated).
 func embeddedFacts() *trainfacts.Model {
-	b, _, err := policy.ReadFS(policies.Bundle())
+	e, err := policy.New(context.Background(), policy.Options{Bundle: policies.Bundle(), Deadline: time.Minute})
 	if err != nil {
 		return nil
 	}
-	m, err := trainfacts.New(b.Data)
-	if err != nil {
-		return nil
-	}
-	return m
+	return e.Facts()
 }
 
 // policyInput is the document itogate builds for the same request (with the

@@ -449,15 +449,16 @@ func printInput(name string) error {
 }
 
 // embeddedFacts is the training-facts model of the embedded bundle as the
-// engine wires it, with the fix search and its confirmation (nil, and the
-// input without facts, if the bundle cannot be activated).
-func embeddedFacts() *trainfacts.Model {
-	e, err := policy.New(context.Background(), policy.Options{Bundle: policies.Bundle(), Deadline: time.Minute})
+// engine wires it (its default deadline), with the fix search and its
+// confirmation; nil, and inputs without facts, if the bundle cannot be
+// activated. Built once: activation compiles the whole bundle.
+var embeddedFacts = sync.OnceValue(func() *trainfacts.Model {
+	e, err := policy.New(context.Background(), policy.Options{Bundle: policies.Bundle()})
 	if err != nil {
 		return nil
 	}
 	return e.Facts()
-}
+})
 
 // policyInput is the document itogate builds for the same request (with the
 // embedded bundle's training facts).

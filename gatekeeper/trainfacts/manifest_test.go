@@ -125,8 +125,10 @@ func TestManifestFieldCheck(t *testing.T) {
 			m["stages"] = json.Number("5")
 		}, []string{"objective/stage:stage", "stages:array"}},
 		// each stage's settings as the stage will be judged, in
-		// kind_values.stage order; a field wrong in the manifest too is named
-		// once; a key that is not a stage is not looked at
+		// kind_values.stage order; model.layers, wrong in the manifest and
+		// so in midtrain's and dpo's effective manifests, is named once (for
+		// the manifest), and sft's settings that set it right name nothing;
+		// a key that is not a stage is not looked at
 		{"stage settings", func(m map[string]any) {
 			obj(m, "model")["layers"] = json.Number("0")
 			m["stage_settings"] = map[string]any{

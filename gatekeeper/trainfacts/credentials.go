@@ -230,7 +230,7 @@ func (m *Model) credentials(manifest any, hasManifest bool) map[string]any {
 		return out
 	}
 	// every distinct string value and object key (the sets the prefilter
-	// joins): isKey[s] tells whether s is a key (it may be a value too)
+	// joins), with its roles: a value, a key, or both
 	const valueRole, keyRole = 1, 2
 	roles := make(map[string]uint8, 128)
 	var collect func(v any)

@@ -52,6 +52,43 @@ var credentialSamples = []string{
 	"password", "api_key", "client-secret", "X_ACCESS_TOKEN", "credentials", "ſecret", "a.token", "tokenizer", "note",
 }
 
+// everyPattern is the kinds of the patterns s matches, every pattern run
+// (what the keyword prefilter must not change).
+func everyPattern(cc *credentialConfig, s string) []string {
+	var out []string
+	for _, p := range cc.patterns {
+		if !slices.ContainsFunc(p.all, func(re *regexp.Regexp) bool { return !re.MatchString(s) }) && !slices.Contains(out, p.kind) {
+			out = append(out, p.kind)
+		}
+	}
+	return out
+}
+
+// sampleRunes are the runes mutations insert: the samples' own, the long s
+// and the Kelvin sign, URL punctuation and a newline.
+var sampleRunes = []rune(strings.Join(credentialSamples, "") + "ſKK:/@?&=_-. \n")
+
+// mutateSample is s after up to edits random edits (a rune replaced,
+// deleted or inserted), stopping when s is empty.
+func mutateSample(rng *rand.Rand, s string, edits int) string {
+	r := []rune(s)
+	for range edits {
+		if len(r) == 0 {
+			break
+		}
+		i := rng.IntN(len(r))
+		switch rng.IntN(3) {
+		case 0:
+			r[i] = sampleRunes[rng.IntN(len(sampleRunes))]
+		case 1:
+			r = append(r[:i], r[i+1:]...)
+		default:
+			r = slices.Insert(r, i, sampleRunes[rng.IntN(len(sampleRunes))])
+		}
+	}
+	return string(r)
+}
+
 // TestKeywordsSkipNoMatch: running a pattern only on the strings that hold
 // one of its keywords (derived from the pattern: requiredLiterals) finds
 // exactly what running every pattern on every string finds, on credential
@@ -66,35 +103,12 @@ func TestKeywordsSkipNoMatch(t *testing.T) {
 	if !cc.keyHasKeywords {
 		t.Error("the secret-key pattern has no keywords")
 	}
-	brute := func(s string) []string {
-		var out []string
-		for _, p := range cc.patterns {
-			if !slices.ContainsFunc(p.all, func(re *regexp.Regexp) bool { return !re.MatchString(s) }) && !slices.Contains(out, p.kind) {
-				out = append(out, p.kind)
-			}
-		}
-		return out
-	}
+	brute := func(s string) []string { return everyPattern(cc, s) }
 	rng := rand.New(rand.NewPCG(5, 24))
-	runes := []rune(strings.Join(credentialSamples, "") + "ſKK:/@?&=_-. \n")
 	samples := slices.Clone(credentialSamples)
 	for range 20000 {
-		s := []rune(credentialSamples[rng.IntN(len(credentialSamples))])
-		for range 1 + rng.IntN(3) {
-			i := rng.IntN(len(s))
-			switch rng.IntN(3) {
-			case 0:
-				s[i] = runes[rng.IntN(len(runes))]
-			case 1:
-				s = append(s[:i], s[i+1:]...)
-			default:
-				s = slices.Insert(s, i, runes[rng.IntN(len(runes))])
-			}
-			if len(s) == 0 {
-				break
-			}
-		}
-		samples = append(samples, string(s))
+		s := credentialSamples[rng.IntN(len(credentialSamples))]
+		samples = append(samples, mutateSample(rng, s, 1+rng.IntN(3)))
 	}
 	matched := 0
 	for _, s := range samples {
@@ -123,35 +137,8 @@ func TestKeywordsSkipNoMatch(t *testing.T) {
 func TestScanMatchesEveryPattern(t *testing.T) {
 	m := embeddedModel(t)
 	cc := &m.creds
-	brute := func(s string) []string {
-		var out []string
-		for _, p := range cc.patterns {
-			if !slices.ContainsFunc(p.all, func(re *regexp.Regexp) bool { return !re.MatchString(s) }) && !slices.Contains(out, p.kind) {
-				out = append(out, p.kind)
-			}
-		}
-		return out
-	}
+	brute := func(s string) []string { return everyPattern(cc, s) }
 	rng := rand.New(rand.NewPCG(7, 24))
-	runes := []rune(strings.Join(credentialSamples, "") + "ſKK:/@?&=_-. \n")
-	mutate := func(s string) string {
-		r := []rune(s)
-		for range rng.IntN(3) {
-			if len(r) == 0 {
-				break
-			}
-			i := rng.IntN(len(r))
-			switch rng.IntN(3) {
-			case 0:
-				r[i] = runes[rng.IntN(len(runes))]
-			case 1:
-				r = append(r[:i], r[i+1:]...)
-			default:
-				r = slices.Insert(r, i, runes[rng.IntN(len(runes))])
-			}
-		}
-		return string(r)
-	}
 	// halves of keywords, so that two adjacent strings may spell one
 	halves := []string{"s3:/", "/b", "SIG", "=x", "BEAR", "ER abcdefghijklmnopqrstuvwxyz", "eyJ", "ghp", "_x", "-----BEGIN", "api", "_key"}
 	flagged := 0
@@ -163,7 +150,7 @@ func TestScanMatchesEveryPattern(t *testing.T) {
 			if rng.IntN(4) == 0 {
 				s = halves[rng.IntN(len(halves))]
 			} else {
-				s = mutate(credentialSamples[rng.IntN(len(credentialSamples))])
+				s = mutateSample(rng, credentialSamples[rng.IntN(len(credentialSamples))], rng.IntN(3))
 			}
 			values = append(values, s)
 			keyed[s] = "x"

@@ -34,7 +34,8 @@ _memory_over_margin := _f.memory_gb > (_cfg.memory_warn_fraction * _gpu.memory_g
 
 default _memory_over_margin := true
 
-_knobs := ["tp", "pp", "cp", "ep", "etp", "v", "mbs", "zero_stage", "checkpointing"]
+# the knobs a fix may change, in the order its changes are listed
+_knobs := ["tp", "pp", "cp", "ep", "etp", "v", "mbs", "zero_stage", "checkpointing", "precision", "schedule"]
 
 # ---------------------------------------------------------------------------
 # The fix, as data (estimates.fix_layout) and as text (each deny's fix)
@@ -88,7 +89,7 @@ _layout_summary(l, fig) := {
 }
 
 _changes(l) := [sprintf("%s %v → %v", [_manifest_names[k], _layout[k], l[k]]) |
-	some k in array.concat(_knobs, ["precision", "schedule"])
+	some k in _knobs
 	l[k] != _layout[k]
 ]
 
@@ -96,15 +97,23 @@ _searched_nodes := _fix.searched_nodes
 
 _hardware_text(nodes) := sprintf("%d × %d %s", [nodes, _gpn, _hw.gpu_type])
 
-_layout_text(l) := sprintf("%s, data=%d, micro_batch_size=%d, zero_stage=%d, activation_checkpointing=%s, %s", [
-	concat(", ", [sprintf("%s=%d", [_manifest_names[k], l[k]]) | some k in _layout_text_knobs(l)]),
-	_dp(l), l.mbs, l.zero_stage, l.checkpointing, sprintf("precision=%s", [l.precision]),
-])
-
-# expert_tensor is shown only where it is used
-_layout_text_knobs(l) := ["tp", "pp", "cp", "ep", "v"] if l.etp == 1
-
-else := ["tp", "pp", "cp", "ep", "etp", "v"]
+# one format per shape (expert_tensor is shown only where it is used): a
+# layout's text is one sprintf, not one per knob
+_layout_text(l) := sprintf(
+	concat("", [
+		"tensor=%d, pipeline=%d, context=%d, expert=%d, virtual_stages=%d, data=%d, micro_batch_size=%d,",
+		" zero_stage=%d, activation_checkpointing=%s, precision=%s",
+	]),
+	[l.tp, l.pp, l.cp, l.ep, l.v, _dp(l), l.mbs, l.zero_stage, l.checkpointing, l.precision],
+) if {
+	l.etp == 1
+} else := sprintf(
+	concat("", [
+		"tensor=%d, pipeline=%d, context=%d, expert=%d, expert_tensor=%d, virtual_stages=%d, data=%d,",
+		" micro_batch_size=%d, zero_stage=%d, activation_checkpointing=%s, precision=%s",
+	]),
+	[l.tp, l.pp, l.cp, l.ep, l.etp, l.v, _dp(l), l.mbs, l.zero_stage, l.checkpointing, l.precision],
+)
 
 _change_text(l) := "no knob changes" if count(_changes(l)) == 0
 

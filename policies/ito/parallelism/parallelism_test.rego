@@ -700,6 +700,18 @@ test_fix_text_names_the_best_layout if {
 	layout.best.estimates.step_seconds == 3.2
 }
 
+# expert_tensor is named only in a layout that uses it
+test_fix_text_names_expert_tensor_where_used if {
+	layout := object.union(_a_fix.layout, {"ep": 2, "etp": 2})
+	some v in parallelism.deny with input as _tp16 with parallelism._fix as object.union(_a_fix, {"layout": layout})
+	v.code == "TP_EXCEEDS_NVLINK_DOMAIN"
+	startswith(v.fix, concat("", [
+		"nearest passing layout on 8 × 8 A100-80GB (3 changes: tensor 16 → 2, expert 1 → 2, expert_tensor 1 → 2):",
+		" tensor=2, pipeline=1, context=1, expert=2, expert_tensor=2, virtual_stages=1, data=32, micro_batch_size=1,",
+		" zero_stage=3, activation_checkpointing=selective, precision=bf16. Or: ",
+	]))
+}
+
 test_fix_text_past_the_budget if {
 	fix := {"on_booked_hardware": true, "searched_nodes": [8], "evaluated": 200000, "budget_exceeded": true}
 	some v in parallelism.deny with input as _tp16 with parallelism._fix as fix

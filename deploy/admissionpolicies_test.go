@@ -345,7 +345,15 @@ func TestGPUTolerationsOutsideControlledNamespaces(t *testing.T) {
 		{"exempt", req("DaemonSet", "gpu-operator", map[string]string{"itogate.io/enforce": "exempt"}, admission.Create,
 			withTolerations(tolerateGPU, tolerateAll), nil), ""},
 		{"kube-system", req("DaemonSet", "kube-system", unlabelled, admission.Create, withTolerations(tolerateAll), nil), ""},
-		{"another kube-* namespace", req("DaemonSet", "kube-flannel", unlabelled, admission.Create, withTolerations(tolerateAll), nil), ""},
+		// by name only: a tenant who may create namespaces can name one kube-x
+		{"another kube-* namespace", req("DaemonSet", "kube-flannel", unlabelled, admission.Create, withTolerations(tolerateAll), nil),
+			"every taint"},
+		{"a kube-* namespace a tenant created", req("Pod", "kube-x", unlabelled, admission.Create, withTolerations(tolerateGPU), nil),
+			"the GPU taint nvidia.com/gpu"},
+		{"kube-public", req("DaemonSet", "kube-public", unlabelled, admission.Create, withTolerations(tolerateAll), nil), ""},
+		{"kube-node-lease", req("DaemonSet", "kube-node-lease", unlabelled, admission.Create, withTolerations(tolerateAll), nil), ""},
+		{"a labelled-exempt kube-* namespace", req("DaemonSet", "kube-flannel", map[string]string{"itogate.io/enforce": "exempt"},
+			admission.Create, withTolerations(tolerateAll), nil), ""},
 		{"itogate's own", req("Pod", "itogate-system", unlabelled, admission.Create, withTolerations(tolerateAll), nil), ""},
 	}
 	for kind := range kinds {
@@ -406,7 +414,7 @@ func TestEveryNamespaceIsReviewedOrGuarded(t *testing.T) {
 		t.Fatal("no enforcing webhook")
 	}
 	system := map[string]bool{"kube-system": true, "kube-public": true, "kube-node-lease": true, "itogate-system": true}
-	for _, ns := range []string{"team-a", "default", "kube-system", "kube-public", "kube-node-lease", "itogate-system", "gpu-operator"} {
+	for _, ns := range []string{"team-a", "default", "kube-system", "kube-public", "kube-node-lease", "itogate-system", "gpu-operator", "kube-x", "kube-flannel"} {
 		for _, value := range []string{"", "true", "warn", "exempt", "false", "True", "yes"} {
 			set := labels.Set{"kubernetes.io/metadata.name": ns}
 			if value != "" {

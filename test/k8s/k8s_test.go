@@ -620,8 +620,10 @@ func TestWorkloadBoundary(t *testing.T) {
 		}
 	})
 	t.Run("GPU toleration outside controlled namespaces", func(t *testing.T) {
-		// team-z: nobody labelled it; gpu-agents: a cluster admin exempted it.
-		for ns, labels := range map[string]map[string]string{"team-z": nil, "gpu-agents": {"itogate.io/enforce": "exempt"}} {
+		// team-z: nobody labelled it; kube-x: named like a system namespace by
+		// whoever may create one; gpu-agents: a cluster admin exempted it.
+		for ns, labels := range map[string]map[string]string{"team-z": nil, "kube-x": nil,
+			"gpu-agents": {"itogate.io/enforce": "exempt"}} {
 			if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}},
 				metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
@@ -643,6 +645,10 @@ func TestWorkloadBoundary(t *testing.T) {
 		if !strings.Contains(err.Error(), "pods/gpu tolerates the GPU taint nvidia.com/gpu in namespace team-z") {
 			t.Fatalf("err %v, want the toleration named", err)
 		}
+		// Only kube-system, kube-public and kube-node-lease are exempt by name:
+		// a kube-* prefix is not.
+		_, err = cs.CoreV1().Pods("kube-x").Create(ctx, tolerating("gpu", gpuTaint), metav1.CreateOptions{})
+		wantPolicyDenied(t, err, "itogate-gpu-tolerations", "WORKLOAD_GPU_TOLERATION_UNCONTROLLED")
 		d := gpuJob("tolerant", "", 1, 8)
 		d.Spec.Template.Spec.Tolerations = []corev1.Toleration{everything}
 		_, err = cs.BatchV1().Jobs("team-z").Create(ctx, d, metav1.CreateOptions{})

@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -237,12 +238,27 @@ func TestTicketedPodMetadataGuarded(t *testing.T) {
 			}
 		})
 	}
-	// The status and other subresources are not matched: the kubelet's
-	// status writes never reach the policy.
-	st := update("system:node:gpu-1", []string{"system:nodes"}, ticketedPod(true, relabelled, nil, owner), stored)
-	st.sub = "status"
-	if v := evaluate(t, p, b, st); v.matched {
-		t.Fatalf("pods/status matched: %+v", v)
+	// pods/status is matched: a status write takes new labels and
+	// annotations (the apiserver keeps only the stored spec and
+	// ownerReferences), so whoever holds pods/status could relabel through
+	// it. The kubelet's status writes change neither and pass.
+	status := func(r apiRequest) apiRequest { r.sub = "status"; return r }
+	withStatus := func(pod map[string]any) map[string]any {
+		pod = maps.Clone(pod)
+		pod["status"] = map[string]any{"phase": "Running"}
+		return pod
+	}
+	v := evaluate(t, p, b, status(update("system:node:gpu-1", []string{"system:nodes"}, withStatus(stored), stored)))
+	if !v.matched || v.refused {
+		t.Fatalf("the kubelet's status write: matched %v refused %v (%s), want matched and admitted", v.matched, v.refused, v.message)
+	}
+	v = evaluate(t, p, b, status(update("alice", tenant, withStatus(ticketedPod(true, relabelled, nil, owner)), stored)))
+	if !v.refused || !strings.HasSuffix(v.message, " may change its labels") {
+		t.Fatalf("a relabel through pods/status: refused %v %q, want WORKLOAD_POD_METADATA_GUARDED naming the labels", v.refused, v.message)
+	}
+	v = evaluate(t, p, b, status(update("alice", tenant, ticketedPod(false, labels, nil, owner), stored)))
+	if !v.refused || !strings.HasSuffix(v.message, " may change its the itogate.io/ticket annotation") {
+		t.Fatalf("the ticket removed through pods/status: refused %v %q, want the ticket annotation named", v.refused, v.message)
 	}
 }
 
@@ -602,6 +618,9 @@ func TestPodDeviceAnnotationsGuarded(t *testing.T) {
 	if v := evaluate(t, p, b, add); !v.matched {
 		t.Fatal("a tenant's Pod UPDATE in an enforced namespace did not match the policy")
 	}
+	// pods/status takes new annotations too: refused there alike.
+	viaStatus := with(add, func(r *apiRequest) { r.sub = "status" })
+	wantVerdict(t, evaluate(t, p, b, viaStatus), "WORKLOAD_DEVICE_ANNOTATION_GUARDED", "cdi.k8s.io/x")
 }
 
 // TestReviewNoPolicyGuardsDeviceAnnotations (security review finding, its

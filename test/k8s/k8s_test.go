@@ -379,6 +379,22 @@ func TestWorkloadBoundary(t *testing.T) {
 		wantPolicyDenied(t, err, "itogate-ticketed-pods", "WORKLOAD_POD_METADATA_GUARDED")
 		err = patch(tenant, `{"metadata":{"annotations":{"itogate.io/ticket":null}}}`, false)
 		wantPolicyDenied(t, err, "itogate-ticketed-pods", "WORKLOAD_POD_METADATA_GUARDED")
+		// Whoever holds pods/status (a role granting pods/*, say) could
+		// relabel through it: a status write keeps the stored spec and
+		// ownerReferences but takes new labels and annotations.
+		grantPodStatus(t, cs)
+		status := func(body string, dry bool) error {
+			opts := metav1.PatchOptions{}
+			if dry {
+				opts.DryRun = []string{metav1.DryRunAll}
+			}
+			_, err := tenant.CoreV1().Pods(nsA).Patch(ctx, "train-0", types.MergePatchType, []byte(body), opts, "status")
+			return err
+		}
+		eventually(t, func() error { return status(relabel, true) }, "itogate-ticketed-pods", "WORKLOAD_POD_METADATA_GUARDED")
+		wantPolicyDenied(t, status(relabel, false), "itogate-ticketed-pods", "WORKLOAD_POD_METADATA_GUARDED")
+		wantPolicyDenied(t, status(`{"metadata":{"annotations":{"itogate.io/ticket":null}}}`, false),
+			"itogate-ticketed-pods", "WORKLOAD_POD_METADATA_GUARDED")
 		// Her own annotation passes; the Job controller may release the
 		// Pod and an admin may relabel it (dry runs: the Pod stays as it is).
 		if err := patch(tenant, `{"metadata":{"annotations":{"note":"slow node"}}}`, false); err != nil {
@@ -471,6 +487,15 @@ func TestWorkloadBoundary(t *testing.T) {
 		for _, key := range []string{"devices.noderesource.dev/pod", "cdi.k8s.io/x", "io.kubernetes.cri-o.Devices"} {
 			wantPolicyDenied(t, patch(tenant, "annotated", annotate(key, "nvidia.com/gpu=all"), false), policy, code)
 		}
+		// Nor through pods/status, which takes new annotations too.
+		grantPodStatus(t, cs)
+		eventually(t, func() error {
+			_, err := tenant.CoreV1().Pods(nsA).Patch(ctx, "annotated", types.MergePatchType, []byte(cdi),
+				metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, "status")
+			return err
+		}, policy, code)
+		_, err = tenant.CoreV1().Pods(nsA).Patch(ctx, "annotated", types.MergePatchType, []byte(cdi), metav1.PatchOptions{}, "status")
+		wantPolicyDenied(t, err, policy, code)
 		if created != nil {
 			wantPolicyDenied(t, patch(tenant, "train-0", cdi, false), policy, code)
 		}
@@ -1030,6 +1055,29 @@ func grantTenant(t *testing.T, cs *kubernetes.Clientset) {
 		ObjectMeta: metav1.ObjectMeta{Name: "own-namespace"}, Subjects: subject,
 		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "own-namespace"},
 	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// grantPodStatus gives tenantUser pods/status in nsA as well (more than
+// the stock edit role: what a role granting pods/* gives). Idempotent.
+func grantPodStatus(t *testing.T, cs *kubernetes.Clientset) {
+	t.Helper()
+	ctx := t.Context()
+	_, err := cs.RbacV1().Roles(nsA).Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "pod-status"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods/status"},
+			Verbs: []string{"get", "update", "patch"}}},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	_, err = cs.RbacV1().RoleBindings(nsA).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "pod-status"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: tenantUser}},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "pod-status"},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 }

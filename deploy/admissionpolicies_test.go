@@ -67,6 +67,11 @@ func TestOrphanFinalizerOnTicketedWorkloads(t *testing.T) {
 		}
 		return r
 	}
+	status := func(r apiRequest) apiRequest { r.sub = "status"; return r }
+	withTicket := func(o map[string]any, ticket string) map[string]any {
+		o["metadata"].(map[string]any)["annotations"].(map[string]any)["itogate.io/ticket"] = ticket
+		return o
+	}
 	cases := []struct {
 		name   string
 		r      apiRequest
@@ -103,6 +108,15 @@ func TestOrphanFinalizerOnTicketedWorkloads(t *testing.T) {
 		{"DELETE with empty options of a batch/v1 Job", withKind("batch", "v1", "Job", "jobs",
 			pj(admission.Delete, nil, pytorchJob(true), &metav1.DeleteOptions{})), "a batch/v1 Job"},
 		{"DELETE without a ticket, with it", pj(admission.Delete, nil, pytorchJob(false, "orphan"), &metav1.DeleteOptions{}), ""},
+		// jobs/status takes new metadata: the ticket stays as it is there
+		{"jobs/status removing the ticket", status(withKind("batch", "v1", "Job", "jobs",
+			pj(admission.Update, pytorchJob(false), pytorchJob(true), nil))), "a status write may not change or remove"},
+		{"jobs/status changing the ticket", status(withKind("batch", "v1", "Job", "jobs",
+			pj(admission.Update, withTicket(pytorchJob(true), "other"), pytorchJob(true), nil))), "a status write may not change"},
+		{"jobs/status keeping the ticket (the Job controller's writes)", status(withKind("batch", "v1", "Job", "jobs",
+			pj(admission.Update, pytorchJob(true), pytorchJob(true), nil))), ""},
+		{"jobs/status of a Job without a ticket", status(withKind("batch", "v1", "Job", "jobs",
+			pj(admission.Update, pytorchJob(false), pytorchJob(false), nil))), ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -552,6 +552,24 @@ func TestWorkloadBoundary(t *testing.T) {
 		_, err = tenant.BatchV1().Jobs(nsA).Patch(ctx, "redo", types.MergePatchType,
 			[]byte(`{"metadata":{"finalizers":["orphan"]}}`), metav1.PatchOptions{})
 		wantPolicyDenied(t, err, "itogate-workload-delete", "WORKLOAD_ORPHANING_DELETE")
+		// jobs/status takes new metadata: whoever holds it (a role granting
+		// jobs/*) cannot strip the ticket there and then orphan the Pods.
+		grantStatus(t, cs, "batch", "jobs")
+		strip := func(dry bool) error {
+			opts := metav1.PatchOptions{}
+			if dry {
+				opts.DryRun = []string{metav1.DryRunAll}
+			}
+			_, err := tenant.BatchV1().Jobs(nsA).Patch(ctx, "redo", types.MergePatchType,
+				[]byte(`{"metadata":{"annotations":{"itogate.io/ticket":null}}}`), opts, "status")
+			return err
+		}
+		eventually(t, func() error { return strip(true) }, "itogate-workload-delete", "WORKLOAD_ORPHANING_DELETE")
+		err = strip(false)
+		wantPolicyDenied(t, err, "itogate-workload-delete", "WORKLOAD_ORPHANING_DELETE")
+		if !strings.Contains(err.Error(), "a status write may not change or remove its itogate.io/ticket annotation") {
+			t.Fatalf("err %v, want the status write named", err)
+		}
 		// A custom resource created with the orphan finalizer would be
 		// orphaned by a DELETE with empty options: refused at CREATE.
 		pj := pytorchJob("born-orphaning", own.Data.Ticket, 8, 1)
@@ -1061,21 +1079,26 @@ func grantTenant(t *testing.T, cs *kubernetes.Clientset) {
 
 // grantPodStatus gives tenantUser pods/status in nsA as well (more than
 // the stock edit role: what a role granting pods/* gives). Idempotent.
-func grantPodStatus(t *testing.T, cs *kubernetes.Clientset) {
+func grantPodStatus(t *testing.T, cs *kubernetes.Clientset) { grantStatus(t, cs, "", "pods") }
+
+// grantStatus gives tenantUser the status subresource of resource (in API
+// group group) in nsA. Idempotent.
+func grantStatus(t *testing.T, cs *kubernetes.Clientset, group, resource string) {
 	t.Helper()
 	ctx := t.Context()
+	name := resource + "-status"
 	_, err := cs.RbacV1().Roles(nsA).Create(ctx, &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: "pod-status"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods/status"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{group}, Resources: []string{resource + "/status"},
 			Verbs: []string{"get", "update", "patch"}}},
 	}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	_, err = cs.RbacV1().RoleBindings(nsA).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "pod-status"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: tenantUser}},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "pod-status"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
 	}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)

@@ -382,7 +382,7 @@ func TestWorkloadBoundary(t *testing.T) {
 		// Whoever holds pods/status (a role granting pods/*, say) could
 		// relabel through it: a status write keeps the stored spec and
 		// ownerReferences but takes new labels and annotations.
-		grantPodStatus(t, cs)
+		grantStatus(t, cs, "", "pods")
 		status := func(body string, dry bool) error {
 			opts := metav1.PatchOptions{}
 			if dry {
@@ -488,7 +488,7 @@ func TestWorkloadBoundary(t *testing.T) {
 			wantPolicyDenied(t, patch(tenant, "annotated", annotate(key, "nvidia.com/gpu=all"), false), policy, code)
 		}
 		// Nor through pods/status, which takes new annotations too.
-		grantPodStatus(t, cs)
+		grantStatus(t, cs, "", "pods")
 		eventually(t, func() error {
 			_, err := tenant.CoreV1().Pods(nsA).Patch(ctx, "annotated", types.MergePatchType, []byte(cdi),
 				metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, "status")
@@ -569,6 +569,10 @@ func TestWorkloadBoundary(t *testing.T) {
 		wantPolicyDenied(t, err, "itogate-workload-delete", "WORKLOAD_ORPHANING_DELETE")
 		if !strings.Contains(err.Error(), "a status write may not change or remove its itogate.io/ticket annotation") {
 			t.Fatalf("err %v, want the status write named", err)
+		}
+		if j, err := tenant.BatchV1().Jobs(nsA).Get(ctx, "redo", metav1.GetOptions{}); err != nil ||
+			j.Annotations[webhook.TicketAnnotation] != own.Data.Ticket {
+			t.Fatalf("the Job's ticket after a refused status write: %v %v", j.Annotations, err)
 		}
 		// A custom resource created with the orphan finalizer would be
 		// orphaned by a DELETE with empty options: refused at CREATE.
@@ -1077,12 +1081,9 @@ func grantTenant(t *testing.T, cs *kubernetes.Clientset) {
 	}
 }
 
-// grantPodStatus gives tenantUser pods/status in nsA as well (more than
-// the stock edit role: what a role granting pods/* gives). Idempotent.
-func grantPodStatus(t *testing.T, cs *kubernetes.Clientset) { grantStatus(t, cs, "", "pods") }
-
 // grantStatus gives tenantUser the status subresource of resource (in API
-// group group) in nsA. Idempotent.
+// group group) in nsA: more than the stock edit role, what a role granting
+// pods/* or jobs/* gives. Idempotent.
 func grantStatus(t *testing.T, cs *kubernetes.Clientset, group, resource string) {
 	t.Helper()
 	ctx := t.Context()

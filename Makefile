@@ -147,6 +147,7 @@ bench:
 ## compare: policy evaluation cost of BASELINE (default 814edfb) vs HEAD and vs OPA on the same bundle,
 ##   one interleaved run → bench/out/compare-<UTC time>/summary.md (also the last part of `make bench`)
 ##   make compare BASELINE=<commit> COMPARE_ROUNDS=5 COMPARE_BENCHTIME=200x
+##   COMPARE_INSTRUCTIONS=1: also instructions per decision under valgrind (load-independent, ~20 min)
 BASELINE ?= 814edfb
 compare:
 	bench/compare.sh $(BASELINE) HEAD

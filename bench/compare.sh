@@ -20,6 +20,17 @@
 #   side that runs 2.5 times shorter is hit more often), and NEW's
 #   manifests at the schema's limits against llama3-8b.
 #
+#   COMPARE_INSTRUCTIONS=1 adds, after the rounds, the instructions per
+#   decision of each side (valgrind's callgrind, which counts instructions
+#   of every thread, the GC's included: the same count on a loaded machine
+#   as on a quiet one). Each side's BenchmarkDecideCPU runs at N1 and N2
+#   decisions (COMPARE_INSTRUCTIONS_N="200 1000") and a decision costs
+#   (I(N2) - I(N1)) / (N2 - N1): the set-up (compiling the bundle,
+#   activating the facts model) cancels, and the GC cycles of N2 - N1
+#   decisions are counted in full. About 20 minutes on one core; Go's
+#   asynchronous preemption is off (GODEBUG=asyncpreemptoff=1), as
+#   callgrind aborts on its signals.
+#
 #   COMPARE_ROUNDS=5 COMPARE_BENCHTIME=200x OPA_BENCH_COUNT=1
 #   Output: bench/out/compare-<UTC time>/{summary.md,raw.txt}
 set -euo pipefail
@@ -69,13 +80,33 @@ for r in $(seq 1 "$ROUNDS"); do
   done
 done
 
+if [ "${COMPARE_INSTRUCTIONS:-0}" = 1 ]; then
+  command -v valgrind >/dev/null || { echo "compare: COMPARE_INSTRUCTIONS=1 needs valgrind" >&2; exit 1; }
+  read -r N1 N2 <<< "${COMPARE_INSTRUCTIONS_N:-200 1000}"
+  for f in "${FIXTURES[@]}"; do
+    for side in old new; do
+      for n in "$N1" "$N2"; do
+        echo "== instructions: $side $f ${n}x" >&2
+        ir=$(cd "$TMP/$side/gatekeeper/policy" && GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind \
+          --callgrind-out-file=/dev/null "$TMP/$side.test" -test.run '^$' -test.bench "BenchmarkDecideCPU/$f\$" \
+          -test.benchtime "${n}x" -test.cpu 1 2>&1 | sed -n 's/.*Collected : \([0-9]*\).*/\1/p')
+        [ -n "$ir" ] || { echo "compare: callgrind gave no count for $side $f" >&2; exit 1; }
+        echo "$side callgrind $f $n $ir" >> "$RAW"
+      done
+    done
+  done
+fi
+
 python3 - "$RAW" "$OLD" "$NEW" "$ROUNDS" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)" > "$OUT/summary.md" <<'PY'
 import re, statistics, sys
 raw, old, new, rounds, nproc, load = sys.argv[1:]
-rows = {}
+rows, instr = {}, {}
 for line in open(raw):
     parts = line.split()
     side, tool, name = parts[0], parts[1], parts[2]
+    if tool == 'callgrind':  # side callgrind fixture decisions instructions
+        instr.setdefault((side, name), {})[int(parts[3])] = int(parts[4])
+        continue
     fixture = None
     m = re.match(r'BenchmarkDecideCPU/([\w.-]+?)(?:-\d+)?$', name)
     if tool == 'itogate' and m:
@@ -131,6 +162,21 @@ for f in ['llama3-8b', 'llama2-70b-v100-fsdp']:
     for unit, label, scale in [('ns/op', 'wall µs', 1e3), ('allocs/op', 'allocs', 1)]:
         print(f"| {f} | {label} | {fmt(med('old', 'opa-eval', f, unit), scale)} | {fmt(med('old', 'opa-http', f, unit), scale)} |")
 print()
+# instructions per decision: the difference between the two runs of a side
+def per_decision(side, f):
+    runs = instr.get((side, f), {})
+    if len(runs) != 2:
+        return None
+    (n1, i1), (n2, i2) = sorted(runs.items())
+    return (i2 - i1) / (n2 - n1)
+if instr:
+    print('| fixture | instructions per decision (callgrind) | old | new | old/new |')
+    print('|---|---|---:|---:|---:|')
+    for f in ['llama3-8b', 'llama2-70b-v100-fsdp']:
+        o, n = per_decision('old', f), per_decision('new', f)
+        mil = lambda x: '-' if x is None else f'{x / 1e6:.1f}'
+        print(f'| {f} | millions | {mil(o)} | {mil(n)} | {ratio(o, n)} |')
+    print()
 base = med('new', 'itogate', 'llama3-8b', 'cpu-ns/op')
 lim = sorted({k[2] for k in rows if k[0] == 'new' and k[2].startswith('limits-')})
 if lim:

@@ -50,7 +50,7 @@ func BenchmarkDecidePhases(b *testing.B) {
 // BenchmarkGateEval evaluates each gate's rules alone on the llama3-8b
 // allow and the llama2-70b-v100-fsdp deny inputs with their training facts
 // (the deny also its fix's layout, summary and text), each query compiled
-// as an Engine compiles its own (policy.Prepare: bundle data read as AST
+// as an Engine compiles its own (policy.Compile: bundle data read as AST
 // values). `opa bench` on the bundle directory converts bundle data from
 // Go values on every evaluation, so it overstates rules that read tables (the manifest
 // gate's field list: 969 allocations there, 342 here); this is the cost
@@ -72,9 +72,13 @@ func BenchmarkGateEval(b *testing.B) {
 		"idempotency.deny", "datachecks.deny", "rlvr.deny", "system.log.mask"}
 	// the deny's fix as the decision shows it (defined only with a fix)
 	fixParts := []string{"parallelism._fix_layout", "parallelism._fix_summary", "parallelism._fix_text"}
+	prepare, err := policy.Compile(context.Background(), bundle)
+	if err != nil {
+		b.Fatal(err)
+	}
 	queries := map[string]rego.PreparedEvalQuery{}
 	for _, gate := range append(slices.Clone(gates), fixParts...) {
-		q, err := policy.Prepare(context.Background(), bundle, "x := data.ito."+gate)
+		q, err := prepare("x := data.ito." + gate)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -32,6 +32,8 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/storage"
+	"github.com/open-policy-agent/opa/v1/storage/inmem"
 	"github.com/open-policy-agent/opa/v1/topdown"
 )
 
@@ -210,15 +212,19 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	if revision == "" {
 		revision = digest[:min(len(digest), len("sha256:")+12)]
 	}
-	pq, err := prepare(ctx, b, evalQuery)
+	cb, err := compileBundle(ctx, b)
 	if err != nil {
 		return nil, fmt.Errorf("policy: prepare: %w", err)
 	}
-	wq, err := prepare(ctx, b, "decision := "+WorkloadQuery)
+	pq, err := cb.prepare(ctx, evalQuery)
+	if err != nil {
+		return nil, fmt.Errorf("policy: prepare: %w", err)
+	}
+	wq, err := cb.prepare(ctx, "decision := "+WorkloadQuery)
 	if err != nil {
 		return nil, fmt.Errorf("policy: prepare workload: %w", err)
 	}
-	rq, err := prepare(ctx, b, "verdict := "+ReportQuery)
+	rq, err := cb.prepare(ctx, "verdict := "+ReportQuery)
 	if err != nil {
 		return nil, fmt.Errorf("policy: prepare report verdict: %w", err)
 	}
@@ -242,7 +248,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		case err != nil:
 			return nil, fmt.Errorf("%w: %w", ErrFactsModel, err)
 		default:
-			cq, err := prepare(ctx, b, "confirm := "+ConfirmQuery)
+			cq, err := cb.prepare(ctx, "confirm := "+ConfirmQuery)
 			if err != nil {
 				return nil, fmt.Errorf("policy: prepare confirm: %w", err)
 			}
@@ -253,17 +259,57 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	return e, nil
 }
 
-// prepare compiles b for query, every query of an Engine alike: strict
-// built-in errors (an error fails the evaluation closed instead of leaving
-// a rule undefined), bundle data (tables, credential patterns) read as AST
-// values instead of being converted from Go values on every evaluation,
-// and no impure built-in.
-func prepare(ctx context.Context, b *bundle.Bundle, query string) (rego.PreparedEvalQuery, error) {
+// compiledBundle is a bundle compiled once, with the store its data was
+// activated into: an Engine prepares all its queries (decision, workload,
+// report verdict, confirmation) on one, so the bundle is compiled and held
+// in memory once rather than once per query (as a rego.ParsedBundle per
+// query would). The compiler is read-only once compiled, as OPA's server
+// shares its own across concurrent queries.
+type compiledBundle struct {
+	compiler *ast.Compiler
+	store    storage.Store
+}
+
+// compileBundle compiles b with no impure built-in (a bundle calling one
+// fails here) and activates its data into a store that reads as AST values
+// (tables and credential patterns are not converted from Go values on
+// every evaluation).
+func compileBundle(ctx context.Context, b *bundle.Bundle) (*compiledBundle, error) {
+	store := inmem.NewWithOpts(inmem.OptReturnASTValuesOnRead(true))
+	txn, err := store.NewTransaction(ctx, storage.WriteParams)
+	if err != nil {
+		return nil, err
+	}
+	var compiler *ast.Compiler
+	// the compiler rego configures for these options (capabilities, rego
+	// version, unsafe built-ins), captured rather than rebuilt by hand
+	_, err = rego.New(
+		rego.Query("true"),
+		rego.ParsedBundle("itogate", b),
+		rego.Store(store),
+		rego.Transaction(txn),
+		rego.UnsafeBuiltins(impureBuiltins()),
+		rego.CompilerHook(func(c *ast.Compiler) { compiler = c }),
+	).PrepareForEval(ctx)
+	if err != nil {
+		store.Abort(ctx, txn)
+		return nil, err
+	}
+	if err := store.Commit(ctx, txn); err != nil {
+		return nil, err
+	}
+	return &compiledBundle{compiler: compiler, store: store}, nil
+}
+
+// prepare prepares query on the compiled bundle, every query of an Engine
+// alike: strict built-in errors (an error fails the evaluation closed
+// instead of leaving a rule undefined) and no impure built-in in the query.
+func (c *compiledBundle) prepare(ctx context.Context, query string) (rego.PreparedEvalQuery, error) {
 	return rego.New(
 		rego.Query(query),
-		rego.ParsedBundle("itogate", b),
+		rego.Compiler(c.compiler),
+		rego.Store(c.store),
 		rego.StrictBuiltinErrors(true),
-		rego.StoreReadAST(true),
 		rego.UnsafeBuiltins(impureBuiltins()),
 	).PrepareForEval(ctx)
 }

@@ -142,7 +142,8 @@ type Options struct {
 	Now func() time.Time
 	// Deadline bounds each evaluation; zero means DefaultDeadline.
 	Deadline time.Duration
-	// SkipRequiredRules lifts the RequiredRules check, for tests that
+	// SkipRequiredRules lifts the RequiredRules check and the check of
+	// Go's facts against the bundle's reference (checkFactsReference), for tests that
 	// evaluate small hand-made bundles (or an older commit's policies, which
 	// declare no facts model: such an engine decides without input.facts).
 	// Never set it for an enforced bundle.
@@ -215,6 +216,15 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	cb, err := compileBundle(ctx, b)
 	if err != nil {
 		return nil, fmt.Errorf("policy: prepare: %w", err)
+	}
+	// Go's facts must be the bundle's own formulas' on its own tables
+	// (an operator's rows included), not only on the tables the identity
+	// tests ran on; a bundle without the formulas has nothing to hold
+	// them to (its gates read Go's facts alone)
+	if facts != nil && !opts.SkipRequiredRules && requireRules(b, []string{FactsReferenceQuery}) == nil {
+		if err := checkFactsReference(ctx, cb, facts, b.Data); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrFactsModel, err)
+		}
 	}
 	pq, err := cb.prepare(ctx, evalQuery)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/itocompute/itogate/gatekeeper/trainfacts"
 	"github.com/open-policy-agent/opa/v1/rego"
@@ -18,6 +19,11 @@ import (
 // facts: what Go's facts model (gatekeeper/trainfacts) computes, by the
 // bundle's own formulas (policies/ito/facts).
 const FactsReferenceQuery = "data.ito.facts.reference"
+
+// factsCheckTimeout bounds the reference's evaluation on one sample (~12
+// ms on the embedded bundle): a bundle whose reference runs longer is
+// refused rather than holding its activation.
+const factsCheckTimeout = 10 * time.Second
 
 // sampleNow is the clock of the sample inputs (2026-01-01T00:00:00Z, Unix
 // seconds): fixed, so that a bundle is judged alike on every activation.
@@ -39,8 +45,8 @@ const sampleNow = 1767225600
 //
 // The verdict does not depend on ctx's cancellation (compiling the bundle
 // does not either): a cancel is not a difference, and an activation
-// started just before a shutdown completes as before. The samples are a
-// fixed set; Rego evaluation ends.
+// started just before a shutdown completes as before. Each sample's
+// evaluation has its own bound (factsCheckTimeout).
 func checkFactsReference(ctx context.Context, cb *compiledBundle, model *trainfacts.Model, data map[string]any) error {
 	ctx = context.WithoutCancel(ctx)
 	ref, err := cb.prepare(ctx, "facts := "+FactsReferenceQuery)
@@ -57,8 +63,13 @@ func checkFactsReference(ctx context.Context, cb *compiledBundle, model *trainfa
 		if err != nil {
 			return fmt.Errorf("sample %s: %w", s.name, err)
 		}
-		rs, refErr := ref.Eval(ctx, rego.EvalParsedInput(parsed))
+		evalCtx, cancel := context.WithTimeout(ctx, factsCheckTimeout)
+		rs, refErr := ref.Eval(evalCtx, rego.EvalParsedInput(parsed))
+		timedOut := evalCtx.Err() != nil
+		cancel()
 		switch {
+		case timedOut:
+			return fmt.Errorf("sample %s: %s did not finish within %s", s.name, FactsReferenceQuery, factsCheckTimeout)
 		case refErr != nil && goErr != nil:
 			continue
 		case refErr != nil:
@@ -80,12 +91,19 @@ type factsSample struct {
 	input map[string]any
 }
 
-// factsSamples are checkFactsReference's inputs: a train.create of each
-// manifest of the bundle's data.ito.config.facts.samples (by name; cycled
-// when a table is longer), the i-th moved onto row i of the gpus, fabrics
-// and storage tables of data (rows sorted by name) where the table has
-// one, so that every row is on a sample. A bundle without samples cannot
-// be checked: an error.
+// factsSamples are checkFactsReference's inputs, from the bundle's
+// sample manifests (data.ito.config.facts.samples, by name):
+//   - the rows: a train.create of a sample (cycled) moved onto row i of
+//     the gpus, fabrics and storage tables of data (rows sorted by name),
+//     without telemetry, so that every row's figures reach the facts;
+//   - the features: each sample as written, with telemetry for its own
+//     storage tier (the telemetry path), a secret-named key (the
+//     credential scan) and an ill-typed hardware.region (the field check);
+//   - the advances: each sample as a train.stage.advance into a stage
+//     whose settings change the objective, the world size and the layout.
+//
+// A bundle without samples, or a sample without hardware and checkpoint
+// objects (it could not carry a row), cannot be checked: an error.
 func factsSamples(data map[string]any) ([]factsSample, error) {
 	ito, _ := data["ito"].(map[string]any)
 	config, _ := ito["config"].(map[string]any)
@@ -95,40 +113,73 @@ func factsSamples(data map[string]any) ([]factsSample, error) {
 	if len(names) == 0 {
 		return nil, errors.New("data.ito.config.facts.samples names no sample manifest to check the facts reference on")
 	}
+	// a fresh copy of a sample, to change (bundle data is shared)
+	sample := func(name string) (doc, hw, ck map[string]any, err error) {
+		doc, _ = deepCopyJSON(manifests[name]).(map[string]any)
+		hw, _ = doc["hardware"].(map[string]any)
+		ck, _ = doc["checkpoint"].(map[string]any)
+		if hw == nil || ck == nil {
+			return nil, nil, nil, fmt.Errorf("data.ito.config.facts.samples.%s is not a manifest with hardware and checkpoint objects", name)
+		}
+		return doc, hw, ck, nil
+	}
 	tables, _ := ito["tables"].(map[string]any)
 	rows := func(table string) []string {
 		t, _ := tables[table].(map[string]any)
 		return sortedKeys(t)
 	}
 	gpus, fabrics, tiers := rows("gpus"), rows("fabrics"), rows("storage")
-	out := make([]factsSample, 0, max(len(names), len(gpus), len(fabrics), len(tiers)))
-	for i := range cap(out) {
+	var out []factsSample
+	for i := range max(len(names), len(gpus), len(fabrics), len(tiers)) {
 		name := names[i%len(names)]
-		doc, ok := deepCopyJSON(manifests[name]).(map[string]any) // changed below; bundle data is shared
-		if !ok {
-			return nil, fmt.Errorf("data.ito.config.facts.samples.%s is not a manifest object", name)
+		doc, hw, ck, err := sample(name)
+		if err != nil {
+			return nil, err
 		}
-		on, tier := []string{}, ""
-		if hw, ok := doc["hardware"].(map[string]any); ok {
-			if i < len(gpus) {
-				hw["gpu_type"] = gpus[i]
-				on = append(on, "gpu_type "+gpus[i])
-			}
-			if i < len(fabrics) {
-				hw["fabric"] = fabrics[i]
-				on = append(on, "fabric "+fabrics[i])
-			}
+		var on []string
+		if i < len(gpus) {
+			hw["gpu_type"] = gpus[i]
+			on = append(on, "gpu_type "+gpus[i])
 		}
-		if ck, ok := doc["checkpoint"].(map[string]any); ok && i < len(tiers) {
-			tier = tiers[i]
-			ck["storage_tier"] = tier
-			on = append(on, "storage_tier "+tier)
+		if i < len(fabrics) {
+			hw["fabric"] = fabrics[i]
+			on = append(on, "fabric "+fabrics[i])
+		}
+		if i < len(tiers) {
+			ck["storage_tier"] = tiers[i]
+			on = append(on, "storage_tier "+tiers[i])
 		}
 		label := name
 		if len(on) > 0 {
 			label += " on " + strings.Join(on, ", ")
 		}
-		out = append(out, factsSample{name: label, input: sampleInput(doc, tier)})
+		out = append(out, factsSample{name: label, input: sampleInput(doc, false)})
+	}
+	for _, name := range names {
+		doc, hw, _, err := sample(name)
+		if err != nil {
+			return nil, err
+		}
+		hw["region"] = json.Number("5")
+		doc["sample_credentials"] = map[string]any{"api_token": "0123456789abcdefghijklmnopqrstuv"}
+		out = append(out, factsSample{name: name + " with telemetry, a secret-named key and an ill-typed field",
+			input: sampleInput(doc, true)})
+	}
+	for _, name := range names {
+		doc, _, _, err := sample(name)
+		if err != nil {
+			return nil, err
+		}
+		doc["stage_settings"] = map[string]any{
+			"long_context": map[string]any{
+				"objective":   map[string]any{"sequence_length": json.Number("32768"), "global_batch_size": json.Number("128")},
+				"hardware":    map[string]any{"nodes": json.Number("2")},
+				"parallelism": map[string]any{"context": json.Number("4"), "pipeline_split": map[string]any{"loss_stage": true}},
+			},
+		}
+		in := sampleInput(doc, false)
+		in["request"] = map[string]any{"action": trainfacts.StageAction, "stage": "long_context"}
+		out = append(out, factsSample{name: name + " advancing into long_context", input: in})
 	}
 	return out, nil
 }
@@ -164,16 +215,17 @@ func deepCopyJSON(x any) any {
 
 // sampleInput is a train.create of doc at sampleNow, with an entitlement
 // that prices the run (a non-integral USD price), ends its term in 30 days,
-// names a region and a storage quota and, with a tier, carries telemetry
-// that measures that tier (the checkpoint model's telemetry path).
-func sampleInput(doc map[string]any, tier string) map[string]any {
+// names a region and a storage quota and, with telemetry, measures the
+// interruption rate and the write bandwidth of doc's storage tier.
+func sampleInput(doc map[string]any, telemetry bool) map[string]any {
 	n := func(s string) json.Number { return json.Number(s) }
 	ent := map[string]any{
 		"price_per_gpu_hour_usd": n("2.35"), "iat": n(fmt.Sprint(sampleNow - 60)),
 		"term":   map[string]any{"end": n(fmt.Sprint(sampleNow + 30*86400))},
 		"region": "us-east-1", "storage_quota_gib": n("102400"),
 	}
-	if tier != "" {
+	ck, _ := doc["checkpoint"].(map[string]any)
+	if tier, ok := ck["storage_tier"].(string); ok && telemetry {
 		ent["telemetry"] = map[string]any{
 			"measured_at": n(fmt.Sprint(sampleNow - 600)), "window_seconds": n("604800"),
 			"interruptions_per_gpu_hour":             n("0.0002"),
@@ -237,6 +289,15 @@ func firstDifference(a, b any, path string) string {
 				return fmt.Sprintf("%s.%s (only in Go: %v)", path, k, va)
 			case !reflect.DeepEqual(va, vb):
 				return firstDifference(va, vb, path+"."+k)
+			}
+		}
+	}
+	la, okA := a.([]any)
+	lb, okB := b.([]any)
+	if okA && okB && len(la) == len(lb) {
+		for i := range la {
+			if !reflect.DeepEqual(la[i], lb[i]) {
+				return firstDifference(la[i], lb[i], fmt.Sprintf("%s[%d]", path, i))
 			}
 		}
 	}

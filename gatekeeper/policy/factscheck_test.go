@@ -37,6 +37,32 @@ func TestFactsReferenceIsCheckedAtActivation(t *testing.T) {
 			},
 			want: "sample deepseek-v3-megatron-bridge on gpu_type A10, fabric aws-efa-v1, storage_tier gcs-standard: Go's facts differ from data.ito.facts.reference at facts.parallelism.dp (only in Go: 32)",
 		},
+		// the three below passed a check on the rows alone (a review's cases)
+		"a storage tier's table figure edited (a tier no sample names)": {
+			edit: func(t *testing.T, f fstest.MapFS) {
+				replaceIn(t, f, "ito/checkpoint/facts.rego", `} else := _model_tier.write_gbytes_per_s_per_node`,
+					`} else := _model_tier.write_gbytes_per_s_per_node * 2 if {
+	_model_tier_name == "object-store-slow"
+} else := _model_tier.write_gbytes_per_s_per_node`)
+			},
+			want: "storage_tier object-store-slow: Go's facts differ from data.ito.facts.reference at facts.checkpoint.",
+		},
+		"a stage advance's manifest edited": {
+			edit: func(t *testing.T, f fstest.MapFS) {
+				replaceIn(t, f, "ito/lib/lib.rego", `	{"objective": {"stage": stage}},
+)`, `	{"objective": {"stage": stage}, "hardware": {"nodes": 1}},
+)`)
+			},
+			want: "advancing into long_context: Go's facts differ",
+		},
+		"the credential scan emptied": {
+			edit: func(t *testing.T, f fstest.MapFS) {
+				replaceIn(t, f, "ito/datasets/facts.rego",
+					`facts_reference := {"by_path": {path: sort(kinds) | some path, kinds in _credentials_by_path}}`,
+					`facts_reference := {"by_path": {}}`)
+			},
+			want: "with telemetry, a secret-named key and an ill-typed field: Go's facts differ from data.ito.facts.reference at facts.credentials.by_path",
+		},
 		"no samples to check it on": {
 			edit: func(t *testing.T, f fstest.MapFS) { delete(f, "ito/config/facts/samples/data.json") },
 			want: "data.ito.config.facts.samples names no sample manifest to check the facts reference on",

@@ -27,6 +27,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/itocompute/itogate/internal/jsonvalue"
 )
 
 // Event is one decision. Times are RFC 3339 with nanoseconds (UTC); latency
@@ -614,7 +616,7 @@ func longBase64Run(raw []byte, n int) bool {
 // pointers keep their meaning). An unparsable pointer is an error, so a
 // broken mask policy drops the event instead of logging it unmasked.
 func Remove(doc map[string]any, pointers []string) (map[string]any, error) {
-	out, _ := deepCopy(doc).(map[string]any)
+	out, _ := jsonvalue.Clone(doc).(map[string]any)
 	for _, p := range pointers {
 		if p == "" || p[0] != '/' {
 			return nil, fmt.Errorf("mask: %q is not a JSON pointer", p)
@@ -650,25 +652,6 @@ func removeAt(node any, segs []string) {
 			return
 		}
 		removeAt(n[i], segs[1:])
-	}
-}
-
-func deepCopy(v any) any {
-	switch t := v.(type) {
-	case map[string]any:
-		m := make(map[string]any, len(t))
-		for k, x := range t {
-			m[k] = deepCopy(x)
-		}
-		return m
-	case []any:
-		a := make([]any, len(t))
-		for i, x := range t {
-			a[i] = deepCopy(x)
-		}
-		return a
-	default:
-		return v
 	}
 }
 

@@ -3,6 +3,8 @@ package plan
 import (
 	"encoding/json"
 	"strconv"
+
+	"github.com/itocompute/itogate/internal/jsonvalue"
 )
 
 // Apply returns a deep copy of manifest with layout l written into it:
@@ -13,7 +15,7 @@ import (
 // gate infers it from virtual_stages, as the search did). Numbers are
 // json.Number, as the manifest parser returns them.
 func Apply(manifest map[string]any, l Layout) map[string]any {
-	out, _ := deepCopy(manifest).(map[string]any)
+	out, _ := jsonvalue.Clone(manifest).(map[string]any)
 	if out == nil {
 		out = map[string]any{}
 	}
@@ -51,21 +53,3 @@ func section(m map[string]any, key string) map[string]any {
 }
 
 func number(n int) json.Number { return json.Number(strconv.Itoa(n)) }
-
-func deepCopy(v any) any {
-	switch x := v.(type) {
-	case map[string]any:
-		out := make(map[string]any, len(x))
-		for k, e := range x {
-			out[k] = deepCopy(e)
-		}
-		return out
-	case []any:
-		out := make([]any, len(x))
-		for i, e := range x {
-			out[i] = deepCopy(e)
-		}
-		return out
-	}
-	return v
-}

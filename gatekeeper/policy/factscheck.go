@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/itocompute/itogate/gatekeeper/trainfacts"
+	"github.com/itocompute/itogate/internal/jsonvalue"
 	"github.com/open-policy-agent/opa/v1/rego"
 )
 
@@ -115,7 +116,7 @@ func factsSamples(data map[string]any) ([]factsSample, error) {
 	}
 	// a fresh copy of a sample, to change (bundle data is shared)
 	sample := func(name string) (doc, hw, ck map[string]any, err error) {
-		doc, _ = deepCopyJSON(manifests[name]).(map[string]any)
+		doc, _ = jsonvalue.Clone(manifests[name]).(map[string]any)
 		hw, _ = doc["hardware"].(map[string]any)
 		ck, _ = doc["checkpoint"].(map[string]any)
 		if hw == nil || ck == nil {
@@ -191,26 +192,6 @@ func sortedKeys(m map[string]any) []string {
 	}
 	slices.Sort(keys)
 	return keys
-}
-
-// deepCopyJSON copies a JSON-shaped value (objects and arrays; other
-// values are immutable).
-func deepCopyJSON(x any) any {
-	switch v := x.(type) {
-	case map[string]any:
-		out := make(map[string]any, len(v))
-		for k, e := range v {
-			out[k] = deepCopyJSON(e)
-		}
-		return out
-	case []any:
-		out := make([]any, len(v))
-		for i, e := range v {
-			out[i] = deepCopyJSON(e)
-		}
-		return out
-	}
-	return x
 }
 
 // sampleInput is a train.create of doc at sampleNow, with an entitlement

@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"sync"
 	"time"
+
+	"github.com/itocompute/itogate/internal/jsonvalue"
 )
 
 // DefaultCacheEntries is the recommended TokenOptions.CacheEntries for the
@@ -230,27 +232,8 @@ func (c *tokenCache) stats() CacheStats {
 func (c *Claims) clone() *Claims {
 	out := *c
 	out.Audience = append([]string(nil), c.Audience...)
-	out.Raw = cloneValue(c.Raw).(map[string]any)
+	out.Raw = jsonvalue.Clone(c.Raw).(map[string]any)
 	return &out
-}
-
-func cloneValue(v any) any {
-	switch t := v.(type) {
-	case map[string]any:
-		m := make(map[string]any, len(t))
-		for k, e := range t {
-			m[k] = cloneValue(e)
-		}
-		return m
-	case []any:
-		a := make([]any, len(t))
-		for i, e := range t {
-			a[i] = cloneValue(e)
-		}
-		return a
-	default: // string, int64, float64, bool, nil: immutable
-		return v
-	}
 }
 
 // Memory estimates used by entryCost, in bytes, chosen to be at or above

@@ -34,15 +34,14 @@ const sampleNow = 1767225600
 // on sample inputs and compares it with model's facts, byte for byte as
 // JSON: the identity that TestFactsMatchReference holds for the embedded
 // bundle, checked at activation for whatever tables a bundle ships (an
-// operator's own GPU, fabric or storage rows). The samples are the
-// bundle's own sample manifests (data.ito.config.facts.samples), each moved
-// onto a row of the bundle's gpus, fabrics and storage tables so that every
-// row is on one (a row's figures reach the facts only on a manifest that
-// names it; factsSamples), each with an entitlement that prices, bounds and
-// measures it (sampleInput). An error
-// in both is agreement (the decision would fail closed either way); an
-// undefined reference is a difference. The first difference is returned,
-// naming the sample and the path of the first value that differs.
+// operator's own GPU, fabric or storage rows, an edited formula). The
+// inputs are built from the bundle's own sample manifests
+// (data.ito.config.facts.samples): every table row, the telemetry path,
+// the credential scan, the field check and a stage advance
+// (factsSamples). An error in both is agreement (the decision would fail
+// closed either way); an undefined reference is a difference. The first
+// difference is returned, naming the sample and the path of the first
+// value that differs.
 //
 // The verdict does not depend on ctx's cancellation (compiling the bundle
 // does not either): a cancel is not a difference, and an activation

@@ -62,8 +62,10 @@ const evalQuery = "decision := " + Query + "; log_mask := [m | m := " + MaskQuer
 const DefaultDeadline = 250 * time.Millisecond
 
 // ErrFactsModel: the bundle was written for another training-facts model
-// than this itogate computes (trainfacts.Version), or its tables are not
-// the model's; New refuses it, and the bundle is not activated.
+// than this itogate computes (trainfacts.Version), its tables are not the
+// model's, or its facts reference (FactsReferenceQuery) computes other
+// facts than Go's model on its samples, or cannot be checked
+// (checkFactsReference); New refuses it, and the bundle is not activated.
 var ErrFactsModel = errors.New("policy: the bundle's facts model is not this itogate's")
 
 // Error is an evaluation that produced no usable decision. Code is one of
@@ -168,7 +170,9 @@ type Engine struct {
 	deadline time.Duration
 }
 
-// New loads the bundle, compiles it and prepares the decision query.
+// New loads the bundle, compiles it once, checks Go's facts model against
+// the bundle's reference (ErrFactsModel) and prepares the engine's queries
+// on the compiled bundle.
 func New(ctx context.Context, opts Options) (*Engine, error) {
 	var b *bundle.Bundle
 	digest := opts.Digest
